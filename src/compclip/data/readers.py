@@ -1,0 +1,252 @@
+"""Streaming image-text readers: CSV/TSV, webdataset tar shards, and an image folder with a captions JSON.
+
+Each is a torch IterableDataset yielding `{"image", "caption", "key"}` dicts, sharded over
+DDP ranks and DataLoader workers. Bad records (missing or corrupt images, empty or
+undecodable captions, malformed rows) are skipped and counted, never fatal; see `SkipCounter`.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch.distributed as dist
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import IterableDataset, get_worker_info
+
+from .skips import SkipCounter
+
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+Sample = dict[str, Any]
+
+
+def shard_position() -> tuple[int, int]:
+    """(index, count) of this process among all DDP ranks × DataLoader workers."""
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+    info = get_worker_info()
+    wid, nworkers = (info.id, info.num_workers) if info is not None else (0, 1)
+    return rank * nworkers + wid, world * nworkers
+
+
+def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
+    """Fully decode an image (so truncated files fail here, not later) and convert to RGB."""
+    fp = io.BytesIO(source) if isinstance(source, bytes) else source
+    with Image.open(fp) as img:
+        img.load()
+        return img.convert("RGB")
+
+
+def _bad_caption(caption: Any) -> str | None:
+    if caption is None:
+        return "empty_caption"
+    if not isinstance(caption, str):
+        return "bad_record"
+    if any("\udc80" <= ch <= "\udcff" for ch in caption):  # surrogate-escaped bytes: not UTF-8
+        return "undecodable_text"
+    if not caption.strip():
+        return "empty_caption"
+    return None
+
+
+class ImageTextReader(IterableDataset):
+    """Shared machinery: sharding, decoding, skip accounting. Subclasses list raw records."""
+
+    def __init__(self, name: str, transform: Callable | None = None):
+        super().__init__()
+        self.transform = transform
+        self.skips = SkipCounter(name)
+
+    def records(self) -> Iterator[tuple[str, Any, Any]]:
+        """Yield `(where, image, caption)` for this shard: image a path or bytes (None if absent)."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Sample]:
+        self.skips.reset()
+        for where, image, caption in self.records():
+            sample = self._make(where, image, caption)
+            if sample is not None:
+                self.skips.ok()
+                yield sample
+        self.skips.log_pass_summary()
+
+    def _make(self, where: str, image: Any, caption: Any) -> Sample | None:
+        reason = _bad_caption(caption)
+        if reason:
+            self.skips.skip(reason, where, repr(caption)[:80])
+            return None
+        if image is None:
+            self.skips.skip("missing_image", where, "no image in record")
+            return None
+        try:
+            img = decode_image(image)
+        except FileNotFoundError:
+            self.skips.skip("missing_image", where, str(image))
+            return None
+        except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+            self.skips.skip("corrupt_image", where, f"{type(e).__name__}: {e}")
+            return None
+        return {"image": self.transform(img) if self.transform else img, "caption": caption.strip(), "key": where}
+
+    def stats(self) -> dict[str, int]:
+        return self.skips.stats()
+
+
+class CsvReader(ImageTextReader):
+    """A CSV or TSV of image paths (relative to the file, or to `image_root`) and captions."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        transform: Callable | None = None,
+        image_key: str = "image",
+        caption_key: str = "caption",
+        sep: str | None = None,
+        image_root: str | os.PathLike | None = None,
+    ):
+        self.path = Path(path)
+        super().__init__(str(self.path), transform)
+        self.image_key, self.caption_key = image_key, caption_key
+        self.sep = sep or ("\t" if self.path.suffix.lower() in (".tsv", ".tab") else ",")
+        self.image_root = Path(image_root) if image_root else self.path.parent
+        with self._open() as f:
+            columns = next(csv.reader(f, delimiter=self.sep), [])
+        missing = [k for k in (image_key, caption_key) if k not in columns]
+        if missing:
+            raise ValueError(f"{self.path}: no column {missing} (columns: {columns}); set image_key/caption_key")
+
+    def _open(self):
+        # surrogateescape keeps undecodable bytes visible, so one bad row is skipped, not the file
+        return open(self.path, newline="", encoding="utf-8", errors="surrogateescape")
+
+    def records(self):
+        index, count = shard_position()
+        csv.field_size_limit(sys.maxsize)
+        with self._open() as f:
+            rows = csv.DictReader(f, delimiter=self.sep)
+            for i, row in enumerate(rows):
+                if i % count != index:
+                    continue
+                where = f"{self.path}:{rows.line_num}"
+                if None in row or None in row.values():
+                    self.skips.skip("bad_record", where, f"{len(row) - (None in row)} fields, header has {len(rows.fieldnames)}")
+                    continue
+                rel = row[self.image_key].strip()
+                yield where, self.image_root / rel if rel else None, row[self.caption_key]
+
+
+class WebDatasetReader(ImageTextReader):
+    """webdataset tar shards: an image (jpg/png/webp) plus `txt`, or `json` with a caption field."""
+
+    def __init__(self, urls: str | list[str], transform: Callable | None = None, caption_field: str = "caption"):
+        import webdataset as wds
+
+        self.urls = wds.shardlists.expand_urls(urls) if isinstance(urls, str) else list(urls)
+        extra = f" (+{len(self.urls) - 1} shards)" if len(self.urls) > 1 else ""
+        super().__init__(f"{self.urls[0]}{extra}", transform)
+        self.caption_field = caption_field
+
+    def _stream_error(self, exn: Exception) -> bool:
+        self.skips.skip("bad_record", "tar stream", f"{type(exn).__name__}: {exn}")
+        return True  # go on with the next sample or shard
+
+    def records(self):
+        import webdataset as wds
+
+        index, count = shard_position()
+        # Whole shards per process when there are enough; otherwise every process reads
+        # every shard and keeps every count-th sample, so no process sits idle.
+        by_shard = len(self.urls) >= count
+        urls = [u for i, u in enumerate(self.urls) if i % count == index] if by_shard else self.urls
+        if not urls:
+            return
+        stream = wds.tariterators.tarfile_samples(wds.shardlists.SimpleShardList(urls), handler=self._stream_error)
+        for i, sample in enumerate(stream):
+            if not by_shard and i % count != index:
+                continue
+            where = f"{sample.get('__url__')} key {sample.get('__key__')}"
+            image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
+            raw = sample.get("txt", sample.get("json"))
+            if raw is None:
+                yield where, image, None
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield where, image, raw.decode("utf-8", errors="surrogateescape")
+                continue
+            if "txt" in sample:
+                yield where, image, text
+                continue
+            try:
+                meta = json.loads(text)
+            except json.JSONDecodeError as e:
+                self.skips.skip("bad_record", where, f"json: {e}")
+                continue
+            yield where, image, meta.get(self.caption_field) if isinstance(meta, dict) else None
+
+
+class FolderReader(ImageTextReader):
+    """An image folder with a captions JSON.
+
+    The JSON is COCO's captions format (`images` + `annotations`), a list of
+    `{"image": ..., "caption": ... | "captions": [...]}`, or a `{filename: caption(s)}` map.
+    Each (image, caption) pair is one sample.
+    """
+
+    def __init__(self, captions: str | os.PathLike, image_root: str | os.PathLike | None = None, transform: Callable | None = None):
+        self.captions_path = Path(captions)
+        super().__init__(str(self.captions_path), transform)
+        self.image_root = Path(image_root) if image_root else self.captions_path.parent
+        try:
+            data = json.loads(self.captions_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{self.captions_path}: unreadable captions JSON: {e}") from None
+        self.pairs = list(self._pairs(data))
+
+    def _pairs(self, data: Any) -> Iterator[tuple[str, Any, Any]]:
+        if isinstance(data, dict) and "annotations" in data and "images" in data:  # COCO
+            files = {im.get("id"): im.get("file_name") for im in data["images"] if isinstance(im, dict)}
+            for i, ann in enumerate(data["annotations"]):
+                ann = ann if isinstance(ann, dict) else {}
+                yield f"annotations[{i}]", files.get(ann.get("image_id")), ann.get("caption")
+        elif isinstance(data, dict):
+            for name, caps in data.items():
+                yield from self._expand(f"[{name!r}]", name, caps)
+        elif isinstance(data, list):
+            for i, rec in enumerate(data):
+                rec = rec if isinstance(rec, dict) else {}
+                yield from self._expand(f"[{i}]", rec.get("image"), rec.get("captions", rec.get("caption")))
+        else:
+            raise ValueError(f"{self.captions_path}: expected COCO captions, a list of records or a filename-to-caption map")
+
+    @staticmethod
+    def _expand(where: str, name: Any, captions: Any) -> Iterator[tuple[str, Any, Any]]:
+        if isinstance(captions, list):
+            for j, caption in enumerate(captions):
+                yield f"{where}[{j}]", name, caption
+        else:
+            yield where, name, captions
+
+    def records(self):
+        index, count = shard_position()
+        for i, (where, name, caption) in enumerate(self.pairs):
+            if i % count == index:
+                image = self.image_root / name if isinstance(name, str) and name.strip() else None
+                yield f"{self.captions_path} {where}", image, caption
+
+
+def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:
+    """Pick the reader from the path: `.tar` shards (brace patterns allowed), `.csv`/`.tsv`, or a captions `.json`."""
+    text = str(path)
+    suffix = Path(text).suffix.lower()
+    if suffix == ".tar" or ".tar" in text and "{" in text:
+        return WebDatasetReader(text, transform, **kwargs)
+    if suffix in (".csv", ".tsv", ".tab"):
+        return CsvReader(text, transform, **kwargs)
+    if suffix == ".json":
+        return FolderReader(text, transform=transform, **kwargs)
+    raise ValueError(f"{path}: unknown data format; expected .tar shards, .csv/.tsv or a captions .json")

@@ -1,0 +1,76 @@
+"""Counting what a reader skips, across DataLoader worker processes.
+
+Counts live in a shared-memory tensor with one row per process (main + workers), so each
+row has a single writer and the totals read in the main process are exact.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch.utils.data import get_worker_info
+
+REASONS = ("missing_image", "corrupt_image", "empty_caption", "undecodable_text", "bad_record")
+MAX_WORKERS = 64
+EXAMPLES_PER_REASON = 3  # logged per process, with file and record
+
+log = logging.getLogger("compclip.data")
+
+
+class SkipCounter:
+    """Counts samples read and records skipped, by reason; logs the first examples of each."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._counts = torch.zeros(MAX_WORKERS + 1, len(REASONS) + 1, dtype=torch.int64).share_memory_()
+        self._logged: dict[str, int] = {}
+
+    def _row(self) -> int:
+        info = get_worker_info()
+        if info is None:
+            return 0
+        if info.id >= MAX_WORKERS:
+            raise RuntimeError(f"at most {MAX_WORKERS} DataLoader workers are supported")
+        return info.id + 1
+
+    def reset(self) -> None:
+        self._counts[self._row()].zero_()
+        self._logged.clear()
+
+    def ok(self) -> None:
+        self._counts[self._row(), -1] += 1
+
+    def skip(self, reason: str, where: str, detail: Any = "") -> None:
+        self._counts[self._row(), REASONS.index(reason)] += 1
+        seen = self._logged.get(reason, 0)
+        if seen < EXAMPLES_PER_REASON:
+            log.warning("%s: skipped %s: %s%s", self.name, reason.replace("_", " "), where, f" ({detail})" if detail else "")
+        elif seen == EXAMPLES_PER_REASON:
+            log.warning("%s: more %s skips follow; counted, not logged", self.name, reason.replace("_", " "))
+        self._logged[reason] = seen + 1
+
+    def stats(self) -> dict[str, int]:
+        """Totals over every process: `read` samples and each skip reason."""
+        total = self._counts.sum(0).tolist()
+        return {"read": total[-1], **dict(zip(REASONS, total[:-1])), "skipped": sum(total[:-1])}
+
+    def summary(self, row_only: bool = False) -> str:
+        counts = self._counts[self._row()].tolist() if row_only else self._counts.sum(0).tolist()
+        read, skipped = counts[-1], sum(counts[:-1])
+        if not skipped:
+            return f"{self.name}: read {read} samples, skipped none"
+        parts = ", ".join(f"{n} {r.replace('_', ' ')}" for r, n in zip(REASONS, counts) if n)
+        return f"{self.name}: read {read} samples, skipped {skipped} ({parts})"
+
+    def log_summary(self) -> None:
+        """Log the totals; call it in the main process once the loop is over."""
+        (log.warning if self.stats()["skipped"] else log.info)(self.summary())
+
+    def log_pass_summary(self) -> None:
+        """Log this process's share at the end of one pass (a worker's, or the whole pass)."""
+        info = get_worker_info()
+        text = self.summary(row_only=True)
+        if info is not None:
+            text = f"[worker {info.id}/{info.num_workers}] {text}"
+        (log.warning if "skipped none" not in text else log.info)(text)

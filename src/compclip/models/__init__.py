@@ -1,0 +1,28 @@
+"""Models: open_clip factory, bundled tiny configs, checkpoints and export."""
+from . import bundled
+from .bundled import BUNDLED_MODELS
+from .checkpoint import (
+    CheckpointMismatchError,
+    export_open_clip,
+    load_weights,
+    model_spec,
+    read_state_dict,
+    save_checkpoint,
+    unwrap,
+)
+from .factory import LazyTokenizer, load_model, train_preprocess
+
+__all__ = [
+    "BUNDLED_MODELS",
+    "CheckpointMismatchError",
+    "LazyTokenizer",
+    "bundled",
+    "export_open_clip",
+    "load_model",
+    "load_weights",
+    "model_spec",
+    "read_state_dict",
+    "save_checkpoint",
+    "train_preprocess",
+    "unwrap",
+]

@@ -1,0 +1,156 @@
+"""compclip checkpoint folders, safe weight loading, and export to plain open_clip files.
+
+A checkpoint is a folder: `model.safetensors` (the open_clip state dict), `config.json`
+(everything needed to rebuild the model plus how it was trained) and `open_clip_config.json`
+(so `open_clip.create_model_and_transforms('local-dir:FOLDER')` loads it too).
+Nothing here ever unpickles code: safetensors, or `torch.load(weights_only=True)`.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import open_clip
+from open_clip.factory import load_state_dict as open_clip_load_state_dict
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .. import __version__
+from ..io import atomic_dir, atomic_path, write_json
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+OPEN_CLIP_CONFIG_NAME = "open_clip_config.json"
+SPEC_ATTR = "compclip_spec"  # set on every model load_model returns
+_SPEC_KEYS = ("model_name", "model_cfg", "preprocess_cfg", "tokenizer", "pretrained")
+
+
+class CheckpointMismatchError(RuntimeError):
+    """A weights file does not fit the architecture it is loaded into."""
+
+    def __init__(self, file: Path, missing: list[str], unexpected: list[str], mismatched: list[tuple]):
+        self.file, self.missing, self.unexpected, self.mismatched = file, missing, unexpected, mismatched
+
+        def show(keys: list) -> str:
+            head = ", ".join(str(k) for k in keys[:10])
+            return head + (f", ... ({len(keys) - 10} more)" if len(keys) > 10 else "")
+
+        lines = [f"{file} does not fit this architecture:"]
+        if missing:
+            lines.append(f"  {len(missing)} missing keys: {show(missing)}")
+        if unexpected:
+            lines.append(f"  {len(unexpected)} unexpected keys: {show(unexpected)}")
+        if mismatched:
+            lines.append(f"  {len(mismatched)} shape mismatches (key, file, model): {show(mismatched)}")
+        super().__init__("\n".join(lines))
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The bare model under DDP (`.module`) or torch.compile (`._orig_mod`) wrappers."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if not isinstance(inner, torch.nn.Module):
+            return model
+        model = inner
+
+
+def model_spec(model: torch.nn.Module) -> dict[str, Any]:
+    spec = getattr(unwrap(model), SPEC_ATTR, None)
+    if spec is None:
+        raise ValueError(
+            "this model carries no compclip spec: create it with compclip.models.load_model "
+            "so that its open_clip name and config can be saved with it"
+        )
+    return spec
+
+
+def read_config(folder: str | Path) -> dict[str, Any]:
+    path = Path(folder) / CONFIG_NAME
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: not a compclip checkpoint folder (no {CONFIG_NAME})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: unreadable JSON: {e}") from None
+    missing = [k for k in _SPEC_KEYS[:4] if k not in config]
+    if missing:
+        raise ValueError(f"{path}: missing keys {missing}")
+    return config
+
+
+def save_checkpoint(model: torch.nn.Module, folder: str | Path, **metadata: Any) -> Path:
+    """Write `model` to `folder` atomically, with `metadata` (method, training arguments, step...)."""
+    model = unwrap(model)
+    spec = model_spec(model)
+    clash = sorted(set(metadata) & {"compclip_version", *_SPEC_KEYS})
+    if clash:
+        raise ValueError(f"metadata keys {clash} are reserved for the model spec")
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    with atomic_dir(folder) as tmp:
+        save_file(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
+        write_json(tmp / OPEN_CLIP_CONFIG_NAME, {"model_cfg": spec["model_cfg"], "preprocess_cfg": spec["preprocess_cfg"]})
+        write_json(tmp / CONFIG_NAME, {"compclip_version": __version__, **spec, **metadata})
+    return Path(folder)
+
+
+def read_state_dict(file: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors of a `.safetensors`, `.pt`, `.pth` or `.bin` file, refusing pickled code."""
+    file = Path(file)
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: no such weights file")
+    try:
+        return open_clip_load_state_dict(str(file), weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ValueError(f"{file}: refused: it holds pickled objects that are not plain tensors ({e})") from None
+    except (SafetensorError, RuntimeError, EOFError, OSError) as e:
+        raise ValueError(f"{file}: not a readable weights file ({type(e).__name__}: {e})") from None
+
+
+def load_weights(model: torch.nn.Module, file: str | Path) -> None:
+    """Load an open_clip state dict strictly; a mismatch names every missing and unexpected key."""
+    file = Path(file)
+    read_state_dict(file)  # clear errors for missing, corrupt or pickled files before open_clip reads it
+    try:
+        open_clip.load_checkpoint(model, str(file), strict=True, weights_only=True)
+    except RuntimeError as e:
+        if "state_dict" not in str(e):
+            raise
+        state, expected = read_state_dict(file), model.state_dict()
+        raise CheckpointMismatchError(
+            file,
+            missing=sorted(expected.keys() - state.keys()),
+            unexpected=sorted(state.keys() - expected.keys()),
+            mismatched=[
+                (k, tuple(state[k].shape), tuple(expected[k].shape))
+                for k in sorted(expected.keys() & state.keys())
+                if state[k].shape != expected[k].shape
+            ],
+        ) from None
+
+
+def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
+    """Write a plain open_clip state dict; returns the Python that loads it with open_clip alone."""
+    from .bundled import BUNDLED_MODELS
+
+    config = read_config(checkpoint)
+    tensors = load_file(Path(checkpoint) / WEIGHTS_NAME)
+    name = config["model_name"]
+    with atomic_path(out) as tmp:
+        save_file(tensors, tmp, metadata={"format": "pt", "open_clip_model": name})
+    builtin = open_clip.get_model_config(name) if ":" not in name else None
+    if builtin is None:
+        return f"open_clip.create_model_and_transforms('local-dir:{Path(checkpoint)}')"
+    forces = []
+    cfg = config["model_cfg"]
+    if cfg.get("quick_gelu", False) != builtin.get("quick_gelu", False):
+        forces.append("force_quick_gelu=True")
+    if cfg["text_cfg"].get("context_length") != builtin["text_cfg"].get("context_length"):
+        forces.append(f"force_context_length={cfg['text_cfg']['context_length']}")
+    if cfg["vision_cfg"].get("image_size") != builtin["vision_cfg"].get("image_size"):
+        forces.append(f"force_image_size={cfg['vision_cfg']['image_size']!r}")
+    args = ", ".join([repr(name), f"pretrained={str(out)!r}", *forces])
+    call = f"open_clip.create_model_and_transforms({args})"
+    return f"import compclip.models  # registers {name}\n{call}" if name in BUNDLED_MODELS else call

@@ -1,0 +1,169 @@
+"""`load_model`: one entry point for every way a user names a model.
+
+open_clip names with a pretrained tag or weights file, `hf-hub:` ids, `local-dir:` folders
+and compclip checkpoint folders all come back as `(model, preprocess, tokenizer)`, the
+model carrying the spec (`compclip_spec`) that `save_checkpoint` needs to rebuild it.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any, Callable
+
+import open_clip
+import torch
+from open_clip.transform import PreprocessCfg, image_transform_v2
+
+from . import bundled
+from .checkpoint import CONFIG_NAME, SPEC_ATTR, WEIGHTS_NAME, load_weights, read_config
+
+
+class LazyTokenizer:
+    """Builds the tokenizer on first use, so a model whose tokenizer lives on the hub still loads offline.
+
+    `source` is "clip_bpe" (the CLIP BPE open_clip ships) or an open_clip model name whose
+    tokenizer `open_clip.get_tokenizer` knows.
+    """
+
+    def __init__(self, source: str, context_length: int):
+        self.source, self.context_length = source, context_length
+        self._tokenizer = None
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return {"source": self.source, "context_length": self.context_length}
+
+    def _build(self):
+        if self._tokenizer is None:
+            if self.source == "clip_bpe":
+                self._tokenizer = open_clip.SimpleTokenizer(context_length=self.context_length)
+            else:
+                try:
+                    self._tokenizer = open_clip.get_tokenizer(self.source, context_length=self.context_length)
+                except Exception as e:
+                    raise RuntimeError(
+                        f"the tokenizer of {self.source} could not be loaded ({type(e).__name__}: {e}); "
+                        "SigLIP-family tokenizers come from the Hugging Face hub: fetch them once online "
+                        "or point HF_HOME at a cache that holds them"
+                    ) from e
+        return self._tokenizer
+
+    def __call__(self, texts, context_length: int | None = None) -> torch.Tensor:
+        return self._build()(texts, context_length=context_length)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._build(), name)
+
+
+def _tokenizer_for(name: str, cfg: dict[str, Any]) -> LazyTokenizer:
+    # bundled configs use the CLIP BPE whatever their name says ("siglip" names make
+    # open_clip reach for the hub's SigLIP tokenizer)
+    source = "clip_bpe" if name in bundled.BUNDLED_MODELS else name
+    return LazyTokenizer(source, cfg["text_cfg"].get("context_length", open_clip.tokenizer.DEFAULT_CONTEXT_LENGTH))
+
+
+def _model_config(name: str) -> dict[str, Any]:
+    try:
+        cfg = open_clip.get_model_config(name if ":" in name else name.replace("/", "-"))
+    except Exception as e:  # hf-hub config fetch
+        raise RuntimeError(f"could not fetch the config of {name} ({type(e).__name__}: {e})") from e
+    if cfg is None:
+        close = difflib.get_close_matches(name, open_clip.list_models(), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown model {name!r}{hint} (open_clip.list_models() lists the names)")
+    return cfg
+
+
+def load_model(
+    name: str,
+    pretrained: str | None = None,
+    device: str | torch.device = "cpu",
+    *,
+    precision: str = "fp32",
+    force_quick_gelu: bool = False,
+    force_context_length: int | None = None,
+    force_image_size: int | None = None,
+) -> tuple[torch.nn.Module, Callable, LazyTokenizer]:
+    """Build an open_clip model from a name, tag, file, hub id or checkpoint folder.
+
+    `pretrained` is an open_clip tag (downloaded by open_clip) or a weights file
+    (`.pt`, `.bin`, `.safetensors`), loaded strictly and never unpickling code.
+    Returns `(model, preprocess, tokenizer)`: the model in eval mode, the evaluation preprocessing.
+    """
+    name = str(name)
+    folder = Path(name)
+    if (folder / CONFIG_NAME).is_file():
+        if pretrained:
+            raise ValueError(f"{name} is a compclip checkpoint folder: it brings its own weights, drop pretrained=")
+        return _load_checkpoint_folder(folder, device, precision)
+    if folder.is_file():
+        raise ValueError(f"{name} is a weights file: give the architecture as the name and the file as pretrained=")
+
+    cfg = copy.deepcopy(_model_config(name))
+    if force_quick_gelu:
+        cfg["quick_gelu"] = True
+    if force_context_length is not None:
+        cfg["text_cfg"]["context_length"] = force_context_length
+    if force_image_size is not None:
+        cfg["vision_cfg"]["image_size"] = force_image_size
+
+    weights_file = tag = None
+    if pretrained:
+        if Path(pretrained).is_file():
+            weights_file = Path(pretrained)
+        elif ":" in name:
+            raise ValueError(f"{name} names its own weights; pretrained={pretrained!r} would be ignored")
+        elif open_clip.get_pretrained_cfg(name, pretrained):
+            tag = pretrained
+        else:
+            tags = open_clip.list_pretrained_tags_by_model(name)
+            raise ValueError(f"pretrained={pretrained!r} is neither a file nor a tag of {name} (tags: {tags})")
+    try:
+        model = open_clip.create_model(
+            name,
+            pretrained=tag,
+            device=device,
+            precision=precision,
+            force_quick_gelu=force_quick_gelu,
+            force_context_length=force_context_length,
+            force_image_size=force_image_size,
+        )
+    except RuntimeError as e:
+        if tag or name.startswith("hf-hub:"):
+            raise RuntimeError(
+                f"could not fetch the weights of {name} {tag or ''} ({e}); offline, download the file "
+                "once and pass it as pretrained=PATH"
+            ) from e
+        raise
+    if weights_file is not None:
+        load_weights(model, weights_file)
+    tokenizer = _tokenizer_for(name, cfg)
+    _attach_spec(model, name, cfg, str(pretrained) if pretrained else None, tokenizer)
+    return model.eval(), _preprocess(model), tokenizer
+
+
+def _load_checkpoint_folder(folder: Path, device, precision: str):
+    config = read_config(folder)
+    model = open_clip.create_model(f"local-dir:{folder}", load_weights=False, device=device, precision=precision)
+    load_weights(model, folder / WEIGHTS_NAME)
+    tokenizer = LazyTokenizer(**config["tokenizer"])
+    _attach_spec(model, config["model_name"], config["model_cfg"], config.get("pretrained"), tokenizer)
+    return model.eval(), _preprocess(model), tokenizer
+
+
+def _attach_spec(model: torch.nn.Module, name: str, cfg: dict, pretrained: str | None, tokenizer: LazyTokenizer) -> None:
+    preprocess_cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in model.visual.preprocess_cfg.items()}
+    spec = {"model_name": name, "model_cfg": cfg, "preprocess_cfg": preprocess_cfg, "tokenizer": tokenizer.spec, "pretrained": pretrained}
+    setattr(model, SPEC_ATTR, spec)
+
+
+def _preprocess(model: torch.nn.Module) -> Callable:
+    return image_transform_v2(PreprocessCfg(**model.visual.preprocess_cfg), is_train=False)
+
+
+def train_preprocess(model: torch.nn.Module) -> Callable:
+    """open_clip's training-time augmentation for this model's preprocessing config."""
+    return image_transform_v2(PreprocessCfg(**model.visual.preprocess_cfg), is_train=True)
