@@ -11,6 +11,7 @@ import io
 import json
 import os
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -87,7 +88,8 @@ class ImageTextReader(IterableDataset):
             self.skips.skip("missing_image", where, str(image))
             return None
         except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-            self.skips.skip("corrupt_image", where, f"{type(e).__name__}: {e}")
+            name = "" if isinstance(image, bytes) else f"{image}: "
+            self.skips.skip("corrupt_image", where, f"{name}{type(e).__name__}: {e}")
             return None
         return {"image": self.transform(img) if self.transform else img, "caption": caption.strip(), "key": where}
 
@@ -131,8 +133,9 @@ class CsvReader(ImageTextReader):
                 if i % count != index:
                     continue
                 where = f"{self.path}:{rows.line_num}"
-                if None in row or None in row.values():
-                    self.skips.skip("bad_record", where, f"{len(row) - (None in row)} fields, header has {len(rows.fieldnames)}")
+                if None in row or None in row.values():  # DictReader's marks of a long or short row
+                    fields = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None, []))
+                    self.skips.skip("bad_record", where, f"{fields} fields, header has {len(rows.fieldnames)}")
                     continue
                 rel = row[self.image_key].strip()
                 yield where, self.image_root / rel if rel else None, row[self.caption_key]
@@ -149,44 +152,63 @@ class WebDatasetReader(ImageTextReader):
         super().__init__(f"{self.urls[0]}{extra}", transform)
         self.caption_field = caption_field
 
-    def _stream_error(self, exn: Exception) -> bool:
-        self.skips.skip("bad_record", "tar stream", f"{type(exn).__name__}: {exn}")
-        return True  # go on with the next sample or shard
-
-    def records(self):
+    def _shard_samples(self, url: str) -> Iterator[dict[str, Any]]:
+        """A shard's members grouped by key (webdataset's convention); a broken shard ends in one bad record."""
         import webdataset as wds
 
+        sample: dict[str, Any] = {}
+        try:
+            with wds.gopen(url) as stream, tarfile.open(fileobj=stream, mode="r|*") as tar:
+                for member in tar:
+                    if not member.isreg():
+                        continue
+                    folder, _, base = member.name.rpartition("/")
+                    stem, _, ext = base.partition(".")
+                    key = f"{folder}/{stem}" if folder else stem
+                    if sample and sample["__key__"] != key:
+                        yield sample
+                        sample = {}
+                    sample["__key__"] = key
+                    sample[ext.lower()] = tar.extractfile(member).read()
+        except (tarfile.TarError, OSError) as e:
+            after = f" after key {sample['__key__']}" if sample else ""
+            self.skips.skip("bad_record", f"{url}{after}", f"{type(e).__name__}: {e}")
+            return
+        if sample:
+            yield sample
+
+    def records(self):
         index, count = shard_position()
         # Whole shards per process when there are enough; otherwise every process reads
         # every shard and keeps every count-th sample, so no process sits idle.
         by_shard = len(self.urls) >= count
         urls = [u for i, u in enumerate(self.urls) if i % count == index] if by_shard else self.urls
-        if not urls:
-            return
-        stream = wds.tariterators.tarfile_samples(wds.shardlists.SimpleShardList(urls), handler=self._stream_error)
-        for i, sample in enumerate(stream):
-            if not by_shard and i % count != index:
-                continue
-            where = f"{sample.get('__url__')} key {sample.get('__key__')}"
-            image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
-            raw = sample.get("txt", sample.get("json"))
-            if raw is None:
-                yield where, image, None
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                yield where, image, raw.decode("utf-8", errors="surrogateescape")
-                continue
-            if "txt" in sample:
-                yield where, image, text
-                continue
-            try:
-                meta = json.loads(text)
-            except json.JSONDecodeError as e:
-                self.skips.skip("bad_record", where, f"json: {e}")
-                continue
-            yield where, image, meta.get(self.caption_field) if isinstance(meta, dict) else None
+        i = -1
+        for url in urls:
+            for sample in self._shard_samples(url):
+                i += 1
+                if not by_shard and i % count != index:
+                    continue
+                where = f"{url} key {sample['__key__']}"
+                image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
+                raw = sample.get("txt", sample.get("json"))
+                if raw is None:
+                    yield where, image, None
+                    continue
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    yield where, image, raw.decode("utf-8", errors="surrogateescape")
+                    continue
+                if "txt" in sample:
+                    yield where, image, text
+                    continue
+                try:
+                    meta = json.loads(text)
+                except json.JSONDecodeError as e:
+                    self.skips.skip("bad_record", where, f"json: {e}")
+                    continue
+                yield where, image, meta.get(self.caption_field) if isinstance(meta, dict) else None
 
 
 class FolderReader(ImageTextReader):

@@ -6,8 +6,10 @@ model carrying the spec (`compclip_spec`) that `save_checkpoint` needs to rebuil
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,6 +65,24 @@ def _tokenizer_for(name: str, cfg: dict[str, Any]) -> LazyTokenizer:
     # open_clip reach for the hub's SigLIP tokenizer)
     source = "clip_bpe" if name in bundled.BUNDLED_MODELS else name
     return LazyTokenizer(source, cfg["text_cfg"].get("context_length", open_clip.tokenizer.DEFAULT_CONTEXT_LENGTH))
+
+
+class _NoRandomInitWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "initialized randomly" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _weights_follow(really: bool = True):
+    """Hide open_clip's "initialized randomly" warning when we load the weights right after."""
+    root = logging.getLogger()
+    quiet = _NoRandomInitWarning()
+    if really:
+        root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
 
 
 def _model_config(name: str) -> dict[str, Any]:
@@ -122,15 +142,16 @@ def load_model(
             tags = open_clip.list_pretrained_tags_by_model(name)
             raise ValueError(f"pretrained={pretrained!r} is neither a file nor a tag of {name} (tags: {tags})")
     try:
-        model = open_clip.create_model(
-            name,
-            pretrained=tag,
-            device=device,
-            precision=precision,
-            force_quick_gelu=force_quick_gelu,
-            force_context_length=force_context_length,
-            force_image_size=force_image_size,
-        )
+        with _weights_follow(weights_file is not None):
+            model = open_clip.create_model(
+                name,
+                pretrained=tag,
+                device=device,
+                precision=precision,
+                force_quick_gelu=force_quick_gelu,
+                force_context_length=force_context_length,
+                force_image_size=force_image_size,
+            )
     except RuntimeError as e:
         if tag or name.startswith("hf-hub:"):
             raise RuntimeError(
@@ -147,7 +168,8 @@ def load_model(
 
 def _load_checkpoint_folder(folder: Path, device, precision: str):
     config = read_config(folder)
-    model = open_clip.create_model(f"local-dir:{folder}", load_weights=False, device=device, precision=precision)
+    with _weights_follow():
+        model = open_clip.create_model(f"local-dir:{folder}", load_weights=False, device=device, precision=precision)
     load_weights(model, folder / WEIGHTS_NAME)
     tokenizer = LazyTokenizer(**config["tokenizer"])
     _attach_spec(model, config["model_name"], config["model_cfg"], config.get("pretrained"), tokenizer)

@@ -1,0 +1,4 @@
+"""`python -m compclip` runs the command line."""
+from .cli import main
+
+main()

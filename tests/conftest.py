@@ -1,0 +1,29 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # hub calls fail fast instead of retrying for 30 s
+
+import io
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    random.seed(0)
+
+
+def image_bytes(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (40, 32)) -> bytes:
+    """A small real image with seeded content, encoded in `fmt`."""
+    rng = random.Random(seed)
+    img = Image.new("RGB", size, tuple(rng.randrange(256) for _ in range(3)))
+    img.putpixel((rng.randrange(size[0]), rng.randrange(size[1])), (255, 255, 255))
+    buf = io.BytesIO()
+    img.save(buf, fmt)
+    return buf.getvalue()

@@ -1,0 +1,219 @@
+"""Readers over generated data with planted bad records: the counts must be exactly the planted ones."""
+import json
+import logging
+import tarfile
+import io
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from compclip.data import CsvReader, FolderReader, WebDatasetReader, open_reader
+
+from conftest import image_bytes
+
+GOOD = 11
+
+
+def good_records():
+    return [(f"img{i:02d}.jpg", f"caption number {i}") for i in range(GOOD)]
+
+
+def write_images(folder, names_seeds):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, seed in names_seeds:
+        (folder / name).write_bytes(image_bytes(seed, "PNG" if name.endswith(".png") else "JPEG"))
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """Image folder: 11 good images, a truncated JPEG, a garbage file; two names with no file."""
+    root = tmp_path / "images"
+    write_images(root, [(name, i) for i, (name, _) in enumerate(good_records())])
+    truncated = image_bytes(99)
+    (root / "truncated.jpg").write_bytes(truncated[: len(truncated) // 2])
+    (root / "garbage.jpg").write_bytes(b"this is not an image at all")
+    return root
+
+
+def expected(**extra):
+    base = {"read": GOOD, "missing_image": 2, "corrupt_image": 2, "empty_caption": 2, "undecodable_text": 0, "bad_record": 0}
+    base.update(extra)
+    base["skipped"] = sum(v for k, v in base.items() if k != "read")
+    return base
+
+
+def planted_rows():
+    return good_records() + [
+        ("truncated.jpg", "a truncated jpeg"),
+        ("garbage.jpg", "not an image"),
+        ("missing1.jpg", "no such file"),
+        ("missing2.jpg", "no such file either"),
+        ("img00.jpg", ""),
+        ("img01.jpg", "   "),
+    ]
+
+
+def read_all(reader, workers=0):
+    if workers == 0:
+        return list(reader)
+    loader = DataLoader(reader, batch_size=None, num_workers=workers)
+    return list(loader)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("sep,suffix", [(",", ".csv"), ("\t", ".tsv")])
+def test_csv_reader_counts_exactly_the_planted_problems(tmp_path, planted, sep, suffix, workers, caplog):
+    path = tmp_path / f"pairs{suffix}"
+    lines = ["filepath" + sep + "title"] + [f"images/{n}{sep}{c}" for n, c in planted_rows()]
+    data = ("\n".join(lines) + "\n").encode()
+    data += b"images/img02.jpg" + sep.encode() + b"caf\xe9 latin-1 bytes\n"  # undecodable
+    data += b"images/img03.jpg" + sep.encode() + b"ok" + sep.encode() + b"extra field\n"  # malformed row
+    path.write_bytes(data)
+    reader = CsvReader(path, image_key="filepath", caption_key="title")
+    with caplog.at_level(logging.WARNING, logger="compclip"):
+        samples = read_all(reader, workers)
+    assert reader.stats() == expected(undecodable_text=1, bad_record=1)
+    assert sorted(s["caption"] for s in samples) == sorted(c for _, c in good_records())
+    assert all(s["image"].size == (40, 32) for s in samples)
+    if workers == 0:  # worker processes log in their own process
+        text = caplog.text
+        assert f"{path}:13" in text and "truncated.jpg" in text  # file and line of the first bad record
+        assert f"{path}:20 (3 fields, header has 2)" in text
+        assert "read 11 samples, skipped 8" in text
+
+
+def test_csv_reader_applies_the_transform_and_feeds_a_dataloader(tmp_path, planted):
+    from compclip.models import load_model
+
+    _, preprocess, _ = load_model("compclip-tiny-clip")
+    path = tmp_path / "pairs.csv"
+    path.write_text("image,caption\n" + "".join(f"{n},{c}\n" for n, c in good_records()))
+    reader = CsvReader(path, transform=preprocess, image_root=planted)
+    batches = list(DataLoader(reader, batch_size=4, num_workers=2))
+    assert sum(len(b["caption"]) for b in batches) == GOOD
+    assert batches[0]["image"].shape == (4, 3, 64, 64) and batches[0]["image"].dtype == torch.float32
+
+
+def test_csv_reader_names_missing_columns(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("url,text\na.jpg,a dog\n")
+    with pytest.raises(ValueError, match=r"x.csv: no column \['image', 'caption'\]"):
+        CsvReader(path)
+
+
+def write_shards(tmp_path, planted):
+    """Two shards: txt and json captions, png and webp images, every kind of bad record."""
+    records = []
+    for i, (name, caption) in enumerate(planted_rows()):
+        file = planted / name
+        ext = ["jpg", "png", "webp"][i % 3] if file.exists() and i < GOOD else "jpg"
+        data = file.read_bytes() if file.exists() else None
+        if ext != "jpg":
+            data = image_bytes(i, {"png": "PNG", "webp": "WEBP"}[ext])
+        rec = {"__key__": f"{i:04d}"}
+        if data is not None:
+            rec[ext] = data
+        if i % 2:
+            rec["json"] = json.dumps({"caption": caption}).encode()
+        else:
+            rec["txt"] = caption.encode()
+        records.append(rec)
+    records.append({"__key__": "undecodable", "jpg": image_bytes(50), "txt": b"caf\xe9"})
+    records.append({"__key__": "badjson", "jpg": image_bytes(51), "json": b"{not json"})
+    paths = []
+    for s in range(2):
+        path = tmp_path / f"shard-{s:03d}.tar"
+        with tarfile.open(path, "w") as tar:
+            for rec in records[s::2]:
+                for ext, payload in rec.items():
+                    if ext == "__key__":
+                        continue
+                    info = tarfile.TarInfo(f"{rec['__key__']}.{ext}")
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_webdataset_reader_counts_exactly_the_planted_problems(tmp_path, planted, workers):
+    write_shards(tmp_path, planted)
+    reader = open_reader(str(tmp_path / "shard-{000..001}.tar"))
+    assert isinstance(reader, WebDatasetReader) and len(reader.urls) == 2
+    samples = read_all(reader, workers)
+    assert reader.stats() == expected(undecodable_text=1, bad_record=1)
+    assert Counter(s["caption"] for s in samples) == Counter(c for _, c in good_records())
+
+
+def test_webdataset_reader_spreads_one_shard_over_workers(tmp_path, planted):
+    shards = write_shards(tmp_path, planted)
+    reader = WebDatasetReader(str(shards[0]))
+    samples = read_all(reader, workers=2)
+    single = list(WebDatasetReader(str(shards[0])))
+    assert sorted(s["key"] for s in samples) == sorted(s["key"] for s in single) and len(single) > 2
+
+
+def test_webdataset_reader_survives_a_truncated_shard(tmp_path, planted):
+    """A transfer cut inside a member's data: the records before it are read, the cut is counted."""
+    shard = write_shards(tmp_path, planted)[0]
+    with tarfile.open(shard) as tar:
+        cut = tar.getmembers()[6]  # the image of the fourth record
+    shard.write_bytes(shard.read_bytes()[: cut.offset_data + cut.size // 2])
+    reader = WebDatasetReader(str(shard))
+    samples = list(reader)
+    assert [s["caption"] for s in samples] == ["caption number 0", "caption number 2", "caption number 4"]
+    assert reader.stats()["bad_record"] == 1 and reader.stats()["read"] == 3
+    missing = WebDatasetReader([str(tmp_path / "gone.tar"), str(shard)])
+    assert len(list(missing)) == 3 and missing.stats()["bad_record"] == 2
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_folder_reader_coco_format(tmp_path, planted, workers):
+    rows = planted_rows()
+    names = sorted({n for n, _ in rows})
+    coco = {
+        "images": [{"id": i, "file_name": n} for i, n in enumerate(names)],
+        "annotations": [{"id": j, "image_id": names.index(n), "caption": c} for j, (n, c) in enumerate(rows)]
+        + [{"id": 99, "image_id": 12345, "caption": "image id with no image entry"}, {"id": 100, "image_id": 0}],
+    }
+    path = tmp_path / "captions.json"
+    path.write_text(json.dumps(coco))
+    reader = open_reader(path, image_root=planted)
+    assert isinstance(reader, FolderReader)
+    samples = read_all(reader, workers)
+    assert reader.stats() == expected(missing_image=3, empty_caption=3)
+    assert sorted(s["caption"] for s in samples) == sorted(c for _, c in good_records())
+
+
+def test_folder_reader_list_and_map_formats(tmp_path, planted):
+    listing = [{"image": n, "captions": [c, c + " again"]} for n, c in planted_rows()] + [{"image": 7, "caption": "x"}, "junk"]
+    (planted / "list.json").write_text(json.dumps(listing))
+    reader = FolderReader(planted / "list.json")
+    samples = list(reader)
+    # Every record has two captions, so each planted image problem counts twice; the empty
+    # captions' "again" twins are read; "junk" has no caption and 7 is no file name.
+    assert reader.stats() == expected(read=2 * GOOD + 2, missing_image=2 * 2 + 1, corrupt_image=2 * 2, empty_caption=3)
+    assert len(samples) == 2 * GOOD + 2
+    mapping = {n: c for n, c in planted_rows()[:GOOD]}
+    (planted / "map.json").write_text(json.dumps(mapping))
+    assert [s["caption"] for s in FolderReader(planted / "map.json")] == [c for _, c in good_records()]
+
+
+def test_unknown_formats_and_unreadable_json_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown data format"):
+        open_reader(tmp_path / "data.parquet")
+    (tmp_path / "bad.json").write_text("{oops")
+    with pytest.raises(ValueError, match="bad.json: unreadable captions JSON"):
+        FolderReader(tmp_path / "bad.json")
+
+
+def test_real_flickr8k_csv(tmp_path):
+    from conftest import SHARED
+
+    root = SHARED / "data" / "flickr8k_1k"
+    reader = CsvReader(root / "captions.csv", image_root=root / "images")
+    samples = list(reader)
+    assert reader.stats()["skipped"] == 0 and len(samples) == 5000
+    assert len({s["key"] for s in samples}) == 5000
