@@ -10,7 +10,17 @@ import pytest
 import torch
 from PIL import Image
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(os.environ.get("COMPCLIP_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+
+
+def shared_data(*parts: str) -> Path:
+    """A path under the read-only shared data beside the checkout; CI always has it."""
+    path = SHARED.joinpath("data", *parts)
+    if not path.exists():
+        if os.environ.get("CI"):
+            raise FileNotFoundError(f"{path}: CI must run with shared/ beside the checkout")
+        pytest.skip(f"{path} not here (set COMPCLIP_SHARED)")
+    return path
 
 
 @pytest.fixture(autouse=True)

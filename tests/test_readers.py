@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from compclip.data import CsvReader, FolderReader, WebDatasetReader, open_reader
 
-from conftest import image_bytes
+from conftest import image_bytes, shared_data
 
 GOOD = 11
 
@@ -210,9 +210,7 @@ def test_unknown_formats_and_unreadable_json_are_clear_errors(tmp_path):
 
 
 def test_real_flickr8k_csv(tmp_path):
-    from conftest import SHARED
-
-    root = SHARED / "data" / "flickr8k_1k"
+    root = shared_data("flickr8k_1k")
     reader = CsvReader(root / "captions.csv", image_root=root / "images")
     samples = list(reader)
     assert reader.stats()["skipped"] == 0 and len(samples) == 5000
