@@ -50,6 +50,25 @@ def export(
 
 
 @app.command()
+def concepts(
+    input: Path = typer.Argument(..., help="Captions: .csv/.tsv, .jsonl, webdataset .tar shards, or a COCO captions .json."),
+    out: Path = typer.Option(..., "--out", help="The concept store folder (Parquet shards); re-runs reuse it."),
+    what: str = typer.Option("noun-phrases,pos,graph,keywords", help="Fields: noun-phrases, pos, graph, keywords."),
+    workers: int = typer.Option(2, help="Parser processes."),
+    caption_key: str = typer.Option("caption", help="Caption column (CSV/TSV), key (JSONL) or json field (shards)."),
+    with_prep: bool = typer.Option(False, "--with-prep", help="Keep a prepositional modifier: 'a man in a red shirt'."),
+) -> None:
+    """Extract concepts for every caption of INPUT into a cached, resumable store."""
+    from .concepts import build_store, iter_captions
+
+    _, stats = build_store(iter_captions(input, caption_key), out, what, with_prep=with_prep, workers=workers)
+    typer.echo(
+        f"{stats['captions']} captions: {stats['parsed']} parsed, the rest cached or repeated; "
+        f"{stats['shards_written']} shards written to {out} ({stats['captions_per_s']:.0f} captions/s)"
+    )
+
+
+@app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="Where the demo writes its data, checkpoint and export."),
     steps: int = typer.Option(150, help="Fine-tuning steps."),

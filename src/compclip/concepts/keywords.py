@@ -1,0 +1,58 @@
+"""Keyword tables of the hard-negative classes (Rösch et al.; methods.md §2) and whole-word matching.
+
+One home for the tables: concept extraction reports the hits, the hard-negative method
+permutes them.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+COLORS = ("blue", "red", "green", "yellow", "black", "white", "brown", "gray", "orange")
+
+COCO_OBJECTS = (
+    "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat", "traffic light",
+    "fire hydrant", "stop sign", "parking meter", "bench", "bird", "cat", "dog", "horse", "sheep", "cow",
+    "elephant", "bear", "zebra", "giraffe", "backpack", "umbrella", "handbag", "tie", "suitcase", "frisbee",
+    "skis", "snowboard", "sports ball", "kite", "baseball bat", "baseball glove", "skateboard", "surfboard",
+    "tennis racket", "bottle", "wine glass", "cup", "fork", "knife", "spoon", "bowl", "banana", "apple",
+    "sandwich", "orange", "broccoli", "carrot", "hot dog", "pizza", "donut", "cake", "chair", "couch",
+    "potted plant", "bed", "dining table", "toilet", "tv", "laptop", "mouse", "remote", "keyboard",
+    "cell phone", "microwave", "oven", "toaster", "sink", "refrigerator", "book", "clock", "vase", "scissors",
+    "teddy bear", "hair drier", "toothbrush",
+)
+
+# Location and size swaps are fixed pairs; a one-way entry (long -> short) has no reverse.
+LOCATION_SWAPS = {
+    "left": "right", "right": "left", "above": "below", "below": "above", "under": "over", "over": "under",
+    "foreground": "background", "background": "foreground", "in front of": "behind", "behind": "in front of",
+    "back": "front", "front": "back",
+}
+SIZE_SWAPS = {
+    "large": "small", "small": "large", "little": "big", "big": "little", "tall": "short", "short": "tall",
+    "long": "short", "thin": "fat", "fat": "thin", "huge": "tiny", "tiny": "huge", "giant": "tiny",
+}
+
+KEYWORDS: dict[str, tuple[str, ...]] = {
+    "color": COLORS,
+    "object": COCO_OBJECTS,
+    "location": tuple(LOCATION_SWAPS),
+    "size": tuple(SIZE_SWAPS),
+}
+
+
+@lru_cache(maxsize=None)
+def _pattern(cls: str) -> re.Pattern:
+    # longest first, so "in front of" wins over "front" and "hot dog" over "dog"
+    words = sorted(KEYWORDS[cls], key=len, reverse=True)
+    return re.compile(r"(?<![\w-])(" + "|".join(re.escape(w) for w in words) + r")(?![\w-])", re.IGNORECASE)
+
+
+def find_keywords(caption: str, classes=tuple(KEYWORDS)) -> list[tuple[str, str, int, int]]:
+    """Whole-word keyword hits as `(class, keyword, start, end)`, keyword in its table's (lower) case."""
+    hits = []
+    for cls in classes:
+        if cls not in KEYWORDS:
+            raise ValueError(f"unknown keyword class {cls!r}; known: {', '.join(KEYWORDS)}")
+        hits.extend((cls, m.group(1).lower(), m.start(1), m.end(1)) for m in _pattern(cls).finditer(caption))
+    return sorted(hits, key=lambda h: (h[2], h[0]))
