@@ -17,7 +17,7 @@ from pathlib import Path
 import spacy
 
 from compclip.concepts import build_store, extract, iter_captions
-from compclip.concepts.extract import MODELS
+from compclip.concepts.pipeline import MODELS
 from compclip.concepts.parse import base_chunks, noun_phrases
 
 COCO = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco" / "captions_val2017.json"

@@ -57,11 +57,14 @@ def concepts(
     workers: int = typer.Option(2, help="Parser processes."),
     caption_key: str = typer.Option("caption", help="Caption column (CSV/TSV), key (JSONL) or json field (shards)."),
     with_prep: bool = typer.Option(False, "--with-prep", help="Keep a prepositional modifier: 'a man in a red shirt'."),
+    shard_size: int = typer.Option(20_000, help="Records per Parquet shard: the unit a killed run resumes from."),
 ) -> None:
     """Extract concepts for every caption of INPUT into a cached, resumable store."""
     from .concepts import build_store, iter_captions
 
-    _, stats = build_store(iter_captions(input, caption_key), out, what, with_prep=with_prep, workers=workers)
+    _, stats = build_store(
+        iter_captions(input, caption_key), out, what, with_prep=with_prep, workers=workers, shard_size=shard_size
+    )
     typer.echo(
         f"{stats['captions']} captions: {stats['parsed']} parsed, the rest cached or repeated; "
         f"{stats['shards_written']} shards written to {out} ({stats['captions_per_s']:.0f} captions/s)"

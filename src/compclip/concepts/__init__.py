@@ -1,5 +1,5 @@
 """Concept extraction with spaCy: noun phrases, POS tags, scene graphs, keyword hits; fast, cached."""
-from .extract import WHAT, extract, load_nlp, parse_what, pipeline_id
+from .pipeline import WHAT, extract, load_nlp, parse_what, pipeline_id
 from .inputs import iter_captions
 from .keywords import COCO_OBJECTS, COLORS, KEYWORDS, LOCATION_SWAPS, SIZE_SWAPS, find_keywords
 from .store import ConceptStore, build_store

@@ -25,13 +25,17 @@ SPATIAL_HEADS = frozenset("next close closer adjacent near nearer opposite away 
 RELATIVE_PRONOUNS = frozenset("that which who whom whose".split())
 
 
+def _wordless(token: Token) -> bool:
+    return not any(ch.isalnum() for ch in token.text)
+
+
 def _trim(span: Span) -> Span | None:
-    """Drop leading/trailing punctuation and spaces from a span."""
+    """Drop leading/trailing tokens without a letter or digit (punctuation, emoji, spaces)."""
     start, end = span.start, span.end
     doc = span.doc
-    while start < end and (doc[start].is_punct or doc[start].is_space):
+    while start < end and _wordless(doc[start]):
         start += 1
-    while end > start and (doc[end - 1].is_punct or doc[end - 1].is_space):
+    while end > start and _wordless(doc[end - 1]):
         end -= 1
     return doc[start:end] if end > start else None
 

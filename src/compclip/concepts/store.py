@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from ..io import atomic_path, write_json
 from ..progress import progress
-from .extract import BATCH_SIZE, PARSED, clean, extract_unique, load_nlp, parse_what, pipeline_id
+from .pipeline import BATCH_SIZE, PARSED, clean, extract_unique, load_nlp, parse_what, pipeline_id
 
 MANIFEST = "manifest.json"
 SHARD_SIZE = 20_000
@@ -202,7 +202,7 @@ def build_store(
         for chunk_rows in results:
             rows.extend(chunk_rows)
             stats["parsed"] += len(chunk_rows)
-            if len(rows) >= shard_size:
+            while len(rows) >= shard_size:
                 _write_shard(out, next_shard, rows[:shard_size], fields)
                 rows, next_shard, stats["shards_written"] = rows[shard_size:], next_shard + 1, stats["shards_written"] + 1
         if rows:

@@ -1,4 +1,4 @@
-"""`extract`: captions in, one concept record per caption out, in memory."""
+"""The spaCy pipeline and `extract`: captions in, one concept record per caption out, in memory."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
