@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pyarrow.parquet as pq
 import pytest
 
 from compclip.concepts import ConceptStore, build_store, extract, find_keywords, iter_captions, load_nlp
@@ -235,10 +236,13 @@ def test_a_killed_run_resumes_from_its_finished_shards(tmp_path):
     proc.wait()
     finished = sorted(out.glob("part-*.parquet"))
     assert 1 <= len(finished) < 12, "the run should have been killed part-way"
-    assert not list(out.glob(".part-*")) or all(p.suffix == ".tmp" for p in out.glob(".part-*"))
+    assert all(pq.read_metadata(p).num_rows == 2000 for p in finished)  # only whole shards are ever visible
     done = len(ConceptStore(out))
+    assert done == 2000 * len(finished)
+    cmd[cmd.index("--workers") + 1] = "2"  # how many workers is no part of the cache key
     result = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr
+    assert not list(out.glob(".part-*")), "the killed run's temporary file is cleaned up"
     parsed = int(re.search(r"(\d+) parsed", result.stdout).group(1))
     assert parsed == 24808 - done
     store = ConceptStore(out)

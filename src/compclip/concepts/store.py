@@ -180,6 +180,8 @@ def build_store(
             raise ValueError(f"{out} holds concepts made with {existing}, not {config}: choose another --out")
     else:
         write_json(manifest, {"config": config})
+    for stale in out.glob(".part-*.tmp"):  # a killed run's unfinished shard
+        stale.unlink()
     store = ConceptStore(out)
     known = store.keys()
     cached = len(known)
