@@ -1,0 +1,222 @@
+"""C2LIP: noun-phrase concept losses, no hard negatives, inference unchanged (methods.md §1).
+
+L = L_siglip + λ_npc L_npc + λ_xac L_xac. L_npc contrasts images with their captions' noun
+phrases (a multi-positive SigLIP loss); L_xac first pools each image's visual tokens by
+cross-attention with the concept (through the attention-pool head's value path, no new
+parameters), so the binding signal reaches the representation before the global pool.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Sequence
+
+import open_clip
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from ..models.factory import LazyTokenizer
+from ..models.tokens import visual_token_embeddings
+from .base import LossPart, sigmoid_pairs_loss
+from .siglip import SigLIPLoss
+
+__all__ = ["C2LIPLoss", "concept_token_spans", "npc_loss", "span_embeddings", "visual_token_embeddings", "xac_loss"]
+
+log = logging.getLogger("compclip.c2lip")
+XAC_CHUNK_ELEMENTS = 1 << 24  # B × chunk × M attention scores held at once (64 MiB in fp32)
+
+
+def npc_loss(
+    image_emb: torch.Tensor,
+    concept_emb: torch.Tensor,
+    concept_image: torch.Tensor,
+    logit_scale: torch.Tensor | float,
+    logit_bias: torch.Tensor | float | None,
+    *,
+    image_offset: int = 0,
+    n_concepts: int | None = None,
+) -> torch.Tensor:
+    """Multi-positive SigLIP loss between images and concepts (L2-normalised embeddings).
+
+    −(1/𝒦) Σ_i Σ_j log σ(z_ij (τ v_i·c_j + b)), z_ij = +1 iff `concept_image[j] == i`. `logit_scale`
+    is τ as in open_clip's outputs (already exponentiated). Rows are the images
+    `image_offset + arange(B)`; `n_concepts` (default: all given) is 𝒦.
+    """
+    n = concept_emb.shape[0] if n_concepts is None else n_concepts
+    if n == 0:
+        return image_emb.sum() * 0.0
+    logits = logit_scale * image_emb @ concept_emb.T
+    if logit_bias is not None:
+        logits = logits + logit_bias
+    rows = torch.arange(image_emb.shape[0], device=image_emb.device) + image_offset
+    return sigmoid_pairs_loss(logits, rows[:, None] == concept_image[None, :], n)
+
+
+def _xac_logits(tokens: torch.Tensor, gram: torch.Tensor, concepts: torch.Tensor, temperature: float) -> torch.Tensor:
+    """cos(v̂_i(c_j), c_j) for every image i and concept j of a chunk, without forming v̂.
+
+    With raw_m = t_m·c and a = softmax(raw/t), v̂·c = Σ_m a_m raw_m and ‖v̂‖² = aᵀ G a for the
+    token Gram matrix G: B×K×M work instead of B×K×D, and one GEMM instead of a loop.
+    """
+    raw = torch.einsum("bmd,kd->bkm", tokens, concepts)
+    attn = (raw / temperature).softmax(dim=-1)
+    dot = (attn * raw).sum(-1)
+    sq_norm = (torch.bmm(attn, gram) * attn).sum(-1)
+    return dot / sq_norm.clamp_min(1e-12).sqrt()
+
+
+def xac_loss(
+    tokens: torch.Tensor,
+    concept_emb: torch.Tensor,
+    concept_image: torch.Tensor,
+    logit_scale: torch.Tensor | float,
+    logit_bias: torch.Tensor | float | None,
+    temperature: float | None = None,
+    *,
+    image_offset: int = 0,
+    n_concepts: int | None = None,
+    chunk_elements: int = XAC_CHUNK_ELEMENTS,
+) -> torch.Tensor:
+    """Cross-attention concept loss: L_npc with v_i replaced by v̂_i(c_j).
+
+    The attention of image i for concept j is `softmax(tokens[i] @ c_j / temperature)` over the
+    M tokens (`None`: √D); v̂_i(c_j) = Σ_m attn_m tokens[i, m], L2-normalised before its dot
+    product with c_j. Every image attends with every concept (B×𝒦 attentions), in chunks of
+    concepts recomputed in the backward pass, so memory stays bounded.
+    """
+    n = concept_emb.shape[0] if n_concepts is None else n_concepts
+    if concept_emb.shape[0] == 0 or n == 0:
+        return tokens.sum() * 0.0
+    B, M, D = tokens.shape
+    t = math.sqrt(D) if temperature is None else temperature
+    gram = torch.bmm(tokens, tokens.transpose(1, 2))
+    rows = torch.arange(B, device=tokens.device) + image_offset
+    chunk = max(1, chunk_elements // (B * M))
+    total = tokens.new_zeros(())
+    for start in range(0, concept_emb.shape[0], chunk):
+        c = concept_emb[start : start + chunk]
+        positive = rows[:, None] == concept_image[None, start : start + chunk]
+
+        def term(tokens, gram, c, positive=positive):
+            logits = logit_scale * _xac_logits(tokens, gram, c, t)
+            if logit_bias is not None:
+                logits = logits + logit_bias
+            return sigmoid_pairs_loss(logits, positive, 1)
+
+        if torch.is_grad_enabled() and chunk < concept_emb.shape[0]:
+            total = total + checkpoint(term, tokens, gram, c, use_reentrant=False)
+        else:
+            total = total + term(tokens, gram, c)
+    return total / n
+
+
+def _content_ids(tokenizer, text: str) -> list[int]:
+    """Token ids of `text` without special tokens."""
+    inner = tokenizer._build() if isinstance(tokenizer, LazyTokenizer) else tokenizer
+    if isinstance(inner, open_clip.SimpleTokenizer):
+        return inner.encode(text)
+    if hasattr(inner, "tokenizer"):  # open_clip's HFTokenizer and SigLipTokenizer wrap a HF tokenizer
+        return inner.tokenizer(text, add_special_tokens=False)["input_ids"]
+    raise TypeError(f"span pooling does not know how to tokenize with {type(inner).__name__}")
+
+
+def concept_token_spans(tokenizer, caption: str, phrases: Sequence[tuple[str, int, int]], tokens: Sequence[int]) -> list[tuple[int, int] | None]:
+    """Token positions `[start, end)` in `tokens` (the caption as the model sees it) of each phrase.
+
+    A phrase's positions come from tokenizing the caption up to its character start and end;
+    a phrase cut off by the context length, or whose boundary does not fall between tokens,
+    gets None and is dropped.
+    """
+    content = _content_ids(tokenizer, caption)
+    tokens = list(tokens)
+    offset = next((i for i in range(len(tokens)) if tokens[i : i + 1] == content[:1]), None) if content else None
+    if offset is None:
+        return [None] * len(phrases)
+    kept = 0  # content tokens that survived truncation
+    while kept < len(content) and offset + kept < len(tokens) and tokens[offset + kept] == content[kept]:
+        kept += 1
+    spans: list[tuple[int, int] | None] = []
+    for _, start, end in phrases:
+        before = _content_ids(tokenizer, caption[:start].rstrip())
+        through = _content_ids(tokenizer, caption[:end])
+        aligned = content[: len(through)] == through and content[: len(before)] == before
+        if not aligned or len(through) > kept or len(through) <= len(before):
+            spans.append(None)
+        else:
+            spans.append((offset + len(before), offset + len(through)))
+    return spans
+
+
+def span_embeddings(states: torch.Tensor, concept_image: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
+    """Mean of `states[concept_image[k], start_k:end_k]` for every concept k, vectorised with a cumulative sum."""
+    csum = F.pad(states.cumsum(dim=1), (0, 0, 1, 0))
+    start, end = spans[:, 0], spans[:, 1]
+    total = csum[concept_image, end] - csum[concept_image, start]
+    return total / (end - start).unsqueeze(-1).to(states.dtype)
+
+
+class C2LIPLoss(LossPart):
+    """λ_npc L_npc + λ_xac L_xac over the batch's noun-phrase concepts.
+
+    `concepts` maps a caption to its noun phrases (a `compclip.concepts.ConceptStore`, or any
+    mapping with `.get`); `mode` is "span" (pool the caption's own token states over the phrase,
+    the paper's) or "separate" (encode each phrase as its own text, the released code's).
+    """
+
+    name = "c2lip"
+    needs = frozenset({"visual_tokens", "text_states"})
+
+    def __init__(self, concepts=None, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01, temperature: float | None = None):
+        super().__init__()
+        if mode not in ("span", "separate"):
+            raise ValueError(f"concept mode must be 'span' or 'separate', not {mode!r}")
+        self.concepts, self.mode = concepts, mode
+        self.lambda_npc, self.lambda_xac, self.temperature = lambda_npc, lambda_xac, temperature
+        if mode == "separate":
+            self.needs = frozenset({"visual_tokens"})
+
+    def phrases(self, caption: str) -> list[tuple[str, int, int]]:
+        record = self.concepts.get(caption) if self.concepts is not None else None
+        return list(record["noun_phrases"]) if record else []
+
+    def prepare(self, batch, samples, tokenizer):
+        images, spans, texts = [], [], []
+        for i, (caption, tokens) in enumerate(zip(batch["caption"], batch["text"].tolist())):
+            phrases = self.phrases(caption)
+            if self.mode == "separate":
+                texts += [p[0] for p in phrases]
+                images += [i] * len(phrases)
+                continue
+            for span in concept_token_spans(tokenizer, caption, phrases, tokens):
+                if span is not None:
+                    images.append(i)
+                    spans.append(span)
+        batch["concept_image"] = torch.tensor(images, dtype=torch.long)
+        if self.mode == "span":
+            batch["concept_span"] = torch.tensor(spans, dtype=torch.long).reshape(-1, 2)
+        else:
+            batch["concept_text"] = tokenizer(texts) if texts else batch["text"][:0]
+
+    def extend(self, model, batch, out):
+        if self.mode == "span":
+            pooled = span_embeddings(out["text_states"], batch["concept_image"], batch["concept_span"])
+            concepts = out["text_project"](pooled)
+        else:
+            concepts = model.encode_text(batch["concept_text"])
+        out["concept_features"] = F.normalize(concepts, dim=-1)
+        out["concept_image"] = batch["concept_image"]
+
+    def forward(self, out):
+        concepts = out.get("all_concept_features", out["concept_features"])
+        owners = out.get("all_concept_image", out["concept_image"])
+        common = dict(image_offset=out.get("image_offset", 0), n_concepts=concepts.shape[0])
+        scale, bias = out["logit_scale"], out["logit_bias"]
+        return {
+            "npc": self.lambda_npc * npc_loss(out["image_features"], concepts, owners, scale, bias, **common),
+            "xac": self.lambda_xac * xac_loss(out["visual_tokens"], concepts, owners, scale, bias, self.temperature, **common),
+        }
+
+
+def build(concepts=None, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01, temperature: float | None = None):
+    return [SigLIPLoss(), C2LIPLoss(concepts, mode, lambda_npc, lambda_xac, temperature)]

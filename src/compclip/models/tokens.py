@@ -1,0 +1,88 @@
+"""Per-token outputs of open_clip towers, in the joint embedding space, from one forward pass.
+
+C2LIP needs what global pooling throws away: every visual token mapped the way the pooled
+vector is (through SigLIP's attention-pool value path), and the text encoder's per-token
+states so a concept can be pooled over its own span of the caption.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from open_clip.model import CLIP
+from open_clip.timm_model import TimmModel
+from open_clip.transformer import TextTransformer, VisionTransformer, text_global_pool
+
+
+def visual_token_embeddings(model: torch.nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(pooled, tokens)`: `pooled` is exactly `model.encode_image(images)`, `tokens` is (B, M, D).
+
+    With SigLIP's attention-pool (MAP) head every final-layer token goes through the head's
+    value path: the `v` half of `kv`, `proj`, the head's residual MLP, then whatever the pooled
+    vector gets after the head. CLIP-style towers without that head send each patch token through
+    the final layer norm and the projection, as the class token is (our choice).
+    """
+    visual = model.visual
+    if isinstance(visual, TimmModel) and getattr(visual.trunk, "attn_pool", None) is not None:
+        trunk = visual.trunk
+        features = trunk.forward_features(images)
+        pooled = visual.head(trunk.forward_head(features))
+        x = features if trunk.pool_include_prefix else features[:, trunk.num_prefix_tokens:]
+        head = trunk.attn_pool
+        if head.pos_embed is not None:
+            x = x + head.pos_embed.unsqueeze(0).to(x.dtype)
+        width = x.shape[-1]
+        v = F.linear(x, head.kv.weight[width:], head.kv.bias[width:] if head.kv.bias is not None else None)
+        v = head.proj_drop(head.proj(v))
+        v = v + head.mlp(head.norm(v))
+        tokens = visual.head(trunk.head(trunk.head_drop(trunk.fc_norm(v))))
+        return pooled, tokens
+    if isinstance(visual, VisionTransformer) and visual.attn_pool is None:
+        was = visual.output_tokens
+        visual.output_tokens = True
+        try:
+            pooled, tokens = visual(images)
+        finally:
+            visual.output_tokens = was
+        if visual.final_ln_after_pool:
+            tokens = visual.ln_post(tokens)
+        return pooled, tokens @ visual.proj if visual.proj is not None else tokens
+    raise TypeError(
+        f"visual tokens are not available for {type(visual).__name__}: compclip supports open_clip "
+        "ViTs and timm ViTs with an attention-pool head"
+    )
+
+
+def text_token_states(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Callable]:
+    """`(pooled, states, project)`: `pooled` is exactly `model.encode_text(text)`; `states` (B, L, W)
+    are the final-layer token states (after the final layer norm) and `project` maps pooled
+    states into the joint space as the text projection does.
+    """
+    if isinstance(model, CLIP):  # open_clip's built-in text tower lives on the model itself
+        cast_dtype = model.transformer.get_cast_dtype()
+        x = model.token_embedding(text).to(cast_dtype) + model.positional_embedding.to(cast_dtype)
+        states = model.ln_final(model.transformer(x, attn_mask=model.attn_mask))
+        pooled = text_global_pool(states, text, model.text_pool_type, eos_token_id=getattr(model, "text_eos_id", None))
+        project = _projector(model.text_projection)
+        return project(pooled), states, project
+    tower = getattr(model, "text", None)
+    if isinstance(tower, TextTransformer) and tower.cls_emb is None:
+        was = tower.output_tokens
+        tower.output_tokens = True
+        try:
+            pooled, states = tower(text)
+        finally:
+            tower.output_tokens = was
+        return pooled, states, _projector(tower.text_projection)
+    raise TypeError(
+        f"text token states are not available for {type(tower or model).__name__}: use concept mode 'separate'"
+    )
+
+
+def _projector(projection) -> Callable[[torch.Tensor], torch.Tensor]:
+    if projection is None:
+        return lambda x: x
+    if isinstance(projection, torch.nn.Linear):
+        return projection
+    return lambda x: x @ projection
