@@ -72,6 +72,59 @@ def concepts(
 
 
 @app.command()
+def train(
+    method: str = typer.Option(..., help="Method name or '+'-joined combination: siglip, clip, c2lip, ..."),
+    model: str = typer.Option(..., help="open_clip name, hf-hub: id, or compclip checkpoint folder."),
+    train_data: str = typer.Option(..., help="CSV/TSV, webdataset shards (brace patterns), or captions JSON."),
+    out: Path = typer.Option(..., help="Run folder: checkpoints, log.jsonl, tensorboard; re-running resumes."),
+    pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file."),
+    concepts: Path = typer.Option(None, help="Concept store from `compclip concepts` (c2lip needs it)."),
+    concept_mode: str = typer.Option("span", help="span (pool the caption's tokens) or separate (encode phrases)."),
+    lambda_npc: float = typer.Option(1.0),
+    lambda_xac: float = typer.Option(0.01),
+    xac_temperature: float = typer.Option(None, help="Cross-attention temperature (default √D)."),
+    image_key: str = typer.Option("image", help="CSV/TSV image column."),
+    caption_key: str = typer.Option("caption", help="CSV/TSV caption column, or webdataset json field."),
+    batch_size: int = typer.Option(32, help="Images per process and micro-batch."),
+    accum_freq: int = typer.Option(1, help="Micro-batches per optimizer step (features cached, open_clip style)."),
+    steps: int = typer.Option(1000, help="Optimizer steps."),
+    lr: float = typer.Option(1e-5),
+    wd: float = typer.Option(0.0, help="Weight decay."),
+    optimizer: str = typer.Option("adam", help="adam, adamw or sgd."),
+    beta1: float = typer.Option(0.9),
+    beta2: float = typer.Option(0.999),
+    eps: float = typer.Option(1e-8),
+    warmup: int = typer.Option(0, help="Linear warm-up steps."),
+    schedule: str = typer.Option("cosine", help="cosine or const after warm-up."),
+    precision: str = typer.Option("fp32", help="fp32, amp_bf16 or amp (fp16 with loss scaling)."),
+    grad_checkpointing: bool = typer.Option(False, "--grad-checkpointing"),
+    lock_image: bool = typer.Option(False, "--lock-image", help="Freeze the image tower."),
+    lock_text: bool = typer.Option(False, "--lock-text", help="Freeze the text tower."),
+    workers: int = typer.Option(2, help="DataLoader workers per process."),
+    seed: int = typer.Option(0),
+    save_every: int = typer.Option(500, help="Checkpoint every N steps (and at the end)."),
+    keep: int = typer.Option(2, help="Checkpoints to keep."),
+    log_every: int = typer.Option(1),
+    device: str = typer.Option(None, help="cpu to stay off the GPU."),
+) -> None:
+    """Fine-tune a model (single process, or under torchrun / SLURM srun with one process per GPU)."""
+    from .train import TrainConfig
+    from .train import train as run
+
+    cfg = TrainConfig(
+        method=method, model=model, train_data=train_data, out=str(out), pretrained=pretrained,
+        concepts=str(concepts) if concepts else None, concept_mode=concept_mode, lambda_npc=lambda_npc,
+        lambda_xac=lambda_xac, xac_temperature=xac_temperature, image_key=image_key, caption_key=caption_key,
+        batch_size=batch_size, accum_freq=accum_freq, steps=steps, lr=lr, weight_decay=wd, optimizer=optimizer,
+        betas=(beta1, beta2), eps=eps, warmup=warmup, schedule=schedule, precision=precision,
+        grad_checkpointing=grad_checkpointing, lock_image=lock_image, lock_text=lock_text, workers=workers,
+        seed=seed, save_every=save_every, keep=keep, log_every=log_every, device=device,
+    )
+    terms = run(cfg)
+    typer.echo(f"finished {steps} steps: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))
+
+
+@app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="Where the demo writes its data, checkpoint and export."),
     steps: int = typer.Option(150, help="Fine-tuning steps."),

@@ -9,7 +9,13 @@ from typing import Any, Iterator
 
 
 def iter_captions(path: str | Path, caption_key: str = "caption") -> Iterator[Any]:
-    """Stream the captions of a dataset file; records without one yield None (an empty record)."""
+    """Stream the captions of a dataset file, stripped as the image-text readers strip them (so
+    the trainer finds them in the store); records without one yield None (an empty record)."""
+    for caption in _raw_captions(path, caption_key):
+        yield caption.strip() if isinstance(caption, str) else caption
+
+
+def _raw_captions(path: str | Path, caption_key: str) -> Iterator[Any]:
     from ..data import FolderReader, WebDatasetReader
 
     text = str(path)

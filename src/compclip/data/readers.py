@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import torch
 import torch.distributed as dist
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import IterableDataset, get_worker_info
@@ -25,12 +26,16 @@ IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 Sample = dict[str, Any]
 
 
-def shard_position() -> tuple[int, int]:
-    """(index, count) of this process among all DDP ranks × DataLoader workers."""
+def shard_position(rotation: int = 0) -> tuple[int, int]:
+    """(index, count) of this process among all DDP ranks × DataLoader workers.
+
+    `rotation` shifts which worker plays which part, so a resumed run whose next batch is due
+    from worker k can start with DataLoader worker 0 and keep the original batch order.
+    """
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
     info = get_worker_info()
     wid, nworkers = (info.id, info.num_workers) if info is not None else (0, 1)
-    return rank * nworkers + wid, world * nworkers
+    return rank * nworkers + (wid + rotation) % nworkers, world * nworkers
 
 
 def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
@@ -54,23 +59,43 @@ def _bad_caption(caption: Any) -> str | None:
 
 
 class ImageTextReader(IterableDataset):
-    """Shared machinery: sharding, decoding, skip accounting. Subclasses list raw records."""
+    """Shared machinery: sharding, decoding, skip accounting. Subclasses list raw records.
+
+    Samples carry `shard` (this process's part of the data) and `pos` (the record's index in
+    that part), so a trainer can record how far each part was consumed and resume there:
+    set `resume_positions` ({shard: records to skip, undecoded}) and `worker_rotation` before
+    iterating. With `sample_seed` set, each sample's random augmentation is seeded from
+    (seed, shard, pos), so it does not depend on where a run started.
+    """
 
     def __init__(self, name: str, transform: Callable | None = None):
         super().__init__()
         self.transform = transform
         self.skips = SkipCounter(name)
+        self.resume_positions: dict[int, int] = {}
+        self.worker_rotation = 0
+        self.sample_seed: int | None = None
 
     def records(self) -> Iterator[tuple[str, Any, Any]]:
         """Yield `(where, image, caption)` for this shard: image a path or bytes (None if absent)."""
         raise NotImplementedError
 
+    def shard(self) -> tuple[int, int]:
+        return shard_position(self.worker_rotation)
+
     def __iter__(self) -> Iterator[Sample]:
         self.skips.reset()
-        for where, image, caption in self.records():
+        shard = self.shard()[0]
+        skip = self.resume_positions.get(shard, 0)
+        for pos, (where, image, caption) in enumerate(self.records()):
+            if pos < skip:
+                continue
+            if self.sample_seed is not None:
+                torch.manual_seed((self.sample_seed * 1_000_003 + shard) * 1_000_000_007 + pos)
             sample = self._make(where, image, caption)
             if sample is not None:
                 self.skips.ok()
+                sample["shard"], sample["pos"] = shard, pos
                 yield sample
         self.skips.log_pass_summary()
 
@@ -125,7 +150,7 @@ class CsvReader(ImageTextReader):
         return open(self.path, newline="", encoding="utf-8", errors="surrogateescape")
 
     def records(self):
-        index, count = shard_position()
+        index, count = self.shard()
         csv.field_size_limit(sys.maxsize)
         with self._open() as f:
             rows = csv.DictReader(f, delimiter=self.sep)
@@ -178,7 +203,7 @@ class WebDatasetReader(ImageTextReader):
             yield sample
 
     def records(self):
-        index, count = shard_position()
+        index, count = self.shard()
         # Whole shards per process when there are enough; otherwise every process reads
         # every shard and keeps every count-th sample, so no process sits idle.
         by_shard = len(self.urls) >= count
@@ -254,7 +279,7 @@ class FolderReader(ImageTextReader):
             yield where, name, captions
 
     def records(self):
-        index, count = shard_position()
+        index, count = self.shard()
         for i, (where, name, caption) in enumerate(self.pairs):
             if i % count == index:
                 image = self.image_root / name if isinstance(name, str) and name.strip() else None

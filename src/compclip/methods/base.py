@@ -30,6 +30,7 @@ class LossPart(nn.Module):
     contrastive = False
     # model outputs the part reads beyond image/text features: "visual_tokens", "text_states"
     needs: frozenset[str] = frozenset()
+    uses_concepts = False  # reads a concept store (`compclip concepts`) in its batch transform
 
     def prepare(self, batch: dict[str, Any], samples: list[dict[str, Any]], tokenizer) -> None:
         """Add this part's fields to a collated batch (runs in DataLoader workers)."""
@@ -64,7 +65,7 @@ class Method(nn.Module):
             "caption": [s["caption"] for s in samples],
             "text": tokenizer([s["caption"] for s in samples]),
         }
-        for key in ("worker", "pos"):  # data-position bookkeeping for exact resume
+        for key in ("shard", "pos"):  # data-position bookkeeping for exact resume
             if key in samples[0]:
                 batch[key] = torch.tensor([s[key] for s in samples])
         for part in self.parts:

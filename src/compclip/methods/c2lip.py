@@ -166,6 +166,7 @@ class C2LIPLoss(LossPart):
 
     name = "c2lip"
     needs = frozenset({"visual_tokens", "text_states"})
+    uses_concepts = True
 
     def __init__(self, concepts=None, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01, temperature: float | None = None):
         super().__init__()
@@ -173,11 +174,16 @@ class C2LIPLoss(LossPart):
             raise ValueError(f"concept mode must be 'span' or 'separate', not {mode!r}")
         self.concepts, self.mode = concepts, mode
         self.lambda_npc, self.lambda_xac, self.temperature = lambda_npc, lambda_xac, temperature
+        self._missing = 0  # captions not found in the store, counted per process
         if mode == "separate":
             self.needs = frozenset({"visual_tokens"})
 
     def phrases(self, caption: str) -> list[tuple[str, int, int]]:
         record = self.concepts.get(caption) if self.concepts is not None else None
+        if record is None and self.concepts is not None:
+            self._missing += 1
+            if self._missing <= 3:
+                log.warning("no concepts for caption %r: run `compclip concepts` over the training data", caption)
         return list(record["noun_phrases"]) if record else []
 
     def prepare(self, batch, samples, tokenizer):

@@ -24,6 +24,7 @@ from ..io import atomic_dir, atomic_path, write_json
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 OPEN_CLIP_CONFIG_NAME = "open_clip_config.json"
+STATE_NAME = "training_state.pt"  # optimizer, scheduler, RNG and data position, for resuming
 SPEC_ATTR = "compclip_spec"  # set on every model load_model returns
 _SPEC_KEYS = ("model_name", "model_cfg", "preprocess_cfg", "tokenizer", "pretrained")
 
@@ -81,11 +82,14 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     return config
 
 
-def save_checkpoint(model: torch.nn.Module, folder: str | Path, **metadata: Any) -> Path:
-    """Write `model` to `folder` atomically, with `metadata` (method, training arguments, step...)."""
+def save_checkpoint(model: torch.nn.Module, folder: str | Path, state: dict[str, Any] | None = None, **metadata: Any) -> Path:
+    """Write `model` to `folder` atomically, with `metadata` (method, training arguments, step...).
+
+    `state`, a trainer's resumable state (tensors and plain values only), goes to `training_state.pt`.
+    """
     model = unwrap(model)
     spec = model_spec(model)
-    clash = sorted(set(metadata) & {"compclip_version", *_SPEC_KEYS})
+    clash = sorted(set(metadata) & {"compclip_version", "state", *_SPEC_KEYS})
     if clash:
         raise ValueError(f"metadata keys {clash} are reserved for the model spec")
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
@@ -93,6 +97,8 @@ def save_checkpoint(model: torch.nn.Module, folder: str | Path, **metadata: Any)
         save_file(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
         write_json(tmp / OPEN_CLIP_CONFIG_NAME, {"model_cfg": spec["model_cfg"], "preprocess_cfg": spec["preprocess_cfg"]})
         write_json(tmp / CONFIG_NAME, {"compclip_version": __version__, **spec, **metadata})
+        if state is not None:
+            torch.save(state, tmp / STATE_NAME)
     return Path(folder)
 
 

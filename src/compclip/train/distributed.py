@@ -1,0 +1,105 @@
+"""Processes and gathering: torchrun or SLURM environments, gloo on CPU, NCCL on GPU.
+
+`gather_rows` concatenates a tensor's rows from every rank (sizes may differ) and carries
+gradients back to the rank that owns them, so a loss over gathered columns trains all ranks.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    # feature gathers get their own communicator, so their backward all-reduce never
+    # interleaves with DDP's gradient buckets on the default group
+    group: object | None = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _first_slurm_host(nodelist: str) -> str:
+    """The first host of a SLURM node list ("gpu[01-04,07],cpu1" -> "gpu01")."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+        return out.stdout.split()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        m = re.match(r"([^,\[]+)(?:\[([^\],-]+))?", nodelist)
+        return (m.group(1) + (m.group(2) or "")) if m else "127.0.0.1"
+
+
+def world_from_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's variables, else SLURM's (srun without torchrun)."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    if "SLURM_PROCID" in os.environ and int(os.environ.get("SLURM_NTASKS", 1)) > 1:
+        rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
+        os.environ.setdefault("MASTER_ADDR", _first_slurm_host(os.environ.get("SLURM_JOB_NODELIST", os.environ.get("SLURM_NODELIST", "127.0.0.1"))))
+        os.environ.setdefault("MASTER_PORT", str(29500 + int(os.environ.get("SLURM_JOB_ID", 0)) % 1000))
+        os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world)
+        return rank, world, int(os.environ.get("SLURM_LOCALID", 0))
+    return 0, 1, 0
+
+
+def init_distributed(device: str | None = None) -> DistEnv:
+    """Join the process group when launched with several processes; pick this process's device."""
+    rank, world, local = world_from_env()
+    cuda = torch.cuda.is_available() and device != "cpu"
+    dev = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
+    group = None
+    if world > 1:
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if cuda else "gloo", rank=rank, world_size=world)
+        group = dist.new_group()
+    return DistEnv(rank, world, local, dev, group)
+
+
+class _GatherRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, sizes: list[int], env: DistEnv) -> torch.Tensor:
+        ctx.sizes, ctx.env = sizes, env
+        padded = x.new_zeros((max(sizes), *x.shape[1:]))
+        padded[: x.shape[0]] = x
+        parts = [torch.empty_like(padded) for _ in sizes]
+        dist.all_gather(parts, padded, group=env.group)
+        return torch.cat([p[:n] for p, n in zip(parts, sizes)])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.env.group)  # every rank's loss saw every row: sum their gradients
+        start = sum(ctx.sizes[: ctx.env.rank])
+        return grad[start : start + ctx.sizes[ctx.env.rank]], None, None
+
+
+def row_counts(n: int, env: DistEnv, device) -> list[int]:
+    """Every rank's `n`, in rank order."""
+    if not env.distributed:
+        return [n]
+    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(env.world_size)]
+    dist.all_gather(counts, torch.tensor([n], dtype=torch.long, device=device), group=env.group)
+    return [int(c.item()) for c in counts]
+
+
+def gather_rows(x: torch.Tensor, env: DistEnv, sizes: list[int] | None = None) -> torch.Tensor:
+    """Rows of `x` from every rank in rank order, differentiable; identity in one process."""
+    if not env.distributed:
+        return x
+    return _GatherRows.apply(x, sizes or row_counts(x.shape[0], env, x.device), env)

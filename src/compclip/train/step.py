@@ -1,0 +1,86 @@
+"""One optimizer step's losses: micro-batch accumulation and cross-rank gathering, exactly.
+
+Accumulation works as open_clip's `--accum-freq`: every micro-batch is encoded once without
+gradients and cached; then each micro-batch is encoded again with gradients and the loss is
+computed over the whole accumulated batch, its own rows carrying gradients. Concept indices
+are offset by each micro-batch's image start, then by the rank's. Shared scalars (τ, b) pass
+1/A of their gradient per micro-batch, so A micro-batches of B/A equal one batch of B.
+
+Gradients are scaled by the world size before backward because DDP averages them while the
+ranks' loss terms add up to the full-batch loss.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+
+from .distributed import DistEnv, gather_rows, row_counts
+
+IMAGE_ROWS = ("image_features", "text_features", "visual_tokens")
+SHARED = ("logit_scale", "logit_bias")
+
+
+def merge_micro(outs: list[dict[str, Any]], current: int) -> dict[str, Any]:
+    """Concatenate micro-batch outputs; take shared scalars from the micro-batch with gradients."""
+    merged: dict[str, Any] = {}
+    for key in IMAGE_ROWS:
+        if key in outs[0]:
+            merged[key] = torch.cat([o[key] for o in outs])
+    if "concept_features" in outs[0]:
+        merged["concept_features"] = torch.cat([o["concept_features"] for o in outs])
+        starts = [0]
+        for o in outs[:-1]:
+            starts.append(starts[-1] + o["image_features"].shape[0])
+        merged["concept_image"] = torch.cat([o["concept_image"] + s for o, s in zip(outs, starts)])
+    for key in SHARED:
+        value = outs[current][key]
+        if isinstance(value, torch.Tensor) and value.requires_grad and len(outs) > 1:
+            value = value.detach() + (value - value.detach()) / len(outs)
+        merged[key] = value
+    return merged
+
+
+def gather_outputs(local: dict[str, Any], env: DistEnv) -> dict[str, Any]:
+    """Add the global columns (`all_*`) and this rank's `image_offset` to the local rows."""
+    out = dict(local)
+    sizes = row_counts(local["image_features"].shape[0], env, local["image_features"].device)
+    out["image_offset"] = sum(sizes[: env.rank])
+    out["all_image_features"] = gather_rows(local["image_features"], env, sizes)
+    out["all_text_features"] = gather_rows(local["text_features"], env, sizes)
+    if "concept_features" in local:
+        counts = row_counts(local["concept_features"].shape[0], env, local["concept_features"].device)
+        out["all_concept_features"] = gather_rows(local["concept_features"], env, counts)
+        out["all_concept_image"] = gather_rows(local["concept_image"] + out["image_offset"], env, counts)
+    return out
+
+
+def loss_step(
+    module: torch.nn.Module,
+    method: torch.nn.Module,
+    micro_batches: list[dict[str, Any]],
+    env: DistEnv,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    backward: Callable[[torch.Tensor], None] = lambda loss: loss.backward(),
+) -> dict[str, float]:
+    """Forward and backward for one optimizer step; returns the full-batch loss terms (summed over ranks)."""
+    n = len(micro_batches)
+    cached: list[dict[str, Any]] = []
+    if n > 1:
+        with torch.no_grad(), autocast():
+            cached = [module(b) for b in micro_batches]
+    terms: dict[str, torch.Tensor] = {}
+    for j, batch in enumerate(micro_batches):
+        sync = j == n - 1 or not hasattr(module, "no_sync")
+        with contextlib.nullcontext() if sync else module.no_sync():
+            with autocast():
+                current = module(batch)
+                outs = cached[:j] + [current] + cached[j + 1 :] if cached else [current]
+                terms = method(gather_outputs(merge_micro(outs, j), env))
+                total = sum(terms.values())
+            backward(total * env.world_size)
+    values = torch.stack([t.detach().float() for t in terms.values()])
+    if env.distributed:
+        torch.distributed.all_reduce(values, group=env.group)
+    return dict(zip(terms, values.tolist()))

@@ -1,0 +1,358 @@
+"""`compclip train`: fine-tune an open_clip model with a registered method, on one process or many.
+
+Checkpoints use the model folder format of `compclip.models` plus `training_state.pt`
+(optimizer, scheduler, RNG states and every rank's data position), written atomically every
+`save_every` steps; a run started again in the same `--out` resumes exactly where the last
+checkpoint left off. Logs go to `log.jsonl` and TensorBoard on rank 0.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ..io import atomic_path, write_json
+from ..models.checkpoint import STATE_NAME
+from ..progress import progress
+from .distributed import DistEnv, init_distributed
+from .step import loss_step
+
+log = logging.getLogger("compclip.train")
+
+
+@dataclass
+class TrainConfig:
+    method: str
+    model: str
+    train_data: str
+    out: str
+    pretrained: str | None = None
+    concepts: str | None = None
+    concept_mode: str = "span"
+    lambda_npc: float = 1.0
+    lambda_xac: float = 0.01
+    xac_temperature: float | None = None
+    image_key: str = "image"
+    caption_key: str = "caption"
+    batch_size: int = 32  # per process and micro-batch
+    accum_freq: int = 1
+    steps: int = 1000
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    optimizer: str = "adam"
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup: int = 0
+    schedule: str = "cosine"  # or "const"
+    precision: str = "fp32"  # "amp_bf16", "amp" (fp16 with loss scaling) on GPU
+    grad_checkpointing: bool = False
+    lock_image: bool = False
+    lock_text: bool = False
+    workers: int = 2
+    seed: int = 0
+    save_every: int = 500
+    keep: int = 2
+    log_every: int = 1
+    eval_every: int = 0
+    device: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < cfg.warmup:
+            return (step + 1) / cfg.warmup
+        if cfg.schedule == "const":
+            return 1.0
+        progress_ = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress_)))
+
+    return factor
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """open_clip's split: no weight decay on gains, biases, embeddings' scalars and logit scale/bias."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        exclude = p.ndim < 2 or "bn" in name or "ln" in name or "bias" in name or "logit_scale" in name
+        (no_decay if exclude else decay).append(p)
+    return [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": weight_decay}]
+
+
+def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    groups = _param_groups(model, cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    if cfg.optimizer == "adam":  # weight decay as L2 in the gradient, as torch's Adam does it
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr)
+    raise ValueError(f"optimizer must be adam, adamw or sgd, not {cfg.optimizer!r}")
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": list(np.random.get_state()), "python": random.getstate()}
+    state["numpy"][1] = torch.from_numpy(state["numpy"][1].astype(np.int64))
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    kind, keys, *rest = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), *rest))
+    random.setstate(tuple(tuple(x) if isinstance(x, list) else x for x in state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class DataPosition:
+    """Which micro-batches were consumed: epoch, count, and per-shard record positions."""
+
+    def __init__(self, epoch: int = 0, batches: int = 0, positions: dict[int, int] | None = None):
+        self.epoch, self.batches, self.positions = epoch, batches, dict(positions or {})
+
+    def consumed(self, batch: dict[str, Any]) -> None:
+        self.batches += 1
+        for shard in set(batch["shard"].tolist()):
+            mask = batch["shard"] == shard
+            self.positions[shard] = int(batch["pos"][mask].max()) + 1
+
+    def new_epoch(self) -> None:
+        self.epoch, self.batches, self.positions = self.epoch + 1, 0, {}
+
+    def state(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "batches": self.batches, "positions": self.positions}
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, eval_hook: Callable[[torch.nn.Module, int], dict[str, float]] | None = None):
+        from ..concepts import ConceptStore
+        from ..data import open_reader
+        from ..methods import build_method
+        from ..models import load_model, train_preprocess
+
+        self.cfg, self.eval_hook = cfg, eval_hook
+        self.env: DistEnv = init_distributed(cfg.device)
+        self.out = Path(cfg.out)
+        torch.manual_seed(cfg.seed)
+        model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device)
+        if cfg.lock_image:
+            model.lock_image_tower()
+        if cfg.lock_text:
+            model.lock_text_tower()
+        if cfg.grad_checkpointing:
+            model.set_grad_checkpointing(True)
+        concepts = ConceptStore(cfg.concepts) if cfg.concepts else None
+        self.method = build_method(
+            cfg.method, concepts=concepts, mode=cfg.concept_mode, lambda_npc=cfg.lambda_npc,
+            lambda_xac=cfg.lambda_xac, temperature=cfg.xac_temperature, **cfg.extra,
+        )
+        if concepts is None and any(p.uses_concepts for p in self.method.parts):
+            raise ValueError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`)")
+        self.model = model.train()
+        self.module = _TrainModule(model, self.method)
+        if self.env.distributed:
+            ids = [self.env.device.index] if self.env.device.type == "cuda" else None
+            self.module = DistributedDataParallel(self.module, device_ids=ids)
+        self.optimizer = _optimizer(cfg, model)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
+        self.scaler = torch.amp.GradScaler(enabled=cfg.precision == "amp")
+        self.reader = open_reader(cfg.train_data, transform=train_preprocess(model), **self._reader_kwargs())
+        self.step, self.data = 0, DataPosition()
+        self._resume()
+
+    def _reader_kwargs(self) -> dict[str, Any]:
+        text = self.cfg.train_data
+        if text.endswith((".csv", ".tsv", ".tab")):
+            return {"image_key": self.cfg.image_key, "caption_key": self.cfg.caption_key}
+        if ".tar" in text:
+            return {"caption_field": self.cfg.caption_key}
+        return {}
+
+    # -- data -------------------------------------------------------------------------
+    def _loader(self) -> torch.utils.data.DataLoader:
+        self.reader.resume_positions = dict(self.data.positions)
+        self.reader.worker_rotation = self.data.batches % max(1, self.cfg.workers)
+        self.reader.sample_seed = self.cfg.seed * 1000 + self.data.epoch
+        return torch.utils.data.DataLoader(
+            self.reader,
+            batch_size=self.cfg.batch_size,
+            num_workers=self.cfg.workers,
+            collate_fn=_Collate(self.method, self.tokenizer),
+            drop_last=True,
+            pin_memory=self.env.device.type == "cuda",
+        )
+
+    def _batches(self) -> Iterator[dict[str, Any]]:
+        """Micro-batches forever, epoch after epoch, recording the data position of each."""
+        while True:
+            empty = True
+            for batch in self._loader():
+                empty = False
+                self.data.consumed(batch)
+                yield {k: v.to(self.env.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            if empty:
+                raise RuntimeError(f"{self.cfg.train_data}: no full batch of {self.cfg.batch_size} in an epoch")
+            self.reader.skips.log_summary()
+            self.data.new_epoch()
+
+    # -- checkpoints ------------------------------------------------------------------
+    def _gather_objects(self, obj: Any) -> list[Any]:
+        if not self.env.distributed:
+            return [obj]
+        objs: list[Any] = [None] * self.env.world_size
+        dist.all_gather_object(objs, obj)
+        return objs
+
+    def save(self) -> None:
+        from ..models import save_checkpoint
+
+        ranks = self._gather_objects({"rng": _rng_state(), "data": self.data.state()})
+        if self.env.is_main:
+            state = {
+                "step": self.step,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "ranks": ranks,
+            }
+            folder = self.out / "checkpoints" / f"step_{self.step:07d}"
+            save_checkpoint(self.model, folder, state=state, method=self.cfg.method, step=self.step, train_args=dataclasses.asdict(self.cfg))
+            with atomic_path(self.out / "checkpoints" / "latest") as tmp:
+                tmp.write_text(folder.name)
+            for old in sorted((self.out / "checkpoints").glob("step_*"))[: -self.cfg.keep]:
+                shutil.rmtree(old)
+        if self.env.distributed:
+            dist.barrier()
+
+    def _resume(self) -> None:
+        from ..models import load_weights
+
+        pointer = self.out / "checkpoints" / "latest"
+        if not pointer.is_file():
+            return
+        folder = pointer.parent / pointer.read_text().strip()
+        state = torch.load(folder / STATE_NAME, map_location="cpu", weights_only=True)
+        if len(state["ranks"]) != self.env.world_size:
+            raise ValueError(f"{folder} was written by {len(state['ranks'])} processes, this run has {self.env.world_size}")
+        load_weights(self.model, folder / "model.safetensors")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        mine = state["ranks"][self.env.rank]
+        _set_rng_state(mine["rng"])
+        self.data = DataPosition(**mine["data"])
+        self.step = state["step"]
+        if self.env.is_main:
+            self._truncate_log()
+            log.info("resumed from %s at step %d", folder, self.step)
+
+    # -- logging ----------------------------------------------------------------------
+    def _truncate_log(self) -> None:
+        """Drop log lines past the resumed step: they are about to be written again."""
+        log = self.out / "log.jsonl"
+        if log.is_file():
+            lines = [l for l in log.read_text().splitlines() if l and json.loads(l).get("step", 0) <= self.step]
+            with atomic_path(log) as tmp:
+                tmp.write_text("".join(l + "\n" for l in lines))
+
+    def _log(self, record: dict[str, Any], tb) -> None:
+        with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if tb is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    tb.add_scalar(key, value, record["step"])
+
+    # -- the loop ---------------------------------------------------------------------
+    def _autocast(self):
+        if self.cfg.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.cfg.precision == "amp_bf16" else torch.float16
+        return torch.autocast(device_type=self.env.device.type, dtype=dtype)
+
+    def run(self) -> dict[str, float]:
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        tb = None
+        if self.env.is_main:
+            write_json(self.out / "config.json", dataclasses.asdict(cfg))
+            from torch.utils.tensorboard import SummaryWriter
+
+            tb = SummaryWriter(str(self.out / "tensorboard"))
+        batches = self._batches()
+        per_step = cfg.batch_size * cfg.accum_freq * self.env.world_size
+        bar = progress(range(self.step, cfg.steps), f"train {cfg.method}", total=cfg.steps - self.step, unit="step")
+        terms: dict[str, float] = {}
+        for _ in bar:
+            start = time.perf_counter()
+            micro = [next(batches) for _ in range(cfg.accum_freq)]
+            self.optimizer.zero_grad(set_to_none=True)
+            terms = loss_step(self.module, self.method, micro, self.env, self._autocast, self._backward)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+            with torch.no_grad():  # as open_clip does: keep the temperature in range
+                self.model.logit_scale.clamp_(0, math.log(100))
+            self.step += 1
+            seconds = time.perf_counter() - start
+            record = {"step": self.step, "epoch": self.data.epoch, "loss": sum(terms.values()), **terms,
+                      "lr": self.scheduler.get_last_lr()[-1], "logit_scale": self.model.logit_scale.exp().item(),
+                      "images_per_s": per_step / seconds}
+            if cfg.eval_every and self.eval_hook and self.step % cfg.eval_every == 0:
+                record.update({f"eval/{k}": v for k, v in self.eval_hook(self.model, self.step).items()})
+                self.model.train()
+            if self.env.is_main and (self.step % cfg.log_every == 0 or self.step == cfg.steps):
+                self._log(record, tb)
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{record['loss']:.4f}", img_s=f"{record['images_per_s']:.0f}")
+            if self.step % cfg.save_every == 0 or self.step == cfg.steps:
+                self.save()
+        if tb is not None:
+            tb.close()
+        return terms
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+
+class _TrainModule(torch.nn.Module):
+    """What DDP wraps: the model and the method's forward, so DDP sees every parameter used."""
+
+    def __init__(self, model: torch.nn.Module, method: torch.nn.Module):
+        super().__init__()
+        self.model, self.method = model, method
+
+    def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return self.method.outputs(self.model, batch)
+
+
+class _Collate:
+    """The method's batch transform as a picklable collate_fn for DataLoader workers."""
+
+    def __init__(self, method, tokenizer):
+        self.method, self.tokenizer = method, tokenizer
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return self.method.collate(samples, self.tokenizer)
+
+
+def train(cfg: TrainConfig, eval_hook=None) -> dict[str, float]:
+    return Trainer(cfg, eval_hook).run()

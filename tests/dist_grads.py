@@ -1,0 +1,57 @@
+"""One C2LIP loss step on a fixed batch of 8, split over however many processes run this.
+
+Run alone it uses the whole batch; under torchrun (or with SLURM's variables) each rank
+takes its share. Rank 0 saves the loss terms and every parameter's gradient.
+Usage: python dist_grads.py OUT.pt [ACCUM_FREQ]
+"""
+import sys
+
+import torch
+
+CAPTIONS = [
+    "a red couch next to a white table",
+    "a man riding a horse on the beach",
+    "something nice",
+    "two dogs and a cat on a bed",
+    "a blue car",
+    "very bright",
+    "a small bird under a large umbrella near a tree",
+    "a cup",
+]
+
+
+def compute(env, accum: int = 1):
+    from torch.nn.parallel import DistributedDataParallel
+
+    from compclip.concepts import extract
+    from compclip.methods import build_method
+    from compclip.models import load_model
+    from compclip.train import loss_step
+    from compclip.train.trainer import _TrainModule
+
+    torch.manual_seed(0)
+    model, _, tokenizer = load_model("compclip-tiny-siglip")
+    model.train()
+    method = build_method("c2lip", concepts={r["caption"]: r for r in extract(CAPTIONS)}, lambda_xac=1.0)
+    images = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    per = 8 // env.world_size
+    rows = list(range(env.rank * per, (env.rank + 1) * per))
+    size = per // accum
+    micro = [
+        method.collate([{"image": images[i], "caption": CAPTIONS[i]} for i in rows[k * size : (k + 1) * size]], tokenizer)
+        for k in range(accum)
+    ]
+    module = _TrainModule(model, method)
+    if env.distributed:
+        module = DistributedDataParallel(module)
+    terms = loss_step(module, method, micro, env)
+    return terms, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+if __name__ == "__main__":
+    from compclip.train import init_distributed
+
+    env = init_distributed("cpu")
+    terms, grads = compute(env, int(sys.argv[2]) if len(sys.argv) > 2 else 1)
+    if env.is_main:
+        torch.save({"terms": terms, "grads": grads, "world_size": env.world_size}, sys.argv[1])

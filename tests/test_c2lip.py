@@ -1,0 +1,188 @@
+"""C2LIP's pieces against references written independently: brute-force loops, open_clip's own forward."""
+import math
+
+import open_clip
+import pytest
+import torch
+import torch.nn.functional as F
+
+from compclip.concepts import extract
+from compclip.methods import build_method
+from compclip.methods.c2lip import concept_token_spans, npc_loss, span_embeddings, visual_token_embeddings, xac_loss
+from compclip.models import load_model
+from compclip.models.tokens import text_token_states
+
+
+def brute_npc(img, con, owner, scale, bias, offset=0, n=None):
+    total = 0.0
+    for i in range(img.shape[0]):
+        for j in range(con.shape[0]):
+            z = 1.0 if owner[j] == i + offset else -1.0
+            total = total - math.log(1 / (1 + math.exp(-z * (scale * float(img[i] @ con[j]) + bias))))
+    return total / (n or con.shape[0])
+
+
+def brute_xac(tokens, con, owner, scale, bias, temperature, offset=0, n=None):
+    total = 0.0
+    for i in range(tokens.shape[0]):
+        for j in range(con.shape[0]):
+            scores = [float(tokens[i, m] @ con[j]) / temperature for m in range(tokens.shape[1])]
+            peak = max(scores)
+            weights = [math.exp(s - peak) for s in scores]
+            weights = [w / sum(weights) for w in weights]
+            pooled = sum(w * tokens[i, m] for m, w in enumerate(weights))
+            cos = float(pooled @ con[j]) / float(pooled.norm())
+            z = 1.0 if owner[j] == i + offset else -1.0
+            total = total + math.log1p(math.exp(-z * (scale * cos + bias)))
+    return total / (n or con.shape[0])
+
+
+@pytest.fixture
+def problem():
+    g = torch.Generator().manual_seed(3)
+    B, M, D, K = 5, 7, 12, 11
+    return {
+        "img": F.normalize(torch.randn(B, D, generator=g), dim=-1),
+        "tokens": torch.randn(B, M, D, generator=g) * 2,
+        "con": F.normalize(torch.randn(K, D, generator=g), dim=-1),
+        "owner": torch.randint(0, B, (K,), generator=g),
+    }
+
+
+def test_npc_loss_matches_a_double_loop(problem):
+    p = problem
+    got = npc_loss(p["img"], p["con"], p["owner"], torch.tensor(10.0), torch.tensor(-2.0))
+    assert got.item() == pytest.approx(brute_npc(p["img"], p["con"], p["owner"], 10.0, -2.0), rel=1e-5)
+    # local rows of a bigger batch: images 3..7 of 20 concepts' global owners
+    got = npc_loss(p["img"], p["con"], p["owner"] + 3, 10.0, None, image_offset=3, n_concepts=20)
+    assert got.item() == pytest.approx(brute_npc(p["img"], p["con"], p["owner"] + 3, 10.0, 0.0, offset=3, n=20), rel=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [None, 1.0, 0.05])
+def test_xac_loss_matches_a_double_loop(problem, temperature):
+    p = problem
+    t = math.sqrt(p["tokens"].shape[-1]) if temperature is None else temperature
+    got = xac_loss(p["tokens"], p["con"], p["owner"], torch.tensor(10.0), torch.tensor(-2.0), temperature)
+    assert got.item() == pytest.approx(brute_xac(p["tokens"], p["con"], p["owner"], 10.0, -2.0, t), rel=1e-5)
+
+
+def test_xac_chunks_give_the_same_loss_and_gradients(problem):
+    p = problem
+    results = []
+    for chunk in (1 << 24, 5 * 7 * 2):  # one chunk; chunks of two concepts, recomputed in backward
+        tokens, con = p["tokens"].clone().requires_grad_(), p["con"].clone().requires_grad_()
+        loss = xac_loss(tokens, con, p["owner"], 10.0, -2.0, chunk_elements=chunk)
+        loss.backward()
+        results.append((loss.item(), tokens.grad, con.grad))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-6)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-6) and torch.allclose(results[0][2], results[1][2], atol=1e-6)
+
+
+def test_no_concepts_gives_zero_loss_with_a_graph(problem):
+    p = problem
+    img = p["img"].clone().requires_grad_()
+    for loss in (npc_loss(img, p["con"][:0], p["owner"][:0], 10.0, -2.0), xac_loss(p["tokens"].requires_grad_(), p["con"][:0], p["owner"][:0], 10.0, -2.0)):
+        assert loss.item() == 0.0
+        loss.backward()
+
+
+@pytest.mark.parametrize("name", ["compclip-tiny-siglip", "compclip-tiny-clip"])
+def test_visual_tokens_pooled_is_encode_image(name):
+    model, _, _ = load_model(name)
+    images = torch.randn(3, 3, 64, 64)
+    with torch.no_grad():
+        pooled, tokens = visual_token_embeddings(model, images)
+        assert torch.equal(pooled, model.encode_image(images))
+    assert tokens.shape == (3, 64, 64)
+
+
+def test_visual_tokens_follow_the_attention_pool_value_path():
+    """With one head and the head's MLP silenced, the pooled vector is the attention-weighted mean
+    of the tokens, the weights computed here from the head's query and keys."""
+    model, _, _ = load_model("compclip-tiny-siglip")
+    head = model.visual.trunk.attn_pool
+    width = head.proj.in_features
+    head.num_heads, head.head_dim, head.scale = 1, width, width**-0.5
+    with torch.no_grad():
+        head.mlp.fc2.weight.zero_()
+        head.mlp.fc2.bias.zero_()
+        images = torch.randn(2, 3, 64, 64)
+        pooled, tokens = visual_token_embeddings(model, images)
+        features = model.visual.trunk.forward_features(images)
+        q = head.q(head.latent)[0, 0]
+        k = head.kv(features)[..., :width]
+        attn = (k @ q / math.sqrt(width)).softmax(-1)
+        assert torch.allclose(pooled, torch.einsum("bm,bmd->bd", attn, tokens), atol=1e-5)
+        assert not torch.allclose(tokens[:, 0], tokens[:, 1])
+
+
+@pytest.mark.parametrize("name", ["compclip-tiny-siglip", "compclip-tiny-clip"])
+def test_text_token_states_pool_to_encode_text(name):
+    model, _, tokenizer = load_model(name)
+    text = tokenizer(["a red couch next to a white table", "two dogs"])
+    with torch.no_grad():
+        pooled, states, project = text_token_states(model, text)
+        assert torch.equal(pooled, model.encode_text(text))
+    assert states.shape[:2] == text.shape
+
+
+def test_concept_token_spans_cover_the_phrase_tokens():
+    _, _, tokenizer = load_model("compclip-tiny-clip")
+    caption = "A Red couch, next to two fire-hydrants and the man's dog."
+    phrases = extract([caption])[0]["noun_phrases"]
+    tokens = tokenizer([caption])[0].tolist()
+    inner = open_clip.SimpleTokenizer()
+    for (text, _, _), span in zip(phrases, concept_token_spans(tokenizer, caption, phrases, tokens)):
+        assert span is not None
+        assert inner.decode(tokens[span[0] : span[1]]).replace(" ", "") == text.lower().replace(" ", "")
+
+
+def test_concepts_cut_off_by_the_context_length_are_dropped():
+    _, _, tokenizer = load_model("compclip-tiny-clip", force_context_length=8)
+    caption = "a red couch next to a white table near a small dog"
+    phrases = extract([caption])[0]["noun_phrases"]
+    spans = concept_token_spans(tokenizer, caption, phrases, tokenizer([caption])[0].tolist())
+    assert [t for (t, _, _), s in zip(phrases, spans) if s is not None] == ["a red couch"]  # SOT + 6 tokens + EOT
+
+
+def test_span_embeddings_match_a_loop():
+    states = torch.randn(3, 9, 4)
+    owner, spans = torch.tensor([0, 2, 2, 1]), torch.tensor([[1, 3], [0, 9], [4, 5], [2, 7]])
+    expected = torch.stack([states[i, a:b].mean(0) for i, (a, b) in zip(owner.tolist(), spans.tolist())])
+    assert torch.allclose(span_embeddings(states, owner, spans), expected, atol=1e-6)
+
+
+def concept_store(captions):
+    return {r["caption"]: r for r in extract(captions)}
+
+
+CAPTIONS = ["a red couch next to a white table", "a man riding a horse", "something nice", "two dogs on a bed"]
+
+
+@pytest.mark.parametrize("mode", ["span", "separate"])
+def test_c2lip_method_terms_and_inference_unchanged(mode):
+    model, _, tokenizer = load_model("compclip-tiny-siglip")
+    plain = open_clip.create_model("compclip-tiny-siglip").eval()
+    plain.load_state_dict(model.state_dict())
+    method = build_method("c2lip", concepts=concept_store(CAPTIONS), mode=mode)
+    assert list(method.parameters()) == []  # xac and npc add no parameters
+    samples = [{"image": torch.randn(3, 64, 64), "caption": c} for c in CAPTIONS]
+    batch = method.collate(samples, tokenizer)
+    assert batch["concept_image"].tolist() == [0, 0, 1, 1, 3, 3]  # "something nice" has no noun phrase
+    out = method.outputs(model, batch)
+    terms = method(out)
+    assert set(terms) == {"siglip", "npc", "xac"} and all(torch.isfinite(v) for v in terms.values())
+    with torch.no_grad():
+        ours, theirs = model(batch["image"], batch["text"]), plain(batch["image"], batch["text"])
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
+@pytest.mark.parametrize("name", ["compclip-tiny-siglip", "compclip-tiny-clip"])
+def test_xac_gradients_reach_the_last_vit_block(name):
+    model, _, tokenizer = load_model(name)
+    method = build_method("c2lip", concepts=concept_store(CAPTIONS), lambda_npc=0.0)
+    batch = method.collate([{"image": torch.randn(3, 64, 64), "caption": c} for c in CAPTIONS], tokenizer)
+    method(method.outputs(model.train(), batch))["xac"].backward()
+    blocks = model.visual.trunk.blocks if hasattr(model.visual, "trunk") else model.visual.transformer.resblocks
+    grads = [p.grad for p in blocks[-1].parameters()]
+    assert all(g is not None for g in grads) and sum(g.abs().sum() for g in grads) > 0

@@ -1,0 +1,175 @@
+"""Training: exact accumulation and multi-process equivalence (real torchrun and SLURM-style
+launches with gloo), exact resume after SIGKILL, and the trainer end to end."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from compclip.models import load_model
+from compclip.train import DistEnv
+
+import dist_grads
+
+HERE = Path(__file__).parent
+
+
+def assert_same(a, b):
+    terms_a, grads_a = a
+    terms_b, grads_b = b
+    assert terms_a.keys() == terms_b.keys() == {"siglip", "npc", "xac"}
+    for k in terms_a:
+        assert terms_a[k] == pytest.approx(terms_b[k], rel=1e-5), k
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:  # 1e-5 of each gradient's own scale: float32 sums in another order
+        scale = grads_a[name].abs().max().item()
+        assert (grads_a[name] - grads_b[name]).abs().max().item() <= 1e-5 * scale + 1e-8, name
+    assert sum(g.abs().sum() for g in grads_a.values()) > 0
+
+
+@pytest.fixture(scope="module")
+def whole_batch():
+    return dist_grads.compute(DistEnv())
+
+
+def test_two_accumulation_steps_of_half_equal_one_step(whole_batch):
+    assert_same(dist_grads.compute(DistEnv(), accum=2), whole_batch)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_for_children():
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+
+
+def load_result(path):
+    result = torch.load(path, weights_only=True)
+    assert result["world_size"] == 2
+    return result["terms"], result["grads"]
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_torchrun_two_processes_equal_one_process_on_the_whole_batch(tmp_path, whole_batch, accum):
+    out = tmp_path / "grads.pt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(HERE / "dist_grads.py"), str(out), str(accum)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env_for_children(), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same(load_result(out), whole_batch)
+
+
+def test_slurm_launch_without_torchrun(tmp_path, whole_batch):
+    """srun starts one task per GPU with SLURM's variables and no torchrun ones."""
+    out = tmp_path / "grads.pt"
+    env = {k: v for k, v in env_for_children().items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    env.update(SLURM_NTASKS="2", SLURM_JOB_NODELIST="localhost", MASTER_PORT=str(free_port()))
+    procs = [
+        subprocess.Popen([sys.executable, str(HERE / "dist_grads.py"), str(out)], env={**env, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    assert_same(load_result(out), whole_batch)
+
+
+def make_dataset(root: Path, n: int = 48, nouns: bool = True) -> Path:
+    from PIL import Image, ImageDraw
+
+    colours = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), "yellow": (230, 210, 40)}
+    (root / "img").mkdir(parents=True)
+    rows = []
+    for i in range(n):
+        a, b = list(colours)[i % 4], list(colours)[(i // 4) % 4]
+        img = Image.new("RGB", (64, 64), (120, 120, 120))
+        draw = ImageDraw.Draw(img)
+        draw.rectangle([4, 20, 28, 44], fill=colours[a])
+        draw.ellipse([36, 20, 60, 44], fill=colours[b])
+        img.save(root / "img" / f"{i}.jpg")
+        caption = f"a {a} square to the left of a {b} circle" if nouns else ["very bright", "so nice", "running fast"][i % 3]
+        rows.append(f"img/{i}.jpg,{caption}")
+    (root / "train.csv").write_text("image,caption\n" + "\n".join(rows) + "\n")
+    return root / "train.csv"
+
+
+def compclip(*args, **kwargs):
+    return [sys.executable, "-m", "compclip", "-q", *args]
+
+
+def train_cmd(data, concepts, out, steps, extra=()):
+    return compclip("train", "--method", "c2lip", "--model", "compclip-tiny-siglip", "--train-data", str(data),
+                    "--concepts", str(concepts), "--out", str(out), "--steps", str(steps), "--batch-size", "8",
+                    "--lr", "1e-4", "--save-every", "20", "--workers", "2", "--warmup", "3", *extra)
+
+
+def losses(out: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())}
+
+
+def test_a_killed_run_resumes_exactly(tmp_path):
+    data = make_dataset(tmp_path)
+    env = env_for_children()
+    assert subprocess.run(compclip("concepts", str(data), "--out", str(tmp_path / "concepts")), env=env).returncode == 0
+    straight = subprocess.run(train_cmd(data, tmp_path / "concepts", tmp_path / "a", 26), env=env, capture_output=True, text=True)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    proc = subprocess.Popen(train_cmd(data, tmp_path / "concepts", tmp_path / "b", 26), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "b" / "log.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if log.is_file() and max(losses(tmp_path / "b"), default=0) >= 22:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = max(losses(tmp_path / "b"))
+    assert 22 <= killed_at < 26, "the run should be killed after its checkpoint at step 20"
+    resumed = subprocess.run(train_cmd(data, tmp_path / "concepts", tmp_path / "b", 26), env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
+    # one line per step in order: the resumed run dropped the killed run's lines past step 20
+    # and started at 21 (a fresh start would have logged steps 1-20 again)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 27))
+    assert [b[s] for s in range(21, 26)] == pytest.approx([a[s] for s in range(21, 26)], rel=1e-6)
+    assert a[26] < a[1]
+    final, _, _ = load_model(str(tmp_path / "b" / "checkpoints" / "step_0000026"))
+    assert final.compclip_spec["model_name"] == "compclip-tiny-siglip"
+
+
+def test_captions_without_concepts_and_a_locked_image_tower(tmp_path):
+    from compclip.train import TrainConfig, train
+
+    data = make_dataset(tmp_path, n=16, nouns=False)
+    from compclip.concepts import build_store, iter_captions
+
+    build_store(iter_captions(data), tmp_path / "concepts")
+    torch.manual_seed(0)
+    before, _, _ = load_model("compclip-tiny-siglip")
+    cfg = TrainConfig(method="c2lip", model="compclip-tiny-siglip", train_data=str(data), out=str(tmp_path / "run"),
+                      concepts=str(tmp_path / "concepts"), batch_size=8, steps=3, lr=1e-3, workers=0, lock_image=True)
+    terms = train(cfg)
+    assert terms["npc"] == 0.0 and terms["xac"] == 0.0 and terms["siglip"] > 0
+    after, _, _ = load_model(str(tmp_path / "run" / "checkpoints" / "step_0000003"))
+    b, a = before.state_dict(), after.state_dict()
+    assert all(torch.equal(b[k], a[k]) for k in b if k.startswith("visual."))
+    assert any(not torch.equal(b[k], a[k]) for k in b if k.startswith("text."))
+
+
+def test_c2lip_without_a_concept_store_is_a_clear_error(tmp_path):
+    from compclip.train import TrainConfig, Trainer
+
+    data = make_dataset(tmp_path, n=8)
+    with pytest.raises(ValueError, match="pass --concepts"):
+        Trainer(TrainConfig(method="c2lip", model="compclip-tiny-siglip", train_data=str(data), out=str(tmp_path / "r"), workers=0))
