@@ -186,3 +186,38 @@ def test_xac_gradients_reach_the_last_vit_block(name):
     blocks = model.visual.trunk.blocks if hasattr(model.visual, "trunk") else model.visual.transformer.resblocks
     grads = [p.grad for p in blocks[-1].parameters()]
     assert all(g is not None for g in grads) and sum(g.abs().sum() for g in grads) > 0
+
+
+def test_concept_attention_is_the_xac_softmax():
+    model, _, tokenizer = load_model("compclip-tiny-siglip")
+    images = torch.randn(2, 3, 64, 64)
+    from compclip.methods.c2lip import concept_attention
+
+    attn = concept_attention(model, tokenizer, images, "a black sweater")
+    with torch.no_grad():
+        _, tokens = visual_token_embeddings(model, images)
+        c = F.normalize(model.encode_text(tokenizer(["a black sweater"])), dim=-1)[0]
+        for i in range(2):
+            scores = torch.tensor([float(tokens[i, m] @ c) / 8.0 for m in range(64)])  # √D = 8
+            assert torch.allclose(attn[i], scores.softmax(0), atol=1e-6)
+
+
+def test_attention_command_draws_two_models_and_their_difference(tmp_path):
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    from compclip.models import save_checkpoint
+
+    from conftest import shared_data
+
+    image = sorted(shared_data("flickr8k_1k", "images").glob("*.jpg"))[0]
+    model, _, _ = load_model("compclip-tiny-siglip")
+    save_checkpoint(model, tmp_path / "ckpt")
+    cmd = [sys.executable, "-m", "compclip", "-q", "attention", "--model", "compclip-tiny-siglip", "--compare", str(tmp_path / "ckpt"),
+           "--image", str(image), "--concept", "a child in a pink dress", "--out", str(tmp_path / "map.png")]
+    result = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    with Image.open(tmp_path / "map.png") as png:
+        assert png.width > 3 * png.height  # four panels side by side

@@ -125,6 +125,37 @@ def train(
 
 
 @app.command()
+def attention(
+    model: str = typer.Option(..., help="Model: open_clip name, hf-hub: id or compclip checkpoint folder."),
+    image: Path = typer.Option(..., help="The image."),
+    concept: str = typer.Option(..., help='The concept, e.g. "black sweater".'),
+    out: Path = typer.Option(..., help="PNG to write."),
+    compare: str = typer.Option(None, help="A second model: also draw its map and the difference."),
+    pretrained: str = typer.Option(None, help="Pretrained tag or weights file for --model."),
+    temperature: float = typer.Option(None, help="Attention temperature (default √D, as in training)."),
+) -> None:
+    """Draw a concept's cross-attention over an image, and the difference between two models."""
+    from PIL import Image
+
+    from .data import decode_image
+    from .methods.c2lip import concept_attention
+    from .models import load_model
+    from .plots import attention_figure
+
+    picture = decode_image(image)
+    maps = {}
+    for i, (name, tag) in enumerate(((model, pretrained), (compare, None))):
+        if name is None:
+            continue
+        net, preprocess, tokenizer = load_model(name, tag)
+        label = name if name not in maps else f"{name} ({i + 1})"
+        maps[label] = concept_attention(net, tokenizer, preprocess(picture).unsqueeze(0), concept, temperature)[0].numpy()
+    side = min(picture.size)
+    square = picture.crop(((picture.width - side) // 2, (picture.height - side) // 2, (picture.width + side) // 2, (picture.height + side) // 2))
+    typer.echo(f"wrote {attention_figure(square.resize((224, 224), Image.BICUBIC), maps, concept, out)}")
+
+
+@app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="Where the demo writes its data, checkpoint and export."),
     steps: int = typer.Option(150, help="Fine-tuning steps."),

@@ -21,7 +21,15 @@ from ..models.tokens import visual_token_embeddings
 from .base import LossPart, sigmoid_pairs_loss
 from .siglip import SigLIPLoss
 
-__all__ = ["C2LIPLoss", "concept_token_spans", "npc_loss", "span_embeddings", "visual_token_embeddings", "xac_loss"]
+__all__ = [
+    "C2LIPLoss",
+    "concept_attention",
+    "concept_token_spans",
+    "npc_loss",
+    "span_embeddings",
+    "visual_token_embeddings",
+    "xac_loss",
+]
 
 log = logging.getLogger("compclip.c2lip")
 XAC_CHUNK_ELEMENTS = 1 << 24  # B × chunk × M attention scores held at once (64 MiB in fp32)
@@ -109,6 +117,18 @@ def xac_loss(
         else:
             total = total + term(tokens, gram, c)
     return total / n
+
+
+@torch.no_grad()
+def concept_attention(model, tokenizer, images: torch.Tensor, concept: str, temperature: float | None = None) -> torch.Tensor:
+    """The cross-attention of each image's visual tokens for a concept, as xac computes it: (B, M).
+
+    The concept is encoded as its own text (there is no caption at inference time).
+    """
+    _, tokens = visual_token_embeddings(model, images)
+    c = F.normalize(model.encode_text(tokenizer([concept]).to(images.device)), dim=-1)[0]
+    t = math.sqrt(tokens.shape[-1]) if temperature is None else temperature
+    return (tokens @ c / t).softmax(dim=-1)
 
 
 def _content_ids(tokenizer, text: str) -> list[int]:
