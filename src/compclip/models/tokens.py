@@ -39,12 +39,7 @@ def visual_token_embeddings(model: torch.nn.Module, images: torch.Tensor) -> tup
         tokens = visual.head(trunk.head(trunk.head_drop(trunk.fc_norm(v))))
         return pooled, tokens
     if isinstance(visual, VisionTransformer) and visual.attn_pool is None:
-        was = visual.output_tokens
-        visual.output_tokens = True
-        try:
-            pooled, tokens = visual(images)
-        finally:
-            visual.output_tokens = was
+        pooled, tokens = _forward_with_tokens(visual, images)
         if visual.final_ln_after_pool:
             tokens = visual.ln_post(tokens)
         return pooled, tokens @ visual.proj if visual.proj is not None else tokens
@@ -68,16 +63,21 @@ def text_token_states(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch
         return project(pooled), states, project
     tower = getattr(model, "text", None)
     if isinstance(tower, TextTransformer) and tower.cls_emb is None:
-        was = tower.output_tokens
-        tower.output_tokens = True
-        try:
-            pooled, states = tower(text)
-        finally:
-            tower.output_tokens = was
+        pooled, states = _forward_with_tokens(tower, text)
         return pooled, states, _projector(tower.text_projection)
     raise TypeError(
         f"text token states are not available for {type(tower or model).__name__}: use concept mode 'separate'"
     )
+
+
+def _forward_with_tokens(tower: torch.nn.Module, x: torch.Tensor):
+    """Run an open_clip tower with `output_tokens` switched on for this call only."""
+    was = tower.output_tokens
+    tower.output_tokens = True
+    try:
+        return tower(x)
+    finally:
+        tower.output_tokens = was
 
 
 def _projector(projection) -> Callable[[torch.Tensor], torch.Tensor]:
