@@ -193,3 +193,40 @@ def test_torchrun_compclip_train_end_to_end(tmp_path):
     # each rank read its own half of the records: positions advance on both
     assert all(r["data"]["positions"] for r in state["ranks"])
     assert {s for r in state["ranks"] for s in r["data"]["positions"]} == {0, 1}
+
+
+def test_gradient_checkpointing_changes_nothing_but_memory(whole_batch, monkeypatch):
+    from compclip import models
+
+    original = models.load_model
+
+    def checkpointed(*args, **kwargs):
+        model, preprocess, tokenizer = original(*args, **kwargs)
+        model.set_grad_checkpointing(True)
+        return model, preprocess, tokenizer
+
+    monkeypatch.setattr(models, "load_model", checkpointed)
+    assert_same(dist_grads.compute(DistEnv()), whole_batch)
+
+
+def test_eval_hook_and_tensorboard(tmp_path):
+    from compclip.train import TrainConfig, train
+
+    data = make_dataset(tmp_path, n=16)
+    from compclip.concepts import build_store, iter_captions
+
+    build_store(iter_captions(data), tmp_path / "concepts")
+    calls = []
+
+    def hook(model, step):
+        calls.append((step, model.training))
+        return {"probe": float(step)}
+
+    cfg = TrainConfig(method="siglip", model="compclip-tiny-clip", train_data=str(data), out=str(tmp_path / "run"),
+                      batch_size=8, steps=4, lr=1e-4, workers=0, eval_every=2, optimizer="adamw", weight_decay=0.1)
+    train(cfg, eval_hook=hook)
+    assert calls == [(2, False), (4, False)]  # evaluated in eval mode, training resumes after
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r.get("eval/probe") for r in records] == [None, 2.0, None, 4.0]
+    assert set(records[0]) >= {"siglip", "loss", "lr", "images_per_s", "logit_scale", "epoch"}
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))

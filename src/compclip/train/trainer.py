@@ -317,6 +317,7 @@ class Trainer:
                       "lr": self.scheduler.get_last_lr()[-1], "logit_scale": self.model.logit_scale.exp().item(),
                       "images_per_s": per_step / seconds}
             if cfg.eval_every and self.eval_hook and self.step % cfg.eval_every == 0:
+                self.model.eval()
                 record.update({f"eval/{k}": v for k, v in self.eval_hook(self.model, self.step).items()})
                 self.model.train()
             if self.env.is_main and (self.step % cfg.log_every == 0 or self.step == cfg.steps):
