@@ -155,6 +155,61 @@ def attention(
     typer.echo(f"wrote {attention_figure(square.resize((224, 224), Image.BICUBIC), maps, concept, out)}")
 
 
+@app.command("eval")
+def eval_(
+    model: str = typer.Option(..., help="open_clip name, hf-hub: id, or compclip checkpoint folder."),
+    benchmark: str = typer.Option(..., help="Comma-separated: sugarcrepe, sugarcrepe_pp, winoground, ..."),
+    out: Path = typer.Option(..., help="Folder for <benchmark>.json results."),
+    pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file."),
+    data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA)."),
+    ties: str = typer.Option("strict", help="strict (a tie is wrong, as sugar-crepe) or clip_benchmark (argmax)."),
+    batch_size: int = typer.Option(64),
+    workers: int = typer.Option(2, help="DataLoader workers decoding images."),
+    cache: Path = typer.Option(None, help="Embedding cache folder, keyed by checkpoint hash and file."),
+    device: str = typer.Option("cpu"),
+) -> None:
+    """Evaluate a model on benchmarks; each unique image and caption is encoded once for all of them."""
+    from .eval import evaluate
+
+    records = evaluate(model, benchmark, out, pretrained, data_root, ties, batch_size, workers, cache, device)
+    for name, record in records.items():
+        headline = {k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}
+        flag = "" if record["complete"] else "  (incomplete)"
+        typer.echo(f"{name}: " + ", ".join(f"{k} {v:.4f}" for k, v in headline.items()) + flag)
+
+
+@app.command()
+def report(
+    results: list[Path] = typer.Argument(..., help="Result folders from `compclip eval`, one per model."),
+    out: Path = typer.Option(..., help="Folder for report.md, CSV tables and PNG plots."),
+) -> None:
+    """Tables (Markdown, CSV) in the layout of the C2LIP paper's Table 2, per-split tables and plots."""
+    from .eval import build_report
+
+    typer.echo(f"wrote {build_report(results, out)}")
+
+
+data_app = typer.Typer(help="Benchmark data: what each benchmark still lacks.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("check")
+def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root.")) -> None:
+    """List, per benchmark, the annotation files and images it still lacks."""
+    from .eval import REGISTRY
+    from .eval.base import data_root as resolve_root
+
+    root = resolve_root(data_root)
+    for name, bench in sorted(REGISTRY.items()):
+        lacks = bench.lacks(root)
+        if lacks:
+            typer.echo(f"{name}: missing {', '.join(str(p.relative_to(root)) for p in lacks)}")
+            continue
+        gone = [p for p in bench.images(root) if not p.is_file()]
+        shown = ", ".join(str(p.relative_to(root)) for p in gone[:3])
+        typer.echo(f"{name}: ready" if not gone else f"{name}: {len(gone)} images missing, e.g. {shown}")
+
+
 @app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="Where the demo writes its data, checkpoint and export."),

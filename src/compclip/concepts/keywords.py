@@ -56,3 +56,18 @@ def find_keywords(caption: str, classes=tuple(KEYWORDS)) -> list[tuple[str, str,
             raise ValueError(f"unknown keyword class {cls!r}; known: {', '.join(KEYWORDS)}")
         hits.extend((cls, m.group(1).lower(), m.start(1), m.end(1)) for m in _pattern(cls).finditer(caption))
     return sorted(hits, key=lambda h: (h[2], h[0]))
+
+
+def replacements(cls: str, keyword: str) -> list[str]:
+    """What a keyword may be swapped for: any other colour or COCO object; the fixed partner for
+    location and size (methods.md §2)."""
+    if cls in ("location", "size"):
+        return [(LOCATION_SWAPS if cls == "location" else SIZE_SWAPS)[keyword]]
+    return [k for k in KEYWORDS[cls] if k != keyword]
+
+
+def with_case_of(word: str, template: str) -> str:
+    """`word` capitalised like `template` ("Red" -> "Blue", "RED" -> "BLUE")."""
+    if template.isupper() and len(template) > 1:
+        return word.upper()
+    return word[:1].upper() + word[1:] if template[:1].isupper() else word

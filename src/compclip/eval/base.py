@@ -1,0 +1,103 @@
+"""What every benchmark shares: the data root, missing-image accounting, the result record.
+
+A benchmark reads its files from one data root (`--data-root` or `COMPCLIP_DATA`), asks the
+run's `Encoder` for embeddings, scores them with `protocols`, and returns metrics. Examples
+whose images are missing are left out *and reported*: the result is marked incomplete, with
+the count and the first missing files, so nothing leaves the denominator silently.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .encoder import Encoder
+
+MISSING_EXAMPLES = 5
+
+
+def data_root(root: str | os.PathLike | None = None) -> Path:
+    value = root or os.environ.get("COMPCLIP_DATA")
+    if not value:
+        raise ValueError("no data root: pass --data-root or set COMPCLIP_DATA")
+    return Path(value)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: missing (see `compclip data check`)") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: unreadable JSON ({e})") from None
+
+
+@dataclass
+class Missing:
+    """Images a benchmark needed and did not find (each file once, in the order met)."""
+
+    files: dict[str, None] = field(default_factory=dict)
+
+    def keep(self, paths: list[Path]) -> bool:
+        """True when every path exists; otherwise records the missing ones."""
+        gone = [str(p) for p in paths if not p.is_file()]
+        self.files.update(dict.fromkeys(gone))
+        return not gone
+
+    def report(self) -> dict[str, Any]:
+        return {"count": len(self.files), "examples": list(self.files)[:MISSING_EXAMPLES]}
+
+
+@dataclass
+class Result:
+    metrics: dict[str, Any]
+    missing: Missing
+    task: str
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing.files
+
+
+class Benchmark:
+    """Subclasses set `name`, `task` (CLIP_benchmark's task name) and implement `required` and `run`."""
+
+    name = ""
+    task = ""
+
+    def required(self, root: Path) -> list[Path]:
+        """Annotation files the benchmark cannot run without (images are checked per example)."""
+        raise NotImplementedError
+
+    def run(self, encoder: Encoder, root: Path, ties: str) -> Result:
+        raise NotImplementedError
+
+    def images(self, root: Path) -> list[Path]:
+        """Every image the benchmark reads (for `compclip data check`); folder-based ones list what is there."""
+        return []
+
+    def lacks(self, root: Path) -> list[Path]:
+        return [p for p in self.required(root) if not p.exists()]
+
+
+REGISTRY: dict[str, Benchmark] = {}
+
+
+def register(cls: type[Benchmark]) -> type[Benchmark]:
+    """Class decorator: make a benchmark available to `compclip eval --benchmark NAME`."""
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def accuracy(correct) -> dict[str, Any]:
+    n = int(correct.numel())
+    return {"acc": correct.float().mean().item() if n else float("nan"), "n": n}
+
+

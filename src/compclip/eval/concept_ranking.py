@@ -1,0 +1,57 @@
+"""Fine-grained concept understanding (Rösch et al.; methods.md §2): rank a caption against every
+permutation of one of its keywords (other colours, other COCO objects, the swapped location or
+size), top-1 accuracy per class. COCO val2017 captions and images; up to `max_per_class` captions
+per class, drawn with a fixed seed."""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from ..concepts.keywords import KEYWORDS, find_keywords, replacements, with_case_of
+from . import protocols
+from .base import Benchmark, Missing, Result, accuracy, mean, read_json, register
+from .sugarcrepe import coco_image
+
+
+@register
+class ConceptRanking(Benchmark):
+    name = "concept_ranking"
+    task = "image_caption_selection"
+    max_per_class = 500
+    seed = 0
+
+    def required(self, root):
+        return [root / "coco" / "captions_val2017.json"]
+
+    def examples(self, root) -> dict[str, list[tuple[str, list[str]]]]:
+        """Per class: (image file, [true caption, permutations...])."""
+        coco = read_json(root / "coco" / "captions_val2017.json")
+        files = {im["id"]: im["file_name"] for im in coco["images"]}
+        rng = random.Random(self.seed)
+        out = {}
+        for cls in KEYWORDS:
+            found = []
+            for ann in coco["annotations"]:
+                caption = ann["caption"].strip()
+                hit = next((h for h in find_keywords(caption, (cls,))), None)
+                if hit is not None:
+                    _, keyword, start, end = hit
+                    swaps = [caption[:start] + with_case_of(w, caption[start:end]) + caption[end:] for w in replacements(cls, keyword)]
+                    found.append((files[ann["image_id"]], [caption, *swaps]))
+            out[cls] = rng.sample(found, min(self.max_per_class, len(found)))
+        return out
+
+    def run(self, encoder, root, ties):
+        missing, metrics = Missing(), {}
+        for cls, examples in self.examples(root).items():
+            kept = [e for e in examples if missing.keep([coco_image(root, e[0])])]
+            images = encoder.images([coco_image(root, f) for f, _ in kept])
+            correct = []
+            for image, (_, options) in zip(images, kept):
+                scores = encoder.texts(options) @ image
+                correct.append(protocols.picks(scores[None], 0, ties)[0])
+            metrics[cls] = {**accuracy(torch.stack(correct) if correct else torch.zeros(0, dtype=torch.bool)),
+                            "options": len(kept[0][1]) if kept else 0}
+        metrics["overall"] = mean(metrics[c]["acc"] for c in KEYWORDS)
+        return Result(metrics, missing, self.task)

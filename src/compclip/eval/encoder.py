@@ -1,0 +1,116 @@
+"""Embeddings for evaluation: each unique image and caption encoded once per model and run.
+
+Benchmarks ask for embeddings of lists of image paths and captions; the encoder de-duplicates
+against everything it has encoded in this run, batches the rest through a DataLoader, and can
+keep them on disk keyed by the checkpoint's hash and each file (path, size, mtime).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch.utils.data import DataLoader, Dataset
+
+from ..data import decode_image
+from ..io import atomic_path
+from ..progress import progress
+
+log = logging.getLogger("compclip.eval")
+
+
+class _Images(Dataset):
+    def __init__(self, paths: Sequence[Path], preprocess: Callable):
+        self.paths, self.preprocess = list(paths), preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.preprocess(decode_image(self.paths[i]))
+
+
+def model_key(model: torch.nn.Module) -> str:
+    """A hash of the weights themselves (and the architecture), naming the model in the cache."""
+    digest = hashlib.sha256(json.dumps(getattr(model, "compclip_spec", {}).get("model_cfg"), sort_keys=True).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+class Encoder:
+    def __init__(self, model, preprocess, tokenizer, device="cpu", batch_size: int = 64, workers: int = 2, cache_dir: str | Path | None = None):
+        self.model, self.preprocess, self.tokenizer = model.eval(), preprocess, tokenizer
+        self.device, self.batch_size, self.workers = torch.device(device), batch_size, workers
+        self.cache = Path(cache_dir) / model_key(model) if cache_dir else None
+        self._images: dict[str, torch.Tensor] = {}
+        self._texts: dict[str, torch.Tensor] = {}
+        self.encoded = {"images": 0, "texts": 0}  # how many this encoder actually computed
+
+    # -- public -----------------------------------------------------------------------
+    def images(self, paths: Sequence[str | Path]) -> torch.Tensor:
+        """L2-normalised embeddings, one row per path (repeats allowed)."""
+        keys = [str(Path(p)) for p in paths]
+        self._fill(self._images, keys, "images", self._encode_images)
+        return torch.stack([self._images[k] for k in keys]) if keys else torch.empty(0)
+
+    def texts(self, captions: Sequence[str]) -> torch.Tensor:
+        keys = list(captions)
+        self._fill(self._texts, keys, "texts", self._encode_texts)
+        return torch.stack([self._texts[k] for k in keys]) if keys else torch.empty(0)
+
+    # -- internals --------------------------------------------------------------------
+    def _fill(self, memo: dict, keys: list[str], kind: str, encode: Callable[[list[str]], torch.Tensor]) -> None:
+        todo = [k for k in dict.fromkeys(keys) if k not in memo]
+        if not todo:
+            return
+        cached = self._load(kind, todo)
+        if cached is None:
+            embeddings = encode(todo)
+            self.encoded[kind] += len(todo)
+            self._save(kind, todo, embeddings)
+        else:
+            embeddings = cached
+        memo.update(zip(todo, embeddings))
+
+    def _cache_file(self, kind: str, keys: list[str]) -> Path:
+        if kind == "images":  # a file's identity: its path, size and modification time
+            ids = [f"{k}|{Path(k).stat().st_size}|{Path(k).stat().st_mtime_ns}" for k in keys]
+        else:
+            ids = keys
+        digest = hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return self.cache / f"{kind}-{digest}.safetensors"
+
+    def _load(self, kind: str, keys: list[str]) -> torch.Tensor | None:
+        if self.cache is None:
+            return None
+        file = self._cache_file(kind, keys)
+        return load_file(file)["embeddings"] if file.is_file() else None
+
+    def _save(self, kind: str, keys: list[str], embeddings: torch.Tensor) -> None:
+        if self.cache is None:
+            return
+        self.cache.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self._cache_file(kind, keys)) as tmp:
+            save_file({"embeddings": embeddings.contiguous()}, tmp)
+
+    @torch.no_grad()
+    def _encode_images(self, keys: list[str]) -> torch.Tensor:
+        loader = DataLoader(_Images([Path(k) for k in keys], self.preprocess), batch_size=self.batch_size, num_workers=self.workers)
+        rows = [F.normalize(self.model.encode_image(b.to(self.device)), dim=-1).float().cpu()
+                for b in progress(loader, "images", total=len(loader), unit="batch")]
+        return torch.cat(rows)
+
+    @torch.no_grad()
+    def _encode_texts(self, keys: list[str]) -> torch.Tensor:
+        rows = []
+        for start in progress(range(0, len(keys), self.batch_size * 4), "texts", total=-(-len(keys) // (self.batch_size * 4)), unit="batch"):
+            tokens = self.tokenizer(keys[start : start + self.batch_size * 4]).to(self.device)
+            rows.append(F.normalize(self.model.encode_text(tokens), dim=-1).float().cpu())
+        return torch.cat(rows)

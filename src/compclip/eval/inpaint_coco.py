@@ -1,0 +1,35 @@
+"""InpaintCOCO (Rösch et al.): a COCO image and its inpainted twin (one object, colour or size changed),
+with a caption for each; the 2×2 rule. Layout: `inpaint_coco/annotations.jsonl` with `coco_image`,
+`inpaint_image` (paths under `inpaint_coco/`), `coco_caption`, `inpaint_caption` and `category`."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from . import protocols
+from .base import Benchmark, Missing, Result, accuracy, mean, register
+
+
+@register
+class InpaintCOCO(Benchmark):
+    name = "inpaint_coco"
+    task = "image_caption_selection"
+
+    def required(self, root):
+        return [root / "inpaint_coco" / "annotations.jsonl"]
+
+    def run(self, encoder, root, ties):
+        base = root / "inpaint_coco"
+        records = [json.loads(line) for line in (base / "annotations.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+        missing = Missing()
+        kept = [r for r in records if missing.keep([base / r["coco_image"], base / r["inpaint_image"]])]
+        imgs = torch.stack([encoder.images([base / r[k] for r in kept]) for k in ("coco_image", "inpaint_image")], dim=1)
+        caps = torch.stack([encoder.texts([r[k] for r in kept]) for k in ("coco_caption", "inpaint_caption")], dim=1)
+        correct = protocols.inpaint(torch.einsum("nid,ncd->nic", imgs, caps), ties)
+        metrics = {}
+        for category in sorted({r.get("category", "all") for r in kept}):
+            mask = torch.tensor([r.get("category", "all") == category for r in kept])
+            metrics[category] = accuracy(correct[mask])
+        metrics["overall"] = mean(m["acc"] for m in metrics.values())
+        return Result(metrics, missing, self.task)

@@ -1,0 +1,75 @@
+"""The published scoring rules, as pure functions of similarity scores.
+
+Two tie rules: `strict` (sugar-crepe's `main_eval.py`: the right answer must score strictly
+higher, so a tie is wrong) and `clip_benchmark` (CLIP_benchmark's `argmax`: the first of
+equally scored options wins, so a tie goes to whichever option is listed first).
+"""
+from __future__ import annotations
+
+import torch
+
+TIES = ("strict", "clip_benchmark")
+
+
+def _check(ties: str) -> None:
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {TIES}, not {ties!r}")
+
+
+def picks(scores: torch.Tensor, target: torch.Tensor | int, ties: str = "strict") -> torch.Tensor:
+    """Whether each row's `target` option is the chosen one (rows of option scores)."""
+    _check(ties)
+    scores = torch.as_tensor(scores)
+    target = torch.as_tensor(target, device=scores.device).expand(scores.shape[0])
+    if ties == "clip_benchmark":
+        return scores.argmax(dim=-1) == target
+    chosen = scores.gather(1, target[:, None])
+    others = scores.clone()
+    others.scatter_(1, target[:, None], float("-inf"))
+    return chosen[:, 0] > others.max(dim=-1).values
+
+
+def pair_accuracy(positive: torch.Tensor, negative: torch.Tensor, ties: str = "strict") -> torch.Tensor:
+    """SugarCrepe: correct iff s(image, true) beats s(image, false); the true caption is listed first."""
+    return picks(torch.stack([torch.as_tensor(positive), torch.as_tensor(negative)], dim=1), 0, ties)
+
+
+def itt(p1: torch.Tensor, p2: torch.Tensor, n: torch.Tensor, ties: str = "strict") -> torch.Tensor:
+    """SugarCrepe++ image-to-text: s(I,P1) > s(I,N) and s(I,P2) > s(I,N)."""
+    return pair_accuracy(p1, n, ties) & pair_accuracy(p2, n, ties)
+
+
+def tot(p1p2: torch.Tensor, p1n: torch.Tensor, p2n: torch.Tensor, ties: str = "strict") -> torch.Tensor:
+    """SugarCrepe++ text-only: s(P1,P2) > s(P1,N) and s(P1,P2) > s(P2,N)."""
+    return pair_accuracy(p1p2, p1n, ties) & pair_accuracy(p1p2, p2n, ties)
+
+
+def winoground(s: torch.Tensor, ties: str = "strict") -> dict[str, torch.Tensor]:
+    """Winoground on (N, 2 captions, 2 images) scores s[n, c, i]: text, image and group scores.
+
+    text: each image prefers its own caption; image: each caption prefers its own image.
+    """
+    by_image = s.transpose(1, 2)  # [n, image, caption]
+    text = picks(by_image[:, 0], 0, ties) & picks(by_image[:, 1], 1, ties)
+    image = picks(s[:, 0], 0, ties) & picks(s[:, 1], 1, ties)
+    return {"text": text, "image": image, "group": text & image}
+
+
+def inpaint(s: torch.Tensor, ties: str = "strict") -> torch.Tensor:
+    """InpaintCOCO's 2×2 rule on s[n, image, caption] (0 original, 1 inpainted):
+    s(i_o,t_o) > s(i_i,t_o) and s(i_i,t_i) > s(i_o,t_i)."""
+    return picks(s[:, :, 0], 0, ties) & picks(s[:, :, 1], 1, ties)
+
+
+def recall_at_k(scores: torch.Tensor, positives: torch.Tensor, ks=(1, 5, 10), ties: str = "strict") -> dict[int, float]:
+    """Recall@k for queries (rows) over a gallery (columns), `positives[q, g]` True for matches.
+
+    A query counts at k if one of its matches ranks in the top k. strict: every other item
+    scoring at least as high ranks above the match; clip_benchmark: only items scoring higher
+    do (ties go to the match).
+    """
+    _check(ties)
+    best = scores.masked_fill(~positives, float("-inf")).max(dim=1, keepdim=True).values
+    above = (scores >= best) if ties == "strict" else (scores > best)
+    rank = (above & ~positives).sum(dim=1) if ties == "strict" else above.sum(dim=1)
+    return {k: (rank < k).float().mean().item() for k in ks}

@@ -1,0 +1,126 @@
+"""`compclip report`: result folders in, Markdown and CSV tables and PNG plots out.
+
+The summary table follows the C2LIP paper's Table 2: one row per model; SugarCrepe add /
+replace / swap, SugarCrepe++ replace and swap (ITT, TOT), zero-shot, retrieval, average.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..io import atomic_path
+
+SUMMARY = {  # column: (benchmark, metric key)
+    "SC add": ("sugarcrepe", "add"),
+    "SC replace": ("sugarcrepe", "replace"),
+    "SC swap": ("sugarcrepe", "swap"),
+    "SC++ replace ITT": ("sugarcrepe_pp", "replace_itt"),
+    "SC++ replace TOT": ("sugarcrepe_pp", "replace_tot"),
+    "SC++ swap ITT": ("sugarcrepe_pp", "swap_itt"),
+    "SC++ swap TOT": ("sugarcrepe_pp", "swap_tot"),
+    "zero-shot": ("zeroshot", "overall"),
+    "retrieval R@5": ("retrieval", "mean_recall@5"),
+}
+
+
+def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{model label: {benchmark: record}}; the label is the folder's name."""
+    results = {}
+    for folder in map(Path, folders):
+        files = sorted(folder.glob("*.json"))
+        if not files:
+            raise FileNotFoundError(f"{folder}: no result files (<benchmark>.json)")
+        results[folder.name] = {f.stem: json.loads(f.read_text()) for f in files}
+    return results
+
+
+def _value(metric: Any) -> float:
+    if isinstance(metric, dict):
+        metric = metric.get("acc", float("nan"))
+    return float(metric) * 100 if isinstance(metric, (int, float)) else float("nan")
+
+
+def summary_table(results) -> pd.DataFrame:
+    rows = {}
+    for model, records in results.items():
+        row = {col: _value(records.get(b, {}).get("metrics", {}).get(k, float("nan"))) for col, (b, k) in SUMMARY.items()}
+        present = [v for v in row.values() if not math.isnan(v)]
+        row["average"] = sum(present) / len(present) if present else float("nan")
+        rows[model] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def split_tables(results) -> dict[str, pd.DataFrame]:
+    """Per benchmark: one row per model, one column per split (accuracy, or each numeric metric)."""
+    tables: dict[str, dict[str, dict[str, float]]] = {}
+    for model, records in results.items():
+        for bench, record in records.items():
+            row = {}
+            for split, metric in record.get("metrics", {}).items():
+                if isinstance(metric, dict):
+                    for key, value in metric.items():
+                        if key in ("acc", "itt", "tot", "text", "image", "group") or "recall@" in key:
+                            row[split if key == "acc" else f"{split} {key}"] = float(value) * 100
+                elif isinstance(metric, (int, float)) and split != "n":
+                    row[split] = float(metric) * 100
+            tables.setdefault(bench, {})[model] = row
+    return {b: pd.DataFrame.from_dict(t, orient="index") for b, t in tables.items()}
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    cols = ["model", *df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+    for model, row in df.iterrows():
+        cells = ["—" if isinstance(v, float) and math.isnan(v) else f"{v:.1f}" for v in row]
+        lines.append("| " + " | ".join([str(model), *cells]) + " |")
+    return "\n".join(lines)
+
+
+def _plot(df: pd.DataFrame, title: str, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = df.dropna(axis=1, how="all")
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(df.columns) + 2), 3.6))
+    width = 0.8 / max(1, len(df))
+    for i, (model, row) in enumerate(df.iterrows()):
+        ax.bar([x + i * width for x in range(len(df.columns))], row.values, width, label=str(model))
+    ax.set_xticks([x + width * (len(df) - 1) / 2 for x in range(len(df.columns))])
+    ax.set_xticklabels(df.columns, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("%")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def build_report(folders: list[str | Path], out: str | Path) -> Path:
+    """Write `OUT/report.md`, `OUT/summary.csv`, `OUT/<benchmark>.csv` and `OUT/<benchmark>.png`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = load_results(folders)
+    summary = summary_table(results)
+    parts = ["# Results", "", "Accuracies and recalls in %. SC = SugarCrepe, ITT = image-to-text, TOT = text-only.", "",
+             _markdown(summary), ""]
+    with atomic_path(out / "summary.csv") as tmp:
+        summary.to_csv(tmp, float_format="%.2f")
+    incomplete = [f"{m}/{b}" for m, recs in results.items() for b, r in recs.items() if not r.get("complete", True)]
+    if incomplete:
+        parts += [f"Incomplete (missing images or files): {', '.join(incomplete)}.", ""]
+    for bench, table in split_tables(results).items():
+        with atomic_path(out / f"{bench}.csv") as tmp:
+            table.to_csv(tmp, float_format="%.2f")
+        _plot(table, bench, out / f"{bench}.png")
+        ties = {r[bench].get("ties") for r in results.values() if bench in r}
+        parts += [f"## {bench}", "", f"Ties: {', '.join(sorted(t for t in ties if t))}.", "", _markdown(table), "", f"![{bench}]({bench}.png)", ""]
+    with atomic_path(out / "report.md") as tmp:
+        tmp.write_text("\n".join(parts), encoding="utf-8")
+    return out / "report.md"

@@ -1,0 +1,221 @@
+"""The evaluation harness: every protocol against brute force on hand-built scores (ties included),
+the real SugarCrepe / SugarCrepe++ files over generated stand-in images, real Flickr8k retrieval."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from compclip.eval import protocols
+from compclip.eval.base import REGISTRY
+
+from conftest import shared_data
+
+# ---- protocols on hand-built scores ---------------------------------------------------
+
+
+def test_pairs_with_ties():
+    pos = torch.tensor([0.5, 0.3, 0.3, 0.1])
+    neg = torch.tensor([0.4, 0.3, 0.5, 0.1])
+    assert protocols.pair_accuracy(pos, neg, "strict").tolist() == [True, False, False, False]
+    assert protocols.pair_accuracy(pos, neg, "clip_benchmark").tolist() == [True, True, False, True]
+
+
+def brute_pick(row, target, ties):
+    if ties == "strict":
+        return all(row[target] > v for j, v in enumerate(row) if j != target)
+    best = max(row)
+    return row.index(best) == target  # list.index: the first of equal maxima
+
+
+@pytest.mark.parametrize("ties", protocols.TIES)
+def test_picks_against_brute_force(ties):
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 4, (300, 5), generator=g).float()  # small integers: many ties
+    target = torch.randint(0, 5, (300,), generator=g)
+    expected = [brute_pick(r, int(t), ties) for r, t in zip(scores.tolist(), target)]
+    assert protocols.picks(scores, target, ties).tolist() == expected
+
+
+@pytest.mark.parametrize("ties", protocols.TIES)
+def test_itt_tot_winoground_inpaint_against_brute_force(ties):
+    g = torch.Generator().manual_seed(1)
+    s = torch.randint(0, 3, (400, 2, 2), generator=g).float()
+    gt = lambda a, b: a > b if ties == "strict" else a >= b  # noqa: E731  (the right answer listed first)
+    itt = protocols.itt(s[:, 0, 0], s[:, 0, 1], s[:, 1, 0], ties)
+    assert itt.tolist() == [gt(a, c) and gt(b, c) for a, b, c in zip(s[:, 0, 0].tolist(), s[:, 0, 1].tolist(), s[:, 1, 0].tolist())]
+    tot = protocols.tot(s[:, 0, 0], s[:, 0, 1], s[:, 1, 0], ties)
+    assert tot.tolist() == [gt(a, b) and gt(a, c) for a, b, c in zip(s[:, 0, 0].tolist(), s[:, 0, 1].tolist(), s[:, 1, 0].tolist())]
+    wino = protocols.winoground(s, ties)  # s[n, caption, image]
+    for n, (c0, c1) in enumerate(s.tolist()):
+        text = brute_pick([c0[0], c1[0]], 0, ties) and brute_pick([c0[1], c1[1]], 1, ties)
+        image = brute_pick([c0[0], c0[1]], 0, ties) and brute_pick([c1[0], c1[1]], 1, ties)
+        assert (wino["text"][n].item(), wino["image"][n].item(), wino["group"][n].item()) == (text, image, text and image)
+    inpaint = protocols.inpaint(s, ties)  # s[n, image, caption]
+    for n, ((oo, oi), (io, ii)) in enumerate(s.tolist()):
+        assert inpaint[n].item() == (brute_pick([oo, io], 0, ties) and brute_pick([oi, ii], 1, ties))
+
+
+@pytest.mark.parametrize("ties", protocols.TIES)
+def test_recall_at_k_against_brute_force(ties):
+    g = torch.Generator().manual_seed(2)
+    scores = torch.randint(0, 6, (60, 20), generator=g).float()
+    owner = torch.randint(0, 20, (60,), generator=g)
+    positives = owner[:, None] == torch.arange(20)[None, :]
+    got = protocols.recall_at_k(scores, positives, (1, 5, 10), ties)
+    for k in (1, 5, 10):
+        hits = 0
+        for q in range(60):
+            mine = scores[q, owner[q]].item()
+            ahead = sum(1 for j in range(20) if j != owner[q] and (scores[q, j] >= mine if ties == "strict" else scores[q, j] > mine))
+            hits += ahead < k
+        assert got[k] == pytest.approx(hits / 60)
+
+
+# ---- real annotation files with stand-in images ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    """SugarCrepe(++) annotations as published, stand-in images under their real COCO names."""
+    root = tmp_path_factory.mktemp("data")
+    for name in ("sugarcrepe", "sugarcrepe_pp"):
+        (root / name).symlink_to(shared_data(name))
+    names = {r["filename"] for f in shared_data("sugarcrepe").glob("*.json") for r in json.loads(f.read_text()).values()}
+    names |= {r["filename"] for f in shared_data("sugarcrepe_pp").glob("*.json") for r in json.loads(f.read_text())}
+    images = root / "coco" / "val2017"
+    images.mkdir(parents=True)
+    for name in sorted(names):
+        seed = int(name.split(".")[0])
+        Image.new("RGB", (32, 24), ((seed * 37) % 256, (seed * 91) % 256, (seed * 13) % 256)).save(images / name)
+    (root / "retrieval").mkdir()
+    (root / "retrieval" / "flickr8k_1k").symlink_to(shared_data("flickr8k_1k"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from compclip.models import load_model
+
+    torch.manual_seed(0)
+    return load_model("compclip-tiny-clip")
+
+
+def embed(model, preprocess, tokenizer, root, filename, texts):
+    """Brute force: one example at a time, no de-duplication, no cache."""
+    with torch.no_grad():
+        image = F.normalize(model.encode_image(preprocess(Image.open(root / "coco" / "val2017" / filename).convert("RGB"))[None]), dim=-1)[0]
+        return image, F.normalize(model.encode_text(tokenizer(texts)), dim=-1)
+
+
+def test_sugarcrepe_and_pp_against_per_example_brute_force(data_root, tiny):
+    from compclip.eval import Encoder
+
+    model, preprocess, tokenizer = tiny
+    encoder = Encoder(model, preprocess, tokenizer, workers=0)
+    sc = REGISTRY["sugarcrepe"].run(encoder, data_root, "strict")
+    pp = REGISTRY["sugarcrepe_pp"].run(encoder, data_root, "strict")
+    assert sc.complete and pp.complete
+    splits = ("add_obj", "add_att", "replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")
+    assert sum(sc.metrics[s]["n"] for s in splits) == 7511
+    # SugarCrepe's and SugarCrepe++'s images overlap: each unique image is encoded once for both
+    assert encoder.encoded["images"] == len(list((data_root / "coco" / "val2017").iterdir()))
+    assert sc.metrics["swap"] == pytest.approx((sc.metrics["swap_obj"]["acc"] + sc.metrics["swap_att"]["acc"]) / 2)
+    records = list(json.loads((data_root / "sugarcrepe" / "swap_att.json").read_text()).values())
+    correct = 0
+    for r in records:
+        image, (pos, neg) = embed(model, preprocess, tokenizer, data_root, r["filename"], [r["caption"], r["negative_caption"]])
+        correct += float(image @ pos) > float(image @ neg)
+    assert sc.metrics["swap_att"]["acc"] == pytest.approx(correct / len(records), abs=1.01 / len(records))
+    records = json.loads((data_root / "sugarcrepe_pp" / "swap_att.json").read_text())
+    itt = tot = 0
+    for r in records:
+        image, (p1, p2, n) = embed(model, preprocess, tokenizer, data_root, r["filename"], [r["caption"], r["caption2"], r["negative_caption"]])
+        itt += float(image @ p1) > float(image @ n) and float(image @ p2) > float(image @ n)
+        tot += float(p1 @ p2) > float(p1 @ n) and float(p1 @ p2) > float(p2 @ n)
+    assert pp.metrics["swap_att"]["itt"] == pytest.approx(itt / len(records), abs=1.01 / len(records))
+    assert pp.metrics["swap_att"]["tot"] == pytest.approx(tot / len(records), abs=1.01 / len(records))
+
+
+def test_embedding_cache_is_read_back(data_root, tiny, tmp_path):
+    from compclip.eval import Encoder
+
+    first = Encoder(*tiny, workers=0, cache_dir=tmp_path)
+    a = REGISTRY["sugarcrepe_pp"].run(first, data_root, "strict")
+    second = Encoder(*tiny, workers=0, cache_dir=tmp_path)
+    b = REGISTRY["sugarcrepe_pp"].run(second, data_root, "strict")
+    assert first.encoded["images"] > 0 and second.encoded == {"images": 0, "texts": 0}
+    assert a.metrics == b.metrics
+
+
+def test_missing_images_are_reported_not_dropped_silently(data_root, tiny, tmp_path):
+    from compclip.eval import Encoder
+
+    root = tmp_path / "partial"
+    (root / "coco" / "val2017").mkdir(parents=True)
+    (root / "sugarcrepe").symlink_to(data_root / "sugarcrepe")
+    kept = sorted((data_root / "coco" / "val2017").iterdir())[:200]
+    for p in kept:
+        (root / "coco" / "val2017" / p.name).symlink_to(p)
+    result = REGISTRY["sugarcrepe"].run(Encoder(*tiny, workers=0), root, "strict")
+    assert not result.complete
+    report = result.missing.report()
+    total = len({r["filename"] for f in (root / "sugarcrepe").glob("*.json") for r in json.loads(f.read_text()).values()})
+    assert report["count"] == total - 200 and len(report["examples"]) == 5
+    for split, m in result.metrics.items():
+        if isinstance(m, dict):
+            records = json.loads((root / "sugarcrepe" / f"{split}.json").read_text())
+            assert m["n"] + m["n_missing"] == len(records)
+
+
+def test_flickr8k_retrieval_against_brute_force(data_root, tiny):
+    from compclip.eval import Encoder
+
+    model, preprocess, tokenizer = tiny
+    encoder = Encoder(model, preprocess, tokenizer, workers=2)
+    result = REGISTRY["retrieval"].run(encoder, data_root, "strict")
+    m = result.metrics["flickr8k_1k"]
+    assert (m["images"], m["captions"]) == (1000, 5000) and result.complete
+    rows = [line.split(",", 1) for line in (data_root / "retrieval" / "flickr8k_1k" / "captions.csv").read_text().splitlines()[1:]]
+    names = list(dict.fromkeys(r[0] for r in rows))
+    folder = data_root / "retrieval" / "flickr8k_1k" / "images"
+    with torch.no_grad():
+        images = torch.cat([F.normalize(model.encode_image(torch.stack([preprocess(Image.open(folder / n).convert("RGB")) for n in names[i:i + 100]])), dim=-1) for i in range(0, 1000, 100)])
+        texts = torch.cat([F.normalize(model.encode_text(tokenizer([r[1] for r in rows[i:i + 500]])), dim=-1) for i in range(0, 5000, 500)])
+    sims = texts @ images.T
+    owner = torch.tensor([names.index(r[0]) for r in rows])
+    for k in (1, 5, 10):
+        t2i = sum(int((sims[q] >= sims[q, owner[q]]).sum()) - 1 < k for q in range(5000)) / 5000
+        i2t = sum(int((sims[:, i] >= sims[owner == i, i].max()).sum() - (sims[owner == i, i] >= sims[owner == i, i].max()).sum()) < k for i in range(1000)) / 1000
+        assert m[f"image_retrieval_recall@{k}"] == pytest.approx(t2i, abs=2e-3)
+        assert m[f"text_retrieval_recall@{k}"] == pytest.approx(i2t, abs=2e-3)
+
+
+def test_cli_eval_writes_clip_benchmark_records_and_report(data_root, tmp_path):
+    from compclip.models import load_model, save_checkpoint
+
+    model, _, _ = load_model("compclip-tiny-siglip")
+    save_checkpoint(model, tmp_path / "ckpt")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COMPCLIP_DATA": str(data_root)}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "compclip", "-q", *a], capture_output=True, text=True, env=env)  # noqa: E731
+    for label, ties in (("a", "strict"), ("b", "clip_benchmark")):
+        result = run("eval", "--model", str(tmp_path / "ckpt"), "--benchmark", "sugarcrepe,sugarcrepe_pp,winoground",
+                     "--out", str(tmp_path / label), "--ties", ties, "--cache", str(tmp_path / "cache"))
+        assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((tmp_path / "a" / "sugarcrepe.json").read_text())
+    assert {"dataset", "model", "pretrained", "task", "metrics"} <= set(record) and record["task"] == "image_caption_selection"
+    assert record["ties"] == "strict" and record["complete"] and set(record["metrics"]["add_att"]) == {"acc", "n", "n_missing"}
+    missing = json.loads((tmp_path / "a" / "winoground.json").read_text())
+    assert missing["complete"] is False and missing["missing_files"][0].endswith("winoground/examples.jsonl")
+    assert list((tmp_path / "cache").glob("*/images-*.safetensors"))  # the second run read these
+    rep = run("report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "report"))
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| a |" in text and "| b |" in text and "SC++ swap ITT" in text
+    assert (tmp_path / "report" / "sugarcrepe.png").stat().st_size > 1000
+    check = run("data", "check")
+    assert "sugarcrepe: ready" in check.stdout and "winoground: missing winoground/examples.jsonl" in check.stdout
