@@ -221,3 +221,14 @@ def test_attention_command_draws_two_models_and_their_difference(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     with Image.open(tmp_path / "map.png") as png:
         assert png.width > 3 * png.height  # four panels side by side
+
+
+def test_short_text_encoder_equals_encode_text():
+    from compclip.models.tokens import short_text_encoder
+
+    model, _, tokenizer = load_model("compclip-tiny-clip")
+    text = tokenizer(["a dog", "a red couch next to a white table in a bright room", "two"])
+    with torch.no_grad():
+        assert torch.allclose(short_text_encoder(model)(text), model.encode_text(text), atol=1e-5)
+    siglip, _, _ = load_model("compclip-tiny-siglip")
+    assert short_text_encoder(siglip) is None  # attends both ways: padding matters

@@ -189,8 +189,21 @@ def report(
     typer.echo(f"wrote {build_report(results, out)}")
 
 
-data_app = typer.Typer(help="Benchmark data: what each benchmark still lacks.", no_args_is_help=True)
+data_app = typer.Typer(help="Benchmark data: download it, and list what each benchmark still lacks.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+
+
+@data_app.command("download")
+def data_download(
+    name: str = typer.Argument(..., help="sugarcrepe, sugarcrepe_pp, coco_val2017 or coco_captions."),
+    data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root."),
+) -> None:
+    """Fetch a dataset's official public files: resumable, verified by SHA-256."""
+    from .eval.base import data_root as resolve_root
+    from .eval.download import download
+
+    for path in download(name, resolve_root(data_root)):
+        typer.echo(f"ok {path}")
 
 
 @data_app.command("check")

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..data import decode_image
 from ..io import atomic_path
+from ..models.tokens import short_text_encoder
 from ..progress import progress
 
 log = logging.getLogger("compclip.eval")
@@ -109,8 +110,16 @@ class Encoder:
 
     @torch.no_grad()
     def _encode_texts(self, keys: list[str]) -> torch.Tensor:
-        rows = []
-        for start in progress(range(0, len(keys), self.batch_size * 4), "texts", total=-(-len(keys) // (self.batch_size * 4)), unit="batch"):
-            tokens = self.tokenizer(keys[start : start + self.batch_size * 4]).to(self.device)
-            rows.append(F.normalize(self.model.encode_text(tokens), dim=-1).float().cpu())
-        return torch.cat(rows)
+        """Texts in batches of similar length; causal towers then skip the padding (`short_text_encoder`)."""
+        encode = short_text_encoder(self.model) or self.model.encode_text
+        tokens = self.tokenizer(keys)
+        order = torch.argsort((tokens != 0).sum(dim=1), stable=True)
+        out = torch.empty(len(keys), 0)
+        step = self.batch_size * 4
+        for start in progress(range(0, len(keys), step), "texts", total=-(-len(keys) // step), unit="batch"):
+            index = order[start : start + step]
+            rows = F.normalize(encode(tokens[index].to(self.device)), dim=-1).float().cpu()
+            if out.shape[1] == 0:
+                out = torch.empty(len(keys), rows.shape[1])
+            out[index] = rows
+        return out

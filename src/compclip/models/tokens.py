@@ -70,6 +70,37 @@ def text_token_states(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch
     )
 
 
+def short_text_encoder(model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """`encode_text` for token batches cut after their longest text, where cutting cannot change
+    the result: a causal text tower pooled at the end-of-text token (CLIP). None otherwise
+    (SigLIP's towers attend both ways and pool the last position)."""
+    if isinstance(model, CLIP):
+        tower, pool, eos = model, model.text_pool_type, getattr(model, "text_eos_id", None)
+        positional, mask, projection = model.positional_embedding, model.attn_mask, model.text_projection
+    elif isinstance(getattr(model, "text", None), TextTransformer):
+        tower = model.text
+        if tower.cls_emb is not None or tower.use_pad_mask:
+            return None
+        pool, eos = tower.pool_type, getattr(tower, "eos_id", None)
+        positional, mask, projection = tower.positional_embedding, tower.attn_mask, tower.text_projection
+    else:
+        return None
+    if mask is None or pool not in ("argmax", "eos"):
+        return None
+    project = _projector(projection)
+
+    def encode(text: torch.Tensor) -> torch.Tensor:
+        ends = text.argmax(dim=-1) if pool == "argmax" else (text == eos).int().argmax(dim=-1)
+        n = int(ends.max()) + 1
+        text = text[:, :n]
+        cast_dtype = tower.transformer.get_cast_dtype()
+        x = tower.token_embedding(text).to(cast_dtype) + positional[:n].to(cast_dtype)
+        x = tower.ln_final(tower.transformer(x, attn_mask=mask[:n, :n]))
+        return project(text_global_pool(x, text, pool, eos_token_id=eos))
+
+    return encode
+
+
 def _forward_with_tokens(tower: torch.nn.Module, x: torch.Tensor):
     """Run an open_clip tower with `output_tokens` switched on for this call only."""
     was = tower.output_tokens

@@ -1,0 +1,98 @@
+"""compclip eval against CLIP_benchmark on all 7 SugarCrepe splits: same model, same images.
+
+The model is open_clip's ViT-S-32 with random weights (fixed seed), saved as a compclip
+checkpoint and exported to a plain open_clip file that CLIP_benchmark loads. The images are
+generated stand-ins saved under SugarCrepe's real COCO file names (no COCO images exist
+here). CLIP_benchmark runs as its users run it (`clip_benchmark eval --dataset sugar_crepe`,
+no AMP so both compute in fp32); compclip as `compclip eval --ties clip_benchmark`. The
+script asserts identical per-split accuracies and prints both wall times and the ratio.
+Target (issue 5): compclip >= 3x faster than CLIP_benchmark.
+
+Needs the `bench` extra: .venv/bin/pip install -e '.[bench]'
+Run: .venv/bin/python benchmarks/eval_vs_clip_benchmark.py [--workdir /tmp/evalbench]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from PIL import Image
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SPLITS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+BIN = Path(sys.executable).parent
+
+
+def prepare(work: Path) -> tuple[Path, Path, Path]:
+    """Stand-in images, a compclip data root, a CLIP_benchmark root, and the model files."""
+    images = work / "data" / "coco" / "val2017"
+    if not images.is_dir():
+        images.mkdir(parents=True)
+        names = {r["filename"] for s in SPLITS for r in json.loads((SHARED / "sugarcrepe" / f"{s}.json").read_text()).values()}
+        for name in sorted(names):
+            seed = int(name.split(".")[0])
+            img = Image.effect_noise((320, 240), 40 + seed % 50).convert("RGB")
+            img.paste(((seed * 37) % 256, (seed * 91) % 256, (seed * 13) % 256), (seed % 200, seed % 120, seed % 200 + 90, seed % 120 + 90))
+            img.save(images / name, quality=90)
+        (work / "data" / "sugarcrepe").symlink_to(SHARED / "sugarcrepe")
+    cb_root = work / "clip_benchmark_root"
+    if not cb_root.is_dir():
+        cb_root.mkdir()
+        (cb_root / "val2017").symlink_to(images)
+        for s in SPLITS:
+            (cb_root / f"{s}.json").symlink_to(SHARED / "sugarcrepe" / f"{s}.json")
+    ckpt, exported = work / "vit-s-32-random", work / "vit-s-32-random.safetensors"
+    if not exported.is_file():
+        code = (
+            "import torch; from compclip.models import load_model, save_checkpoint, export_open_clip; "
+            "torch.manual_seed(0); m, _, _ = load_model('ViT-S-32'); "
+            f"save_checkpoint(m, {str(ckpt)!r}); export_open_clip({str(ckpt)!r}, {str(exported)!r})"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True)
+    return work / "data", cb_root, exported
+
+
+def timed(cmd: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/compclip-evalbench"))
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    work = args.workdir
+    work.mkdir(parents=True, exist_ok=True)
+    data, cb_root, exported = prepare(work)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    cb_out = work / "clip_benchmark_out"
+    cb_out.mkdir(exist_ok=True)
+    cb_seconds = timed([str(BIN / "clip_benchmark"), "eval", "--dataset", "sugar_crepe", "--dataset_root", str(cb_root),
+                        "--model", "ViT-S-32", "--pretrained", str(exported), "--no_amp", "--batch_size", str(args.batch_size),
+                        "--num_workers", str(args.workers), "--output", str(cb_out / "{dataset}.json")], env)
+    ours_out = work / "compclip_out"
+    ours_seconds = timed([str(BIN / "compclip"), "-q", "eval", "--model", "ViT-S-32", "--pretrained", str(exported),
+                          "--benchmark", "sugarcrepe", "--data-root", str(data), "--ties", "clip_benchmark",
+                          "--batch-size", str(args.batch_size), "--workers", str(args.workers), "--out", str(ours_out)], env)
+
+    ours = json.loads((ours_out / "sugarcrepe.json").read_text())["metrics"]
+    print(f"{'split':12s} {'CLIP_benchmark':>15s} {'compclip':>10s}")
+    for split in SPLITS:
+        theirs = json.loads((cb_out / f"sugar_crepe_{split}.json").read_text())["metrics"]["acc"]
+        mine = ours[split]["acc"]
+        print(f"{split:12s} {theirs:15.4f} {mine:10.4f}")
+        assert abs(theirs - mine) < 1e-9, f"{split}: CLIP_benchmark {theirs} != compclip {mine}"
+    print(f"CLIP_benchmark {cb_seconds:8.1f} s")
+    print(f"compclip       {ours_seconds:8.1f} s")
+    print(f"speed-up       {cb_seconds / ours_seconds:8.2f}x  (target >= 3x)")
+
+
+if __name__ == "__main__":
+    main()
