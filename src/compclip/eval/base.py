@@ -96,6 +96,20 @@ def mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def first_option_wins(encoder: Encoder, images, options: list[list[str]], ties: str):
+    """For each image, whether its first caption option beats the others; all texts encoded in one call."""
+    import torch
+
+    from . import protocols
+
+    flat = encoder.texts([o for opts in options for o in opts])
+    correct, start = [], 0
+    for image, opts in zip(images, options):
+        correct.append(protocols.picks((flat[start : start + len(opts)] @ image)[None], 0, ties)[0])
+        start += len(opts)
+    return torch.stack(correct) if correct else torch.zeros(0, dtype=torch.bool)
+
+
 def accuracy(correct) -> dict[str, Any]:
     n = int(correct.numel())
     return {"acc": correct.float().mean().item() if n else float("nan"), "n": n}

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import random
 
-import torch
-
 from ..concepts.keywords import KEYWORDS, find_keywords, replacements, with_case_of
-from . import protocols
-from .base import Benchmark, Missing, Result, accuracy, mean, read_json, register
+from .base import Benchmark, Missing, Result, accuracy, first_option_wins, mean, read_json, register
 from .sugarcrepe import coco_image
 
 
@@ -47,11 +44,7 @@ class ConceptRanking(Benchmark):
         for cls, examples in self.examples(root).items():
             kept = [e for e in examples if missing.keep([coco_image(root, e[0])])]
             images = encoder.images([coco_image(root, f) for f, _ in kept])
-            correct = []
-            for image, (_, options) in zip(images, kept):
-                scores = encoder.texts(options) @ image
-                correct.append(protocols.picks(scores[None], 0, ties)[0])
-            metrics[cls] = {**accuracy(torch.stack(correct) if correct else torch.zeros(0, dtype=torch.bool)),
-                            "options": len(kept[0][1]) if kept else 0}
+            correct = first_option_wins(encoder, images, [options for _, options in kept], ties)
+            metrics[cls] = {**accuracy(correct), "options": len(kept[0][1]) if kept else 0}
         metrics["overall"] = mean(metrics[c]["acc"] for c in KEYWORDS)
         return Result(metrics, missing, self.task)

@@ -25,15 +25,29 @@ from ..progress import progress
 log = logging.getLogger("compclip.eval")
 
 
+Box = tuple[float, float, float, float]  # left, top, right, bottom: a crop (ARO's regions)
+
+
+def _image_key(path: str | Path, box: Box | None) -> str:
+    return str(Path(path)) if box is None else f"{Path(path)}#{','.join(map(str, box))}"
+
+
+def _split_key(key: str) -> tuple[Path, Box | None]:
+    path, _, box = key.partition("#")
+    return Path(path), tuple(float(v) for v in box.split(",")) if box else None
+
+
 class _Images(Dataset):
-    def __init__(self, paths: Sequence[Path], preprocess: Callable):
-        self.paths, self.preprocess = list(paths), preprocess
+    def __init__(self, keys: Sequence[str], preprocess: Callable):
+        self.keys, self.preprocess = list(keys), preprocess
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.keys)
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        return self.preprocess(decode_image(self.paths[i]))
+        path, box = _split_key(self.keys[i])
+        image = decode_image(path)
+        return self.preprocess(image.crop(box) if box else image)
 
 
 def model_key(model: torch.nn.Module) -> str:
@@ -55,9 +69,9 @@ class Encoder:
         self.encoded = {"images": 0, "texts": 0}  # how many this encoder actually computed
 
     # -- public -----------------------------------------------------------------------
-    def images(self, paths: Sequence[str | Path]) -> torch.Tensor:
-        """L2-normalised embeddings, one row per path (repeats allowed)."""
-        keys = [str(Path(p)) for p in paths]
+    def images(self, paths: Sequence[str | Path], boxes: Sequence[Box] | None = None) -> torch.Tensor:
+        """L2-normalised embeddings, one row per path (repeats allowed), of the image or its `boxes` crop."""
+        keys = [_image_key(p, b) for p, b in zip(paths, boxes or [None] * len(paths))]
         self._fill(self._images, keys, "images", self._encode_images)
         return torch.stack([self._images[k] for k in keys]) if keys else torch.empty(0)
 
@@ -81,8 +95,9 @@ class Encoder:
         memo.update(zip(todo, embeddings))
 
     def _cache_file(self, kind: str, keys: list[str]) -> Path:
-        if kind == "images":  # a file's identity: its path, size and modification time
-            ids = [f"{k}|{Path(k).stat().st_size}|{Path(k).stat().st_mtime_ns}" for k in keys]
+        if kind == "images":  # a file's identity: its path (and crop), size and modification time
+            stats = [_split_key(k)[0].stat() for k in keys]
+            ids = [f"{k}|{st.st_size}|{st.st_mtime_ns}" for k, st in zip(keys, stats)]
         else:
             ids = keys
         digest = hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()[:32]
@@ -103,7 +118,7 @@ class Encoder:
 
     @torch.no_grad()
     def _encode_images(self, keys: list[str]) -> torch.Tensor:
-        loader = DataLoader(_Images([Path(k) for k in keys], self.preprocess), batch_size=self.batch_size, num_workers=self.workers)
+        loader = DataLoader(_Images(keys, self.preprocess), batch_size=self.batch_size, num_workers=self.workers)
         rows = [F.normalize(self.model.encode_image(b.to(self.device)), dim=-1).float().cpu()
                 for b in progress(loader, "images", total=len(loader), unit="batch")]
         return torch.cat(rows)

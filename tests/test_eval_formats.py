@@ -1,0 +1,156 @@
+"""Every other benchmark on small data generated in its published layout, with answers known by
+construction: a model that sees the planted colour must score 100 %, its opposite 0 %."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from compclip.eval import REGISTRY, Encoder
+
+COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255)}
+
+
+class ColourModel(torch.nn.Module):
+    """Embeds an image as its mean colour and a text by the colour words it names: a stand-in
+    "perfect" model whose right answers are known, so the harness's bookkeeping is what is tested."""
+
+    def __init__(self, sign: float = 1.0):
+        super().__init__()
+        self.sign = sign
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+    def encode_image(self, images):
+        return images.mean(dim=(2, 3)) + 1e-3
+
+    def encode_text(self, tokens):
+        return self.sign * tokens[:, :3].float() + 1e-3
+
+
+def preprocess(image):
+    return torch.from_numpy(np.asarray(image.resize((8, 8)), dtype=np.float32)).permute(2, 0, 1) / 255
+
+
+def tokenizer(texts):
+    first = [next((w for w in t.lower().split() if w in COLOURS), None) for t in texts]
+    return torch.tensor([[c == "red", c == "green", c == "blue"] for c in first], dtype=torch.long)
+
+
+def encoder(sign=1.0):
+    return Encoder(ColourModel(sign), preprocess, tokenizer, workers=0)
+
+
+def solid(path, colour, size=(16, 16)):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, COLOURS[colour]).save(path)
+
+
+@pytest.mark.parametrize("sign,expected", [(1.0, 1.0), (-1.0, 0.0)])
+def test_winoground_and_inpaint(tmp_path, sign, expected):
+    root = tmp_path
+    (root / "winoground").mkdir()
+    lines = []
+    for i, (a, b) in enumerate([("red", "blue"), ("green", "red")]):
+        solid(root / "winoground" / "images" / f"ex_{i}_0.png", a)
+        solid(root / "winoground" / "images" / f"ex_{i}_1.png", b)
+        lines.append(json.dumps({"id": i, "image_0": f"ex_{i}_0", "image_1": f"ex_{i}_1", "caption_0": f"a {a} thing", "caption_1": f"a {b} thing"}))
+    (root / "winoground" / "examples.jsonl").write_text("\n".join(lines) + "\n")
+    result = REGISTRY["winoground"].run(encoder(sign), root, "strict")
+    assert result.metrics == {"text": expected, "image": expected, "group": expected, "n": 2}
+
+    base = root / "inpaint_coco"
+    solid(base / "orig.jpg", "red")
+    solid(base / "inp.jpg", "green")
+    (base / "annotations.jsonl").write_text(json.dumps({"coco_image": "orig.jpg", "inpaint_image": "inp.jpg", "coco_caption": "a red car",
+                                                        "inpaint_caption": "a green car", "category": "color"}) + "\n")
+    result = REGISTRY["inpaint_coco"].run(encoder(sign), root, "strict")
+    assert result.metrics["color"]["acc"] == expected and result.complete
+
+
+def test_aro_relation_crops_the_region(tmp_path):
+    base = tmp_path / "aro"
+    image = Image.new("RGB", (40, 20), COLOURS["blue"])
+    image.paste(COLOURS["red"], (0, 0, 20, 20))  # left half red
+    (base / "images").mkdir(parents=True)
+    image.save(base / "images" / "1.png")
+    records = [
+        {"image_path": "1.png", "bbox_x": 0, "bbox_y": 0, "bbox_w": 20, "bbox_h": 20, "true_caption": "the red left", "false_caption": "the blue left", "relation_name": "left of"},
+        {"image_path": "1.png", "bbox_x": 20, "bbox_y": 0, "bbox_w": 20, "bbox_h": 20, "true_caption": "the blue right", "false_caption": "the red right", "relation_name": "right of"},
+        {"image_path": "missing.png", "bbox_x": 0, "bbox_y": 0, "bbox_w": 5, "bbox_h": 5, "true_caption": "a", "false_caption": "b", "relation_name": "on"},
+    ]
+    (base / "visual_genome_relation.json").write_text(json.dumps(records))
+    result = REGISTRY["aro_vg_relation"].run(encoder(), tmp_path, "strict")
+    assert result.metrics["acc"] == 1.0 and result.metrics["n"] == 2 and result.metrics["groups"] == 2
+    assert not result.complete and result.missing.report()["count"] == 1
+
+
+def test_aro_order_shuffles_are_permutations_of_the_caption():
+    from compclip.concepts import extract
+    from compclip.eval.aro import shuffles
+
+    caption = "a small red bus parked next to a tall white building"
+    options = shuffles(caption, extract([caption], what="pos")[0]["pos"], seed=3)
+    assert len(options) == 4
+    for option in options:
+        assert sorted(option.split()) == sorted(caption.split())
+    assert len(set(options)) > 1
+    nouns_adjs = options[0].split()
+    for i, w in enumerate(caption.split()):
+        if w in ("a", "parked", "next", "to"):
+            assert nouns_adjs[i] == w  # only nouns and adjectives moved
+
+
+def test_whatsup_and_vl_checklist(tmp_path):
+    base = tmp_path / "whatsup"
+    solid(base / "controlled_images" / "a.jpeg", "green")
+    (base / "controlled_images_dataset.json").write_text(json.dumps([
+        {"image_path": "data/controlled_images/a.jpeg", "caption_options": ["a green mug", "a red mug", "a blue mug", "a mug"]},
+    ]))
+    solid(tmp_path / "coco" / "val2017" / "000000000042.jpg", "blue")
+    (base / "coco_qa_one_obj.json").write_text(json.dumps([[42, "a blue plate", "a red plate"]]))
+    result = REGISTRY["whatsup"].run(encoder(), tmp_path, "strict")
+    assert result.metrics["controlled_a"]["acc"] == 1.0 and result.metrics["coco_one_obj"]["acc"] == 1.0
+
+    vl = tmp_path / "vl_checklist"
+    solid(vl / "images" / "x.jpg", "red")
+    (vl / "Attribute" / "color").mkdir(parents=True)
+    (vl / "Attribute" / "color" / "vaw.json").write_text(json.dumps([["x.jpg", {"POS": ["red apple", "red car"], "NEG": ["green apple", "blue car"]}]]))
+    (vl / "Object").mkdir()
+    (vl / "Object" / "size.json").write_text(json.dumps([["x.jpg", {"POS": ["red ball"], "NEG": ["red ball too"]}]]))  # a tie
+    strict = REGISTRY["vl_checklist"].run(encoder(), tmp_path, "strict")
+    lenient = REGISTRY["vl_checklist"].run(encoder(), tmp_path, "clip_benchmark")
+    assert strict.metrics["Attribute"] == 1.0 and strict.metrics["Object"] == 0.0 and lenient.metrics["Object"] == 1.0
+    assert strict.metrics["Attribute/color/vaw"] == {"acc": 1.0, "n": 2}
+
+
+def test_zeroshot_with_class_folders_and_templates(tmp_path):
+    base = tmp_path / "zeroshot" / "colours"
+    for i, colour in enumerate(COLOURS):
+        for k in range(2):
+            solid(base / f"{i}_{colour}" / f"{k}.png", colour)
+    (base / "classnames.txt").write_text("red\ngreen\nblue\n")
+    (base / "templates.txt").write_text("a photo of {}.\na {} thing.\n")
+    result = REGISTRY["zeroshot"].run(encoder(), tmp_path, "strict")
+    assert result.metrics["colours"] == {"acc": 1.0, "n": 6, "classes": 3, "templates": 2}
+    (base / "classnames.txt").write_text("red\ngreen\n")
+    with pytest.raises(ValueError, match="3 class folders but 2 class names"):
+        REGISTRY["zeroshot"].run(encoder(), tmp_path, "strict")
+
+
+def test_concept_ranking_permutes_one_keyword(tmp_path):
+    coco = tmp_path / "coco"
+    solid(coco / "val2017" / "1.jpg", "red")
+    solid(coco / "val2017" / "2.jpg", "blue")
+    (coco / "captions_val2017.json").write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "1.jpg"}, {"id": 2, "file_name": "2.jpg"}],
+        "annotations": [{"image_id": 1, "caption": "A Red car on a road."}, {"image_id": 2, "caption": "a blue bus"}],
+    }))
+    bench = REGISTRY["concept_ranking"]
+    examples = bench.examples(tmp_path)
+    assert sorted(len(opts) for _, opts in examples["color"]) == [9, 9]  # the true caption and 8 other colours
+    first = next(opts for f, opts in examples["color"] if f == "1.jpg")
+    assert first[0] == "A Red car on a road." and "A Blue car on a road." in first  # case kept
+    assert sorted(o for _, opts in examples["object"] for o in opts[:1]) == ["A Red car on a road.", "a blue bus"]
+    result = bench.run(encoder(), tmp_path, "strict")
+    assert result.metrics["color"]["acc"] == 1.0
