@@ -154,3 +154,32 @@ def test_concept_ranking_permutes_one_keyword(tmp_path):
     assert sorted(o for _, opts in examples["object"] for o in opts[:1]) == ["A Red car on a road.", "a blue bus"]
     result = bench.run(encoder(), tmp_path, "strict")
     assert result.metrics["color"]["acc"] == 1.0
+
+
+def test_retrieval_karpathy_and_long_captions(tmp_path):
+    folder = tmp_path / "retrieval" / "coco"
+    for colour in COLOURS:
+        solid(folder / "val2014" / f"{colour}.jpg", colour)
+    images = [{"filepath": "val2014", "filename": f"{c}.jpg", "split": "test", "sentences": [{"raw": f"a {c} wall"}, {"raw": f"{c} paint"}]} for c in COLOURS]
+    images.append({"filepath": "val2014", "filename": "unused.jpg", "split": "train", "sentences": [{"raw": "x"}]})
+    (folder / "dataset_coco.json").write_text(json.dumps({"images": images}))
+    docci = tmp_path / "retrieval" / "docci"
+    for colour in ("red", "blue"):
+        solid(docci / "images" / f"{colour}.png", colour)
+    (docci / "long_captions.jsonl").write_text("\n".join(json.dumps({"image": f"{c}.png", "caption": f"A {c} square. It fills the frame! Nothing else is {c}."}) for c in ("red", "blue")) + "\n")
+    result = REGISTRY["retrieval"].run(encoder(), tmp_path, "strict")
+    assert (result.metrics["coco"]["images"], result.metrics["coco"]["captions"]) == (3, 6)
+    assert result.metrics["coco"]["image_retrieval_recall@1"] == 1.0 and result.metrics["coco"]["text_retrieval_recall@1"] == 1.0
+    # three sentences per description; "It fills the frame!" names no colour and ties every image
+    assert result.metrics["docci"]["captions"] == 6
+    assert result.metrics["docci"]["image_retrieval_recall@1"] == pytest.approx(4 / 6)
+
+
+def test_aro_order_runs_over_karpathy_records(tmp_path):
+    solid(tmp_path / "coco" / "val2014" / "a.jpg", "red")
+    (tmp_path / "aro").mkdir()
+    (tmp_path / "aro" / "coco_karpathy_test.json").write_text(json.dumps([{"image": "val2014/a.jpg", "caption": ["a red car on a road", "red paint"]}]))
+    strict = REGISTRY["aro_order"].run(encoder(), tmp_path, "strict")
+    lenient = REGISTRY["aro_order"].run(encoder(), tmp_path, "clip_benchmark")
+    # every shuffle keeps the one colour word, so the colour model ties all five options
+    assert strict.metrics["coco_order"] == {"acc": 0.0, "n": 2} and lenient.metrics["coco_order"] == {"acc": 1.0, "n": 2}

@@ -34,6 +34,22 @@ def read_json(path: Path) -> Any:
         raise ValueError(f"{path}: unreadable JSON ({e})") from None
 
 
+def read_jsonl(path: Path) -> list[Any]:
+    """One JSON value per non-empty line; a bad line is an error naming the file and line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: missing (see `compclip data check`)") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{number}: unreadable JSON ({e})") from None
+    return records
+
+
 @dataclass
 class Missing:
     """Images a benchmark needed and did not find (each file once, in the order met)."""

@@ -3,12 +3,10 @@ with a caption for each; the 2×2 rule. Layout: `inpaint_coco/annotations.jsonl`
 `inpaint_image` (paths under `inpaint_coco/`), `coco_caption`, `inpaint_caption` and `category`."""
 from __future__ import annotations
 
-import json
-
 import torch
 
 from . import protocols
-from .base import Benchmark, Missing, Result, accuracy, mean, register
+from .base import Benchmark, Missing, Result, accuracy, mean, read_jsonl, register
 
 
 @register
@@ -21,7 +19,7 @@ class InpaintCOCO(Benchmark):
 
     def run(self, encoder, root, ties):
         base = root / "inpaint_coco"
-        records = [json.loads(line) for line in (base / "annotations.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+        records = read_jsonl(base / "annotations.jsonl")
         missing = Missing()
         kept = [r for r in records if missing.keep([base / r["coco_image"], base / r["inpaint_image"]])]
         imgs = torch.stack([encoder.images([base / r[k] for r in kept]) for k in ("coco_image", "inpaint_image")], dim=1)

@@ -9,14 +9,13 @@ Every folder under `retrieval/` is a dataset, given by one of:
 from __future__ import annotations
 
 import csv
-import json
 import re
 from pathlib import Path
 
 import torch
 
 from . import protocols
-from .base import Benchmark, Missing, Result, mean, read_json, register
+from .base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
 
 KS = (1, 5, 10)
 
@@ -43,8 +42,7 @@ def load_pairs(folder: Path) -> list[tuple[Path, str]]:
                 pairs += [(path, s["raw"]) for s in im["sentences"]]
         return pairs
     if (folder / "long_captions.jsonl").is_file():
-        lines = (folder / "long_captions.jsonl").read_text(encoding="utf-8").splitlines()
-        return [(image(r["image"]), s) for r in map(json.loads, filter(str.strip, lines)) for s in sentences(r["caption"])]
+        return [(image(r["image"]), s) for r in read_jsonl(folder / "long_captions.jsonl") for s in sentences(r["caption"])]
     raise FileNotFoundError(f"{folder}: no captions.csv, dataset_*.json or long_captions.jsonl")
 
 

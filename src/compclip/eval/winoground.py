@@ -5,12 +5,10 @@ Layout (the Hugging Face release, facebook/winoground): `winoground/examples.jso
 """
 from __future__ import annotations
 
-import json
-
 import torch
 
 from . import protocols
-from .base import Benchmark, Missing, Result, register
+from .base import Benchmark, Missing, Result, read_jsonl, register
 
 
 @register
@@ -23,8 +21,7 @@ class Winoground(Benchmark):
 
     @staticmethod
     def records(root):
-        path = root / "winoground" / "examples.jsonl"
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return read_jsonl(root / "winoground" / "examples.jsonl")
 
     @staticmethod
     def image(root, record, i):
