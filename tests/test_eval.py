@@ -217,5 +217,13 @@ def test_cli_eval_writes_clip_benchmark_records_and_report(data_root, tmp_path):
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| a |" in text and "| b |" in text and "SC++ swap ITT" in text
     assert (tmp_path / "report" / "sugarcrepe.png").stat().st_size > 1000
+    assert (tmp_path / "report" / "summary.png").stat().st_size > 1000
+    import pandas as pd
+
+    summary = pd.read_csv(tmp_path / "report" / "summary.csv", index_col=0)
+    add = json.loads((tmp_path / "a" / "sugarcrepe.json").read_text())["metrics"]["add"] * 100
+    assert summary.loc["a", "SC add"] == pytest.approx(add, abs=0.01)
+    present = summary.loc["a"].drop("average").dropna()
+    assert summary.loc["a", "average"] == pytest.approx(present.mean(), abs=0.01)
     check = run("data", "check")
     assert "sugarcrepe: ready" in check.stdout and "winoground: missing winoground/examples.jsonl" in check.stdout

@@ -1,7 +1,9 @@
 """`compclip report`: result folders in, Markdown and CSV tables and PNG plots out.
 
 The summary table follows the C2LIP paper's Table 2: one row per model; SugarCrepe add /
-replace / swap, SugarCrepe++ replace and swap (ITT, TOT), zero-shot, retrieval, average.
+replace / swap, SugarCrepe++ replace and swap (ITT, TOT), ImageNet (the `zeroshot/imagenet`
+dataset) and the mean over zero-shot datasets, retrieval R@5 (both directions, mean over
+datasets), and the average of the columns present.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ SUMMARY = {  # column: (benchmark, metric key)
     "SC++ replace TOT": ("sugarcrepe_pp", "replace_tot"),
     "SC++ swap ITT": ("sugarcrepe_pp", "swap_itt"),
     "SC++ swap TOT": ("sugarcrepe_pp", "swap_tot"),
-    "zero-shot": ("zeroshot", "overall"),
+    "ImageNet": ("zeroshot", "imagenet"),
+    "zero-shot mean": ("zeroshot", "overall"),
     "retrieval R@5": ("retrieval", "mean_recall@5"),
 }
 
@@ -112,6 +115,8 @@ def build_report(folders: list[str | Path], out: str | Path) -> Path:
              _markdown(summary), ""]
     with atomic_path(out / "summary.csv") as tmp:
         summary.to_csv(tmp, float_format="%.2f")
+    _plot(summary, "summary", out / "summary.png")
+    parts += ["![summary](summary.png)", ""]
     incomplete = [f"{m}/{b}" for m, recs in results.items() for b, r in recs.items() if not r.get("complete", True)]
     if incomplete:
         parts += [f"Incomplete (missing images or files): {', '.join(incomplete)}.", ""]
