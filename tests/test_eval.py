@@ -172,6 +172,16 @@ def test_missing_images_are_reported_not_dropped_silently(data_root, tiny, tmp_p
             assert m["n"] + m["n_missing"] == len(records)
 
 
+def test_a_benchmark_without_any_image_still_reports(data_root, tiny, tmp_path):
+    from compclip.eval import Encoder
+
+    (tmp_path / "sugarcrepe_pp").symlink_to(data_root / "sugarcrepe_pp")
+    result = REGISTRY["sugarcrepe_pp"].run(Encoder(*tiny, workers=0), tmp_path, "strict")
+    assert not result.complete and result.missing.report()["count"] > 1000
+    m = result.metrics["swap_att"]
+    assert m["n_itt"] == 0 and m["itt"] != m["itt"] and 0 <= m["tot"] <= 1  # no image: ITT is NaN, TOT still scored
+
+
 def test_flickr8k_retrieval_against_brute_force(data_root, tiny):
     from compclip.eval import Encoder
 

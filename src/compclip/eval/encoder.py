@@ -73,12 +73,12 @@ class Encoder:
         """L2-normalised embeddings, one row per path (repeats allowed), of the image or its `boxes` crop."""
         keys = [_image_key(p, b) for p, b in zip(paths, boxes or [None] * len(paths))]
         self._fill(self._images, keys, "images", self._encode_images)
-        return torch.stack([self._images[k] for k in keys]) if keys else torch.empty(0)
+        return torch.stack([self._images[k] for k in keys]) if keys else torch.empty(0, 0)
 
     def texts(self, captions: Sequence[str]) -> torch.Tensor:
         keys = list(captions)
         self._fill(self._texts, keys, "texts", self._encode_texts)
-        return torch.stack([self._texts[k] for k in keys]) if keys else torch.empty(0)
+        return torch.stack([self._texts[k] for k in keys]) if keys else torch.empty(0, 0)
 
     # -- internals --------------------------------------------------------------------
     def _fill(self, memo: dict, keys: list[str], kind: str, encode: Callable[[list[str]], torch.Tensor]) -> None:

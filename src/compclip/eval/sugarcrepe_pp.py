@@ -27,8 +27,9 @@ class SugarCrepePP(Benchmark):
             p1, p2, n = (encoder.texts([r[k] for r in records]) for k in ("caption", "caption2", "negative_caption"))
             tot = protocols.tot((p1 * p2).sum(-1), (p1 * n).sum(-1), (p2 * n).sum(-1), ties)
             kept = [i for i, r in enumerate(records) if missing.keep([coco_image(root, r["filename"])])]
-            images = encoder.images([coco_image(root, records[i]["filename"]) for i in kept])
-            itt = protocols.itt((images * p1[kept]).sum(-1), (images * p2[kept]).sum(-1), (images * n[kept]).sum(-1), ties)
+            if kept:
+                images = encoder.images([coco_image(root, records[i]["filename"]) for i in kept])
+                itt = protocols.itt((images * p1[kept]).sum(-1), (images * p2[kept]).sum(-1), (images * n[kept]).sum(-1), ties)
             metrics[split] = {
                 "itt": itt.float().mean().item() if kept else float("nan"),
                 "tot": tot.float().mean().item(),

@@ -237,7 +237,7 @@ class Trainer:
             save_checkpoint(self.model, folder, state=state, method=self.cfg.method, step=self.step, train_args=dataclasses.asdict(self.cfg))
             with atomic_path(self.out / "checkpoints" / "latest") as tmp:
                 tmp.write_text(folder.name)
-            for old in sorted((self.out / "checkpoints").glob("step_*"))[: -self.cfg.keep]:
+            for old in sorted((self.out / "checkpoints").glob("step_*"))[: -max(1, self.cfg.keep)]:
                 shutil.rmtree(old)
         if self.env.distributed:
             dist.barrier()
@@ -299,7 +299,8 @@ class Trainer:
             tb = SummaryWriter(str(self.out / "tensorboard"))
         batches = self._batches()
         per_step = cfg.batch_size * cfg.accum_freq * self.env.world_size
-        bar = progress(range(self.step, cfg.steps), f"train {cfg.method}", total=cfg.steps - self.step, unit="step")
+        steps = range(self.step, cfg.steps)
+        bar = progress(steps, f"train {cfg.method}", total=len(steps), unit="step") if self.env.is_main else iter(steps)
         terms: dict[str, float] = {}
         for _ in bar:
             start = time.perf_counter()
