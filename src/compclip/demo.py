@@ -97,18 +97,19 @@ def run_demo(out: Path, steps: int = 150, seed: int = 0, n: int = 256) -> dict[s
     loss_fn = open_clip.loss.SigLipLoss()
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     model.train()
-    bar, step = progress(range(steps), "fine-tuning", total=steps, unit="step"), 0
-    while step < steps:
-        for batch in loader:
-            image_features, text_features, logit_scale, logit_bias = model(batch["image"], tokenizer(batch["caption"]))
-            loss = loss_fn(image_features, text_features, logit_scale, logit_bias)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            step += 1
-            next(bar, None)
-            if step == steps:
-                break
+
+    def batches():
+        while True:
+            yield from loader
+
+    stream = batches()
+    for _ in progress(range(steps), "fine-tuning", total=steps, unit="step"):
+        batch = next(stream)
+        image_features, text_features, logit_scale, logit_bias = model(batch["image"], tokenizer(batch["caption"]))
+        loss = loss_fn(image_features, text_features, logit_scale, logit_bias)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     model.eval()
     after = caption_accuracy(model, tokenizer, images, captions)
 
