@@ -223,6 +223,28 @@ def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help
         typer.echo(f"{name}: ready" if not gone else f"{name}: {len(gone)} images missing, e.g. {shown}")
 
 
+world_app = typer.Typer(help="The synthetic binding world: scenes, captions, held-out pairings, benchmarks.", no_args_is_help=True)
+app.add_typer(world_app, name="world")
+
+
+@world_app.command("generate")
+def world_generate(
+    out: Path = typer.Option(..., help="Folder for train/, val/, test_seen/ and test_unseen/."),
+    n_train: int = typer.Option(20_000, help="Training scenes."),
+    n_val: int = typer.Option(500),
+    n_test: int = typer.Option(500, help="Scenes per test split (and as many single objects for zero-shot)."),
+    size: int = typer.Option(64, help="Image side in pixels."),
+    heldout: float = typer.Option(0.25, help="Fraction of colour×shape pairings never seen in training."),
+    seed: int = typer.Option(0),
+    workers: int = typer.Option(2),
+) -> None:
+    """Generate the binding world (re-running with the same settings reuses it)."""
+    from .world import WorldConfig, generate
+
+    cfg = WorldConfig(seed=seed, n_train=n_train, n_val=n_val, n_test=n_test, size=size, heldout=heldout)
+    typer.echo(f"world ready in {generate(out, cfg, workers)}")
+
+
 @app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="Where the demo writes its data, checkpoint and export."),

@@ -1,0 +1,107 @@
+"""Captions of binding-world scenes, and the statements benchmarks are made of, checked against the scene.
+
+Long descriptions name every object with its attributes and the relation of each neighbouring
+pair, in varied sentence forms. A `Statement` is "colour shape relation colour shape" (sizes
+optional); `holds(scene, statement)` decides its truth, so every positive is verified true and
+every negative verified false.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+from .scene import OPPOSITE, Obj, Scene, relation
+
+LEADS = ("There is {}.", "The picture shows {}.", "We see {}.", "In this image: {}.")
+PAIR_FORMS = (
+    "The {a} is {rel} the {b}.",
+    "{A} sits {rel} {b2}.",
+    "{Rel} the {b} there is {a2}.",
+    "You can see the {a} {rel} the {b}.",
+)
+
+
+def _name(o: Obj) -> str:
+    return f"{o.size} {o.color} {o.shape}"
+
+
+def _list(objects) -> str:
+    names = [f"a {_name(o)}" for o in objects]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def long_caption(scene: Scene, rng: random.Random) -> str:
+    """Every object and the relation between horizontal neighbours, sentence forms drawn from `rng`."""
+    objects = sorted(scene.objects, key=lambda o: o.x)
+    order = objects[:]
+    rng.shuffle(order)
+    sentences = [rng.choice(LEADS).format(_list(order))]
+    for a, b in zip(objects, objects[1:]):
+        if rng.random() < 0.5:
+            a, b = b, a
+        form = rng.choice(PAIR_FORMS)
+        rel = relation(a, b)
+        sentences.append(form.format(a=_name(a), b=_name(b), A=f"A {_name(a)}", a2=f"a {_name(a)}", b2=f"a {_name(b)}", rel=rel, Rel=rel[0].upper() + rel[1:]))
+    return " ".join(sentences)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A claim about two objects (`rel` set) or one (`rel` None), with optional sizes and an extra object."""
+
+    color1: str
+    shape1: str
+    rel: str | None = None
+    color2: str | None = None
+    shape2: str | None = None
+    size1: str | None = None
+    extra: tuple[str, str] | None = None  # "... and a <colour> <shape>"
+
+    def text(self) -> str:
+        first = " ".join(w for w in ("a", self.size1, self.color1, self.shape1) if w)
+        out = first if self.rel is None else f"{first} {self.rel} a {self.color2} {self.shape2}"
+        return out + (f" and a {self.extra[0]} {self.extra[1]}" if self.extra else "")
+
+    def paraphrase(self) -> str:
+        """The same claim from the other object's side, in other words and order."""
+        if self.rel is None:
+            return f"there is a {self.color1} {self.shape1}"
+        second = " ".join(w for w in (self.size1, self.color1, self.shape1) if w)
+        return f"there is a {self.color2} {self.shape2}, and it is {OPPOSITE[self.rel]} the {second}"
+
+
+def _find(scene: Scene, color: str, shape: str, size: str | None = None) -> Obj | None:
+    return next((o for o in scene.objects if o.color == color and o.shape == shape and size in (None, o.size)), None)
+
+
+def holds(scene: Scene, s: Statement) -> bool:
+    first = _find(scene, s.color1, s.shape1, s.size1)
+    if first is None:
+        return False
+    if s.extra is not None and _find(scene, *s.extra) is None:
+        return False
+    if s.rel is None:
+        return True
+    second = _find(scene, s.color2, s.shape2)
+    return second is not None and second is not first and relation(first, second) == s.rel
+
+
+def pair_statement(a: Obj, b: Obj) -> Statement:
+    return Statement(a.color, a.shape, relation(a, b), b.color, b.shape)
+
+
+def negatives(scene: Scene, a: Obj, b: Obj, rng: random.Random, shapes, colors) -> dict[str, Statement]:
+    """One false statement per SugarCrepe split, each by its rule, kept only when really false."""
+    pos = pair_statement(a, b)
+    absent_shapes = [s for s in shapes if not any(o.shape == s for o in scene.objects)]
+    absent_colors = [c for c in colors if not any(o.color == c for o in scene.objects)]
+    candidates = {
+        "replace_obj": replace(pos, shape1=rng.choice(absent_shapes)) if absent_shapes else None,
+        "replace_att": replace(pos, color1=rng.choice(absent_colors)) if absent_colors else None,
+        "replace_rel": replace(pos, rel=OPPOSITE[pos.rel]),
+        "swap_obj": replace(pos, shape1=pos.shape2, shape2=pos.shape1) if a.shape != b.shape else None,
+        "swap_att": replace(pos, color1=pos.color2, color2=pos.color1) if a.color != b.color else None,
+        "add_obj": replace(pos, extra=(rng.choice(colors), rng.choice(absent_shapes))) if absent_shapes else None,
+        "add_att": replace(pos, size1="small" if a.size == "large" else "large"),
+    }
+    return {k: v for k, v in candidates.items() if v is not None and not holds(scene, v)}

@@ -1,0 +1,164 @@
+"""`compclip world generate`: the binding world's splits and benchmarks, written in parallel, cached.
+
+- `train/` and `val/`: `images/*.png`, `captions.csv` (image, long description), `scenes.jsonl`;
+- `test_seen/`, `test_unseen/`: data roots laid out as `compclip eval` reads them
+  (`coco/val2017/`, `sugarcrepe/`, `sugarcrepe_pp/`, `zeroshot/{shape,color}/`, `retrieval/world/`).
+
+By default 25 % of the colour×shape pairings never appear in train or val (images or captions);
+`test_unseen` scenes each contain one of them, and its benchmarks ask about it.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import random
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_path, write_json
+from ..progress import progress
+from .captions import holds, long_caption, negatives, pair_statement
+from .scene import COLORS, SHAPES, Scene, place, render
+
+SPLIT_CODES = {"train": 1, "val": 2, "test_seen": 3, "test_unseen": 4, "zs_seen": 5, "zs_unseen": 6}
+SC_SPLITS = ("add_obj", "add_att", "replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")
+SCPP_SPLITS = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    seed: int = 0
+    n_train: int = 20_000
+    n_val: int = 500
+    n_test: int = 500  # scenes per test split (seen and unseen), plus as many single objects for zero-shot
+    size: int = 64
+    heldout: float = 0.25
+
+
+def heldout_pairs(seed: int, fraction: float) -> list[tuple[str, str]]:
+    """A seeded fraction of colour×shape pairs, leaving every colour and shape some seen pairing."""
+    pairs = [(c, s) for c in COLORS for s in SHAPES]
+    rng = random.Random(seed)
+    while True:
+        held = sorted(rng.sample(pairs, round(fraction * len(pairs))))
+        seen = set(pairs) - set(held)
+        if {c for c, _ in seen} == set(COLORS) and {s for _, s in seen} == set(SHAPES):
+            return held
+
+
+def _scene(cfg: WorldConfig, split: str, index: int, held: list[tuple[str, str]]) -> Scene:
+    seed = (cfg.seed * 7 + SPLIT_CODES[split]) * 10_000_019 + index
+    rng = random.Random(seed)
+    seen = [(c, s) for c in COLORS for s in SHAPES if (c, s) not in held]
+    if split.startswith("zs"):
+        return place(rng, seed, [rng.choice(held if split == "zs_unseen" else seen)])
+    n = rng.randint(2, 4) if split.startswith("test") else rng.randint(1, 4)
+    if split == "test_unseen":
+        return place(rng, seed, [rng.choice(held), *rng.sample(seen, n - 1)])
+    return place(rng, seed, rng.sample(seen, n))
+
+
+def _work(task: tuple[WorldConfig, str, int, str, list]) -> dict[str, Any]:
+    cfg, split, index, path, held = task
+    scene = _scene(cfg, split, index, held)
+    render(scene, cfg.size).save(path, format="PNG")
+    return {"index": index, "scene": scene.to_dict(), "caption": long_caption(scene, random.Random(scene.seed + 1))}
+
+
+def _render_all(cfg: WorldConfig, split: str, n: int, folder: Path, held, pool) -> list[dict[str, Any]]:
+    folder.mkdir(parents=True, exist_ok=True)
+    tasks = [(cfg, split, i, str(folder / f"{split}_{i:06d}.png"), held) for i in range(n)]
+    jobs = pool.imap(_work, tasks, chunksize=64) if pool else map(_work, tasks)
+    return list(progress(jobs, f"world {split}", total=n, unit="image"))
+
+
+def _write_lines(path: Path, rows: list[dict]) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def _write_csv(path: Path, pairs: list[tuple[str, str]]) -> None:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["image", "caption"])
+    writer.writerows(pairs)
+    with atomic_path(path) as tmp:
+        tmp.write_text(buf.getvalue(), encoding="utf-8")
+
+
+def _benchmarks(root: Path, records: list[dict], held: list[tuple[str, str]], unseen: bool) -> None:
+    """world-SugarCrepe and world-SugarCrepe++ from the test scenes, each positive true, each negative false."""
+    sc: dict[str, dict[str, dict]] = {s: {} for s in SC_SPLITS}
+    pp: dict[str, list[dict]] = {s: [] for s in SCPP_SPLITS}
+    for rec in records:
+        scene = Scene.from_dict(rec["scene"])
+        rng = random.Random(scene.seed + 2)
+        objects = list(scene.objects)
+        if unseen:  # ask about the held-out pairing
+            first = next(o for o in objects if (o.color, o.shape) in held)
+        else:
+            first = rng.choice(objects)
+        second = rng.choice([o for o in objects if o is not first])
+        pos = pair_statement(first, second)
+        assert holds(scene, pos)
+        filename = f"test_{'unseen' if unseen else 'seen'}_{rec['index']:06d}.png"
+        for split, neg in negatives(scene, first, second, rng, SHAPES, tuple(COLORS)).items():
+            sc[split][str(len(sc[split]))] = {"filename": filename, "caption": pos.text(), "negative_caption": neg.text()}
+            if split in pp:
+                pp[split].append({"id": len(pp[split]), "filename": filename, "caption": pos.text(),
+                                  "caption2": pos.paraphrase(), "negative_caption": neg.text()})
+    for split in SC_SPLITS:
+        write_json(root / "sugarcrepe" / f"{split}.json", sc[split])
+    for split in SCPP_SPLITS:
+        write_json(root / "sugarcrepe_pp" / f"{split}.json", pp[split])
+
+
+def _zeroshot(root: Path, records: list[dict], folder: Path) -> None:
+    """Single-object scenes sorted into class folders by shape and by colour."""
+    for rec in records:
+        obj = rec["scene"]["objects"][0]
+        source = folder / rec["file"]
+        for task, label in (("shape", obj["shape"]), ("color", obj["color"])):
+            target = root / "zeroshot" / task / label / source.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+    shutil.rmtree(folder)
+    for task, lines in (("shape", "a {}.\na picture of a {}.\na {} shape.\n"), ("color", "a {} shape.\nsomething {}.\na {} thing.\n")):
+        (root / "zeroshot" / task).mkdir(parents=True, exist_ok=True)
+        (root / "zeroshot" / task / "templates.txt").write_text(lines)
+
+
+def generate(out: str | Path, cfg: WorldConfig = WorldConfig(), workers: int = 2) -> Path:
+    """Write the world to `out`; a folder made with the same settings is reused as it is."""
+    out = Path(out)
+    manifest = out / "manifest.json"
+    if manifest.is_file() and json.loads(manifest.read_text()).get("config") == asdict(cfg):
+        return out
+    held = heldout_pairs(cfg.seed, cfg.heldout)
+    pool = mp.get_context("fork").Pool(workers) if workers > 1 else None
+    try:
+        for split, n in (("train", cfg.n_train), ("val", cfg.n_val)):
+            records = _render_all(cfg, split, n, out / split / "images", held, pool)
+            _write_csv(out / split / "captions.csv", [(f"images/{split}_{r['index']:06d}.png", r["caption"]) for r in records])
+            _write_lines(out / split / "scenes.jsonl", records)
+        for name, zs in (("test_seen", "zs_seen"), ("test_unseen", "zs_unseen")):
+            root = out / name
+            records = _render_all(cfg, name, cfg.n_test, root / "coco" / "val2017", held, pool)
+            _benchmarks(root, records, held, name == "test_unseen")
+            _write_csv(root / "retrieval" / "world" / "captions.csv",
+                       [(f"../../coco/val2017/{name}_{r['index']:06d}.png", r["caption"]) for r in records])
+            _write_lines(root / "scenes.jsonl", records)
+            singles = _render_all(cfg, zs, cfg.n_test, root / "singles", held, pool)
+            for r in singles:
+                r["file"] = f"{zs}_{r['index']:06d}.png"
+            _zeroshot(root, singles, root / "singles")
+    finally:
+        if pool is not None:
+            pool.terminate()
+    write_json(manifest, {"config": asdict(cfg), "heldout": held})
+    return out

@@ -1,0 +1,131 @@
+"""The binding world: deterministic, every caption true of its image, every negative false,
+held-out pairings absent from training, and every benchmark file readable by the harness."""
+import json
+import re
+
+import pytest
+from PIL import Image
+
+from compclip.world import COLORS, Scene, WorldConfig, generate, relation
+
+CFG = WorldConfig(seed=3, n_train=300, n_val=40, n_test=60, size=64)
+NAME = r"(small|large) (\w+) (\w+)"
+RELS = "to the left of|to the right of|above|below"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return generate(tmp_path_factory.mktemp("world") / "w", CFG, workers=2)
+
+
+def scenes(folder):
+    return [json.loads(line) for line in (folder / "scenes.jsonl").read_text().splitlines()]
+
+
+def find(scene, size, color, shape):
+    found = [o for o in scene.objects if (o.size, o.color, o.shape) == (size, color, shape)]
+    assert len(found) == 1, (size, color, shape)
+    return found[0]
+
+
+def claims(caption):
+    """(subject, relation, object) triples of a long caption, parsed independently of how it was written."""
+    out = []
+    for sentence in re.split(r"(?<=\.) ", caption)[1:]:
+        m = (re.fullmatch(rf"The {NAME} is ({RELS}) the {NAME}\.", sentence)
+             or re.fullmatch(rf"A {NAME} sits ({RELS}) a {NAME}\.", sentence)
+             or re.fullmatch(rf"You can see the {NAME} ({RELS}) the {NAME}\.", sentence))
+        if m:
+            g = m.groups()
+            out.append((g[0:3], g[3], g[4:7]))
+            continue
+        m = re.fullmatch(rf"(To the left of|To the right of|Above|Below) the {NAME} there is a {NAME}\.", sentence)
+        assert m, sentence
+        g = m.groups()
+        out.append((g[4:7], g[0].lower(), g[1:4]))
+    return out
+
+
+def test_same_seed_same_bytes(world, tmp_path):
+    again = generate(tmp_path / "again", CFG, workers=1)  # another worker count, too
+    files = sorted(p.relative_to(world) for p in world.rglob("*") if p.is_file() and p.name != "manifest.json")
+    assert len(files) > 500
+    for rel in files:
+        assert (world / rel).read_bytes() == (again / rel).read_bytes(), rel
+
+
+def test_captions_are_true_of_their_images(world):
+    for rec in scenes(world / "train")[:120]:
+        scene = Scene.from_dict(rec["scene"])
+        caption = rec["caption"]
+        for o in scene.objects:
+            assert f"{o.size} {o.color} {o.shape}" in caption
+        triples = claims(caption)
+        assert len(triples) == len(scene.objects) - 1
+        for a, rel, b in triples:
+            assert relation(find(scene, *a), find(scene, *b)) == rel
+        image = Image.open(world / "train" / "images" / f"train_{rec['index']:06d}.png").convert("RGB")
+        for o in scene.objects:  # the centre pixel of every shape has its colour
+            assert image.getpixel((int(o.x * CFG.size), int(o.y * CFG.size))) == COLORS[o.color]
+
+
+def test_heldout_pairings_never_appear_in_training(world):
+    held = {tuple(p) for p in json.loads((world / "manifest.json").read_text())["heldout"]}
+    assert len(held) == round(0.25 * 70)
+    for split in ("train", "val"):
+        for rec in scenes(world / split):
+            assert not {(o["color"], o["shape"]) for o in rec["scene"]["objects"]} & held
+            assert not any(f"{c} {s}" in rec["caption"] for c, s in held)
+    for rec in scenes(world / "test_unseen"):
+        assert {(o["color"], o["shape"]) for o in rec["scene"]["objects"]} & held
+    for rec in scenes(world / "test_seen"):
+        assert not {(o["color"], o["shape"]) for o in rec["scene"]["objects"]} & held
+
+
+def evaluate(scene, text):
+    """The truth of a benchmark caption, decided here from its words and the scene."""
+    m = re.fullmatch(rf"a (?:(small|large) )?(\w+) (\w+)(?: ({RELS}) a (\w+) (\w+))?(?: and a (\w+) (\w+))?", text)
+    assert m, text
+    size, c1, s1, rel, c2, s2, c3, s3 = m.groups()
+    first = [o for o in scene.objects if (o.color, o.shape) == (c1, s1) and size in (None, o.size)]
+    if not first:
+        return False
+    if c3 and not any((o.color, o.shape) == (c3, s3) for o in scene.objects):
+        return False
+    if rel is None:
+        return True
+    second = [o for o in scene.objects if (o.color, o.shape) == (c2, s2)]
+    return bool(second) and relation(first[0], second[0]) == rel
+
+
+@pytest.mark.parametrize("split", ["test_seen", "test_unseen"])
+def test_positives_true_negatives_false(world, split):
+    by_file = {f"{split}_{r['index']:06d}.png": Scene.from_dict(r["scene"]) for r in scenes(world / split)}
+    held = {tuple(p) for p in json.loads((world / "manifest.json").read_text())["heldout"]}
+    counts = {}
+    for file in sorted((world / split / "sugarcrepe").glob("*.json")):
+        records = list(json.loads(file.read_text()).values())
+        counts[file.stem] = len(records)
+        for r in records:
+            scene = by_file[r["filename"]]
+            assert evaluate(scene, r["caption"]) and not evaluate(scene, r["negative_caption"]), r
+            if split == "test_unseen":
+                assert any(f"{c} {s}" in r["caption"] for c, s in held)
+    assert min(counts.values()) > CFG.n_test // 3 and len(counts) == 7
+    for file in sorted((world / split / "sugarcrepe_pp").glob("*.json")):
+        for r in json.loads(file.read_text()):
+            assert r["caption2"] != r["caption"] and not evaluate(by_file[r["filename"]], r["negative_caption"])
+
+
+def test_every_benchmark_file_loads_in_the_harness(world):
+    from compclip.eval import REGISTRY, Encoder
+    from compclip.models import load_model
+
+    encoder = Encoder(*load_model("compclip-tiny-siglip"), workers=0)
+    for root in (world / "test_seen", world / "test_unseen"):
+        for name in ("sugarcrepe", "sugarcrepe_pp", "zeroshot", "retrieval"):
+            result = REGISTRY[name].run(encoder, root, "strict")
+            assert result.complete, (root, name)
+        assert result.metrics["world"]["images"] == CFG.n_test
+    zs = REGISTRY["zeroshot"].run(encoder, world / "test_seen", "strict").metrics
+    assert zs["shape"]["classes"] == 7 and zs["shape"]["n"] == CFG.n_test
