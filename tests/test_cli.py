@@ -50,13 +50,18 @@ def test_user_errors_are_one_line_not_a_traceback(tmp_path):
 
 
 def test_demo_runs_end_to_end(tmp_path):
-    result = compclip("--quiet", "demo", "--steps", "4", "--out", str(tmp_path / "demo"))
+    """`make demo`'s pipeline at toy size: world, concepts, pretraining, two fine-tunes, evaluation, report."""
+    args = ["--quiet", "demo", "--out", str(tmp_path / "demo"), "--n-train", "300", "--n-test", "40",
+            "--pretrain-steps", "3", "--steps", "2", "--batch-size", "16"]
+    result = compclip(*args)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert re.search(r"checkpoint reload bit-identical\s+│ True", result.stdout)
-    assert re.search(r"open_clip loads export, same output\s+│ True", result.stdout)
-    assert "254 / 2 (corrupt image 1, empty caption 1)" in result.stdout
-    # only the base model starts from random weights; reloads say nothing misleading
-    assert result.stderr.count("initialized randomly") == 1
-    assert "fine-tuning" not in result.stderr  # --quiet hides progress bars
-    config = json.loads((tmp_path / "demo" / "checkpoint" / "config.json").read_text())
-    assert config["method"] == "siglip" and config["train_args"]["steps"] == 4
+    assert re.search(r"c2lip-ft\s+│ unseen", result.stdout) and "SC swap-att" in result.stdout
+    for model in ("base", "siglip-ft", "c2lip-ft"):
+        for split in ("seen", "unseen"):
+            record = json.loads((tmp_path / "demo" / "results" / model / split / "sugarcrepe.json").read_text())
+            assert record["complete"] and record["metrics"]["swap_att"]["n"] > 0
+    assert "| c2lip-ft/unseen |" in (tmp_path / "demo" / "report" / "report.md").read_text()
+    config = json.loads((tmp_path / "demo" / "train" / "c2lip" / "checkpoints" / "step_0000002" / "config.json").read_text())
+    assert config["method"] == "c2lip" and config["train_args"]["model"].endswith("step_0000003")
+    again = compclip(*args)  # everything is reused: nothing is trained again
+    assert again.returncode == 0 and "initialized randomly" not in again.stderr

@@ -247,14 +247,20 @@ def world_generate(
 
 @app.command()
 def demo(
-    out: Path = typer.Option(Path("runs/demo"), help="Where the demo writes its data, checkpoint and export."),
-    steps: int = typer.Option(150, help="Fine-tuning steps."),
+    out: Path = typer.Option(Path("runs/demo"), help="Where the world, runs, results and report go (re-runs reuse them)."),
+    methods: str = typer.Option("siglip,c2lip", help="Fine-tuning methods to compare, from the same base."),
+    n_train: int = typer.Option(20_000, help="Training scenes."),
+    n_test: int = typer.Option(500, help="Scenes per test split."),
+    pretrain_steps: int = typer.Option(1200, help="SigLIP steps pretraining the base from scratch."),
+    steps: int = typer.Option(300, help="Fine-tuning steps per method."),
+    batch_size: int = typer.Option(128),
     seed: int = typer.Option(0),
+    workers: int = typer.Option(2),
 ) -> None:
-    """End-to-end smoke run: data, reader, model, a few training steps, checkpoint, export."""
+    """The whole method on the binding world: pretrain, fine-tune per method, evaluate seen and unseen, report."""
     from .demo import run_demo
 
-    run_demo(out, steps=steps, seed=seed)
+    run_demo(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seed, workers)
 
 
 def main() -> None:

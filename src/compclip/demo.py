@@ -1,141 +1,104 @@
-"""`compclip demo`: a real end-to-end smoke run of what the toolkit has today.
+"""`compclip demo` (what `make demo` runs): the whole method end to end on the binding world.
 
-It writes a small captioned image set as a webdataset shard (with one truncated JPEG and
-one empty caption planted), streams it through the reader into `compclip-tiny-siglip`,
-fine-tunes with open_clip's SigLIP loss, measures caption retrieval before and after,
-saves a checkpoint, reloads it and checks the outputs are bit-identical, then exports it
-and checks plain open_clip gives the same embeddings.
+1. generate the world (cached); 2. extract the training captions' concepts (cached);
+3. pretrain a small SigLIP-style model from scratch with the plain SigLIP loss;
+4. fine-tune that base once per method (by default SigLIP and C2LIP) with equal steps and seed;
+5. evaluate every model on the seen and unseen test splits and print the comparison, writing
+   `results/<model>/<split>/<benchmark>.json`, `report/report.md` and the plots under `--out`.
+Every stage is skipped when its output exists, so a re-run reuses what was done.
 """
 from __future__ import annotations
 
-import io
-import random
+import json
 import time
 from pathlib import Path
 
-import torch
-from PIL import Image, ImageDraw
+from rich.console import Console
+from rich.table import Table
 
-COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), "yellow": (230, 210, 40)}
-SHAPES = ("square", "circle", "triangle")
 MODEL = "compclip-tiny-siglip"
-LR = 3e-4
+BENCHMARKS = "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval"
+SPLITS = ("seen", "unseen")
+COLUMNS = {  # header: (benchmark, metric path)
+    "SC add": ("sugarcrepe", ("add",)),
+    "SC replace": ("sugarcrepe", ("replace",)),
+    "SC swap": ("sugarcrepe", ("swap",)),
+    "SC swap-att": ("sugarcrepe", ("swap_att", "acc")),
+    "SC++ ITT": ("sugarcrepe_pp", ("overall_itt",)),
+    "SC++ TOT": ("sugarcrepe_pp", ("overall_tot",)),
+    "ZS shape": ("zeroshot", ("shape", "acc")),
+    "ZS colour": ("zeroshot", ("color", "acc")),
+    "R@1": ("retrieval", ("mean_recall@1",)),
+    "R@5": ("retrieval", ("mean_recall@5",)),
+}
 
 
-def _draw(colour: str, shape: str, rng: random.Random, size: int = 64) -> Image.Image:
-    img = Image.new("RGB", (size, size), tuple(rng.randrange(90, 160) for _ in range(3)))
-    d = ImageDraw.Draw(img)
-    s = rng.randrange(size // 3, size // 2)
-    x, y = rng.randrange(2, size - s - 2), rng.randrange(2, size - s - 2)
-    fill = COLOURS[colour]
-    if shape == "square":
-        d.rectangle([x, y, x + s, y + s], fill=fill)
-    elif shape == "circle":
-        d.ellipse([x, y, x + s, y + s], fill=fill)
-    else:
-        d.polygon([(x, y + s), (x + s, y + s), (x + s // 2, y)], fill=fill)
-    return img
+def _train(out: Path, **kwargs) -> Path:
+    """Train unless `out` already has its final checkpoint; returns the checkpoint folder."""
+    from .train import TrainConfig, train
+
+    final = out / "checkpoints" / f"step_{kwargs['steps']:07d}"
+    if not final.is_dir():
+        train(TrainConfig(out=str(out), **kwargs))
+    return final
 
 
-def write_shard(path: Path, n: int, seed: int) -> tuple[int, int]:
-    """Write `n` records; returns the indices of the planted corrupt image and empty caption."""
-    import webdataset as wds
-
-    rng = random.Random(seed)
-    corrupt, empty = 3, 7
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with wds.TarWriter(str(path)) as sink:
-        for i in range(n):
-            colour, shape = rng.choice(list(COLOURS)), rng.choice(SHAPES)
-            buf = io.BytesIO()
-            _draw(colour, shape, rng).save(buf, "JPEG", quality=90)
-            data = buf.getvalue()
-            sink.write({
-                "__key__": f"{i:06d}",
-                "jpg": data[: len(data) // 3] if i == corrupt else data,
-                "txt": " " if i == empty else f"a {colour} {shape}",
-            })
-    return corrupt, empty
+def _metric(record: dict, path: tuple[str, ...]) -> float:
+    value = record["metrics"]
+    for key in path:
+        value = value.get(key, float("nan")) if isinstance(value, dict) else float("nan")
+    return float(value)
 
 
-@torch.no_grad()
-def caption_accuracy(model, tokenizer, images: torch.Tensor, captions: list[str]) -> float:
-    """Fraction of images whose best-scoring caption among all distinct captions is their own."""
-    names = sorted(set(captions))
-    img = torch.nn.functional.normalize(model.encode_image(images), dim=-1)
-    txt = torch.nn.functional.normalize(model.encode_text(tokenizer(names)), dim=-1)
-    best = (img @ txt.T).argmax(1)
-    return sum(names[b] == c for b, c in zip(best.tolist(), captions)) / len(captions)
+def run_demo(
+    out: Path = Path("runs/demo"),
+    methods: str = "siglip,c2lip",
+    n_train: int = 20_000,
+    n_test: int = 500,
+    pretrain_steps: int = 1200,
+    steps: int = 300,
+    batch_size: int = 128,
+    seed: int = 0,
+    workers: int = 2,
+) -> dict[str, dict[str, dict[str, float]]]:
+    from .concepts import build_store, iter_captions
+    from .eval import build_report, evaluate
+    from .world import WorldConfig, generate
 
-
-def run_demo(out: Path, steps: int = 150, seed: int = 0, n: int = 256) -> dict[str, float]:
-    import open_clip
-    from rich.console import Console
-    from rich.table import Table
-
-    from .data import WebDatasetReader
-    from .models import export_open_clip, load_model, save_checkpoint, train_preprocess
-    from .progress import progress
-
-    console = Console()
-    t0 = time.time()
-    torch.manual_seed(seed)
-    shard = Path(out) / "data" / "shapes-000000.tar"
-    write_shard(shard, n, seed)
-    console.print(f"wrote {n} records to {shard} (one truncated JPEG and one empty caption planted)")
-
-    model, preprocess, tokenizer = load_model(MODEL)
-    reader = WebDatasetReader(str(shard), transform=preprocess)
-    samples = list(reader)
-    reader.skips.log_summary()
-    images = torch.stack([s["image"] for s in samples])
-    captions = [s["caption"] for s in samples]
-    before = caption_accuracy(model.eval(), tokenizer, images, captions)
-
-    train_reader = WebDatasetReader(str(shard), transform=train_preprocess(model))
-    loader = torch.utils.data.DataLoader(train_reader, batch_size=32, num_workers=2, drop_last=True)
-    loss_fn = open_clip.loss.SigLipLoss()
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    model.train()
-
-    def batches():
-        while True:
-            yield from loader
-
-    stream = batches()
-    for _ in progress(range(steps), "fine-tuning", total=steps, unit="step"):
-        batch = next(stream)
-        image_features, text_features, logit_scale, logit_bias = model(batch["image"], tokenizer(batch["caption"]))
-        loss = loss_fn(image_features, text_features, logit_scale, logit_bias)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
-    after = caption_accuracy(model, tokenizer, images, captions)
-
-    ckpt = save_checkpoint(model, Path(out) / "checkpoint", method="siglip", train_args={"steps": steps, "lr": LR, "seed": seed})
-    reloaded, _, _ = load_model(str(ckpt))
-    probe_img, probe_txt = images[:8], tokenizer(captions[:8])
-    with torch.no_grad():
-        same_ckpt = torch.equal(model.encode_image(probe_img), reloaded.encode_image(probe_img)) and torch.equal(
-            model.encode_text(probe_txt), reloaded.encode_text(probe_txt)
-        )
-        exported = Path(out) / "export.safetensors"
-        export_open_clip(ckpt, exported)
-        plain, _, _ = open_clip.create_model_and_transforms(MODEL, pretrained=str(exported))
-        same_export = torch.equal(model.encode_image(probe_img), plain.eval().encode_image(probe_img))
-
-    table = Table(title=f"compclip demo ({MODEL}, {steps} SigLIP steps)")
-    for col in ("check", "result"):
-        table.add_column(col)
-    stats = reader.stats()
-    table.add_row("records read / skipped", f"{stats['read']} / {stats['skipped']} (corrupt image {stats['corrupt_image']}, empty caption {stats['empty_caption']})")
-    table.add_row("caption accuracy before", f"{before:.1%} (chance {1 / len(set(captions)):.1%})")
-    table.add_row("caption accuracy after", f"{after:.1%}")
-    table.add_row("checkpoint reload bit-identical", str(same_ckpt))
-    table.add_row("open_clip loads export, same output", str(same_export))
-    table.add_row("wall time", f"{time.time() - t0:.1f} s")
+    console, start = Console(), time.time()
+    out = Path(out)
+    world = generate(out / "world", WorldConfig(seed=seed, n_train=n_train, n_test=n_test, size=64), workers)
+    console.print(f"[1/5] binding world in {world} ({n_train} training scenes, {n_test} per test split)")
+    captions = world / "train" / "captions.csv"
+    build_store(iter_captions(captions), out / "concepts", "noun-phrases", workers=workers)
+    console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
+    common = dict(train_data=str(captions), batch_size=batch_size, seed=seed, workers=workers, save_every=10**9, keep=1)
+    base = _train(out / "train" / "base", method="siglip", model=MODEL, steps=pretrain_steps, lr=1e-3, warmup=100,
+                  optimizer="adamw", weight_decay=0.1, **common)
+    console.print(f"[3/5] base pretrained from scratch ({pretrain_steps} SigLIP steps): {base}")
+    models = {"base": base}
+    for method in methods.split(","):
+        models[f"{method}-ft"] = _train(out / "train" / method, method=method, model=str(base), steps=steps, lr=1e-4,
+                                        warmup=20, optimizer="adamw", concepts=str(out / "concepts"), **common)
+    console.print(f"[4/5] fine-tuned {', '.join(methods.split(','))} from the base, {steps} steps each, seed {seed}")
+    table = Table(title=f"binding world: accuracy / recall in % (test seen and unseen, {n_test} scenes each)")
+    table.add_column("model")
+    table.add_column("split")
+    for header in COLUMNS:
+        table.add_column(header, justify="right")
+    folders, numbers = [], {}
+    for name, ckpt in models.items():
+        for split in SPLITS:
+            folder = out / "results" / name / split
+            if not all((folder / f"{b}.json").is_file() for b in BENCHMARKS.split(",")):
+                evaluate(str(ckpt), BENCHMARKS, folder, data=world / f"test_{split}", workers=workers)
+            records = {b: json.loads((folder / f"{b}.json").read_text()) for b in BENCHMARKS.split(",")}
+            row = {h: 100 * _metric(records[b], path) for h, (b, path) in COLUMNS.items()}
+            numbers.setdefault(name, {})[split] = row
+            table.add_row(name, split, *(f"{v:.1f}" for v in row.values()))
+            folders.append(folder)
+    report = build_report(folders, out / "report")
+    console.print("[5/5] evaluated every model on both splits")
     console.print(table)
-    if not (same_ckpt and same_export):
-        raise SystemExit("demo failed: checkpoint or export does not reproduce the model")
-    return {"before": before, "after": after, **stats}
+    console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
+    return numbers

@@ -31,13 +31,16 @@ SUMMARY = {  # column: (benchmark, metric key)
 
 
 def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any]]]:
-    """{model label: {benchmark: record}}; the label is the folder's name."""
+    """{label: {benchmark: record}}; the label is the folder's name, or `parent/name` when names repeat."""
+    folders = [Path(f) for f in folders]
+    names = [f.name for f in folders]
     results = {}
-    for folder in map(Path, folders):
+    for folder in folders:
         files = sorted(folder.glob("*.json"))
         if not files:
             raise FileNotFoundError(f"{folder}: no result files (<benchmark>.json)")
-        results[folder.name] = {f.stem: json.loads(f.read_text()) for f in files}
+        label = folder.name if names.count(folder.name) == 1 else f"{folder.parent.name}/{folder.name}"
+        results[label] = {f.stem: json.loads(f.read_text()) for f in files}
     return results
 
 
