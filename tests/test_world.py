@@ -129,3 +129,15 @@ def test_every_benchmark_file_loads_in_the_harness(world):
         assert result.metrics["world"]["images"] == CFG.n_test
     zs = REGISTRY["zeroshot"].run(encoder, world / "test_seen", "strict").metrics
     assert zs["shape"]["classes"] == 7 and zs["shape"]["n"] == CFG.n_test
+
+
+def test_every_scene_keeps_all_its_objects():
+    import random
+
+    from compclip.world import SHAPES, place
+
+    pairs = [(c, s) for c in COLORS for s in SHAPES]
+    for seed in range(300):
+        rng = random.Random(seed)
+        chosen = rng.sample(pairs, 4)
+        assert [(o.color, o.shape) for o in place(rng, seed, chosen).objects] == chosen

@@ -17,7 +17,7 @@ COLORS = {
     "purple": (140, 60, 190), "orange": (245, 140, 30), "white": (250, 250, 250), "black": (15, 15, 15),
     "pink": (250, 140, 200), "brown": (130, 80, 40),
 }
-SIZES = {"small": 0.085, "large": 0.15}  # radius as a fraction of the image side
+SIZES = {"small": 0.11, "large": 0.17}  # radius as a fraction of the image side: a small shape spans 14 px at 64 px
 
 
 @dataclass(frozen=True)
@@ -62,21 +62,27 @@ OPPOSITE = {"to the left of": "to the right of", "to the right of": "to the left
 
 
 def place(rng: random.Random, seed: int, chosen: list[tuple[str, str]]) -> Scene:
-    """Objects with the given (colour, shape) pairs, random sizes, placed without overlap."""
-    objects: list[Obj] = []
-    for color, shape in chosen:
-        size = rng.choice(tuple(SIZES))
-        r = SIZES[size]
-        for _ in range(200):
-            x, y = rng.uniform(r + 0.02, 1 - r - 0.02), rng.uniform(r + 0.02, 1 - r - 0.02)
-            far = all(math.hypot(x - o.x, y - o.y) > r + o.radius + 0.04 for o in objects)
-            # relations must be readable: never two objects nearly level on both axes
-            clear = all(max(abs(x - o.x), abs(y - o.y)) > 0.08 for o in objects)
-            if far and clear:
-                objects.append(Obj(shape, color, size, round(x, 4), round(y, 4)))
+    """Objects with the given (colour, shape) pairs, random sizes, placed without overlap.
+
+    When an object finds no free spot, the whole placement starts again: a scene never
+    silently loses an object."""
+    while True:
+        objects: list[Obj] = []
+        for color, shape in chosen:
+            size = rng.choice(tuple(SIZES))
+            r = SIZES[size]
+            for _ in range(100):
+                x, y = rng.uniform(r + 0.02, 1 - r - 0.02), rng.uniform(r + 0.02, 1 - r - 0.02)
+                far = all(math.hypot(x - o.x, y - o.y) > r + o.radius + 0.03 for o in objects)
+                # relations must be readable: never two objects nearly level on both axes
+                clear = all(max(abs(x - o.x), abs(y - o.y)) > 0.08 for o in objects)
+                if far and clear:
+                    objects.append(Obj(shape, color, size, round(x, 4), round(y, 4)))
+                    break
+            else:
                 break
-    background = tuple(rng.randrange(90, 170) for _ in range(3))
-    return Scene(tuple(objects), background, seed)
+        if len(objects) == len(chosen):
+            return Scene(tuple(objects), tuple(rng.randrange(90, 170) for _ in range(3)), seed)
 
 
 def _polygon(shape: str, cx: float, cy: float, r: float) -> list[tuple[float, float]]:
