@@ -10,7 +10,7 @@ from compclip.world import COLORS, Scene, WorldConfig, generate, relation
 
 CFG = WorldConfig(seed=3, n_train=300, n_val=40, n_test=60, size=64)
 NAME = r"(small|large) (\w+) (\w+)"
-RELS = "to the left of|to the right of|above|below"
+RELS = "to the left of|to the right of|above|below|next to"
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def claims(caption):
             g = m.groups()
             out.append((g[0:3], g[3], g[4:7]))
             continue
-        m = re.fullmatch(rf"(To the left of|To the right of|Above|Below) the {NAME} there is a {NAME}\.", sentence)
+        m = re.fullmatch(rf"(To the left of|To the right of|Above|Below|Next to) the {NAME} there is a {NAME}\.", sentence)
         assert m, sentence
         g = m.groups()
         out.append((g[4:7], g[0].lower(), g[1:4]))
@@ -55,6 +55,8 @@ def test_same_seed_same_bytes(world, tmp_path):
 
 
 def test_captions_are_true_of_their_images(world):
+    captions = [r["caption"] for r in scenes(world / "train")]
+    assert any(" next to " in c for c in captions) and any(" next to " not in c and "to the left of" in c for c in captions)
     for rec in scenes(world / "train")[:120]:
         scene = Scene.from_dict(rec["scene"])
         caption = rec["caption"]
@@ -63,7 +65,13 @@ def test_captions_are_true_of_their_images(world):
         triples = claims(caption)
         assert len(triples) == len(scene.objects) - 1
         for a, rel, b in triples:
-            assert relation(find(scene, *a), find(scene, *b)) == rel
+            first, second = find(scene, *a), find(scene, *b)
+            if rel == "next to":  # side by side: mostly horizontal offset, and close
+                dx, dy = first.x - second.x, first.y - second.y
+                assert abs(dx) >= abs(dy) and (dx * dx + dy * dy) ** 0.5 < 0.4
+            else:
+                assert relation(first, second) == rel
+        assert rec["phrases"] == [f"a {o.size} {o.color} {o.shape}" for o in scene.objects]
         image = Image.open(world / "train" / "images" / f"train_{rec['index']:06d}.png").convert("RGB")
         for o in scene.objects:  # the centre pixel of every shape has its colour
             assert image.getpixel((int(o.x * CFG.size), int(o.y * CFG.size))) == COLORS[o.color]

@@ -233,7 +233,7 @@ def world_generate(
     n_train: int = typer.Option(20_000, help="Training scenes."),
     n_val: int = typer.Option(500),
     n_test: int = typer.Option(500, help="Scenes per test split (and as many single objects for zero-shot)."),
-    size: int = typer.Option(64, help="Image side in pixels."),
+    size: int = typer.Option(224, help="Image side in pixels (the demo uses 64)."),
     heldout: float = typer.Option(0.25, help="Fraction of colour×shape pairings never seen in training."),
     seed: int = typer.Option(0),
     workers: int = typer.Option(2),

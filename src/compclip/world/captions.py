@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from .scene import OPPOSITE, Obj, Scene, relation
+from .scene import OPPOSITE, Obj, Scene, next_to, relation
 
 LEADS = ("There is {}.", "The picture shows {}.", "We see {}.", "In this image: {}.")
 PAIR_FORMS = (
@@ -30,6 +30,11 @@ def _list(objects) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def short_phrases(scene: Scene) -> list[str]:
+    """One noun phrase per object: "a small red square"."""
+    return [f"a {_name(o)}" for o in scene.objects]
+
+
 def long_caption(scene: Scene, rng: random.Random) -> str:
     """Every object and the relation between horizontal neighbours, sentence forms drawn from `rng`."""
     objects = sorted(scene.objects, key=lambda o: o.x)
@@ -40,7 +45,7 @@ def long_caption(scene: Scene, rng: random.Random) -> str:
         if rng.random() < 0.5:
             a, b = b, a
         form = rng.choice(PAIR_FORMS)
-        rel = relation(a, b)
+        rel = "next to" if next_to(a, b) and rng.random() < 0.3 else relation(a, b)
         sentences.append(form.format(a=_name(a), b=_name(b), A=f"A {_name(a)}", a2=f"a {_name(a)}", b2=f"a {_name(b)}", rel=rel, Rel=rel[0].upper() + rel[1:]))
     return " ".join(sentences)
 
@@ -83,7 +88,9 @@ def holds(scene: Scene, s: Statement) -> bool:
     if s.rel is None:
         return True
     second = _find(scene, s.color2, s.shape2)
-    return second is not None and second is not first and relation(first, second) == s.rel
+    if second is None or second is first:
+        return False
+    return next_to(first, second) if s.rel == "next to" else relation(first, second) == s.rel
 
 
 def pair_statement(a: Obj, b: Obj) -> Statement:

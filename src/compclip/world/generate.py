@@ -19,7 +19,7 @@ from typing import Any
 
 from ..io import atomic_path, write_json
 from ..progress import progress
-from .captions import holds, long_caption, negatives, pair_statement
+from .captions import holds, long_caption, negatives, pair_statement, short_phrases
 from .scene import COLORS, SHAPES, Scene, place, render
 
 SPLIT_CODES = {"train": 1, "val": 2, "test_seen": 3, "test_unseen": 4, "zs_seen": 5, "zs_unseen": 6}
@@ -33,7 +33,7 @@ class WorldConfig:
     n_train: int = 20_000
     n_val: int = 500
     n_test: int = 500  # scenes per test split (seen and unseen), plus as many single objects for zero-shot
-    size: int = 64
+    size: int = 224
     heldout: float = 0.25
 
 
@@ -64,7 +64,8 @@ def _work(task: tuple[WorldConfig, str, int, str, list]) -> dict[str, Any]:
     cfg, split, index, path, held = task
     scene = _scene(cfg, split, index, held)
     render(scene, cfg.size).save(path, format="PNG")
-    return {"index": index, "scene": scene.to_dict(), "caption": long_caption(scene, random.Random(scene.seed + 1))}
+    caption = long_caption(scene, random.Random(scene.seed + 1))
+    return {"index": index, "scene": scene.to_dict(), "caption": caption, "phrases": short_phrases(scene)}
 
 
 def _render_all(cfg: WorldConfig, split: str, n: int, folder: Path, held, pool) -> list[dict[str, Any]]:

@@ -58,6 +58,12 @@ def relation(a: Obj, b: Obj) -> str:
     return "above" if dy < 0 else "below"
 
 
+def next_to(a: Obj, b: Obj) -> bool:
+    """Side by side: the horizontal offset dominates and the two are close."""
+    dx, dy = a.x - b.x, a.y - b.y
+    return abs(dx) >= abs(dy) and math.hypot(dx, dy) < 0.4
+
+
 OPPOSITE = {"to the left of": "to the right of", "to the right of": "to the left of", "above": "below", "below": "above"}
 
 
