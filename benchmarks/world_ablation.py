@@ -21,7 +21,7 @@ VARIANTS = {
 
 
 def main(names: list[str]) -> None:
-    base = DEMO / "train" / "base" / "checkpoints" / "step_0001200"
+    base = DEMO / "train" / "base" / "checkpoints" / "step_0001000"
     common = dict(method="c2lip", model=str(base), train_data=str(DEMO / "world" / "train" / "captions.csv"),
                   concepts=str(DEMO / "concepts"), batch_size=128, seed=0, workers=2, save_every=10**9, keep=1,
                   steps=300, lr=1e-4, warmup=20, optimizer="adamw")

@@ -251,7 +251,7 @@ def demo(
     methods: str = typer.Option("siglip,c2lip", help="Fine-tuning methods to compare, from the same base."),
     n_train: int = typer.Option(20_000, help="Training scenes."),
     n_test: int = typer.Option(500, help="Scenes per test split."),
-    pretrain_steps: int = typer.Option(1200, help="SigLIP steps pretraining the base from scratch."),
+    pretrain_steps: int = typer.Option(1000, help="SigLIP steps pretraining the base from scratch."),
     steps: int = typer.Option(300, help="Fine-tuning steps per method."),
     batch_size: int = typer.Option(128),
     seed: int = typer.Option(0),

@@ -55,7 +55,7 @@ def run_demo(
     methods: str = "siglip,c2lip",
     n_train: int = 20_000,
     n_test: int = 500,
-    pretrain_steps: int = 1200,
+    pretrain_steps: int = 1000,
     steps: int = 300,
     batch_size: int = 128,
     seed: int = 0,
