@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import pickle
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import open_clip
 from open_clip.factory import load_state_dict as open_clip_load_state_dict
@@ -102,29 +103,40 @@ def save_checkpoint(model: torch.nn.Module, folder: str | Path, state: dict[str,
     return Path(folder)
 
 
-def read_state_dict(file: str | Path) -> dict[str, torch.Tensor]:
-    """Tensors of a `.safetensors`, `.pt`, `.pth` or `.bin` file, refusing pickled code."""
-    file = Path(file)
+@contextmanager
+def _reading(file: Path) -> Iterator[None]:
+    """Turn the ways a weights file can be unreadable into one clear error naming it."""
     if not file.is_file():
         raise FileNotFoundError(f"{file}: no such weights file")
     try:
-        return open_clip_load_state_dict(str(file), weights_only=True)
+        yield
     except pickle.UnpicklingError as e:
         raise ValueError(f"{file}: refused: it holds pickled objects that are not plain tensors ({e})") from None
-    except (SafetensorError, RuntimeError, EOFError, OSError) as e:
+    except (SafetensorError, EOFError, OSError) as e:
         raise ValueError(f"{file}: not a readable weights file ({type(e).__name__}: {e})") from None
 
 
-def load_weights(model: torch.nn.Module, file: str | Path) -> None:
-    """Load an open_clip state dict strictly; a mismatch names every missing and unexpected key."""
+def read_state_dict(file: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors of a `.safetensors`, `.pt`, `.pth` or `.bin` file, refusing pickled code."""
     file = Path(file)
-    read_state_dict(file)  # clear errors for missing, corrupt or pickled files before open_clip reads it
     try:
-        open_clip.load_checkpoint(model, str(file), strict=True, weights_only=True)
+        with _reading(file):
+            return open_clip_load_state_dict(str(file), weights_only=True)
     except RuntimeError as e:
-        if "state_dict" not in str(e):
-            raise
-        state, expected = read_state_dict(file), model.state_dict()
+        raise ValueError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
+
+
+def load_weights(model: torch.nn.Module, file: str | Path) -> None:
+    """Load an open_clip state dict strictly, reading the file once; a mismatch names every
+    missing, unexpected and wrongly shaped key."""
+    file = Path(file)
+    try:
+        with _reading(file):
+            open_clip.load_checkpoint(model, str(file), strict=True, weights_only=True)
+    except RuntimeError as e:
+        if "Error(s) in loading state_dict" not in str(e):
+            raise ValueError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
+        state, expected = read_state_dict(file), model.state_dict()  # only on failure: say why
         raise CheckpointMismatchError(
             file,
             missing=sorted(expected.keys() - state.keys()),
