@@ -16,11 +16,11 @@ def iter_captions(path: str | Path, caption_key: str = "caption") -> Iterator[An
 
 
 def _raw_captions(path: str | Path, caption_key: str) -> Iterator[Any]:
-    from ..data import FolderReader, WebDatasetReader
+    from ..data import FolderReader, WebDatasetReader, is_tar_shards
 
     text = str(path)
     suffix = Path(text).suffix.lower()
-    if suffix == ".tar" or ".tar" in text and "{" in text:
+    if is_tar_shards(text):
         yield from (caption for _, _, caption in WebDatasetReader(text, caption_field=caption_key).records())
     elif suffix in (".csv", ".tsv", ".tab"):
         yield from _csv_captions(Path(text), caption_key)

@@ -286,11 +286,17 @@ class FolderReader(ImageTextReader):
                 yield f"{self.captions_path} {where}", image, caption
 
 
+def is_tar_shards(path: str | os.PathLike) -> bool:
+    """A `.tar` file or a brace pattern of them (`shards-{0000..0099}.tar`)."""
+    text = str(path)
+    return Path(text).suffix.lower() == ".tar" or ".tar" in text and "{" in text
+
+
 def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:
     """Pick the reader from the path: `.tar` shards (brace patterns allowed), `.csv`/`.tsv`, or a captions `.json`."""
     text = str(path)
     suffix = Path(text).suffix.lower()
-    if suffix == ".tar" or ".tar" in text and "{" in text:
+    if is_tar_shards(text):
         return WebDatasetReader(text, transform, **kwargs)
     if suffix in (".csv", ".tsv", ".tab"):
         return CsvReader(text, transform, **kwargs)

@@ -129,12 +129,11 @@ class Encoder:
         encode = short_text_encoder(self.model) or self.model.encode_text
         tokens = self.tokenizer(keys)
         order = torch.argsort((tokens != 0).sum(dim=1), stable=True)
-        out = torch.empty(len(keys), 0)
         step = self.batch_size * 4
-        for start in progress(range(0, len(keys), step), "texts", total=-(-len(keys) // step), unit="batch"):
-            index = order[start : start + step]
-            rows = F.normalize(encode(tokens[index].to(self.device)), dim=-1).float().cpu()
-            if out.shape[1] == 0:
-                out = torch.empty(len(keys), rows.shape[1])
-            out[index] = rows
+        rows = torch.cat([
+            F.normalize(encode(tokens[order[start : start + step]].to(self.device)), dim=-1).float().cpu()
+            for start in progress(range(0, len(keys), step), "texts", total=-(-len(keys) // step), unit="batch")
+        ])
+        out = torch.empty_like(rows)
+        out[order] = rows  # back to the callers' order
         return out

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from ..data import is_tar_shards
 from ..io import atomic_path, write_json
 from ..models.checkpoint import STATE_NAME
 from ..progress import progress
@@ -182,7 +183,7 @@ class Trainer:
         text = self.cfg.train_data
         if text.endswith((".csv", ".tsv", ".tab")):
             return {"image_key": self.cfg.image_key, "caption_key": self.cfg.caption_key}
-        if ".tar" in text:
+        if is_tar_shards(text):
             return {"caption_field": self.cfg.caption_key}
         return {}
 
