@@ -73,4 +73,5 @@ class SkipCounter:
         text = self.summary(row_only=True)
         if info is not None:
             text = f"[worker {info.id}/{info.num_workers}] {text}"
-        (log.warning if "skipped none" not in text else log.info)(text)
+        skipped = int(self._counts[self._row(), :-1].sum())
+        (log.warning if skipped else log.info)(text)
