@@ -1,8 +1,8 @@
-"""One C2LIP loss step on a fixed batch of 8, split over however many processes run this.
+"""One loss step (C2LIP by default) on a fixed batch of 8, split over however many processes run this.
 
 Run alone it uses the whole batch; under torchrun (or with SLURM's variables) each rank
 takes its share. Rank 0 saves the loss terms and every parameter's gradient.
-Usage: python dist_grads.py OUT.pt [ACCUM_FREQ]
+Usage: python dist_grads.py OUT.pt [ACCUM_FREQ [METHOD]]
 """
 import sys
 
@@ -20,7 +20,7 @@ CAPTIONS = [
 ]
 
 
-def compute(env, accum: int = 1):
+def compute(env, accum: int = 1, method_name: str = "c2lip"):
     from torch.nn.parallel import DistributedDataParallel
 
     from compclip.concepts import extract
@@ -32,7 +32,7 @@ def compute(env, accum: int = 1):
     torch.manual_seed(0)
     model, _, tokenizer = load_model("compclip-tiny-siglip")
     model.train()
-    method = build_method("c2lip", concepts={r["caption"]: r for r in extract(CAPTIONS)}, lambda_xac=1.0)
+    method = build_method(method_name, concepts={r["caption"]: r for r in extract(CAPTIONS)}, lambda_xac=1.0, negatives=2)
     images = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(1))
     per = 8 // env.world_size
     rows = list(range(env.rank * per, (env.rank + 1) * per))
@@ -52,6 +52,6 @@ if __name__ == "__main__":
     from compclip.train import init_distributed
 
     env = init_distributed("cpu")
-    terms, grads = compute(env, int(sys.argv[2]) if len(sys.argv) > 2 else 1)
+    terms, grads = compute(env, *(int(sys.argv[2]), *sys.argv[3:4]) if len(sys.argv) > 2 else ())
     if env.is_main:
         torch.save({"terms": terms, "grads": grads, "world_size": env.world_size}, sys.argv[1])

@@ -23,7 +23,7 @@ HERE = Path(__file__).parent
 def assert_same(a, b):
     terms_a, grads_a = a
     terms_b, grads_b = b
-    assert terms_a.keys() == terms_b.keys() == {"siglip", "npc", "xac"}
+    assert terms_a.keys() == terms_b.keys() and terms_a
     for k in terms_a:
         assert terms_a[k] == pytest.approx(terms_b[k], rel=1e-5), k
     assert grads_a.keys() == grads_b.keys()
@@ -39,7 +39,15 @@ def whole_batch():
 
 
 def test_two_accumulation_steps_of_half_equal_one_step(whole_batch):
+    assert whole_batch[0].keys() == {"siglip", "npc", "xac"}
     assert_same(dist_grads.compute(DistEnv(), accum=2), whole_batch)
+
+
+def test_hard_negatives_accumulate_exactly():
+    """Negatives belong to their image's row: their owners must follow it through the micro-batch merge."""
+    whole = dist_grads.compute(DistEnv(), 1, "c2lip+hardneg")
+    assert whole[0].keys() == {"npc", "xac", "hardneg"}
+    assert_same(dist_grads.compute(DistEnv(), 2, "c2lip+hardneg"), whole)
 
 
 def free_port() -> int:
@@ -58,14 +66,14 @@ def load_result(path):
     return result["terms"], result["grads"]
 
 
-@pytest.mark.parametrize("accum", [1, 2])
-def test_torchrun_two_processes_equal_one_process_on_the_whole_batch(tmp_path, whole_batch, accum):
+@pytest.mark.parametrize("accum, method", [(1, "c2lip"), (2, "c2lip"), (2, "c2lip+hardneg")])
+def test_torchrun_two_processes_equal_one_process_on_the_whole_batch(tmp_path, whole_batch, accum, method):
     out = tmp_path / "grads.pt"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(HERE / "dist_grads.py"), str(out), str(accum)]
+           str(HERE / "dist_grads.py"), str(out), str(accum), method]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env_for_children(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert_same(load_result(out), whole_batch)
+    assert_same(load_result(out), whole_batch if method == "c2lip" else dist_grads.compute(DistEnv(), 1, method))
 
 
 def test_slurm_launch_without_torchrun(tmp_path, whole_batch):

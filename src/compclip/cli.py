@@ -73,16 +73,19 @@ def concepts(
 
 @app.command()
 def train(
-    method: str = typer.Option(..., help="Method name or '+'-joined combination: siglip, clip, c2lip, ..."),
+    method: str = typer.Option(..., help="Method or '+'-joined combination: siglip, clip, c2lip, hardneg, negclip, clic (c2lip+hardneg, ...)."),
     model: str = typer.Option(..., help="open_clip name, hf-hub: id, or compclip checkpoint folder."),
     train_data: str = typer.Option(..., help="CSV/TSV, webdataset shards (brace patterns), or captions JSON."),
     out: Path = typer.Option(..., help="Run folder: checkpoints, log.jsonl, tensorboard; re-running resumes."),
     pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file."),
-    concepts: Path = typer.Option(None, help="Concept store from `compclip concepts` (c2lip needs it)."),
+    concepts: Path = typer.Option(None, help="Concept store from `compclip concepts` (c2lip, negclip and clic need it; negclip and clic need pos)."),
     concept_mode: str = typer.Option("span", help="span (pool the caption's tokens) or separate (encode phrases)."),
     lambda_npc: float = typer.Option(1.0),
     lambda_xac: float = typer.Option(0.01),
     xac_temperature: float = typer.Option(None, help="Cross-attention temperature (default √D)."),
+    negatives: int = typer.Option(1, help="hardneg/negclip: hard negatives per image, 1 to 3."),
+    negative_classes: str = typer.Option("color,object,location,size", help="hardneg: keyword classes to permute."),
+    clic_train_image: bool = typer.Option(False, "--clic-train-image", help="clic: train the vision tower too (frozen by default)."),
     image_key: str = typer.Option("image", help="CSV/TSV image column."),
     caption_key: str = typer.Option("caption", help="CSV/TSV caption column, or webdataset json field."),
     batch_size: int = typer.Option(32, help="Images per process and micro-batch."),
@@ -114,7 +117,8 @@ def train(
     cfg = TrainConfig(
         method=method, model=model, train_data=train_data, out=str(out), pretrained=pretrained,
         concepts=str(concepts) if concepts else None, concept_mode=concept_mode, lambda_npc=lambda_npc,
-        lambda_xac=lambda_xac, xac_temperature=xac_temperature, image_key=image_key, caption_key=caption_key,
+        lambda_xac=lambda_xac, xac_temperature=xac_temperature, negatives=negatives, negative_classes=negative_classes,
+        clic_train_image=clic_train_image, image_key=image_key, caption_key=caption_key,
         batch_size=batch_size, accum_freq=accum_freq, steps=steps, lr=lr, weight_decay=wd, optimizer=optimizer,
         betas=(beta1, beta2), eps=eps, warmup=warmup, schedule=schedule, precision=precision,
         grad_checkpointing=grad_checkpointing, lock_image=lock_image, lock_text=lock_text, workers=workers,
@@ -248,7 +252,7 @@ def world_generate(
 @app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="Where the world, runs, results and report go (re-runs reuse them)."),
-    methods: str = typer.Option("siglip,c2lip", help="Fine-tuning methods to compare, from the same base."),
+    methods: str = typer.Option("siglip,c2lip,hardneg,clic", help="Fine-tuning methods to compare, from the same base."),
     n_train: int = typer.Option(20_000, help="Training scenes."),
     n_test: int = typer.Option(500, help="Scenes per test split."),
     pretrain_steps: int = typer.Option(1000, help="SigLIP steps pretraining the base from scratch."),

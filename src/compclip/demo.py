@@ -2,7 +2,8 @@
 
 1. generate the world (cached); 2. extract the training captions' concepts (cached);
 3. pretrain a small SigLIP-style model from scratch with the plain SigLIP loss;
-4. fine-tune that base once per method (by default SigLIP and C2LIP) with equal steps and seed;
+4. fine-tune that base once per method (by default SigLIP, C2LIP, keyword hard negatives and
+   CLIC) with equal steps, learning rate and seed;
 5. evaluate every model on the seen and unseen test splits and print the comparison, writing
    `results/<model>/<split>/<benchmark>.json`, `report/report.md` and the plots under `--out`.
 Every stage is skipped when its output exists, so a re-run reuses what was done.
@@ -52,7 +53,7 @@ def _metric(record: dict, path: tuple[str, ...]) -> float:
 
 def run_demo(
     out: Path = Path("runs/demo"),
-    methods: str = "siglip,c2lip",
+    methods: str = "siglip,c2lip,hardneg,clic",
     n_train: int = 20_000,
     n_test: int = 500,
     pretrain_steps: int = 1000,
@@ -70,7 +71,7 @@ def run_demo(
     world = generate(out / "world", WorldConfig(seed=seed, n_train=n_train, n_test=n_test, size=64), workers)
     console.print(f"[1/5] binding world in {world} ({n_train} training scenes, {n_test} per test split)")
     captions = world / "train" / "captions.csv"
-    build_store(iter_captions(captions), out / "concepts", "noun-phrases", workers=workers)
+    build_store(iter_captions(captions), out / "concepts", "noun-phrases,pos", workers=workers)  # pos: negclip and clic
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
     common = dict(train_data=str(captions), batch_size=batch_size, seed=seed, workers=workers, save_every=10**9, keep=1)
     base = _train(out / "train" / "base", method="siglip", model=MODEL, steps=pretrain_steps, lr=1e-3, warmup=100,

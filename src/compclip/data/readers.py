@@ -116,7 +116,9 @@ class ImageTextReader(IterableDataset):
             name = "" if isinstance(image, bytes) else f"{image}: "
             self.skips.skip("corrupt_image", where, f"{name}{type(e).__name__}: {e}")
             return None
-        return {"image": self.transform(img) if self.transform else img, "caption": caption.strip(), "key": where}
+        view = self.transform(img) if self.transform else img
+        fields = view if isinstance(view, dict) else {"image": view}  # a transform may give several views
+        return {**fields, "caption": caption.strip(), "key": where}
 
     def stats(self) -> dict[str, int]:
         return self.skips.stats()

@@ -1,13 +1,22 @@
 """Fine-tuning methods behind one contract (`base.Method`), registered by name like timm's models.
 
 `build_method("c2lip", concepts=store)`; combinations join names with "+" (`"c2lip+hardneg"`).
+
+| name | contrastive term | extra terms | combines with |
+| --- | --- | --- | --- |
+| siglip | sigmoid loss | | c2lip |
+| clip | InfoNCE | | c2lip |
+| c2lip | SigLIP | L_npc, L_xac | clip, hardneg, negclip (replacing SigLIP) |
+| hardneg | InfoNCE + keyword negatives | | c2lip |
+| negclip | InfoNCE + phrase/adjective swaps | | c2lip |
+| clic | CLIC on image pairs / CLIP | | nothing: it changes the inputs |
 """
 from __future__ import annotations
 
 import inspect
 from typing import Any
 
-from . import c2lip, clip, siglip
+from . import c2lip, clic, clip, hardneg, negclip, siglip
 from .base import LossPart, Method, MethodFactory
 
 _REGISTRY: dict[str, MethodFactory] = {}
@@ -39,5 +48,8 @@ def build_method(spec: str, **options: Any) -> Method:
 register_method("siglip", siglip.build)
 register_method("clip", clip.build)
 register_method("c2lip", c2lip.build)
+register_method("hardneg", hardneg.build)
+register_method("negclip", negclip.build)
+register_method("clic", clic.build)
 
 __all__ = ["LossPart", "Method", "build_method", "list_methods", "register_method"]

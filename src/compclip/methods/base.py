@@ -31,6 +31,17 @@ class LossPart(nn.Module):
     # model outputs the part reads beyond image/text features: "visual_tokens", "text_states"
     needs: frozenset[str] = frozenset()
     uses_concepts = False  # reads a concept store (`compclip concepts`) in its batch transform
+    uses_logit_bias = False  # a sigmoid loss; otherwise the trainer freezes an unused logit bias (DDP needs every parameter used)
+    locks_image = False  # trains with the image tower frozen
+    alone = False  # changes the inputs themselves (CLIC's image pairs): no other part may see them
+
+    def image_transform(self, model: nn.Module) -> Callable | None:
+        """The reader's image transform when the part needs more than the model's training view."""
+        return None
+
+    def inputs(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The batch the towers encode (`image`, `text`); a part may substitute its own."""
+        return batch
 
     def prepare(self, batch: dict[str, Any], samples: list[dict[str, Any]], tokenizer) -> None:
         """Add this part's fields to a collated batch (runs in DataLoader workers)."""
@@ -54,9 +65,17 @@ class Method(nn.Module):
             kept = [p for p in kept if p.name != part.name] + [part]
         if sum(p.contrastive for p in kept) != 1:
             raise ValueError(f"method {name!r} needs exactly one contrastive part, got {[p.name for p in kept]}")
+        lone = [p.name for p in kept if p.alone]
+        if lone and len(kept) > 1:
+            raise ValueError(f"method {name!r}: {lone[0]} trains on its own inputs and cannot be combined with {[p.name for p in kept if not p.alone]}")
         self.name = name
         self.parts = nn.ModuleList(kept)
         self.needs = frozenset().union(*(p.needs for p in kept))
+        self.locks_image = any(p.locks_image for p in kept)
+        self.uses_logit_bias = any(p.uses_logit_bias for p in kept)
+
+    def image_transform(self, model: nn.Module) -> Callable | None:
+        return next((t for t in (p.image_transform(model) for p in self.parts) if t is not None), None)
 
     def collate(self, samples: list[dict[str, Any]], tokenizer) -> dict[str, Any]:
         """Stack images, tokenize captions, then let each part add its fields."""
@@ -74,6 +93,8 @@ class Method(nn.Module):
 
     def outputs(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, Any]:
         """One forward pass of both towers, computing per-token outputs only when a part needs them."""
+        for part in self.parts:
+            batch = part.inputs(batch)
         out: dict[str, Any] = {}
         if "visual_tokens" in self.needs:
             pooled, out["visual_tokens"] = visual_token_embeddings(model, batch["image"])
@@ -106,9 +127,18 @@ def sigmoid_pairs_loss(logits: torch.Tensor, positive: torch.Tensor, count: int)
     return -F.logsigmoid(z * logits).sum() / count
 
 
-def image_rows(out: dict[str, Any], n: int, device) -> torch.Tensor:
-    """Global indices of the local image rows."""
-    return torch.arange(n, device=device) + out.get("image_offset", 0)
+def image_rows(n: int, device, image_offset: int = 0) -> torch.Tensor:
+    """Global indices of the `n` local image rows."""
+    return torch.arange(n, device=device) + image_offset
+
+
+def require_concept_fields(concepts, fields: tuple[str, ...], method: str) -> None:
+    """Fail early, not mid-run, when a concept store lacks fields a method reads."""
+    missing = [f for f in fields if f not in getattr(concepts, "what", fields)]  # a plain mapping is trusted
+    if missing:
+        wanted = ",".join(f.replace("_", "-") for f in fields)
+        raise ValueError(f"method {method} reads concept fields {missing} that the store {getattr(concepts, 'folder', '')} lacks: "
+                         f"build a store with `compclip concepts --what {wanted}`")
 
 
 MethodFactory = Callable[..., list[LossPart]]

@@ -187,6 +187,7 @@ class C2LIPLoss(LossPart):
     name = "c2lip"
     needs = frozenset({"visual_tokens", "text_states"})
     uses_concepts = True
+    uses_logit_bias = True
 
     def __init__(self, concepts=None, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01, temperature: float | None = None):
         super().__init__()

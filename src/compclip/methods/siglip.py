@@ -11,13 +11,14 @@ class SigLIPLoss(LossPart):
 
     name = "siglip"
     contrastive = True
+    uses_logit_bias = True
 
     def forward(self, out):
         image, texts = out["image_features"], out.get("all_text_features", out["text_features"])
         logits = out["logit_scale"] * image @ texts.T
         if out["logit_bias"] is not None:
             logits = logits + out["logit_bias"]
-        rows = image_rows(out, image.shape[0], image.device)
+        rows = image_rows(image.shape[0], image.device, out.get("image_offset", 0))
         positive = rows[:, None] == torch.arange(texts.shape[0], device=image.device)[None, :]
         return {"siglip": sigmoid_pairs_loss(logits, positive, texts.shape[0])}
 

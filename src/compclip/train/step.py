@@ -3,7 +3,8 @@
 Accumulation works as open_clip's `--accum-freq`: every micro-batch is encoded once without
 gradients and cached; then each micro-batch is encoded again with gradients and the loss is
 computed over the whole accumulated batch, its own rows carrying gradients. Concept indices
-are offset by each micro-batch's image start, then by the rank's. Shared scalars (τ, b) pass
+and negative owners are offset by each micro-batch's image start; concept owners then by the
+rank's too (negatives stay local: only their own image's row reads them). Shared scalars (τ, b) pass
 1/A of their gradient per micro-batch, so A micro-batches of B/A equal one batch of B.
 
 Gradients are scaled by the world size before backward because DDP averages them while the
@@ -18,7 +19,8 @@ import torch
 
 from .distributed import DistEnv, gather_rows, row_counts
 
-IMAGE_ROWS = ("image_features", "text_features", "visual_tokens")
+IMAGE_ROWS = ("image_features", "text_features", "visual_tokens", "positive_features")  # one row per image
+OWNED = (("concept_features", "concept_image"), ("negative_features", "negative_image"))  # rows with an owner image
 SHARED = ("logit_scale", "logit_bias")
 
 
@@ -28,12 +30,13 @@ def merge_micro(outs: list[dict[str, Any]], current: int) -> dict[str, Any]:
     for key in IMAGE_ROWS:
         if key in outs[0]:
             merged[key] = torch.cat([o[key] for o in outs])
-    if "concept_features" in outs[0]:
-        merged["concept_features"] = torch.cat([o["concept_features"] for o in outs])
-        starts = [0]
-        for o in outs[:-1]:
-            starts.append(starts[-1] + o["image_features"].shape[0])
-        merged["concept_image"] = torch.cat([o["concept_image"] + s for o, s in zip(outs, starts)])
+    starts = [0]
+    for o in outs[:-1]:
+        starts.append(starts[-1] + o["image_features"].shape[0])
+    for key, owner in OWNED:
+        if key in outs[0]:
+            merged[key] = torch.cat([o[key] for o in outs])
+            merged[owner] = torch.cat([o[owner] + s for o, s in zip(outs, starts)])
     for key in SHARED:
         value = outs[current][key]
         if isinstance(value, torch.Tensor) and value.requires_grad and len(outs) > 1:
@@ -49,6 +52,8 @@ def gather_outputs(local: dict[str, Any], env: DistEnv) -> dict[str, Any]:
     out["image_offset"] = sum(sizes[: env.rank])
     out["all_image_features"] = gather_rows(local["image_features"], env, sizes)
     out["all_text_features"] = gather_rows(local["text_features"], env, sizes)
+    if "positive_features" in local:
+        out["all_positive_features"] = gather_rows(local["positive_features"], env, sizes)
     if "concept_features" in local:
         counts = row_counts(local["concept_features"].shape[0], env, local["concept_features"].device)
         out["all_concept_features"] = gather_rows(local["concept_features"], env, counts)

@@ -46,6 +46,9 @@ class TrainConfig:
     lambda_npc: float = 1.0
     lambda_xac: float = 0.01
     xac_temperature: float | None = None
+    negatives: int = 1  # hardneg / negclip: negatives per image (HN1-HN3)
+    negative_classes: str = "color,object,location,size"  # hardneg's keyword classes
+    clic_train_image: bool = False  # CLIC freezes the vision tower unless this is set
     image_key: str = "image"
     caption_key: str = "caption"
     batch_size: int = 32  # per process and micro-batch
@@ -154,19 +157,22 @@ class Trainer:
         self.out = Path(cfg.out)
         torch.manual_seed(cfg.seed)
         model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device)
-        if cfg.lock_image:
-            model.lock_image_tower()
-        if cfg.lock_text:
-            model.lock_text_tower()
-        if cfg.grad_checkpointing:
-            model.set_grad_checkpointing(True)
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else None
         self.method = build_method(
             cfg.method, concepts=concepts, mode=cfg.concept_mode, lambda_npc=cfg.lambda_npc,
-            lambda_xac=cfg.lambda_xac, temperature=cfg.xac_temperature, **cfg.extra,
+            lambda_xac=cfg.lambda_xac, temperature=cfg.xac_temperature, negatives=cfg.negatives,
+            negative_classes=cfg.negative_classes, train_image=cfg.clic_train_image, seed=cfg.seed, **cfg.extra,
         )
         if concepts is None and any(p.uses_concepts for p in self.method.parts):
             raise ValueError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`)")
+        if cfg.lock_image or self.method.locks_image:
+            model.lock_image_tower()
+        if cfg.lock_text:
+            model.lock_text_tower()
+        if getattr(model, "logit_bias", None) is not None and not self.method.uses_logit_bias:
+            model.logit_bias.requires_grad_(False)  # a softmax loss never reads it, and DDP wants every trained parameter used
+        if cfg.grad_checkpointing:
+            model.set_grad_checkpointing(True)
         self.model = model.train()
         self.module = _TrainModule(model, self.method)
         if self.env.distributed:
@@ -175,7 +181,8 @@ class Trainer:
         self.optimizer = _optimizer(cfg, model)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         self.scaler = torch.amp.GradScaler(enabled=cfg.precision == "amp")
-        self.reader = open_reader(cfg.train_data, transform=train_preprocess(model), **self._reader_kwargs())
+        transform = self.method.image_transform(model) or train_preprocess(model)
+        self.reader = open_reader(cfg.train_data, transform=transform, **self._reader_kwargs())
         self.step, self.data = 0, DataPosition()
         self._resume()
 
@@ -305,7 +312,7 @@ class Trainer:
         terms: dict[str, float] = {}
         for _ in bar:
             start = time.perf_counter()
-            micro = [next(batches) for _ in range(cfg.accum_freq)]
+            micro = [{**next(batches), "step": self.step} for _ in range(cfg.accum_freq)]  # CLIC alternates by step
             self.optimizer.zero_grad(set_to_none=True)
             terms = loss_step(self.module, self.method, micro, self.env, self._autocast, self._backward)
             self.scaler.step(self.optimizer)

@@ -1,0 +1,202 @@
+"""CLIC: concatenated image pairs, several positives, a cross-sentence POS-swap negative (methods.md §3).
+
+Each image is paired with a partner of the same orientation from its batch; the two are
+joined in random order (portrait images side by side at half width, landscape ones one above
+the other at half height, each resized with the model's own preprocessing). Its captions are
+p1 = s_i + s_m, p2 = s_m + s_i (first sentences) and p3, p4 (other sentences of each, joined in
+random order); the negative swaps one word of s_i with one word of s_m of the same universal
+POS tag inside p1. L = ½ L_Cont + ½ L_S-Neg + L_Uni; every second step is a plain CLIP step on
+single images with their first sentence. The vision tower is frozen unless asked otherwise.
+POS tags come from the concept store, so no spaCy runs in the data loader.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from open_clip.transform import PreprocessCfg, image_transform_v2
+from torchvision import transforms as T
+
+from .base import LossPart, require_concept_fields
+from .clip import clip_loss
+from .text import caption_rng, join_sentences, recase, sentences
+
+EXCLUDED_POS = frozenset({"AUX", "CCONJ", "DET", "INTJ", "PART", "PUNCT", "SCONJ", "SYM", "X", "SPACE"})
+
+Token = tuple[str, int, int, str]  # text, start, end, universal POS
+
+
+class PairViews:
+    """The reader transform CLIC needs: the model's training view, plus the half-size view for pairing."""
+
+    def __init__(self, model: torch.nn.Module):
+        cfg = PreprocessCfg(**model.visual.preprocess_cfg)
+        h, w = (cfg.size, cfg.size) if isinstance(cfg.size, int) else tuple(cfg.size)
+        if h % 2 or w % 2:
+            raise ValueError(f"CLIC joins two half-size images: the model's input size {h}x{w} must be even")
+        self.full = image_transform_v2(cfg, is_train=True)
+        mode = T.InterpolationMode[cfg.interpolation.upper()]
+        tail = [T.ToTensor(), T.Normalize(cfg.mean, cfg.std)]
+        self.tall = T.Compose([T.Resize((h, w // 2), interpolation=mode), *tail])  # portrait: side by side
+        self.wide = T.Compose([T.Resize((h // 2, w), interpolation=mode), *tail])  # landscape: one above the other
+
+    def __call__(self, img) -> dict[str, Any]:
+        portrait = img.height > img.width
+        return {"image": self.full(img), "half": (self.tall if portrait else self.wide)(img.convert("RGB")), "portrait": portrait}
+
+
+def join_pair(first: torch.Tensor, second: torch.Tensor, portrait: bool) -> torch.Tensor:
+    """Two half-size views (C×H×W/2 or C×H/2×W) as one full-size image, `first` left or on top."""
+    return torch.cat([first, second], dim=2 if portrait else 1)
+
+
+def cross_sentence_swap(a: str, a_tokens: Sequence[Token], b: str, b_tokens: Sequence[Token], rng: random.Random) -> tuple[str, str] | None:
+    """`a` and `b` with one word exchanged: same universal POS tag (not an excluded one), different words.
+
+    Words that both sentences hold with the same tag are not candidates. Without a common tag,
+    two random words (any tag but punctuation) are exchanged; None when no two words differ.
+    """
+    def by_tag(tokens):
+        out: dict[str, list[Token]] = {}
+        for tok in tokens:
+            if tok[3] not in EXCLUDED_POS:
+                out.setdefault(tok[3], []).append(tok)
+        return out
+
+    tags_a, tags_b = by_tag(a_tokens), by_tag(b_tokens)
+    choices = {}
+    for tag in sorted(tags_a.keys() & tags_b.keys()):
+        words_a = {t[0].lower() for t in tags_a[tag]}
+        words_b = {t[0].lower() for t in tags_b[tag]}
+        only_a = [t for t in tags_a[tag] if t[0].lower() not in words_b]
+        only_b = [t for t in tags_b[tag] if t[0].lower() not in words_a]
+        if only_a and only_b:
+            choices[tag] = (only_a, only_b)
+    if choices:
+        only_a, only_b = choices[rng.choice(sorted(choices))]
+        x, y = rng.choice(only_a), rng.choice(only_b)
+    else:
+        words = lambda tokens: [t for t in tokens if t[3] not in ("PUNCT", "SYM", "SPACE")]  # noqa: E731
+        pairs = [(x, y) for x in words(a_tokens) for y in words(b_tokens) if x[0].lower() != y[0].lower()]
+        if not pairs:
+            return None
+        x, y = rng.choice(pairs)
+    new_a = a[: x[1]] + recase(y[0], y[1] == 0, x[0], x[1] == 0) + a[x[2] :]
+    new_b = b[: y[1]] + recase(x[0], x[1] == 0, y[0], y[1] == 0) + b[y[2] :]
+    return new_a, new_b
+
+
+def sentence_tokens(record: dict[str, Any] | None, span: tuple[int, int]) -> list[Token]:
+    """The POS tokens of the caption's record inside `span`, with offsets relative to it."""
+    start, end = span
+    return [(t, s - start, e - start, tag) for t, s, e, tag in (record or {}).get("pos", ()) if s >= start and e <= end]
+
+
+class CLICLoss(LossPart):
+    """½ L_Cont + ½ L_S-Neg + L_Uni on concatenated pairs, alternating with plain CLIP steps."""
+
+    name = "clic"
+    contrastive = True
+    uses_concepts = True
+    alone = True
+
+    def __init__(self, concepts=None, train_image: bool = False, seed: int = 0,
+                 lambda_cont: float = 0.5, lambda_neg: float = 0.5, lambda_uni: float = 1.0):
+        super().__init__()
+        require_concept_fields(concepts, ("pos",), self.name)
+        self.concepts, self.seed = concepts, seed
+        self.locks_image = not train_image
+        self.lambda_cont, self.lambda_neg, self.lambda_uni = lambda_cont, lambda_neg, lambda_uni
+
+    def image_transform(self, model):
+        return PairViews(model)
+
+    def batch_rng(self, captions: Sequence[str]) -> random.Random:
+        """Fixed by (seed, the batch's captions): the same batch pairs the same way after a resume."""
+        return caption_rng(self.seed, *captions)
+
+    def texts(self, i: int, m: int, captions: Sequence[str], rng: random.Random) -> tuple[str, list[str], str | None]:
+        """Image i's first sentence, its positives p1-p4 with partner m, and the negative (None if none exists)."""
+        spans = [sentences(captions[i]), sentences(captions[m])]
+        texts = [[captions[k][s:e] for s, e in sp] for k, sp in zip((i, m), spans)]
+        first_i, first_m = texts[0][0], texts[1][0]
+        positives = [join_sentences(first_i, first_m), join_sentences(first_m, first_i)]
+        rest = [t[1:] or t[:1] for t in texts]  # a one-sentence caption repeats its only sentence
+        draws = [rng.sample(r, 2) if len(r) >= 2 else [rng.choice(r), rng.choice(r)] for r in rest]
+        for x, y in zip(*draws):
+            positives.append(join_sentences(*((x, y) if rng.random() < 0.5 else (y, x))))
+        records = [self.concepts.get(captions[k]) if self.concepts is not None else None for k in (i, m)]
+        swapped = cross_sentence_swap(first_i, sentence_tokens(records[0], spans[0][0]), first_m, sentence_tokens(records[1], spans[1][0]), rng)
+        return first_i, positives, join_sentences(*swapped) if swapped else None
+
+    def prepare(self, batch, samples, tokenizer):
+        n = len(samples)
+        if n < 2:
+            raise ValueError("CLIC pairs images within a batch: the batch size must be at least 2")
+        if "half" not in samples[0]:
+            raise ValueError("CLIC needs its own image transform (`CLICLoss.image_transform`): the reader gave plain images")
+        rng = self.batch_rng(batch["caption"])
+        portrait = [bool(s["portrait"]) for s in samples]
+        pairs, firsts, positives, negatives, owners = [], [], [], [], []
+        for i in range(n):
+            same = [j for j in range(n) if j != i and portrait[j] == portrait[i]]
+            m = rng.choice(same or [j for j in range(n) if j != i])
+            pairs.append((i, m) if rng.random() < 0.5 else (m, i))
+            first, pos, neg = self.texts(i, m, batch["caption"], rng)
+            firsts.append(first)
+            positives.append(pos)
+            if neg is not None:
+                negatives.append(neg)
+                owners.append(i)
+        batch["pair_order"] = torch.tensor(pairs, dtype=torch.long)
+        batch["pair_image"] = torch.stack([join_pair(samples[a]["half"], samples[b]["half"], portrait[a]) for a, b in pairs])
+        batch["positives"], batch["negatives"] = positives, negatives
+        batch["positive_text"] = tokenizer([p for pos in positives for p in pos]).view(n, 4, -1)
+        batch["first_text"] = tokenizer(firsts)
+        batch["negative_text"] = tokenizer(negatives) if negatives else batch["first_text"][:0]
+        batch["negative_image"] = torch.tensor(owners, dtype=torch.long)
+
+    @staticmethod
+    def pair_step(batch) -> bool:
+        """Even steps train on pairs, odd steps are plain CLIP steps (a batch without a step is a pair step)."""
+        return batch.get("step", 0) % 2 == 0
+
+    def inputs(self, batch):
+        if self.pair_step(batch):
+            return {**batch, "image": batch["pair_image"], "text": batch["positive_text"][:, 0]}
+        return {**batch, "text": batch["first_text"]}
+
+    def extend(self, model, batch, out):
+        if not self.pair_step(batch):
+            return
+        more = batch["positive_text"][:, 1:]
+        features = model.encode_text(torch.cat([more.reshape(-1, more.shape[-1]), batch["negative_text"]]))
+        features = F.normalize(features, dim=-1)
+        n = more.shape[0] * more.shape[1]
+        out["positive_features"] = features[:n].view(more.shape[0], more.shape[1], -1)
+        out["negative_features"], out["negative_image"] = features[n:], batch["negative_image"]
+
+    def forward(self, out):
+        image, scale, offset = out["image_features"], out["logit_scale"], out.get("image_offset", 0)
+        all_image = out.get("all_image_features", image)
+        if "positive_features" not in out:
+            return {"clip": clip_loss(image, out["text_features"], scale, all_image=all_image,
+                                      all_text=out.get("all_text_features"), image_offset=offset)}
+        positives = torch.cat([out["text_features"][:, None], out["positive_features"]], dim=1)
+        all_positives = torch.cat([out.get("all_text_features", out["text_features"])[:, None],
+                                   out.get("all_positive_features", out["positive_features"])], dim=1)
+        n = all_image.shape[0]
+        cont = sum(clip_loss(image, positives[:, l], scale, all_image=all_image, all_text=all_positives[:, l],
+                             image_offset=offset) for l in range(positives.shape[1])) / positives.shape[1]
+        owners = out["negative_image"]
+        s_pos = scale * (image[owners, None] * positives[owners]).sum(-1)  # (negatives, 4)
+        s_neg = scale * (image[owners] * out["negative_features"]).sum(-1, keepdim=True)
+        sneg = F.softplus(s_neg - s_pos).mean(-1).sum() / n  # −log(e^p / (e^p + e^n)) = softplus(n − p)
+        uni = (positives[:, 0] - positives[:, 1]).norm(dim=-1).sum() / n
+        return {"cont": self.lambda_cont * cont, "sneg": self.lambda_neg * sneg, "uni": self.lambda_uni * uni}
+
+
+def build(concepts=None, train_image: bool = False, seed: int = 0) -> list[LossPart]:
+    return [CLICLoss(concepts, train_image, seed)]

@@ -1,0 +1,125 @@
+"""Hard negatives by keyword permutation (Rösch et al.; methods.md §2), and the InfoNCE that uses them.
+
+A negative caption replaces one keyword of a concept class: a colour or COCO object by any
+other of its table, a location or size word by its fixed partner. Each image's row of the
+image→text InfoNCE gets its own negatives as extra columns (HN1–HN3); captions without a
+keyword train as plain pairs. `negclip` feeds the same loss with noun-phrase swaps.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..concepts.keywords import KEYWORDS, find_keywords, replacements, with_case_of
+from .base import LossPart, image_rows
+from .text import caption_rng
+
+CLASSES = tuple(KEYWORDS)
+
+
+def keyword_negatives(caption: str, classes: Sequence[str] = CLASSES, k: int = 1, seed: int = 0) -> list[str]:
+    """Up to `k` distinct negatives of `caption`, each with one keyword of `classes` swapped.
+
+    Keywords match whole words, longest first ("in front of" before "front"); the replacement
+    takes the keyword's case. Which keyword and which replacement are drawn from (seed, caption).
+    """
+    by_hit: dict[tuple[int, int], list[str]] = {}  # a hit first, then its replacement: one colour cannot crowd out a location swap
+    for cls, keyword, start, end in find_keywords(caption, tuple(classes)):
+        made = (caption[:start] + with_case_of(w, caption[start:end]) + caption[end:] for w in replacements(cls, keyword))
+        by_hit.setdefault((start, end), []).extend(m for m in made if m != caption)
+    rng, chosen = caption_rng(seed, caption), []
+    while by_hit and len(chosen) < k:
+        hit = rng.choice(sorted(by_hit))
+        negative = by_hit[hit].pop(rng.randrange(len(by_hit[hit])))
+        if not by_hit[hit]:
+            del by_hit[hit]
+        if negative not in chosen:
+            chosen.append(negative)
+    return chosen
+
+
+def hard_negative_infonce(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    negatives: torch.Tensor,
+    negative_image: torch.Tensor,
+    logit_scale: torch.Tensor | float,
+    *,
+    all_image: torch.Tensor | None = None,
+    all_text: torch.Tensor | None = None,
+    image_offset: int = 0,
+) -> torch.Tensor:
+    """½ (CE(image→[batch texts, own negatives]) + CE(text→images)), summed over local rows / global batch.
+
+    `negatives[j]` belongs to local image `negative_image[j]`; an image's row gets only its own
+    negatives (missing ones are −∞ columns). All embeddings are L2-normalised.
+    """
+    all_image = image if all_image is None else all_image
+    all_text = text if all_text is None else all_text
+    b, n = image.shape[0], all_image.shape[0]
+    targets = image_rows(b, image.device, image_offset)
+    logits = logit_scale * image @ all_text.T
+    if negatives.shape[0]:
+        order = torch.argsort(negative_image, stable=True)  # group by owner: slot = rank within the owner
+        owners, feats = negative_image[order], negatives[order]
+        counts = torch.bincount(owners, minlength=b)
+        slot = torch.arange(owners.shape[0], device=image.device) - (counts.cumsum(0) - counts)[owners]
+        extra = logits.new_full((b, int(counts.max())), float("-inf"))
+        extra = extra.index_put((owners, slot), logit_scale * (image[owners] * feats).sum(-1))
+        logits = torch.cat([logits, extra], dim=1)
+    i2t = F.cross_entropy(logits, targets, reduction="sum")
+    t2i = F.cross_entropy(logit_scale * text @ all_image.T, targets, reduction="sum")
+    return (i2t + t2i) / (2 * n)
+
+
+class HardNegativeLoss(LossPart):
+    """The CLIP loss with each image's hard-negative captions as extra image→text columns."""
+
+    name = "hardneg"
+    contrastive = True
+
+    def __init__(self, k: int = 1, seed: int = 0, classes: Sequence[str] = CLASSES):
+        super().__init__()
+        if not 1 <= k <= 3:
+            raise ValueError(f"hard negatives per image must be 1 to 3 (HN1-HN3), not {k}")
+        unknown = set(classes) - set(CLASSES)
+        if unknown or not classes:
+            raise ValueError(f"unknown keyword classes {sorted(unknown) or list(classes)}; choose from {', '.join(CLASSES)}")
+        self.k, self.seed, self.classes = k, seed, tuple(classes)
+
+    def negatives(self, caption: str) -> list[str]:
+        return keyword_negatives(caption, self.classes, self.k, self.seed)
+
+    def prepare(self, batch, samples, tokenizer):
+        owners, texts = [], []
+        for i, caption in enumerate(batch["caption"]):
+            made = self.negatives(caption)
+            texts += made
+            owners += [i] * len(made)
+        batch["negative_text"] = tokenizer(texts) if texts else batch["text"][:0]
+        batch["negative_image"] = torch.tensor(owners, dtype=torch.long)
+
+    def extend(self, model, batch, out):
+        texts = batch["negative_text"]
+        features = model.encode_text(texts) if texts.shape[0] else out["text_features"][:0]
+        out["negative_features"] = F.normalize(features, dim=-1)
+        out["negative_image"] = batch["negative_image"]
+
+    def forward(self, out):
+        loss = hard_negative_infonce(
+            out["image_features"], out["text_features"], out["negative_features"], out["negative_image"],
+            out["logit_scale"], all_image=out.get("all_image_features"), all_text=out.get("all_text_features"),
+            image_offset=out.get("image_offset", 0),
+        )
+        return {self.name: loss}
+
+
+def parse_classes(classes: str | Sequence[str]) -> tuple[str, ...]:
+    """"color,size" or a sequence -> a tuple of class names."""
+    return tuple(c.strip() for c in classes.split(",") if c.strip()) if isinstance(classes, str) else tuple(classes)
+
+
+def build(negatives: int = 1, negative_classes: str | Sequence[str] = CLASSES, seed: int = 0) -> list[LossPart]:
+    return [HardNegativeLoss(negatives, seed, parse_classes(negative_classes))]

@@ -1,0 +1,38 @@
+"""Caption surgery shared by the negative makers: seeded choices, sentences, case that stays in place."""
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+
+_SENTENCE = re.compile(r"[^.!?]*[^.!?\s][^.!?]*(?:[.!?]+|$)")
+
+
+def caption_rng(seed: int, *texts: str) -> random.Random:
+    """A generator fixed by (seed, texts): the same caption or batch gets the same draws in every epoch, worker and rank."""
+    key = "\0".join((str(seed), *texts)).encode("utf-8", "replace")
+    return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little"))
+
+
+def sentences(caption: str) -> list[tuple[int, int]]:
+    """Character spans of the caption's sentences (split after . ! ?), whitespace trimmed."""
+    spans = []
+    for m in _SENTENCE.finditer(caption):
+        text = m.group()
+        spans.append((m.start() + len(text) - len(text.lstrip()), m.start() + len(text.rstrip())))
+    return spans or [(0, len(caption))]
+
+
+def join_sentences(*parts: str) -> str:
+    """Sentences as one text, each ending in punctuation (a period added where missing)."""
+    return " ".join(p if p[-1:] in ".!?" else p + "." for p in (s.strip() for s in parts) if p)
+
+
+def recase(word: str, was_initial: bool, template: str, to_initial: bool) -> str:
+    """`word` moved to `template`'s place: a sentence-initial capital stays with the position, not the word."""
+    head = word.split()[0] if word.split() else word
+    if was_initial and word[:1].isupper() and not (len(head) > 1 and head.isupper()):
+        word = word[:1].lower() + word[1:]
+    if to_initial and template[:1].isupper():
+        word = word[:1].upper() + word[1:]
+    return word

@@ -1,0 +1,190 @@
+"""CLIC: the cross-sentence POS swap by its rule, image pairs joined in the recorded order, the four
+losses against brute-force loops, and a real `compclip train --method clic` with the vision tower frozen."""
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from compclip.concepts import extract
+from compclip.methods import build_method
+from compclip.methods.clic import CLICLoss, cross_sentence_swap
+from compclip.methods.text import join_sentences, sentences
+from compclip.models import load_model
+
+
+TAGGED = {r["caption"]: r["pos"] for r in extract(["a red car", "a blue bus", "a red bus"], "pos")}  # spaCy, once
+
+
+def swaps(a, b, seeds=range(40)):
+    return {cross_sentence_swap(a, TAGGED[a], b, TAGGED[b], random.Random(s)) for s in seeds}
+
+
+def test_swap_exchanges_one_word_of_the_same_pos_tag():
+    # ADJ red<->blue or NOUN car<->bus; never the determiners
+    assert swaps("a red car", "a blue bus") == {("a blue car", "a red bus"), ("a red bus", "a blue car")}
+
+
+def test_swap_never_exchanges_a_word_both_sentences_hold():
+    assert swaps("a red car", "a red bus") == {("a red bus", "a red car")}
+
+
+def test_swap_keeps_the_sentence_initial_capital_in_place():
+    dogs = [("Dogs", 0, 4, "NOUN"), ("run", 5, 8, "VERB"), (".", 8, 9, "PUNCT")]
+    cats = [("I", 0, 1, "PRON"), ("see", 2, 5, "VERB"), ("cats", 6, 10, "NOUN"), (".", 10, 11, "PUNCT")]
+    made = {cross_sentence_swap("Dogs run.", dogs, "I see cats.", cats, random.Random(s)) for s in range(40)}
+    assert made == {("Cats run.", "I see dogs."), ("Dogs see.", "I run cats.")}
+
+
+def test_swap_falls_back_to_two_random_words_or_none():
+    a, b = "big", "dogs"
+    assert cross_sentence_swap(a, [("big", 0, 3, "ADJ")], b, [("dogs", 0, 4, "NOUN")], random.Random(0)) == ("dogs", "big")
+    same = [("the", 0, 3, "DET")]
+    assert cross_sentence_swap("the", same, "the", same, random.Random(0)) is None
+
+
+def test_sentences_and_joining():
+    text = "A red cube.  Two stars!It is blue"
+    assert [text[s:e] for s, e in sentences(text)] == ["A red cube.", "Two stars!", "It is blue"]
+    assert join_sentences("a red cube", "two stars. ") == "a red cube. two stars."
+
+
+CAPTIONS = [
+    "A red cube sits on a table. The room is dark. A lamp glows.",
+    "Two green balls roll. A child watches.",
+    "A yellow star hangs on the wall.",
+    "A blue car parks near a tree. The sky is clear.",
+]
+SIZES = [(40, 80), (90, 50), (30, 60), (70, 70)]  # portrait, landscape, portrait, square (landscape)
+COLOURS = [(220, 40, 40), (40, 170, 60), (240, 210, 40), (40, 80, 220)]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model, _, tokenizer = load_model("compclip-tiny-clip")
+    records = {r["caption"]: r for r in extract(CAPTIONS, "noun-phrases,pos")}
+    method = build_method("clic", concepts=records)
+    transform = method.image_transform(model)
+    samples = [{**transform(Image.new("RGB", size, colour)), "caption": c} for size, colour, c in zip(SIZES, COLOURS, CAPTIONS)]
+    return model, tokenizer, method, samples, method.collate(samples, tokenizer)
+
+
+def test_pairs_share_orientation_and_keep_the_recorded_order(setup):
+    model, _, _, samples, batch = setup
+    cfg = model.visual.preprocess_cfg
+    mean, std = torch.tensor(cfg["mean"])[:, None, None], torch.tensor(cfg["std"])[:, None, None]
+    assert batch["pair_image"].shape == batch["image"].shape == (4, 3, 64, 64)
+    for i, (a, b) in enumerate(batch["pair_order"].tolist()):
+        assert i in (a, b) and a != b
+        portrait = SIZES[a][1] > SIZES[a][0]
+        assert portrait == (SIZES[b][1] > SIZES[b][0])
+        halves = batch["pair_image"][i].chunk(2, dim=2 if portrait else 1)  # left|right or top/bottom
+        for half, k in zip(halves, (a, b)):
+            expected = (torch.tensor(COLOURS[k], dtype=torch.float32)[:, None, None] / 255 - mean) / std
+            assert torch.allclose(half, expected.expand_as(half), atol=1e-5), (i, k)
+
+
+def test_positives_and_negative_follow_the_rule(setup):
+    _, _, _, _, batch = setup
+    first = [c[slice(*sentences(c)[0])] for c in CAPTIONS]
+    for i, ((a, b), positives) in enumerate(zip(batch["pair_order"].tolist(), batch["positives"])):
+        m = b if a == i else a
+        assert positives[:2] == [join_sentences(first[i], first[m]), join_sentences(first[m], first[i])]
+        for p in positives[2:]:  # another sentence of each (the only one for one-sentence captions), either order
+            parts = [p[s:e] for s, e in sentences(p)]
+            owners = sorted(k for part in parts for k in (i, m) if part in [CAPTIONS[k][s:e] for s, e in sentences(CAPTIONS[k])])
+            assert len(parts) == 2 and owners == sorted((i, m))
+    owners = batch["negative_image"].tolist()
+    assert owners == [0, 1, 2, 3]
+    for i, negative in zip(owners, batch["negatives"]):
+        p1 = batch["positives"][i][0]
+        assert negative != p1
+        old, new = p1.split(), negative.split()
+        changed = [k for k in range(len(old)) if old[k] != new[k]]
+        split = len(first[i].split())
+        assert len(changed) == 2 and changed[0] < split <= changed[1]  # one word in each sentence
+        assert new[changed[0]].strip(".").lower() == old[changed[1]].strip(".").lower()
+        assert new[changed[1]].strip(".").lower() == old[changed[0]].strip(".").lower()
+
+
+def brute_force_clic(image, positives, negatives, owners, scale):
+    """L_Cont, L_S-Neg, L_Uni written out with Python floats."""
+    n = len(image)
+    sim = lambda x, y: scale * sum(p * q for p, q in zip(x, y))  # noqa: E731
+    cont = 0.0
+    for l in range(4):
+        texts = [positives[j][l] for j in range(n)]
+        for i in range(n):
+            row = [sim(image[i], t) for t in texts]
+            col = [sim(texts[i], im) for im in image]
+            cont += (math.log(sum(map(math.exp, row))) - row[i] + math.log(sum(map(math.exp, col))) - col[i]) / (2 * n)
+    cont /= 4
+    sneg = 0.0
+    for neg, i in zip(negatives, owners):
+        for l in range(4):
+            p, q = sim(image[i], positives[i][l]), sim(image[i], neg)
+            sneg += -math.log(math.exp(p) / (math.exp(p) + math.exp(q))) / 4
+    uni = sum(math.dist(positives[i][0], positives[i][1]) for i in range(n))
+    return cont, sneg / n, uni / n
+
+
+def test_losses_equal_brute_force():
+    g = torch.Generator().manual_seed(0)
+    unit = lambda *s: F.normalize(torch.randn(*s, generator=g, dtype=torch.float64), dim=-1)  # noqa: E731
+    image, positives, negatives = unit(5, 8), unit(5, 4, 8), unit(4, 8)
+    owners = torch.tensor([0, 1, 3, 4])  # image 2 has no negative
+    out = {"image_features": image, "text_features": positives[:, 0], "positive_features": positives[:, 1:],
+           "negative_features": negatives, "negative_image": owners, "logit_scale": torch.tensor(6.0, dtype=torch.float64)}
+    terms = CLICLoss()(out)
+    cont, sneg, uni = brute_force_clic(image.tolist(), positives.tolist(), negatives.tolist(), owners.tolist(), 6.0)
+    assert terms["cont"].item() == pytest.approx(0.5 * cont, rel=1e-12)
+    assert terms["sneg"].item() == pytest.approx(0.5 * sneg, rel=1e-12)
+    assert terms["uni"].item() == pytest.approx(uni, rel=1e-12)
+
+
+def test_odd_steps_are_plain_clip_steps_on_single_images(setup):
+    import open_clip
+
+    model, _, method, _, batch = setup
+    with torch.no_grad():
+        out = method.outputs(model, {**batch, "step": 1})
+        terms = method(out)
+        reference = open_clip.ClipLoss()(F.normalize(model.encode_image(batch["image"]), dim=-1),
+                                         F.normalize(model.encode_text(batch["first_text"]), dim=-1), model.logit_scale.exp())
+        pair = method(method.outputs(model, {**batch, "step": 2}))
+    assert terms.keys() == {"clip"} and terms["clip"].item() == pytest.approx(reference.item(), rel=1e-5)
+    assert pair.keys() == {"cont", "sneg", "uni"}
+
+
+def test_train_clic_freezes_the_vision_tower_and_alternates(tmp_path):
+    (tmp_path / "img").mkdir()
+    rows = []
+    for i in range(16):
+        a, b = ["red", "green", "blue", "yellow"][i % 4], ["cube", "ball", "star", "ring"][i // 4]
+        Image.new("RGB", (48 + 16 * (i % 2), 56), COLOURS[i % 4]).save(tmp_path / "img" / f"{i}.png")
+        rows.append(f'img/{i}.png,"A {a} {b} lies on the floor. It is small. The light is dim."')
+    data = tmp_path / "train.csv"
+    data.write_text("image,caption\n" + "\n".join(rows) + "\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    run = lambda *args: subprocess.run([sys.executable, "-m", "compclip", "-q", *args], capture_output=True, text=True, env=env)  # noqa: E731
+    made = run("concepts", str(data), "--out", str(tmp_path / "concepts"), "--what", "noun-phrases,pos")
+    assert made.returncode == 0, made.stderr[-2000:]
+    trained = run("train", "--method", "clic", "--model", "compclip-tiny-siglip", "--train-data", str(data),
+                  "--concepts", str(tmp_path / "concepts"), "--out", str(tmp_path / "run"), "--steps", "4",
+                  "--batch-size", "8", "--lr", "1e-3", "--workers", "1")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [sorted(k for k in r if k in ("clip", "cont", "sneg", "uni")) for r in log] == [
+        ["cont", "sneg", "uni"], ["clip"], ["cont", "sneg", "uni"], ["clip"]]
+    torch.manual_seed(0)
+    before, _, _ = load_model("compclip-tiny-siglip")
+    after, _, _ = load_model(str(tmp_path / "run" / "checkpoints" / "step_0000004"))
+    b, a = before.state_dict(), after.state_dict()
+    assert all(torch.equal(b[k], a[k]) for k in b if k.startswith("visual.") or k == "logit_bias")
+    assert any(not torch.equal(b[k], a[k]) for k in b if k.startswith("text."))

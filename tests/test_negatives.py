@@ -1,0 +1,161 @@
+"""Hard negatives: keyword permutations (hardneg) and phrase/adjective swaps (negclip), each made only
+by its rule, and the hard-negative InfoNCE against a brute-force loop and open_clip's ClipLoss."""
+import json
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from compclip.concepts import extract
+from compclip.concepts.keywords import COCO_OBJECTS, COLORS, KEYWORDS, replacements
+from compclip.methods import build_method
+from compclip.methods.hardneg import hard_negative_infonce, keyword_negatives
+from compclip.methods.negclip import swap_negatives
+
+from conftest import shared_data
+
+OTHER_COLORS = [c for c in COLORS if c != "red"]
+
+
+def test_colour_negatives_are_every_other_colour_in_the_caption_case():
+    assert set(keyword_negatives("A red couch.", ("color",), k=20)) == {f"A {c} couch." for c in OTHER_COLORS}
+    assert set(keyword_negatives("Red apples", ("color",), k=20)) == {c.capitalize() + " apples" for c in OTHER_COLORS}
+    assert set(keyword_negatives("RED apples", ("color",), k=20)) == {c.upper() + " apples" for c in OTHER_COLORS}
+
+
+def test_object_negatives_match_multi_word_names_whole():
+    made = keyword_negatives("a hot dog on a plate", ("object",), k=100)
+    assert set(made) == {f"a {o} on a plate" for o in COCO_OBJECTS if o != "hot dog"}
+    assert "a hot cat on a plate" not in made  # "dog" inside "hot dog" is not a keyword of its own
+
+
+def test_location_and_size_swap_with_their_fixed_partner():
+    assert keyword_negatives("a cat in front of a tv", ("location",), k=3) == ["a cat behind a tv"]
+    assert keyword_negatives("a cat behind a tv", ("location",), k=3) == ["a cat in front of a tv"]
+    assert keyword_negatives("the lamp to the left of the bed", ("location",), k=3) == ["the lamp to the right of the bed"]
+    assert keyword_negatives("a long train", ("size",), k=3) == ["a short train"]  # one way: long -> short
+    assert keyword_negatives("a short train", ("size",), k=3) == ["a tall train"]
+    assert keyword_negatives("a giant kite", ("size",), k=3) == ["a tiny kite"]
+
+
+def test_no_keyword_no_negative():
+    assert keyword_negatives("a reddish boat, bored people, credit cards", ("color",), k=3) == []
+    assert keyword_negatives("something nice", k=3) == []
+    assert keyword_negatives("", k=3) == []
+
+
+def test_k_negatives_are_distinct_seeded_and_spread_over_keywords():
+    caption = "a small red bus to the left of a tree"
+    made = keyword_negatives(caption, k=3, seed=0)
+    assert len(made) == len(set(made)) == 3 and caption not in made
+    assert keyword_negatives(caption, k=3, seed=0) == made
+    assert any(keyword_negatives(caption, k=3, seed=s) != made for s in range(1, 6))
+    with pytest.raises(ValueError, match="1 to 3"):
+        build_method("hardneg", negatives=4)
+    with pytest.raises(ValueError, match="unknown keyword classes"):
+        build_method("hardneg", negative_classes="color,shape")
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[\w-]+|[^\w\s]", text.lower())
+
+
+def _one_swap(caption: str, negative: str, allowed) -> bool:
+    """Independently of the generator: after the common leading words, the caption continues with a
+    keyword and the negative with one of its replacements, and the rest is identical."""
+    a, b = _words(caption), _words(negative)
+    common = 0
+    while common < min(len(a), len(b)) and a[common] == b[common]:
+        common += 1
+    for start in range(common, -1, -1):  # "baseball bat" -> "baseball glove" shares its first word
+        for keyword, replacement in allowed:
+            k, r = keyword.split(), replacement.split()
+            if a[start : start + len(k)] == k and b[start : start + len(r)] == r and a[start + len(k) :] == b[start + len(r) :]:
+                return True
+    return False
+
+
+def test_real_coco_negatives_change_exactly_one_keyword_by_its_table():
+    coco = json.loads(shared_data("coco", "captions_val2017.json").read_text())
+    captions = [a["caption"].strip() for a in coco["annotations"][:1500]]
+    allowed = {(k, r) for cls, words in KEYWORDS.items() for k in words for r in replacements(cls, k)}
+    checked = 0
+    for caption in captions:
+        for negative in keyword_negatives(caption, k=3):
+            assert negative != caption
+            assert _one_swap(caption, negative, allowed), (caption, negative)
+            checked += 1
+    assert checked > 1500
+
+
+@pytest.fixture(scope="module")
+def records():
+    captions = ["a red couch next to a white table", "The dog chases a small cat.", "A red car. A blue bus."]
+    return {r["caption"]: r for r in extract(captions, "noun-phrases,pos")}
+
+
+def test_negclip_swaps_two_phrases_or_two_adjectives(records):
+    caption = "a red couch next to a white table"
+    assert set(swap_negatives(caption, records[caption], k=5)) == {
+        "a white table next to a red couch",  # noun phrases
+        "a white couch next to a red table",  # adjectives
+    }
+    # the sentence-initial capital stays at the start
+    assert swap_negatives("The dog chases a small cat.", records["The dog chases a small cat."], k=5) == ["A small cat chases the dog."]
+    # never across sentences, and nothing without a record
+    assert swap_negatives("A red car. A blue bus.", records["A red car. A blue bus."], k=5) == []
+    assert swap_negatives("unknown", None, k=3) == []
+
+
+def test_negclip_needs_pos_in_the_store(tmp_path):
+    from compclip.concepts import ConceptStore, build_store
+
+    build_store(["a red car"], tmp_path / "np", "noun-phrases")
+    with pytest.raises(ValueError, match="--what noun-phrases,pos"):
+        build_method("negclip", concepts=ConceptStore(tmp_path / "np"))
+
+
+def brute_force_hn(image, text, negatives, owners, scale):
+    """Every row written out: logsumexp over the batch's captions plus the image's own negatives."""
+    n = image.shape[0]
+    sim = lambda a, b: scale * sum(x * y for x, y in zip(a.tolist(), b.tolist()))  # noqa: E731
+    total = 0.0
+    for i in range(n):
+        row = [sim(image[i], text[j]) for j in range(n)] + [sim(image[i], negatives[k]) for k in range(len(owners)) if owners[k] == i]
+        total += math.log(sum(math.exp(v) for v in row)) - row[i]
+        col = [sim(text[i], image[j]) for j in range(n)]
+        total += math.log(sum(math.exp(v) for v in col)) - col[i]
+    return total / (2 * n)
+
+
+def test_hard_negative_infonce_equals_brute_force_and_open_clip():
+    import open_clip
+
+    g = torch.Generator().manual_seed(0)
+    unit = lambda *s: F.normalize(torch.randn(*s, generator=g, dtype=torch.float64), dim=-1)  # noqa: E731
+    image, text, negatives = unit(6, 16), unit(6, 16), unit(7, 16)
+    owners = torch.tensor([0, 0, 2, 5, 5, 5, 3])  # images 1 and 4 have none; not grouped in order
+    scale = 7.5
+    got = hard_negative_infonce(image, text, negatives, owners, scale)
+    assert got.item() == pytest.approx(brute_force_hn(image, text, negatives, owners.tolist(), scale), rel=1e-12)
+    # as two ranks: each sums its own rows against the gathered columns; the halves add up
+    halves = []
+    for rank, rows in enumerate((slice(0, 3), slice(3, 6))):
+        mine = (owners >= rows.start) & (owners < rows.stop)
+        halves.append(hard_negative_infonce(image[rows], text[rows], negatives[mine], owners[mine] - rows.start, scale,
+                                            all_image=image, all_text=text, image_offset=rows.start))
+    assert sum(halves).item() == pytest.approx(got.item(), rel=1e-12)
+    # no negatives: plain CLIP, as open_clip computes it
+    plain = hard_negative_infonce(image, text, negatives[:0], owners[:0], scale)
+    reference = open_clip.ClipLoss()(image, text, torch.tensor(scale, dtype=torch.float64))
+    assert plain.item() == pytest.approx(reference.item(), rel=1e-12)
+    assert got.item() > plain.item()  # extra columns only add to each row's partition function
+
+
+def test_combinations(records):
+    assert [p.name for p in build_method("c2lip+hardneg").parts] == ["c2lip", "hardneg"]
+    assert [p.name for p in build_method("c2lip+negclip", concepts=records).parts] == ["c2lip", "negclip"]
+    with pytest.raises(ValueError, match="cannot be combined"):
+        build_method("c2lip+clic", concepts=records)
