@@ -252,7 +252,7 @@ def world_generate(
 @app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="Where the world, runs, results and report go (re-runs reuse them)."),
-    methods: str = typer.Option("siglip,c2lip,hardneg,clic", help="Fine-tuning methods to compare, from the same base."),
+    methods: str = typer.Option("siglip,c2lip", help="Fine-tuning methods to compare from the same base: any of siglip, clip, c2lip, hardneg, negclip, clic."),
     n_train: int = typer.Option(20_000, help="Training scenes."),
     n_test: int = typer.Option(500, help="Scenes per test split."),
     pretrain_steps: int = typer.Option(1000, help="SigLIP steps pretraining the base from scratch."),

@@ -2,8 +2,8 @@
 
 1. generate the world (cached); 2. extract the training captions' concepts (cached);
 3. pretrain a small SigLIP-style model from scratch with the plain SigLIP loss;
-4. fine-tune that base once per method (by default SigLIP, C2LIP, keyword hard negatives and
-   CLIC) with equal steps, learning rate and seed;
+4. fine-tune that base once per method (by default SigLIP and C2LIP; `--methods` adds the peers:
+   hardneg, negclip, clic) with equal steps, learning rate and seed;
 5. evaluate every model on the seen and unseen test splits and print the comparison, writing
    `results/<model>/<split>/<benchmark>.json`, `report/report.md` and the plots under `--out`.
 Every stage is skipped when its output exists, so a re-run reuses what was done.
@@ -53,7 +53,7 @@ def _metric(record: dict, path: tuple[str, ...]) -> float:
 
 def run_demo(
     out: Path = Path("runs/demo"),
-    methods: str = "siglip,c2lip,hardneg,clic",
+    methods: str = "siglip,c2lip",
     n_train: int = 20_000,
     n_test: int = 500,
     pretrain_steps: int = 1000,
