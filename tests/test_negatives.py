@@ -159,3 +159,21 @@ def test_combinations(records):
     assert [p.name for p in build_method("c2lip+negclip", concepts=records).parts] == ["c2lip", "negclip"]
     with pytest.raises(ValueError, match="cannot be combined"):
         build_method("c2lip+clic", concepts=records)
+
+
+@pytest.mark.parametrize("method", ["negclip", "c2lip+hardneg"])
+def test_trainer_runs_hard_negative_methods(tmp_path, method):
+    from compclip.concepts import build_store, iter_captions
+    from compclip.train import TrainConfig, train
+
+    from test_train import make_dataset
+
+    data = make_dataset(tmp_path, n=16)
+    build_store(iter_captions(data), tmp_path / "concepts", "noun-phrases,pos")
+    cfg = TrainConfig(method=method, model="compclip-tiny-siglip", train_data=str(data), out=str(tmp_path / "run"),
+                      concepts=str(tmp_path / "concepts"), batch_size=8, steps=2, lr=1e-3, workers=0, negatives=2)
+    terms = train(cfg)
+    name = method.split("+")[-1]
+    assert terms[name] > 0 and all(math.isfinite(v) for v in terms.values())
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2]

@@ -183,19 +183,23 @@ def test_c2lip_without_a_concept_store_is_a_clear_error(tmp_path):
         Trainer(TrainConfig(method="c2lip", model="compclip-tiny-siglip", train_data=str(data), out=str(tmp_path / "r"), workers=0))
 
 
-def test_torchrun_compclip_train_end_to_end(tmp_path):
-    """`torchrun -m compclip train` as the README shows it, two gloo processes on the CPU."""
+@pytest.mark.parametrize("method", ["c2lip", "clic"])
+def test_torchrun_compclip_train_end_to_end(tmp_path, method):
+    """`torchrun -m compclip train` as the README shows it, two gloo processes on the CPU; CLIC too,
+    whose frozen tower, unused logit bias and alternating steps DDP must accept."""
     data = make_dataset(tmp_path, n=32)
     env = env_for_children()
     assert subprocess.run(compclip("concepts", str(data), "--out", str(tmp_path / "concepts")), env=env).returncode == 0
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           "-m", "compclip", "-q", "train", "--method", "c2lip", "--model", "compclip-tiny-siglip", "--train-data", str(data),
+           "-m", "compclip", "-q", "train", "--method", method, "--model", "compclip-tiny-siglip", "--train-data", str(data),
            "--concepts", str(tmp_path / "concepts"), "--out", str(tmp_path / "run"), "--steps", "4", "--batch-size", "4",
            "--accum-freq", "2", "--save-every", "2", "--workers", "1", "--lr", "1e-4"]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4]  # rank 0 logs, once per step
+    if method == "clic":
+        assert ["clip" in r for r in records] == [False, True, False, True]
     state = torch.load(tmp_path / "run" / "checkpoints" / "step_0000004" / "training_state.pt", weights_only=True)
     assert len(state["ranks"]) == 2 and state["step"] == 4
     # each rank read its own half of the records: positions advance on both
