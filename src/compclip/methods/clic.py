@@ -16,9 +16,10 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
-from open_clip.transform import PreprocessCfg, image_transform_v2
+from open_clip.transform import PreprocessCfg
 from torchvision import transforms as T
 
+from ..models.factory import train_preprocess
 from .base import LossPart, require_concept_fields
 from .clip import clip_loss
 from .text import caption_rng, join_sentences, recase, sentences
@@ -36,7 +37,7 @@ class PairViews:
         h, w = (cfg.size, cfg.size) if isinstance(cfg.size, int) else tuple(cfg.size)
         if h % 2 or w % 2:
             raise ValueError(f"CLIC joins two half-size images: the model's input size {h}x{w} must be even")
-        self.full = image_transform_v2(cfg, is_train=True)
+        self.full = train_preprocess(model)
         mode = T.InterpolationMode[cfg.interpolation.upper()]
         tail = [T.ToTensor(), T.Normalize(cfg.mean, cfg.std)]
         self.tall = T.Compose([T.Resize((h, w // 2), interpolation=mode), *tail])  # portrait: side by side
@@ -113,23 +114,19 @@ class CLICLoss(LossPart):
     def image_transform(self, model):
         return PairViews(model)
 
-    def batch_rng(self, captions: Sequence[str]) -> random.Random:
-        """Fixed by (seed, the batch's captions): the same batch pairs the same way after a resume."""
-        return caption_rng(self.seed, *captions)
+    def texts(self, i: int, m: int, parsed: Sequence[tuple[list[str], tuple[int, int], Any]], rng: random.Random) -> tuple[str, list[str], str | None]:
+        """Image i's first sentence, its positives p1-p4 with partner m, and the negative (None if none exists).
 
-    def texts(self, i: int, m: int, captions: Sequence[str], rng: random.Random) -> tuple[str, list[str], str | None]:
-        """Image i's first sentence, its positives p1-p4 with partner m, and the negative (None if none exists)."""
-        spans = [sentences(captions[i]), sentences(captions[m])]
-        texts = [[captions[k][s:e] for s, e in sp] for k, sp in zip((i, m), spans)]
-        first_i, first_m = texts[0][0], texts[1][0]
-        positives = [join_sentences(first_i, first_m), join_sentences(first_m, first_i)]
-        rest = [t[1:] or t[:1] for t in texts]  # a one-sentence caption repeats its only sentence
+        `parsed[k]` holds caption k's sentences, the span of its first one, and its concept record.
+        """
+        (sents_i, first_span_i, record_i), (sents_m, first_span_m, record_m) = parsed[i], parsed[m]
+        positives = [join_sentences(sents_i[0], sents_m[0]), join_sentences(sents_m[0], sents_i[0])]
+        rest = [t[1:] or t[:1] for t in (sents_i, sents_m)]  # a one-sentence caption repeats its only sentence
         draws = [rng.sample(r, 2) if len(r) >= 2 else [rng.choice(r), rng.choice(r)] for r in rest]
         for x, y in zip(*draws):
             positives.append(join_sentences(*((x, y) if rng.random() < 0.5 else (y, x))))
-        records = [self.concepts.get(captions[k]) if self.concepts is not None else None for k in (i, m)]
-        swapped = cross_sentence_swap(first_i, sentence_tokens(records[0], spans[0][0]), first_m, sentence_tokens(records[1], spans[1][0]), rng)
-        return first_i, positives, join_sentences(*swapped) if swapped else None
+        swapped = cross_sentence_swap(sents_i[0], sentence_tokens(record_i, first_span_i), sents_m[0], sentence_tokens(record_m, first_span_m), rng)
+        return sents_i[0], positives, join_sentences(*swapped) if swapped else None
 
     def prepare(self, batch, samples, tokenizer):
         n = len(samples)
@@ -137,14 +134,18 @@ class CLICLoss(LossPart):
             raise ValueError("CLIC pairs images within a batch: the batch size must be at least 2")
         if "half" not in samples[0]:
             raise ValueError("CLIC needs its own image transform (`CLICLoss.image_transform`): the reader gave plain images")
-        rng = self.batch_rng(batch["caption"])
+        rng = caption_rng(self.seed, *batch["caption"])  # the same batch pairs the same way after a resume
+        parsed = []  # each caption split and looked up once, though it may serve as image and as partner
+        for caption in batch["caption"]:
+            spans = sentences(caption)
+            parsed.append(([caption[s:e] for s, e in spans], spans[0], self.concepts.get(caption) if self.concepts is not None else None))
         portrait = [bool(s["portrait"]) for s in samples]
         pairs, firsts, positives, negatives, owners = [], [], [], [], []
         for i in range(n):
             same = [j for j in range(n) if j != i and portrait[j] == portrait[i]]
             m = rng.choice(same or [j for j in range(n) if j != i])
             pairs.append((i, m) if rng.random() < 0.5 else (m, i))
-            first, pos, neg = self.texts(i, m, batch["caption"], rng)
+            first, pos, neg = self.texts(i, m, parsed, rng)
             firsts.append(first)
             positives.append(pos)
             if neg is not None:

@@ -15,12 +15,19 @@ def clip_loss(
     all_image: torch.Tensor | None = None,
     all_text: torch.Tensor | None = None,
     image_offset: int = 0,
+    extra_i2t: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """½ (CE(image→text) + CE(text→image)), each summed over local rows and divided by the global batch."""
+    """½ (CE(image→text) + CE(text→image)), each summed over local rows and divided by the global batch.
+
+    `extra_i2t` (local rows × k) are logits appended to each image's row, such as its hard negatives'.
+    """
     all_image = image if all_image is None else all_image
     all_text = text if all_text is None else all_text
     targets = image_rows(image.shape[0], image.device, image_offset)
-    i2t = F.cross_entropy(logit_scale * image @ all_text.T, targets, reduction="sum")
+    logits = logit_scale * image @ all_text.T
+    if extra_i2t is not None:
+        logits = torch.cat([logits, extra_i2t], dim=1)
+    i2t = F.cross_entropy(logits, targets, reduction="sum")
     t2i = F.cross_entropy(logit_scale * text @ all_image.T, targets, reduction="sum")
     return (i2t + t2i) / (2 * all_image.shape[0])
 

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from ..concepts.keywords import KEYWORDS, find_keywords, replacements, with_case_of
-from .base import LossPart, image_rows
+from .base import LossPart
+from .clip import clip_loss
 from .text import caption_rng
 
 CLASSES = tuple(KEYWORDS)
@@ -56,22 +57,15 @@ def hard_negative_infonce(
     `negatives[j]` belongs to local image `negative_image[j]`; an image's row gets only its own
     negatives (missing ones are −∞ columns). All embeddings are L2-normalised.
     """
-    all_image = image if all_image is None else all_image
-    all_text = text if all_text is None else all_text
-    b, n = image.shape[0], all_image.shape[0]
-    targets = image_rows(b, image.device, image_offset)
-    logits = logit_scale * image @ all_text.T
+    extra = None
     if negatives.shape[0]:
         order = torch.argsort(negative_image, stable=True)  # group by owner: slot = rank within the owner
         owners, feats = negative_image[order], negatives[order]
-        counts = torch.bincount(owners, minlength=b)
+        counts = torch.bincount(owners, minlength=image.shape[0])
         slot = torch.arange(owners.shape[0], device=image.device) - (counts.cumsum(0) - counts)[owners]
-        extra = logits.new_full((b, int(counts.max())), float("-inf"))
-        extra = extra.index_put((owners, slot), logit_scale * (image[owners] * feats).sum(-1))
-        logits = torch.cat([logits, extra], dim=1)
-    i2t = F.cross_entropy(logits, targets, reduction="sum")
-    t2i = F.cross_entropy(logit_scale * text @ all_image.T, targets, reduction="sum")
-    return (i2t + t2i) / (2 * n)
+        own = logit_scale * (image[owners] * feats).sum(-1)
+        extra = own.new_full((image.shape[0], int(counts.max())), float("-inf")).index_put((owners, slot), own)
+    return clip_loss(image, text, logit_scale, all_image=all_image, all_text=all_text, image_offset=image_offset, extra_i2t=extra)
 
 
 class HardNegativeLoss(LossPart):
