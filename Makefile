@@ -1,26 +1,52 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-# Each creates .venv and installs the package when missing; a stamp keyed on
-# pyproject.toml makes the second run a no-op.
+# Each creates .venv and installs the exact versions of requirements.lock when missing; a stamp
+# keyed on the lock file and pyproject.toml makes the second run a no-op. `make lock` regenerates
+# the lock on purpose (newest releases within pyproject.toml's ranges and the pins below).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.compclip-installed
+# The lock is resolved for CPython 3.11 on x86-64 Linux, the machines CI and developers use.
+LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
+# torch and torchvision are pinned to the newest pair every machine here keeps on disk: pip installs
+# them from there in seconds, where a newer release is a 3 GB download on every fresh machine.
+LOCK_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test install clean
+.PHONY: demo test lint install lock test-compat clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
 
 demo: $(STAMP)
 	$(VENV)/bin/compclip demo
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+
+test: lint
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 2 -q
 
+lock: $(STAMP)
+	printf '%s\n' $(LOCK_PINS) > $(VENV)/lock-pins.txt
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --upgrade --constraint $(VENV)/lock-pins.txt \
+		$(LOCK_TARGET) --custom-compile-command "make lock" --output-file requirements.lock
+
+# The suite on the previous torch minor release, in its own venv (uv downloads that torch's CUDA build).
+COMPAT ?= .venv-compat
+COMPAT_PINS := torch==2.13.0 torchvision==0.28.0
+test-compat: $(STAMP)
+	@test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
+	printf '%s\n' $(COMPAT_PINS) > $(COMPAT)/pins.txt
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --constraint $(COMPAT)/pins.txt $(LOCK_TARGET) \
+		--quiet --output-file $(COMPAT)/requirements.lock
+	$(VENV)/bin/uv pip sync --python $(COMPAT)/bin/python $(COMPAT)/requirements.lock
+	$(VENV)/bin/uv pip install --python $(COMPAT)/bin/python --no-deps -e .
+	HF_HUB_OFFLINE=1 $(COMPAT)/bin/python -m pytest -n 2 -q -p no:cacheprovider
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info runs
+	rm -rf $(VENV) $(COMPAT) build src/*.egg-info runs
