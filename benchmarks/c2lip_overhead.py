@@ -15,12 +15,12 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import open_clip  # noqa: E402
-import torch  # noqa: E402
+import open_clip
+import torch
 
-from compclip.concepts import extract  # noqa: E402
-from compclip.methods import build_method  # noqa: E402
-from compclip.models import load_model  # noqa: E402
+from compclip.concepts import extract
+from compclip.methods import build_method
+from compclip.models import load_model
 
 CAPTIONS = [
     "a red couch next to a white table in a bright living room with a lamp",
@@ -43,7 +43,7 @@ def main() -> None:
     methods = {"siglip": build_method("siglip"), "c2lip": build_method("c2lip", concepts=store)}
     batches = {}
     for name, method in methods.items():
-        batch = method.collate([{"image": im, "caption": c} for im, c in zip(images, CAPTIONS)], tokenizer)
+        batch = method.collate([{"image": im, "caption": c} for im, c in zip(images, CAPTIONS, strict=True)], tokenizer)
         batch["text"] = batch["text"] % model.vocab_size
         batches[name] = batch
     k = len(batches["c2lip"]["concept_image"])

@@ -17,8 +17,8 @@ from pathlib import Path
 import spacy
 
 from compclip.concepts import build_store, extract, iter_captions
-from compclip.concepts.pipeline import MODELS
 from compclip.concepts.parse import base_chunks, noun_phrases
+from compclip.concepts.pipeline import MODELS
 
 COCO = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco" / "captions_val2017.json"
 

@@ -9,10 +9,10 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import open_clip  # noqa: E402
-import torch  # noqa: E402
+import open_clip
+import torch
 
-from compclip.models import BUNDLED_MODELS, load_model  # noqa: E402
+from compclip.models import BUNDLED_MODELS, load_model
 
 CAPTIONS = ["a red couch next to a white table", "a white couch next to a red table"]
 

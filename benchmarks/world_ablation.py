@@ -24,9 +24,9 @@ VARIANTS = {
 
 def main(names: list[str]) -> None:
     base = DEMO / "train" / "base" / "checkpoints" / "step_0001000"
-    common = dict(model=str(base), train_data=str(DEMO / "world" / "train" / "captions.csv"),
-                  concepts=str(DEMO / "concepts"), batch_size=128, seed=0, workers=2, save_every=10**9, keep=1,
-                  steps=300, lr=1e-4, warmup=20, optimizer="adamw")
+    common = {"model": str(base), "train_data": str(DEMO / "world" / "train" / "captions.csv"), "concepts": str(DEMO / "concepts"),
+              "batch_size": 128, "seed": 0, "workers": 2, "save_every": 10**9, "keep": 1, "steps": 300, "lr": 1e-4, "warmup": 20,
+              "optimizer": "adamw"}
     print(f"{'variant':12s} {'swap-att':>9s} {'replace':>8s} {'ITT':>6s} {'ZS shape':>9s} {'R@1':>6s}")
     for name in names or list(VARIANTS):
         out = DEMO / "ablation" / name
@@ -37,7 +37,7 @@ def main(names: list[str]) -> None:
         row = (m["sugarcrepe"]["swap_att"]["acc"], m["sugarcrepe"]["replace"], m["sugarcrepe_pp"]["overall_itt"],
                m["zeroshot"]["shape"]["acc"], m["retrieval"]["mean_recall@1"])
         print(f"{name:12s} " + " ".join(f"{100 * v:8.1f}" for v in row),
-              json.dumps(dict(zip(("swap_att", "replace", "itt", "zs_shape", "r@1"), row))))
+              json.dumps(dict(zip(("swap_att", "replace", "itt", "zs_shape", "r@1"), row, strict=True))))
 
 
 if __name__ == "__main__":

@@ -81,7 +81,10 @@ def test_xac_chunks_give_the_same_loss_and_gradients(problem):
 def test_no_concepts_gives_zero_loss_with_a_graph(problem):
     p = problem
     img = p["img"].clone().requires_grad_()
-    for loss in (npc_loss(img, p["con"][:0], p["owner"][:0], 10.0, -2.0), xac_loss(p["tokens"].requires_grad_(), p["con"][:0], p["owner"][:0], 10.0, -2.0)):
+    for loss in (
+        npc_loss(img, p["con"][:0], p["owner"][:0], 10.0, -2.0),
+        xac_loss(p["tokens"].requires_grad_(), p["con"][:0], p["owner"][:0], 10.0, -2.0),
+    ):
         assert loss.item() == 0.0
         loss.backward()
 
@@ -121,7 +124,7 @@ def test_text_token_states_pool_to_encode_text(name):
     model, _, tokenizer = load_model(name)
     text = tokenizer(["a red couch next to a white table", "two dogs"])
     with torch.no_grad():
-        pooled, states, project = text_token_states(model, text)
+        pooled, states, _project = text_token_states(model, text)
         assert torch.equal(pooled, model.encode_text(text))
     assert states.shape[:2] == text.shape
 
@@ -132,7 +135,7 @@ def test_concept_token_spans_cover_the_phrase_tokens():
     phrases = extract([caption])[0]["noun_phrases"]
     tokens = tokenizer([caption])[0].tolist()
     inner = open_clip.SimpleTokenizer()
-    for (text, _, _), span in zip(phrases, concept_token_spans(tokenizer, caption, phrases, tokens)):
+    for (text, _, _), span in zip(phrases, concept_token_spans(tokenizer, caption, phrases, tokens), strict=True):
         assert span is not None
         assert inner.decode(tokens[span[0] : span[1]]).replace(" ", "") == text.lower().replace(" ", "")
 
@@ -142,13 +145,13 @@ def test_concepts_cut_off_by_the_context_length_are_dropped():
     caption = "a red couch next to a white table near a small dog"
     phrases = extract([caption])[0]["noun_phrases"]
     spans = concept_token_spans(tokenizer, caption, phrases, tokenizer([caption])[0].tolist())
-    assert [t for (t, _, _), s in zip(phrases, spans) if s is not None] == ["a red couch"]  # SOT + 6 tokens + EOT
+    assert [t for (t, _, _), s in zip(phrases, spans, strict=True) if s is not None] == ["a red couch"]  # SOT + 6 tokens + EOT
 
 
 def test_span_embeddings_match_a_loop():
     states = torch.randn(3, 9, 4)
     owner, spans = torch.tensor([0, 2, 2, 1]), torch.tensor([[1, 3], [0, 9], [4, 5], [2, 7]])
-    expected = torch.stack([states[i, a:b].mean(0) for i, (a, b) in zip(owner.tolist(), spans.tolist())])
+    expected = torch.stack([states[i, a:b].mean(0) for i, (a, b) in zip(owner.tolist(), spans.tolist(), strict=True)])
     assert torch.allclose(span_embeddings(states, owner, spans), expected, atol=1e-6)
 
 
@@ -174,7 +177,7 @@ def test_c2lip_method_terms_and_inference_unchanged(mode):
     assert set(terms) == {"siglip", "npc", "xac"} and all(torch.isfinite(v) for v in terms.values())
     with torch.no_grad():
         ours, theirs = model(batch["image"], batch["text"]), plain(batch["image"], batch["text"])
-    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
 
 
 @pytest.mark.parametrize("name", ["compclip-tiny-siglip", "compclip-tiny-clip"])
@@ -209,7 +212,6 @@ def test_attention_command_draws_two_models_and_their_difference(tmp_path):
     from PIL import Image
 
     from compclip.models import save_checkpoint
-
     from conftest import shared_data
 
     image = sorted(shared_data("flickr8k_1k", "images").glob("*.jpg"))[0]

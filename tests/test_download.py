@@ -5,6 +5,7 @@ import threading
 
 import pytest
 
+from compclip.errors import DownloadError, UsageError
 from compclip.eval.download import Asset, download, fetch
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
@@ -61,7 +62,7 @@ def url(server):
 def test_a_cut_transfer_resumes_where_it_stopped(server, tmp_path):
     good = hashlib.sha256(PAYLOAD).hexdigest()
     server.cut_next = True
-    with pytest.raises(RuntimeError, match="run again to resume"):
+    with pytest.raises(DownloadError, match="run again to resume"):
         fetch(url(server), tmp_path / "file.bin", good)
     part = tmp_path / "file.bin.part"
     kept = part.stat().st_size
@@ -72,7 +73,7 @@ def test_a_cut_transfer_resumes_where_it_stopped(server, tmp_path):
 
 
 def test_a_wrong_checksum_is_rejected(server, tmp_path):
-    with pytest.raises(ValueError, match="does not match"):
+    with pytest.raises(DownloadError, match="does not match"):
         fetch(url(server), tmp_path / "file.bin", "0" * 64)
     assert not list(tmp_path.iterdir())
 
@@ -87,14 +88,13 @@ def test_download_skips_verified_files_and_records_unknown_checksums(server, tmp
     (tmp_path / "toy" / "b.bin").write_bytes(b"tampered")
     download("toy", tmp_path, manifest)  # b no longer matches its recorded checksum: fetched again
     assert (tmp_path / "toy" / "b.bin").read_bytes() == PAYLOAD and len(server.requests) == 3
-    with pytest.raises(ValueError, match="no download for 'nope'"):
+    with pytest.raises(UsageError, match="no download for 'nope'"):
         download("nope", tmp_path, manifest)
 
 
 def test_the_manifest_checksums_are_the_published_files(tmp_path):
     """The SugarCrepe and SugarCrepe++ checksums match the copies in shared/ (the files as published)."""
     from compclip.eval.download import MANIFEST, sha256_of
-
     from conftest import shared_data
 
     for name in ("sugarcrepe", "sugarcrepe_pp"):

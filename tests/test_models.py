@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import compclip
+from compclip.errors import DataError, DownloadError, UsageError
 from compclip.models import (
     BUNDLED_MODELS,
     CheckpointMismatchError,
@@ -27,7 +28,7 @@ def encode(model, tokenizer, images):
 
 def assert_same_outputs(a, b, tok_a, tok_b, size=64):
     images = torch.randn(3, 3, size, size, generator=torch.Generator().manual_seed(1))
-    for x, y in zip(encode(a, tok_a, images), encode(b, tok_b, images)):
+    for x, y in zip(encode(a, tok_a, images), encode(b, tok_b, images), strict=True):
         assert torch.equal(x, y)
 
 
@@ -42,7 +43,7 @@ def test_bundled_config_builds_and_encodes_offline(name):
     tokens = tokenizer(CAPTIONS)
     assert tokens.shape == (3, tokenizer.context_length) == (3, model.context_length)
     with torch.no_grad():
-        img, txt, scale = model(image, tokens)[:3]
+        img, txt, _scale = model(image, tokens)[:3]
     assert img.shape == (1, 64) and txt.shape == (3, 64)
     assert torch.allclose(img.norm(dim=-1), torch.ones(1)) and torch.allclose(txt.norm(dim=-1), torch.ones(3))
     # the CLIP BPE encodes the caption's words (id 49406 starts, 49407 ends every text)
@@ -70,7 +71,7 @@ def test_real_siglip_builds_offline_and_its_hub_tokenizer_fails_clearly():
     assert model.visual.trunk.attn_pool.kv.in_features == 768
     with torch.no_grad():
         assert model.encode_image(torch.randn(1, 3, 224, 224)).shape == (1, 768)
-    with pytest.raises(RuntimeError, match="Hugging Face hub"):
+    with pytest.raises(DownloadError, match="Hugging Face hub"):
         tokenizer(["a dog"])
 
 
@@ -112,7 +113,7 @@ def test_export_loads_in_plain_open_clip_with_identical_embeddings(tmp_path, nam
     folder = save_checkpoint(model, tmp_path / "ckpt")
     usage = export_open_clip(folder, tmp_path / "plain.safetensors")
     assert f"open_clip.create_model_and_transforms('{name}', pretrained='{tmp_path / 'plain.safetensors'}')" in usage
-    plain, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=str(tmp_path / "plain.safetensors"))
+    plain, _, _preprocess = open_clip.create_model_and_transforms(name, pretrained=str(tmp_path / "plain.safetensors"))
     assert_same_outputs(model, plain.eval(), tokenizer, tokenizer)
 
 
@@ -120,7 +121,9 @@ def test_export_names_the_forces_open_clip_needs(tmp_path):
     model, _, _ = load_model("compclip-tiny-clip", force_quick_gelu=True, force_context_length=32)
     usage = export_open_clip(save_checkpoint(model, tmp_path / "ckpt"), tmp_path / "x.safetensors")
     assert "force_quick_gelu=True" in usage and "force_context_length=32" in usage
-    plain = open_clip.create_model("compclip-tiny-clip", pretrained=str(tmp_path / "x.safetensors"), force_quick_gelu=True, force_context_length=32)
+    plain = open_clip.create_model(
+        "compclip-tiny-clip", pretrained=str(tmp_path / "x.safetensors"), force_quick_gelu=True, force_context_length=32
+    )
     assert_same_outputs(model, plain.eval(), *[load_model("compclip-tiny-clip", force_context_length=32)[2]] * 2)
 
 
@@ -150,7 +153,7 @@ def test_pickled_code_is_refused(tmp_path, capsys):
     file = tmp_path / "evil.pt"
     with open(file, "wb") as f:
         pickle.dump({"state_dict": Payload()}, f)
-    with pytest.raises(ValueError, match="evil.pt: refused"):
+    with pytest.raises(DataError, match=r"evil\.pt: refused"):
         load_model("compclip-tiny-clip", pretrained=str(file))
     assert "pickled code ran" not in capsys.readouterr().out
 
@@ -227,16 +230,16 @@ def test_saving_over_a_checkpoint_replaces_it(tmp_path):
 
 
 def test_bad_names_and_tags_are_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match="did you mean compclip-tiny-clip"):
+    with pytest.raises(UsageError, match="did you mean compclip-tiny-clip"):
         load_model("compclip-tiny-clp")
-    with pytest.raises(ValueError, match="neither a file nor a tag"):
+    with pytest.raises(UsageError, match="neither a file nor a tag"):
         load_model("compclip-tiny-clip", pretrained="no-such-tag")
     with pytest.raises(ValueError, match="reserved"):
         save_checkpoint(load_model("compclip-tiny-clip")[0], tmp_path / "x", model_name="other")
     (tmp_path / "w.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="w.pt"):
+    with pytest.raises(DataError, match=r"w\.pt"):
         load_model("compclip-tiny-clip", pretrained=str(tmp_path / "w.pt"))
-    with pytest.raises(ValueError, match="is a weights file"):
+    with pytest.raises(UsageError, match="is a weights file"):
         load_model(str(tmp_path / "w.pt"))
     with pytest.raises(ValueError, match="no compclip spec"):
         save_checkpoint(open_clip.create_model("compclip-tiny-clip"), tmp_path / "y")

@@ -13,7 +13,6 @@ from compclip.concepts.keywords import COCO_OBJECTS, COLORS, KEYWORDS, replaceme
 from compclip.methods import build_method
 from compclip.methods.hardneg import hard_negative_infonce, keyword_negatives
 from compclip.methods.negclip import swap_negatives
-
 from conftest import shared_data
 
 OTHER_COLORS = [c for c in COLORS if c != "red"]
@@ -120,7 +119,7 @@ def test_negclip_needs_pos_in_the_store(tmp_path):
 def brute_force_hn(image, text, negatives, owners, scale):
     """Every row written out: logsumexp over the batch's captions plus the image's own negatives."""
     n = image.shape[0]
-    sim = lambda a, b: scale * sum(x * y for x, y in zip(a.tolist(), b.tolist()))  # noqa: E731
+    sim = lambda a, b: scale * sum(x * y for x, y in zip(a.tolist(), b.tolist(), strict=True))  # noqa: E731
     total = 0.0
     for i in range(n):
         row = [sim(image[i], text[j]) for j in range(n)] + [sim(image[i], negatives[k]) for k in range(len(owners)) if owners[k] == i]
@@ -142,7 +141,7 @@ def test_hard_negative_infonce_equals_brute_force_and_open_clip():
     assert got.item() == pytest.approx(brute_force_hn(image, text, negatives, owners.tolist(), scale), rel=1e-12)
     # as two ranks: each sums its own rows against the gathered columns; the halves add up
     halves = []
-    for rank, rows in enumerate((slice(0, 3), slice(3, 6))):
+    for _rank, rows in enumerate((slice(0, 3), slice(3, 6))):
         mine = (owners >= rows.start) & (owners < rows.stop)
         halves.append(hard_negative_infonce(image[rows], text[rows], negatives[mine], owners[mine] - rows.start, scale,
                                             all_image=image, all_text=text, image_offset=rows.start))
@@ -165,7 +164,6 @@ def test_combinations(records):
 def test_trainer_runs_hard_negative_methods(tmp_path, method):
     from compclip.concepts import build_store, iter_captions
     from compclip.train import TrainConfig, train
-
     from test_train import make_dataset
 
     data = make_dataset(tmp_path, n=16)

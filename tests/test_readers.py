@@ -1,8 +1,8 @@
 """Readers over generated data with planted bad records: the counts must be exactly the planted ones."""
+import io
 import json
 import logging
 import tarfile
-import io
 from collections import Counter
 
 import pytest
@@ -10,7 +10,6 @@ import torch
 from torch.utils.data import DataLoader
 
 from compclip.data import CsvReader, FolderReader, WebDatasetReader, open_reader
-
 from conftest import image_bytes, shared_data
 
 GOOD = 11
@@ -45,7 +44,8 @@ def expected(**extra):
 
 
 def planted_rows():
-    return good_records() + [
+    return [
+        *good_records(),
         ("truncated.jpg", "a truncated jpeg"),
         ("garbage.jpg", "not an image"),
         ("missing1.jpg", "no such file"),
@@ -196,7 +196,7 @@ def test_folder_reader_list_and_map_formats(tmp_path, planted):
     # captions' "again" twins are read; "junk" has no caption and 7 is no file name.
     assert reader.stats() == expected(read=2 * GOOD + 2, missing_image=2 * 2 + 1, corrupt_image=2 * 2, empty_caption=3)
     assert len(samples) == 2 * GOOD + 2
-    mapping = {n: c for n, c in planted_rows()[:GOOD]}
+    mapping = dict(planted_rows()[:GOOD])
     (planted / "map.json").write_text(json.dumps(mapping))
     assert [s["caption"] for s in FolderReader(planted / "map.json")] == [c for _, c in good_records()]
 
@@ -205,7 +205,7 @@ def test_unknown_formats_and_unreadable_json_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown data format"):
         open_reader(tmp_path / "data.parquet")
     (tmp_path / "bad.json").write_text("{oops")
-    with pytest.raises(ValueError, match="bad.json: unreadable captions JSON"):
+    with pytest.raises(ValueError, match=r"bad\.json: unreadable captions JSON"):
         FolderReader(tmp_path / "bad.json")
 
 

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+import dist_grads
 from compclip.models import load_model
 from compclip.train import DistEnv
-
-import dist_grads
 
 HERE = Path(__file__).parent
 
@@ -82,8 +81,13 @@ def test_slurm_launch_without_torchrun(tmp_path, whole_batch):
     env = {k: v for k, v in env_for_children().items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
     env.update(SLURM_NTASKS="2", SLURM_JOB_NODELIST="localhost", MASTER_PORT=str(free_port()))
     procs = [
-        subprocess.Popen([sys.executable, str(HERE / "dist_grads.py"), str(out)], env={**env, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, str(HERE / "dist_grads.py"), str(out)],
+            env={**env, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for r in range(2)
     ]
     for p in procs:
@@ -132,7 +136,9 @@ def test_a_killed_run_resumes_exactly(tmp_path):
     straight = subprocess.run(train_cmd(data, tmp_path / "concepts", tmp_path / "a", 26), env=env, capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr[-3000:]
 
-    proc = subprocess.Popen(train_cmd(data, tmp_path / "concepts", tmp_path / "b", 26), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        train_cmd(data, tmp_path / "concepts", tmp_path / "b", 26), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     log = tmp_path / "b" / "log.jsonl"
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:

@@ -2,7 +2,8 @@
 
 Kept import-light on purpose: `compclip --help` must not pay for torch.
 """
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
 try:
     __version__ = _version("compclip")

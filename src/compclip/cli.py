@@ -73,12 +73,16 @@ def concepts(
 
 @app.command()
 def train(
-    method: str = typer.Option(..., help="Method or '+'-joined combination: siglip, clip, c2lip, hardneg, negclip, clic (c2lip+hardneg, ...)."),
+    method: str = typer.Option(
+        ..., help="Method or '+'-joined combination: siglip, clip, c2lip, hardneg, negclip, clic (c2lip+hardneg, ...)."
+    ),
     model: str = typer.Option(..., help="open_clip name, hf-hub: id, or compclip checkpoint folder."),
     train_data: str = typer.Option(..., help="CSV/TSV, webdataset shards (brace patterns), or captions JSON."),
     out: Path = typer.Option(..., help="Run folder: checkpoints, log.jsonl, tensorboard; re-running resumes."),
     pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file."),
-    concepts: Path = typer.Option(None, help="Concept store from `compclip concepts` (c2lip, negclip and clic need it; negclip and clic need pos)."),
+    concepts: Path = typer.Option(
+        None, help="Concept store from `compclip concepts` (c2lip, negclip and clic need it; negclip and clic need pos)."
+    ),
     concept_mode: str = typer.Option("span", help="span (pool the caption's tokens) or separate (encode phrases)."),
     lambda_npc: float = typer.Option(1.0),
     lambda_xac: float = typer.Option(0.01),
@@ -155,7 +159,9 @@ def attention(
         label = name if name not in maps else f"{name} ({i + 1})"
         maps[label] = concept_attention(net, tokenizer, preprocess(picture).unsqueeze(0), concept, temperature)[0].numpy()
     side = min(picture.size)
-    square = picture.crop(((picture.width - side) // 2, (picture.height - side) // 2, (picture.width + side) // 2, (picture.height + side) // 2))
+    square = picture.crop(
+        ((picture.width - side) // 2, (picture.height - side) // 2, (picture.width + side) // 2, (picture.height + side) // 2)
+    )
     typer.echo(f"wrote {attention_figure(square.resize((224, 224), Image.BICUBIC), maps, concept, out)}")
 
 
@@ -252,7 +258,9 @@ def world_generate(
 @app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="Where the world, runs, results and report go (re-runs reuse them)."),
-    methods: str = typer.Option("siglip,c2lip", help="Fine-tuning methods to compare from the same base: any of siglip, clip, c2lip, hardneg, negclip, clic."),
+    methods: str = typer.Option(
+        "siglip,c2lip", help="Fine-tuning methods to compare from the same base: any of siglip, clip, c2lip, hardneg, negclip, clic."
+    ),
     n_train: int = typer.Option(20_000, help="Training scenes."),
     n_test: int = typer.Option(500, help="Scenes per test split."),
     pretrain_steps: int = typer.Option(1000, help="SigLIP steps pretraining the base from scratch."),
@@ -268,11 +276,11 @@ def demo(
 
 
 def main() -> None:
-    """Console entry point: user errors print one clear line instead of a traceback."""
-    from .models import CheckpointMismatchError
+    """Console entry point: a `CompclipError` (a problem the user can fix) prints one line instead of a traceback."""
+    from .errors import CompclipError
 
     try:
         app()
-    except (ValueError, FileNotFoundError, CheckpointMismatchError) as e:
+    except CompclipError as e:
         typer.echo(f"error: {e}", err=True)
         raise SystemExit(2) from None

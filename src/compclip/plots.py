@@ -30,7 +30,7 @@ def attention_figure(image: Image.Image, maps: dict[str, np.ndarray], concept: s
     axes[0].imshow(image)
     axes[0].set_title("image")
     top = max(float(m.max()) for m in maps.values())  # one scale, so the models compare
-    for ax, name in zip(axes[1:], names):
+    for ax, name in zip(axes[1 : 1 + len(names)], names, strict=True):
         ax.imshow(image, alpha=0.45, extent=extent)
         ax.imshow(_grid(maps[name]), cmap="inferno", vmin=0, vmax=top, alpha=0.6, extent=extent, interpolation="bilinear")
         ax.set_title(f"{name}\n“{concept}”", fontsize=9)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 from tqdm.auto import tqdm
 

@@ -21,11 +21,23 @@ CASES = [
     ("a bike near a brick wall", ["a bike", "a brick wall"], [("near", "a bike", "a brick wall")]),
     ("A cat on a mat.", ["A cat", "a mat"], [("on", "A cat", "a mat")]),
     # coordination of modifiers and of nouns
-    ("a red and white bus parked on the street", ["a red and white bus", "the street"], [("parked on", "a red and white bus", "the street")]),
+    (
+        "a red and white bus parked on the street",
+        ["a red and white bus", "the street"],
+        [("parked on", "a red and white bus", "the street")],
+    ),
     ("a black and white photo of a dog", ["a black and white photo", "a dog"], [("of", "a black and white photo", "a dog")]),
     ("a cat and a dog on a sofa", ["a cat", "a dog", "a sofa"], [("on", "a dog", "a sofa")]),
-    ("Two women and a child walk past a store.", ["Two women", "a child", "a store"], [("walk past", "Two women", "a store"), ("walk past", "a child", "a store")]),
-    ("A woman is holding a cup and a saucer.", ["A woman", "a cup", "a saucer"], [("holding", "A woman", "a cup"), ("holding", "A woman", "a saucer")]),
+    (
+        "Two women and a child walk past a store.",
+        ["Two women", "a child", "a store"],
+        [("walk past", "Two women", "a store"), ("walk past", "a child", "a store")],
+    ),
+    (
+        "A woman is holding a cup and a saucer.",
+        ["A woman", "a cup", "a saucer"],
+        [("holding", "A woman", "a cup"), ("holding", "A woman", "a saucer")],
+    ),
     # compounds and numbers
     ("two fire hydrants on a sidewalk", ["two fire hydrants", "a sidewalk"], [("on", "two fire hydrants", "a sidewalk")]),
     ("a stop sign at an intersection", ["a stop sign", "an intersection"], [("at", "a stop sign", "an intersection")]),
@@ -34,11 +46,23 @@ CASES = [
     ("Four giraffes stand in a grassy field.", ["Four giraffes", "a grassy field"], [("stand in", "Four giraffes", "a grassy field")]),
     # verbs with objects
     ("a man riding a horse", ["a man", "a horse"], [("riding", "a man", "a horse")]),
-    ("a man riding a horse on the beach", ["a man", "a horse", "the beach"], [("riding", "a man", "a horse"), ("riding on", "a man", "the beach")]),
+    (
+        "a man riding a horse on the beach",
+        ["a man", "a horse", "the beach"],
+        [("riding", "a man", "a horse"), ("riding on", "a man", "the beach")],
+    ),
     ("A boy throws a frisbee.", ["A boy", "a frisbee"], [("throws", "A boy", "a frisbee")]),
     ("a girl eating a slice of pizza", ["a girl", "a slice", "pizza"], [("eating", "a girl", "a slice"), ("of", "a slice", "pizza")]),
-    ("A chef cuts vegetables in a kitchen.", ["A chef", "vegetables", "a kitchen"], [("cuts", "A chef", "vegetables"), ("cuts in", "A chef", "a kitchen")]),
-    ("a laptop sitting on a desk beside a lamp", ["a laptop", "a desk", "a lamp"], [("sitting on", "a laptop", "a desk"), ("sitting beside", "a laptop", "a lamp")]),
+    (
+        "A chef cuts vegetables in a kitchen.",
+        ["A chef", "vegetables", "a kitchen"],
+        [("cuts", "A chef", "vegetables"), ("cuts in", "A chef", "a kitchen")],
+    ),
+    (
+        "a laptop sitting on a desk beside a lamp",
+        ["a laptop", "a desk", "a lamp"],
+        [("sitting on", "a laptop", "a desk"), ("sitting beside", "a laptop", "a lamp")],
+    ),
     # possessives
     ("the man's dog is lying under the table", ["the man's dog", "the table"], [("lying under", "the man's dog", "the table")]),
     ("A woman's red umbrella on the ground", ["A woman's red umbrella", "the ground"], [("on", "A woman's red umbrella", "the ground")]),

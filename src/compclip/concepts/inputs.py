@@ -4,15 +4,18 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+from ..errors import DataError, MissingFileError, UsageError
 
 
 def iter_captions(path: str | Path, caption_key: str = "caption") -> Iterator[Any]:
     """Stream the captions of a dataset file, stripped as the image-text readers strip them (so
-    the trainer finds them in the store); records without one yield None (an empty record)."""
-    for caption in _raw_captions(path, caption_key):
-        yield caption.strip() if isinstance(caption, str) else caption
+    the trainer finds them in the store); records without one yield None (an empty record).
+    The format, the file and a CSV's caption column are checked now, before anything is read."""
+    return (caption.strip() if isinstance(caption, str) else caption for caption in _raw_captions(path, caption_key))
 
 
 def _raw_captions(path: str | Path, caption_key: str) -> Iterator[Any]:
@@ -21,25 +24,31 @@ def _raw_captions(path: str | Path, caption_key: str) -> Iterator[Any]:
     text = str(path)
     suffix = Path(text).suffix.lower()
     if is_tar_shards(text):
-        yield from (caption for _, _, caption in WebDatasetReader(text, caption_field=caption_key).records())
-    elif suffix in (".csv", ".tsv", ".tab"):
-        yield from _csv_captions(Path(text), caption_key)
-    elif suffix == ".jsonl":
-        yield from _jsonl_captions(Path(text), caption_key)
-    elif suffix == ".json":
-        yield from (caption for _, _, caption in FolderReader(text).pairs)
-    else:
-        raise ValueError(f"{path}: unknown input format; expected .csv/.tsv, .jsonl, .tar shards or a captions .json")
+        return (caption for _, _, caption in WebDatasetReader(text, caption_field=caption_key).records())
+    if suffix not in (".csv", ".tsv", ".tab", ".jsonl", ".json"):
+        raise UsageError(f"{path}: unknown input format; expected .csv/.tsv, .jsonl, .tar shards or a captions .json")
+    if not Path(text).is_file():
+        raise MissingFileError(f"{path}: no such file")
+    if suffix == ".jsonl":
+        return _jsonl_captions(Path(text), caption_key)
+    if suffix == ".json":
+        return (caption for _, _, caption in FolderReader(text).pairs)
+    return _csv_captions(Path(text), caption_key)
 
 
 def _csv_captions(path: Path, caption_key: str) -> Iterator[Any]:
     csv.field_size_limit(sys.maxsize)
     sep = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        rows = csv.DictReader(f, delimiter=sep)
-        if caption_key not in (rows.fieldnames or []):
-            raise ValueError(f"{path}: no column {caption_key!r} (columns: {rows.fieldnames}); set --caption-key")
-        for row in rows:
+        columns = csv.DictReader(f, delimiter=sep).fieldnames or []
+    if caption_key not in columns:
+        raise DataError(f"{path}: no column {caption_key!r} (columns: {columns}); set --caption-key")
+    return _csv_column(path, sep, caption_key)
+
+
+def _csv_column(path: Path, sep: str, caption_key: str) -> Iterator[Any]:
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        for row in csv.DictReader(f, delimiter=sep):
             yield row.get(caption_key)
 
 

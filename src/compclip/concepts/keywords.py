@@ -1,4 +1,4 @@
-"""Keyword tables of the hard-negative classes (Rösch et al.; methods.md §2) and whole-word matching.
+"""Keyword tables of the hard-negative classes (Rösch et al.; docs/methods.md §2) and whole-word matching.
 
 One home for the tables: concept extraction reports the hits, the hard-negative method
 permutes them.
@@ -6,7 +6,9 @@ permutes them.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
+
+from ..errors import UsageError
 
 COLORS = ("blue", "red", "green", "yellow", "black", "white", "brown", "gray", "orange")
 
@@ -41,7 +43,7 @@ KEYWORDS: dict[str, tuple[str, ...]] = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _pattern(cls: str) -> re.Pattern:
     # longest first, so "in front of" wins over "front" and "hot dog" over "dog"
     words = sorted(KEYWORDS[cls], key=len, reverse=True)
@@ -53,14 +55,14 @@ def find_keywords(caption: str, classes=tuple(KEYWORDS)) -> list[tuple[str, str,
     hits = []
     for cls in classes:
         if cls not in KEYWORDS:
-            raise ValueError(f"unknown keyword class {cls!r}; known: {', '.join(KEYWORDS)}")
+            raise UsageError(f"unknown keyword class {cls!r}; known: {', '.join(KEYWORDS)}")
         hits.extend((cls, m.group(1).lower(), m.start(1), m.end(1)) for m in _pattern(cls).finditer(caption))
     return sorted(hits, key=lambda h: (h[2], h[0]))
 
 
 def replacements(cls: str, keyword: str) -> list[str]:
     """What a keyword may be swapped for: any other colour or COCO object; the fixed partner for
-    location and size (methods.md §2)."""
+    location and size (docs/methods.md §2)."""
     if cls in ("location", "size"):
         return [(LOCATION_SWAPS if cls == "location" else SIZE_SWAPS)[keyword]]
     return [k for k in KEYWORDS[cls] if k != keyword]

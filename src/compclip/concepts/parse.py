@@ -18,11 +18,13 @@ Phrase = tuple[str, int, int]  # text, start, end: caption[start:end] == text
 # Nouns that, as the object of a preposition with an "of"/"to" after them, spell a spatial
 # relation rather than a thing: "to the left of", "in front of", "on top of", "at the back of".
 SPATIAL_NOUNS = frozenset(
-    "left right front top bottom middle side back center centre edge rear corner end far".split()
+    ["left", "right", "front", "top", "bottom", "middle", "side", "back", "center", "centre", "edge", "rear", "corner", "end", "far"]
 )
 # Words whose "to"/"of"/"from" makes a two-word relation: "next to", "close to", "away from".
-SPATIAL_HEADS = frozenset("next close closer adjacent near nearer opposite away ahead out outside inside".split())
-RELATIVE_PRONOUNS = frozenset("that which who whom whose".split())
+SPATIAL_HEADS = frozenset(
+    ["next", "close", "closer", "adjacent", "near", "nearer", "opposite", "away", "ahead", "out", "outside", "inside"]
+)
+RELATIVE_PRONOUNS = frozenset(["that", "which", "who", "whom", "whose"])
 
 
 def _wordless(token: Token) -> bool:

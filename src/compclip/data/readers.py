@@ -12,14 +12,16 @@ import json
 import os
 import sys
 import tarfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ..errors import DataError, UsageError
 from .skips import SkipCounter
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
@@ -145,7 +147,7 @@ class CsvReader(ImageTextReader):
             columns = next(csv.reader(f, delimiter=self.sep), [])
         missing = [k for k in (image_key, caption_key) if k not in columns]
         if missing:
-            raise ValueError(f"{self.path}: no column {missing} (columns: {columns}); set image_key/caption_key")
+            raise DataError(f"{self.path}: no column {missing} (columns: {columns}); set image_key/caption_key")
 
     def _open(self):
         # surrogateescape keeps undecodable bytes visible, so one bad row is skipped, not the file
@@ -253,7 +255,7 @@ class FolderReader(ImageTextReader):
         try:
             data = json.loads(self.captions_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{self.captions_path}: unreadable captions JSON: {e}") from None
+            raise DataError(f"{self.captions_path}: unreadable captions JSON: {e}") from None
         self.pairs = list(self._pairs(data))
 
     def _pairs(self, data: Any) -> Iterator[tuple[str, Any, Any]]:
@@ -270,7 +272,7 @@ class FolderReader(ImageTextReader):
                 rec = rec if isinstance(rec, dict) else {}
                 yield from self._expand(f"[{i}]", rec.get("image"), rec.get("captions", rec.get("caption")))
         else:
-            raise ValueError(f"{self.captions_path}: expected COCO captions, a list of records or a filename-to-caption map")
+            raise DataError(f"{self.captions_path}: expected COCO captions, a list of records or a filename-to-caption map")
 
     @staticmethod
     def _expand(where: str, name: Any, captions: Any) -> Iterator[tuple[str, Any, Any]]:
@@ -291,7 +293,7 @@ class FolderReader(ImageTextReader):
 def is_tar_shards(path: str | os.PathLike) -> bool:
     """A `.tar` file or a brace pattern of them (`shards-{0000..0099}.tar`)."""
     text = str(path)
-    return Path(text).suffix.lower() == ".tar" or ".tar" in text and "{" in text
+    return Path(text).suffix.lower() == ".tar" or (".tar" in text and "{" in text)
 
 
 def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:
@@ -304,4 +306,4 @@ def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kw
         return CsvReader(text, transform, **kwargs)
     if suffix == ".json":
         return FolderReader(text, transform=transform, **kwargs)
-    raise ValueError(f"{path}: unknown data format; expected .tar shards, .csv/.tsv or a captions .json")
+    raise UsageError(f"{path}: unknown data format; expected .tar shards, .csv/.tsv or a captions .json")

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch.utils.data import get_worker_info
 
+from ..errors import UsageError
+
 REASONS = ("missing_image", "corrupt_image", "empty_caption", "undecodable_text", "bad_record")
 MAX_WORKERS = 64
 EXAMPLES_PER_REASON = 3  # logged per process, with file and record
@@ -31,7 +33,7 @@ class SkipCounter:
         if info is None:
             return 0
         if info.id >= MAX_WORKERS:
-            raise RuntimeError(f"at most {MAX_WORKERS} DataLoader workers are supported")
+            raise UsageError(f"at most {MAX_WORKERS} DataLoader workers are supported: lower --workers")
         return info.id + 1
 
     def reset(self) -> None:
@@ -53,14 +55,14 @@ class SkipCounter:
     def stats(self) -> dict[str, int]:
         """Totals over every process: `read` samples and each skip reason."""
         total = self._counts.sum(0).tolist()
-        return {"read": total[-1], **dict(zip(REASONS, total[:-1])), "skipped": sum(total[:-1])}
+        return {"read": total[-1], **dict(zip(REASONS, total[:-1], strict=True)), "skipped": sum(total[:-1])}
 
     def summary(self, row_only: bool = False) -> str:
         counts = self._counts[self._row()].tolist() if row_only else self._counts.sum(0).tolist()
         read, skipped = counts[-1], sum(counts[:-1])
         if not skipped:
             return f"{self.name}: read {read} samples, skipped none"
-        parts = ", ".join(f"{n} {r.replace('_', ' ')}" for r, n in zip(REASONS, counts) if n)
+        parts = ", ".join(f"{n} {r.replace('_', ' ')}" for r, n in zip(REASONS, counts[:-1], strict=True) if n)
         return f"{self.name}: read {read} samples, skipped {skipped} ({parts})"
 
     def log_summary(self) -> None:

@@ -2,7 +2,19 @@
 
 Importing the benchmark modules registers them (`base.REGISTRY`), timm-style.
 """
-from . import aro, concept_ranking, inpaint_coco, protocols, retrieval, sugarcrepe, sugarcrepe_pp, vl_checklist, whatsup, winoground, zeroshot  # noqa: F401
+from . import (  # noqa: F401
+    aro,
+    concept_ranking,
+    inpaint_coco,
+    protocols,
+    retrieval,
+    sugarcrepe,
+    sugarcrepe_pp,
+    vl_checklist,
+    whatsup,
+    winoground,
+    zeroshot,
+)
 from .base import REGISTRY, Benchmark, register
 from .encoder import Encoder
 from .report import build_report

@@ -13,7 +13,6 @@ attribute pairs, as the paper does.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 from ..concepts import extract
 from . import protocols
@@ -33,7 +32,7 @@ def shuffles(caption: str, pos: list[tuple[str, int, int, str]], seed: int) -> l
         moved = idx[:]
         rng.shuffle(moved)
         out = words[:]
-        for a, b in zip(idx, moved):
+        for a, b in zip(idx, moved, strict=True):
             out[a] = words[b]
         return out
 
@@ -71,11 +70,11 @@ class _VGPairs(Benchmark):
         neg = (images * encoder.texts([r["false_caption"] for r in kept])).sum(-1)
         correct = protocols.pair_accuracy(pos, neg, ties)
         groups: dict[str, list[bool]] = {}
-        for r, c in zip(kept, correct.tolist()):
+        for r, c in zip(kept, correct.tolist(), strict=True):
             key = r[self.group] if isinstance(r[self.group], str) else " / ".join(r[self.group])
             groups.setdefault(key, []).append(c)
         metrics = {**accuracy(correct), "macro": mean(sum(v) / len(v) for v in groups.values()), "groups": len(groups)}
-        return Result(metrics, missing, self.task)
+        return Result(metrics, missing)
 
 
 @register
@@ -97,7 +96,9 @@ class AROOrder(Benchmark):
     seed = 0
 
     def required(self, root):
-        return [root / "aro" / f for f, _ in ORDER_SETS.values() if (root / "aro" / f).exists()] or [root / "aro" / "coco_karpathy_test.json"]
+        return [root / "aro" / f for f, _ in ORDER_SETS.values() if (root / "aro" / f).exists()] or [
+            root / "aro" / "coco_karpathy_test.json"
+        ]
 
     def run(self, encoder, root, ties):
         missing, metrics = Missing(), {}
@@ -107,7 +108,7 @@ class AROOrder(Benchmark):
             records = [r for r in read_json(root / "aro" / file) if missing.keep([root / image_dir / r["image"]])]
             pairs = [(root / image_dir / r["image"], c) for r in records for c in r["caption"]]
             tagged = extract([c for _, c in pairs], what="pos")
-            options = [[c, *shuffles(c, rec["pos"], self.seed + k)] for k, ((_, c), rec) in enumerate(zip(pairs, tagged))]
+            options = [[c, *shuffles(c, rec["pos"], self.seed + k)] for k, ((_, c), rec) in enumerate(zip(pairs, tagged, strict=True))]
             metrics[name] = accuracy(first_option_wins(encoder, encoder.images([p for p, _ in pairs]), options, ties))
         metrics["overall"] = mean(m["acc"] for m in metrics.values())
-        return Result(metrics, missing, self.task)
+        return Result(metrics, missing)

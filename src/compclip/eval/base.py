@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import DataError, MissingFileError, UsageError
 from .encoder import Encoder
 
 MISSING_EXAMPLES = 5
@@ -21,7 +22,7 @@ MISSING_EXAMPLES = 5
 def data_root(root: str | os.PathLike | None = None) -> Path:
     value = root or os.environ.get("COMPCLIP_DATA")
     if not value:
-        raise ValueError("no data root: pass --data-root or set COMPCLIP_DATA")
+        raise UsageError("no data root: pass --data-root or set COMPCLIP_DATA")
     return Path(value)
 
 
@@ -29,9 +30,9 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: missing (see `compclip data check`)") from None
+        raise MissingFileError(f"{path}: missing (see `compclip data check`)") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: unreadable JSON ({e})") from None
+        raise DataError(f"{path}: unreadable JSON ({e})") from None
 
 
 def read_jsonl(path: Path) -> list[Any]:
@@ -39,14 +40,14 @@ def read_jsonl(path: Path) -> list[Any]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: missing (see `compclip data check`)") from None
+        raise MissingFileError(f"{path}: missing (see `compclip data check`)") from None
     records = []
     for number, line in enumerate(lines, 1):
         if line.strip():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: unreadable JSON ({e})") from None
+                raise DataError(f"{path}:{number}: unreadable JSON ({e})") from None
     return records
 
 
@@ -70,7 +71,6 @@ class Missing:
 class Result:
     metrics: dict[str, Any]
     missing: Missing
-    task: str
 
     @property
     def complete(self) -> bool:
@@ -120,7 +120,7 @@ def first_option_wins(encoder: Encoder, images, options: list[list[str]], ties: 
 
     flat = encoder.texts([o for opts in options for o in opts])
     correct, start = [], 0
-    for image, opts in zip(images, options):
+    for image, opts in zip(images, options, strict=True):
         correct.append(protocols.picks((flat[start : start + len(opts)] @ image)[None], 0, ties)[0])
         start += len(opts)
     return torch.stack(correct) if correct else torch.zeros(0, dtype=torch.bool)

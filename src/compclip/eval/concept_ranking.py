@@ -1,4 +1,4 @@
-"""Fine-grained concept understanding (Rösch et al.; methods.md §2): rank a caption against every
+"""Fine-grained concept understanding (Rösch et al.; docs/methods.md §2): rank a caption against every
 permutation of one of its keywords (other colours, other COCO objects, the swapped location or
 size), top-1 accuracy per class. COCO val2017 captions and images; up to `max_per_class` captions
 per class, drawn with a fixed seed."""
@@ -47,4 +47,4 @@ class ConceptRanking(Benchmark):
             correct = first_option_wins(encoder, images, [options for _, options in kept], ties)
             metrics[cls] = {**accuracy(correct), "options": len(kept[0][1]) if kept else 0}
         metrics["overall"] = mean(metrics[c]["acc"] for c in KEYWORDS)
-        return Result(metrics, missing, self.task)
+        return Result(metrics, missing)

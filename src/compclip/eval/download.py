@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
+from ..errors import DownloadError, UsageError
 from ..io import write_json
 from ..progress import progress
 
@@ -43,15 +44,26 @@ MANIFEST: dict[str, list[Asset]] = {
         Asset(f"{SC}/swap_obj.json", "sugarcrepe/swap_obj.json", "073cdb8e253d053614e80710834d9773b09dbc1dd0a412f6f9492262caa1dcad"),
     ],
     "sugarcrepe_pp": [
-        Asset(f"{SCPP}/replace_att.json", "sugarcrepe_pp/replace_att.json", "6826413592894754eeca02aeebbcbbc8b95a7456998abcc714e71c033ce6fe87"),
-        Asset(f"{SCPP}/replace_obj.json", "sugarcrepe_pp/replace_obj.json", "5c6dc499ec8f511a8aa4ec1b7b5eb0eca90317488abe36ec39573355e2d361ab"),
-        Asset(f"{SCPP}/replace_rel.json", "sugarcrepe_pp/replace_rel.json", "040fb95d3f0619bf515db60879e99709a87a5e9b4f524ec3403b127243480fd4"),
+        Asset(
+            f"{SCPP}/replace_att.json", "sugarcrepe_pp/replace_att.json", "6826413592894754eeca02aeebbcbbc8b95a7456998abcc714e71c033ce6fe87"
+        ),
+        Asset(
+            f"{SCPP}/replace_obj.json", "sugarcrepe_pp/replace_obj.json", "5c6dc499ec8f511a8aa4ec1b7b5eb0eca90317488abe36ec39573355e2d361ab"
+        ),
+        Asset(
+            f"{SCPP}/replace_rel.json", "sugarcrepe_pp/replace_rel.json", "040fb95d3f0619bf515db60879e99709a87a5e9b4f524ec3403b127243480fd4"
+        ),
         Asset(f"{SCPP}/swap_att.json", "sugarcrepe_pp/swap_att.json", "450d0fd9fcad3e6f44950dc634e7f901ab1c6d9c60a569ade5ae8ffb3d203ad8"),
         Asset(f"{SCPP}/swap_obj.json", "sugarcrepe_pp/swap_obj.json", "5f33cae824de431a7ecd3c5de6301f689815f9497aa36d96b154bbaf117b201b"),
     ],
     "coco_val2017": [Asset("http://images.cocodataset.org/zips/val2017.zip", "coco/val2017.zip", None, unzip_to="coco")],
     "coco_captions": [
-        Asset("http://images.cocodataset.org/annotations/annotations_trainval2017.zip", "coco/annotations_trainval2017.zip", None, unzip_to="coco/annotations")
+        Asset(
+            "http://images.cocodataset.org/annotations/annotations_trainval2017.zip",
+            "coco/annotations_trainval2017.zip",
+            None,
+            unzip_to="coco/annotations",
+        )
     ],
 }
 
@@ -74,9 +86,9 @@ def fetch(url: str, dest: Path, sha256: str | None = None, timeout: float = 60) 
         response = urlopen(request, timeout=timeout)
     except HTTPError as e:
         if e.code != 416:  # 416: the part file is already whole
-            raise RuntimeError(f"{url}: HTTP {e.code} {e.reason}") from None
+            raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
     except URLError as e:
-        raise RuntimeError(f"{url}: {e.reason}") from None
+        raise DownloadError(f"{url}: {e.reason}") from None
     else:
         with response:
             resumed = have and response.status == 206
@@ -86,13 +98,13 @@ def fetch(url: str, dest: Path, sha256: str | None = None, timeout: float = 60) 
                     for block in progress(iter(lambda: response.read(CHUNK), b""), dest.name, total=-(-total // CHUNK) or None, unit="MiB"):
                         f.write(block)
             except (OSError, ConnectionError) as e:
-                raise RuntimeError(f"{url}: transfer broke off after {part.stat().st_size} bytes ({e}); run again to resume") from None
+                raise DownloadError(f"{url}: transfer broke off after {part.stat().st_size} bytes ({e}); run again to resume") from None
         if total and part.stat().st_size < total:
-            raise RuntimeError(f"{url}: got {part.stat().st_size} of {total} bytes; run again to resume")
+            raise DownloadError(f"{url}: got {part.stat().st_size} of {total} bytes; run again to resume")
     got = sha256_of(part)
     if sha256 is not None and got != sha256:
         part.unlink()
-        raise ValueError(f"{url}: SHA-256 {got} does not match the expected {sha256}; the file was removed")
+        raise DownloadError(f"{url}: SHA-256 {got} does not match the expected {sha256}; the file was removed")
     os.replace(part, dest)
     return got
 
@@ -101,7 +113,7 @@ def download(name: str, root: str | Path, manifest: dict[str, list[Asset]] | Non
     """Fetch every file of a dataset into `root`, skipping those already there and verified."""
     manifest = MANIFEST if manifest is None else manifest
     if name not in manifest:
-        raise ValueError(f"no download for {name!r}; available: {', '.join(sorted(manifest))}")
+        raise UsageError(f"no download for {name!r}; available: {', '.join(sorted(manifest))}")
     root = Path(root)
     ledger_path = root / "checksums.json"
     ledger = json.loads(ledger_path.read_text()) if ledger_path.is_file() else {}

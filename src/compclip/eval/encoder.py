@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -60,7 +60,9 @@ def model_key(model: torch.nn.Module) -> str:
 
 
 class Encoder:
-    def __init__(self, model, preprocess, tokenizer, device="cpu", batch_size: int = 64, workers: int = 2, cache_dir: str | Path | None = None):
+    def __init__(
+        self, model, preprocess, tokenizer, device="cpu", batch_size: int = 64, workers: int = 2, cache_dir: str | Path | None = None
+    ):
         self.model, self.preprocess, self.tokenizer = model.eval(), preprocess, tokenizer
         self.device, self.batch_size, self.workers = torch.device(device), batch_size, workers
         self.cache = Path(cache_dir) / model_key(model) if cache_dir else None
@@ -71,7 +73,7 @@ class Encoder:
     # -- public -----------------------------------------------------------------------
     def images(self, paths: Sequence[str | Path], boxes: Sequence[Box] | None = None) -> torch.Tensor:
         """L2-normalised embeddings, one row per path (repeats allowed), of the image or its `boxes` crop."""
-        keys = [_image_key(p, b) for p, b in zip(paths, boxes or [None] * len(paths))]
+        keys = [_image_key(p, b) for p, b in zip(paths, boxes or [None] * len(paths), strict=True)]
         self._fill(self._images, keys, "images", self._encode_images)
         return torch.stack([self._images[k] for k in keys]) if keys else torch.empty(0, 0)
 
@@ -92,12 +94,12 @@ class Encoder:
             self._save(kind, todo, embeddings)
         else:
             embeddings = cached
-        memo.update(zip(todo, embeddings))
+        memo.update(zip(todo, embeddings, strict=True))
 
     def _cache_file(self, kind: str, keys: list[str]) -> Path:
         if kind == "images":  # a file's identity: its path (and crop), size and modification time
             stats = [_split_key(k)[0].stat() for k in keys]
-            ids = [f"{k}|{st.st_size}|{st.st_mtime_ns}" for k, st in zip(keys, stats)]
+            ids = [f"{k}|{st.st_size}|{st.st_mtime_ns}" for k, st in zip(keys, stats, strict=True)]
         else:
             ids = keys
         digest = hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()[:32]

@@ -30,4 +30,4 @@ class InpaintCOCO(Benchmark):
             mask = torch.tensor([r.get("category", "all") == category for r in kept])
             metrics[category] = accuracy(correct[mask])
         metrics["overall"] = mean(m["acc"] for m in metrics.values())
-        return Result(metrics, missing, self.task)
+        return Result(metrics, missing)

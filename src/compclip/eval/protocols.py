@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import UsageError
+
 TIES = ("strict", "clip_benchmark")
 
 
 def _check(ties: str) -> None:
     if ties not in TIES:
-        raise ValueError(f"ties must be one of {TIES}, not {ties!r}")
+        raise UsageError(f"ties must be one of {TIES}, not {ties!r}")
 
 
 def picks(scores: torch.Tensor, target: torch.Tensor | int, ties: str = "strict") -> torch.Tensor:

@@ -14,20 +14,29 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import MissingFileError
 from ..io import atomic_path
 
-SUMMARY = {  # column: (benchmark, metric key)
-    "SC add": ("sugarcrepe", "add"),
-    "SC replace": ("sugarcrepe", "replace"),
-    "SC swap": ("sugarcrepe", "swap"),
-    "SC++ replace ITT": ("sugarcrepe_pp", "replace_itt"),
-    "SC++ replace TOT": ("sugarcrepe_pp", "replace_tot"),
-    "SC++ swap ITT": ("sugarcrepe_pp", "swap_itt"),
-    "SC++ swap TOT": ("sugarcrepe_pp", "swap_tot"),
-    "ImageNet": ("zeroshot", "imagenet"),
-    "zero-shot mean": ("zeroshot", "overall"),
-    "retrieval R@5": ("retrieval", "mean_recall@5"),
+COLUMNS = {  # header: (benchmark, metric path); a metric that is a dict is read as its "acc"
+    "SC add": ("sugarcrepe", ("add",)),
+    "SC replace": ("sugarcrepe", ("replace",)),
+    "SC swap": ("sugarcrepe", ("swap",)),
+    "SC swap-att": ("sugarcrepe", ("swap_att",)),
+    "SC++ replace ITT": ("sugarcrepe_pp", ("replace_itt",)),
+    "SC++ replace TOT": ("sugarcrepe_pp", ("replace_tot",)),
+    "SC++ swap ITT": ("sugarcrepe_pp", ("swap_itt",)),
+    "SC++ swap TOT": ("sugarcrepe_pp", ("swap_tot",)),
+    "SC++ ITT": ("sugarcrepe_pp", ("overall_itt",)),
+    "SC++ TOT": ("sugarcrepe_pp", ("overall_tot",)),
+    "ImageNet": ("zeroshot", ("imagenet",)),
+    "zero-shot mean": ("zeroshot", ("overall",)),
+    "ZS shape": ("zeroshot", ("shape",)),
+    "ZS colour": ("zeroshot", ("color",)),
+    "retrieval R@1": ("retrieval", ("mean_recall@1",)),
+    "retrieval R@5": ("retrieval", ("mean_recall@5",)),
 }
+SUMMARY = ("SC add", "SC replace", "SC swap", "SC++ replace ITT", "SC++ replace TOT", "SC++ swap ITT", "SC++ swap TOT",
+           "ImageNet", "zero-shot mean", "retrieval R@5")  # the C2LIP paper's Table 2
 
 
 def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -38,22 +47,27 @@ def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any
     for folder in folders:
         files = sorted(folder.glob("*.json"))
         if not files:
-            raise FileNotFoundError(f"{folder}: no result files (<benchmark>.json)")
+            raise MissingFileError(f"{folder}: no result files (<benchmark>.json)")
         label = folder.name if names.count(folder.name) == 1 else f"{folder.parent.name}/{folder.name}"
         results[label] = {f.stem: json.loads(f.read_text()) for f in files}
     return results
 
 
-def _value(metric: Any) -> float:
-    if isinstance(metric, dict):
-        metric = metric.get("acc", float("nan"))
-    return float(metric) * 100 if isinstance(metric, (int, float)) else float("nan")
+def column_value(records: dict[str, dict[str, Any]], header: str) -> float:
+    """Column `header` of one model's `{benchmark: record}` in %, NaN where the benchmark or metric is absent."""
+    bench, path = COLUMNS[header]
+    value: Any = records.get(bench, {}).get("metrics", {})
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    if isinstance(value, dict):
+        value = value.get("acc")
+    return float(value) * 100 if isinstance(value, (int, float)) else float("nan")
 
 
 def summary_table(results) -> pd.DataFrame:
     rows = {}
     for model, records in results.items():
-        row = {col: _value(records.get(b, {}).get("metrics", {}).get(k, float("nan"))) for col, (b, k) in SUMMARY.items()}
+        row = {col: column_value(records, col) for col in SUMMARY}
         present = [v for v in row.values() if not math.isnan(v)]
         row["average"] = sum(present) / len(present) if present else float("nan")
         rows[model] = row
@@ -128,7 +142,16 @@ def build_report(folders: list[str | Path], out: str | Path) -> Path:
             table.to_csv(tmp, float_format="%.2f")
         _plot(table, bench, out / f"{bench}.png")
         ties = {r[bench].get("ties") for r in results.values() if bench in r}
-        parts += [f"## {bench}", "", f"Ties: {', '.join(sorted(t for t in ties if t))}.", "", _markdown(table), "", f"![{bench}]({bench}.png)", ""]
+        parts += [
+            f"## {bench}",
+            "",
+            f"Ties: {', '.join(sorted(t for t in ties if t))}.",
+            "",
+            _markdown(table),
+            "",
+            f"![{bench}]({bench}.png)",
+            "",
+        ]
     with atomic_path(out / "report.md") as tmp:
         tmp.write_text("\n".join(parts), encoding="utf-8")
     return out / "report.md"

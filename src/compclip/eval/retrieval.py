@@ -9,19 +9,16 @@ Every folder under `retrieval/` is a dataset, given by one of:
 from __future__ import annotations
 
 import csv
-import re
 from pathlib import Path
 
 import torch
 
+from ..errors import MissingFileError
+from ..text import sentences
 from . import protocols
 from .base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
 
 KS = (1, 5, 10)
-
-
-def sentences(text: str) -> list[str]:
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s.strip()]
 
 
 def load_pairs(folder: Path) -> list[tuple[Path, str]]:
@@ -42,8 +39,9 @@ def load_pairs(folder: Path) -> list[tuple[Path, str]]:
                 pairs += [(path, s["raw"]) for s in im["sentences"]]
         return pairs
     if (folder / "long_captions.jsonl").is_file():
-        return [(image(r["image"]), s) for r in read_jsonl(folder / "long_captions.jsonl") for s in sentences(r["caption"])]
-    raise FileNotFoundError(f"{folder}: no captions.csv, dataset_*.json or long_captions.jsonl")
+        return [(image(r["image"]), r["caption"][a:b]) for r in read_jsonl(folder / "long_captions.jsonl")
+                for a, b in sentences(r["caption"]) if b > a]
+    raise MissingFileError(f"{folder}: no captions.csv, dataset_*.json or long_captions.jsonl")
 
 
 @register
@@ -74,4 +72,4 @@ class Retrieval(Benchmark):
             metrics[f"mean_recall@{k}"] = mean(
                 (m[f"image_retrieval_recall@{k}"] + m[f"text_retrieval_recall@{k}"]) / 2 for n, m in metrics.items() if isinstance(m, dict)
             )
-        return Result(metrics, missing, self.task)
+        return Result(metrics, missing)

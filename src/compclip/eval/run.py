@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..errors import UsageError
 from ..io import write_json
 from .base import REGISTRY, data_root
 from .encoder import Encoder
@@ -18,7 +19,7 @@ def resolve(names: str | list[str]) -> list[str]:
     names = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
     unknown = [n for n in names if n not in REGISTRY]
     if unknown or not names:
-        raise ValueError(f"unknown benchmarks {unknown or names}; known: {', '.join(sorted(REGISTRY))}")
+        raise UsageError(f"unknown benchmarks {unknown or names}; known: {', '.join(sorted(REGISTRY))}")
     return names
 
 

@@ -18,17 +18,21 @@ def coco_image(root: Path, filename: str) -> Path:
 class SugarCrepe(Benchmark):
     name = "sugarcrepe"
     task = "image_caption_selection"
+    splits = SPLITS
+
+    def records(self, root: Path, split: str) -> list[dict]:
+        return list(read_json(root / self.name / f"{split}.json").values())  # keys "0".."N", maybe gapped
 
     def required(self, root):
-        return [root / "sugarcrepe" / f"{s}.json" for s in SPLITS]
+        return [root / self.name / f"{s}.json" for s in self.splits]
 
     def images(self, root):
-        return list(dict.fromkeys(coco_image(root, r["filename"]) for s in SPLITS for r in read_json(root / "sugarcrepe" / f"{s}.json").values()))
+        return list(dict.fromkeys(coco_image(root, r["filename"]) for s in self.splits for r in self.records(root, s)))
 
     def run(self, encoder, root, ties):
         missing, metrics = Missing(), {}
         for split in SPLITS:
-            records = list(read_json(root / "sugarcrepe" / f"{split}.json").values())  # keys "0".."N", maybe gapped
+            records = self.records(root, split)
             kept = [r for r in records if missing.keep([coco_image(root, r["filename"])])]
             images = encoder.images([coco_image(root, r["filename"]) for r in kept])
             pos = (images * encoder.texts([r["caption"] for r in kept])).sum(-1)
@@ -37,4 +41,4 @@ class SugarCrepe(Benchmark):
         for family, splits in FAMILIES.items():
             metrics[family] = mean(metrics[s]["acc"] for s in splits)
         metrics["overall"] = mean(metrics[s]["acc"] for s in SPLITS)
-        return Result(metrics, missing, self.task)
+        return Result(metrics, missing)

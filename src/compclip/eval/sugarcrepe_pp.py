@@ -2,28 +2,28 @@
 from __future__ import annotations
 
 from . import protocols
-from .base import Benchmark, Missing, Result, mean, read_json, register
-from .sugarcrepe import coco_image
+from .base import Missing, Result, mean, read_json, register
+from .sugarcrepe import SPLITS as SUGARCREPE_SPLITS
+from .sugarcrepe import SugarCrepe, coco_image
 
-SPLITS = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")
+SPLITS = tuple(s for s in SUGARCREPE_SPLITS if not s.startswith("add_"))  # SugarCrepe++ has no add splits
 FAMILIES = {"replace": SPLITS[:3], "swap": SPLITS[3:]}
 
 
 @register
-class SugarCrepePP(Benchmark):
+class SugarCrepePP(SugarCrepe):
+    """The annotation files and images are laid out as SugarCrepe's; each file is a list of records."""
+
     name = "sugarcrepe_pp"
-    task = "image_caption_selection"
+    splits = SPLITS
 
-    def required(self, root):
-        return [root / "sugarcrepe_pp" / f"{s}.json" for s in SPLITS]
-
-    def images(self, root):
-        return list(dict.fromkeys(coco_image(root, r["filename"]) for s in SPLITS for r in read_json(root / "sugarcrepe_pp" / f"{s}.json")))
+    def records(self, root, split):
+        return read_json(root / self.name / f"{split}.json")
 
     def run(self, encoder, root, ties):
         missing, metrics = Missing(), {}
         for split in SPLITS:
-            records = read_json(root / "sugarcrepe_pp" / f"{split}.json")
+            records = self.records(root, split)
             p1, p2, n = (encoder.texts([r[k] for r in records]) for k in ("caption", "caption2", "negative_caption"))
             tot = protocols.tot((p1 * p2).sum(-1), (p1 * n).sum(-1), (p2 * n).sum(-1), ties)
             kept = [i for i, r in enumerate(records) if missing.keep([coco_image(root, r["filename"])])]
@@ -41,4 +41,4 @@ class SugarCrepePP(Benchmark):
                 metrics[f"{family}_{mode}"] = mean(metrics[s][mode] for s in splits)
         for mode in ("itt", "tot"):
             metrics[f"overall_{mode}"] = mean(metrics[s][mode] for s in SPLITS)
-        return Result(metrics, missing, self.task)
+        return Result(metrics, missing)

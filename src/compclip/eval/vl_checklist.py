@@ -24,7 +24,11 @@ class VLCheckList(Benchmark):
         for category in sorted(p for p in base.iterdir() if p.is_dir() and p.name != "images"):
             scores = []
             for file in sorted(category.rglob("*.json")):
-                pairs = [(base / "images" / image, p, n) for image, caps in read_json(file) for p, n in zip(caps["POS"], caps["NEG"])]
+                pairs = [
+                    (base / "images" / image, p, n)
+                    for image, caps in read_json(file)
+                    for p, n in zip(caps["POS"], caps["NEG"], strict=False)  # the k-th POS against the k-th NEG, as VL-CheckList does
+                ]
                 pairs = [x for x in pairs if missing.keep([x[0]])]
                 if not pairs:
                     continue
@@ -36,4 +40,4 @@ class VLCheckList(Benchmark):
                 scores.append(acc)
             metrics[category.name] = mean(scores)
         metrics["overall"] = mean(v for k, v in metrics.items() if "/" not in k)
-        return Result(metrics, missing, self.task)
+        return Result(metrics, missing)

@@ -34,7 +34,11 @@ class WhatsUp(Benchmark):
                 yield split, [(base / r["image_path"].removeprefix("data/"), r["caption_options"]) for r in read_json(base / file)]
         for split, file in QA.items():
             if (base / file).is_file():
-                image = (lambda i: root / "coco" / "val2017" / f"{int(i):012d}.jpg") if split.startswith("coco") else (lambda i: base / "vg_images" / f"{i}.jpg")
+                image = (
+                    (lambda i: root / "coco" / "val2017" / f"{int(i):012d}.jpg")
+                    if split.startswith("coco")
+                    else (lambda i: base / "vg_images" / f"{i}.jpg")
+                )
                 yield split, [(image(r[0]), [r[1], r[2]]) for r in read_json(base / file)]
 
     def run(self, encoder, root, ties):
@@ -44,4 +48,4 @@ class WhatsUp(Benchmark):
             images = encoder.images([p for p, _ in kept])
             metrics[split] = accuracy(first_option_wins(encoder, images, [options for _, options in kept], ties))
         metrics["overall"] = mean(m["acc"] for m in metrics.values())
-        return Result(metrics, missing, self.task)
+        return Result(metrics, missing)

@@ -41,4 +41,4 @@ class Winoground(Benchmark):
         result = protocols.winoground(scores, ties)
         metrics = {k: v.float().mean().item() for k, v in result.items()}
         metrics["n"] = len(kept)
-        return Result(metrics, missing, self.task)
+        return Result(metrics, missing)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..errors import DataError
 from . import protocols
 from .base import Benchmark, Missing, Result, accuracy, mean, register
 
@@ -26,7 +27,7 @@ def imagenet() -> dict:
 
 
 def _lines(path: Path) -> list[str] | None:
-    return [l.strip() for l in path.read_text(encoding="utf-8").splitlines() if l.strip()] if path.is_file() else None
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] if path.is_file() else None
 
 
 @register
@@ -48,7 +49,7 @@ class ZeroShot(Benchmark):
             names = _lines(folder / "classnames.txt") or default
             templates = _lines(folder / "templates.txt") or imagenet()["templates"]
             if len(names) != len(classes):
-                raise ValueError(f"{folder}: {len(classes)} class folders but {len(names)} class names")
+                raise DataError(f"{folder}: {len(classes)} class folders but {len(names)} class names")
             weights = torch.stack([F.normalize(encoder.texts([t.format(n) for t in templates]).mean(0), dim=0) for n in names])
             files, labels = [], []
             for label, c in enumerate(classes):
@@ -58,4 +59,4 @@ class ZeroShot(Benchmark):
             correct = protocols.picks(encoder.images(files) @ weights.T, torch.tensor(labels), ties)
             metrics[folder.name] = {**accuracy(correct), "classes": len(classes), "templates": len(templates)}
         metrics["overall"] = mean(m["acc"] for m in metrics.values())
-        return Result(metrics, Missing(), self.task)
+        return Result(metrics, Missing())

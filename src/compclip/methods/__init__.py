@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from ..errors import UsageError
 from . import c2lip, clic, clip, hardneg, negclip, siglip
 from .base import LossPart, Method, MethodFactory
 
@@ -38,7 +39,7 @@ def build_method(spec: str, **options: Any) -> Method:
     parts: list[LossPart] = []
     for name in spec.split("+"):
         if name not in _REGISTRY:
-            raise ValueError(f"unknown method {name!r}; known: {', '.join(list_methods())}")
+            raise UsageError(f"unknown method {name!r}; known: {', '.join(list_methods())}")
         factory = _REGISTRY[name]
         accepted = inspect.signature(factory).parameters
         parts += factory(**{k: v for k, v in options.items() if k in accepted})

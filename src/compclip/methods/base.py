@@ -14,12 +14,14 @@ so the terms of all ranks add up to the full-batch loss (see `compclip.train.gat
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import UsageError
 from ..models.tokens import text_token_states, visual_token_embeddings
 
 
@@ -64,10 +66,12 @@ class Method(nn.Module):
                 kept = [p for p in kept if not p.contrastive]
             kept = [p for p in kept if p.name != part.name] + [part]
         if sum(p.contrastive for p in kept) != 1:
-            raise ValueError(f"method {name!r} needs exactly one contrastive part, got {[p.name for p in kept]}")
+            raise UsageError(f"method {name!r} needs exactly one contrastive part, got {[p.name for p in kept]}")
         lone = [p.name for p in kept if p.alone]
         if lone and len(kept) > 1:
-            raise ValueError(f"method {name!r}: {lone[0]} trains on its own inputs and cannot be combined with {[p.name for p in kept if not p.alone]}")
+            raise UsageError(
+                f"method {name!r}: {lone[0]} trains on its own inputs and cannot be combined with {[p.name for p in kept if not p.alone]}"
+            )
         self.name = name
         self.parts = nn.ModuleList(kept)
         self.needs = frozenset().union(*(p.needs for p in kept))
@@ -137,7 +141,7 @@ def require_concept_fields(concepts, fields: tuple[str, ...], method: str) -> No
     missing = [f for f in fields if f not in getattr(concepts, "what", fields)]  # a plain mapping is trusted
     if missing:
         wanted = ",".join(f.replace("_", "-") for f in fields)
-        raise ValueError(f"method {method} reads concept fields {missing} that the store {getattr(concepts, 'folder', '')} lacks: "
+        raise UsageError(f"method {method} reads concept fields {missing} that the store {getattr(concepts, 'folder', '')} lacks: "
                          f"build a store with `compclip concepts --what {wanted}`")
 
 

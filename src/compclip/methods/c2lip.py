@@ -1,4 +1,4 @@
-"""C2LIP: noun-phrase concept losses, no hard negatives, inference unchanged (methods.md §1).
+"""C2LIP: noun-phrase concept losses, no hard negatives, inference unchanged (docs/methods.md §1).
 
 L = L_siglip + λ_npc L_npc + λ_xac L_xac. L_npc contrasts images with their captions' noun
 phrases (a multi-positive SigLIP loss); L_xac first pools each image's visual tokens by
@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
 
 import open_clip
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ..errors import UsageError
 from ..models.factory import LazyTokenizer
 from ..models.tokens import visual_token_embeddings
 from .base import LossPart, sigmoid_pairs_loss
@@ -138,10 +139,12 @@ def _content_ids(tokenizer, text: str) -> list[int]:
         return inner.encode(text)
     if hasattr(inner, "tokenizer"):  # open_clip's HFTokenizer and SigLipTokenizer wrap a HF tokenizer
         return inner.tokenizer(text, add_special_tokens=False)["input_ids"]
-    raise TypeError(f"span pooling does not know how to tokenize with {type(inner).__name__}")
+    raise UsageError(f"span pooling does not know how to tokenize with {type(inner).__name__}")
 
 
-def concept_token_spans(tokenizer, caption: str, phrases: Sequence[tuple[str, int, int]], tokens: Sequence[int]) -> list[tuple[int, int] | None]:
+def concept_token_spans(
+    tokenizer, caption: str, phrases: Sequence[tuple[str, int, int]], tokens: Sequence[int]
+) -> list[tuple[int, int] | None]:
     """Token positions `[start, end)` in `tokens` (the caption as the model sees it) of each phrase.
 
     A phrase's positions come from tokenizing the caption up to its character start and end;
@@ -189,10 +192,12 @@ class C2LIPLoss(LossPart):
     uses_concepts = True
     uses_logit_bias = True
 
-    def __init__(self, concepts=None, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01, temperature: float | None = None):
+    def __init__(
+        self, concepts=None, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01, temperature: float | None = None
+    ):
         super().__init__()
         if mode not in ("span", "separate"):
-            raise ValueError(f"concept mode must be 'span' or 'separate', not {mode!r}")
+            raise UsageError(f"concept mode must be 'span' or 'separate', not {mode!r}")
         self.concepts, self.mode = concepts, mode
         self.lambda_npc, self.lambda_xac, self.temperature = lambda_npc, lambda_xac, temperature
         self._missing = 0  # captions not found in the store, counted per process
@@ -209,7 +214,7 @@ class C2LIPLoss(LossPart):
 
     def prepare(self, batch, samples, tokenizer):
         images, spans, texts = [], [], []
-        for i, (caption, tokens) in enumerate(zip(batch["caption"], batch["text"].tolist())):
+        for i, (caption, tokens) in enumerate(zip(batch["caption"], batch["text"].tolist(), strict=True)):
             phrases = self.phrases(caption)
             if self.mode == "separate":
                 texts += [p[0] for p in phrases]
@@ -237,7 +242,7 @@ class C2LIPLoss(LossPart):
     def forward(self, out):
         concepts = out.get("all_concept_features", out["concept_features"])
         owners = out.get("all_concept_image", out["concept_image"])
-        common = dict(image_offset=out.get("image_offset", 0), n_concepts=concepts.shape[0])
+        common = {"image_offset": out.get("image_offset", 0), "n_concepts": concepts.shape[0]}
         scale, bias = out["logit_scale"], out["logit_bias"]
         return {
             "npc": self.lambda_npc * npc_loss(out["image_features"], concepts, owners, scale, bias, **common),

@@ -1,4 +1,4 @@
-"""CLIC: concatenated image pairs, several positives, a cross-sentence POS-swap negative (methods.md §3).
+"""CLIC: concatenated image pairs, several positives, a cross-sentence POS-swap negative (docs/methods.md §3).
 
 Each image is paired with a partner of the same orientation from its batch; the two are
 joined in random order (portrait images side by side at half width, landscape ones one above
@@ -12,17 +12,20 @@ POS tags come from the concept store, so no spaCy runs in the data loader.
 from __future__ import annotations
 
 import random
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from open_clip.transform import PreprocessCfg
 from torchvision import transforms as T
 
+from ..errors import UsageError
 from ..models.factory import train_preprocess
+from ..text import sentences
 from .base import LossPart, require_concept_fields
 from .clip import clip_loss
-from .text import caption_rng, join_sentences, recase, sentences
+from .text import caption_rng, join_sentences, recase
 
 EXCLUDED_POS = frozenset({"AUX", "CCONJ", "DET", "INTJ", "PART", "PUNCT", "SCONJ", "SYM", "X", "SPACE"})
 
@@ -36,7 +39,7 @@ class PairViews:
         cfg = PreprocessCfg(**model.visual.preprocess_cfg)
         h, w = (cfg.size, cfg.size) if isinstance(cfg.size, int) else tuple(cfg.size)
         if h % 2 or w % 2:
-            raise ValueError(f"CLIC joins two half-size images: the model's input size {h}x{w} must be even")
+            raise UsageError(f"CLIC joins two half-size images: the model's input size {h}x{w} must be even")
         self.full = train_preprocess(model)
         mode = T.InterpolationMode[cfg.interpolation.upper()]
         tail = [T.ToTensor(), T.Normalize(cfg.mean, cfg.std)]
@@ -114,7 +117,9 @@ class CLICLoss(LossPart):
     def image_transform(self, model):
         return PairViews(model)
 
-    def texts(self, i: int, m: int, parsed: Sequence[tuple[list[str], tuple[int, int], Any]], rng: random.Random) -> tuple[str, list[str], str | None]:
+    def texts(
+        self, i: int, m: int, parsed: Sequence[tuple[list[str], tuple[int, int], Any]], rng: random.Random
+    ) -> tuple[str, list[str], str | None]:
         """Image i's first sentence, its positives p1-p4 with partner m, and the negative (None if none exists).
 
         `parsed[k]` holds caption k's sentences, the span of its first one, and its concept record.
@@ -123,15 +128,17 @@ class CLICLoss(LossPart):
         positives = [join_sentences(sents_i[0], sents_m[0]), join_sentences(sents_m[0], sents_i[0])]
         rest = [t[1:] or t[:1] for t in (sents_i, sents_m)]  # a one-sentence caption repeats its only sentence
         draws = [rng.sample(r, 2) if len(r) >= 2 else [rng.choice(r), rng.choice(r)] for r in rest]
-        for x, y in zip(*draws):
+        for x, y in zip(*draws, strict=True):
             positives.append(join_sentences(*((x, y) if rng.random() < 0.5 else (y, x))))
-        swapped = cross_sentence_swap(sents_i[0], sentence_tokens(record_i, first_span_i), sents_m[0], sentence_tokens(record_m, first_span_m), rng)
+        swapped = cross_sentence_swap(
+            sents_i[0], sentence_tokens(record_i, first_span_i), sents_m[0], sentence_tokens(record_m, first_span_m), rng
+        )
         return sents_i[0], positives, join_sentences(*swapped) if swapped else None
 
     def prepare(self, batch, samples, tokenizer):
         n = len(samples)
         if n < 2:
-            raise ValueError("CLIC pairs images within a batch: the batch size must be at least 2")
+            raise UsageError("CLIC pairs images within a batch: the batch size must be at least 2")
         if "half" not in samples[0]:
             raise ValueError("CLIC needs its own image transform (`CLICLoss.image_transform`): the reader gave plain images")
         rng = caption_rng(self.seed, *batch["caption"])  # the same batch pairs the same way after a resume
@@ -189,8 +196,8 @@ class CLICLoss(LossPart):
         all_positives = torch.cat([out.get("all_text_features", out["text_features"])[:, None],
                                    out.get("all_positive_features", out["positive_features"])], dim=1)
         n = all_image.shape[0]
-        cont = sum(clip_loss(image, positives[:, l], scale, all_image=all_image, all_text=all_positives[:, l],
-                             image_offset=offset) for l in range(positives.shape[1])) / positives.shape[1]
+        cont = sum(clip_loss(image, positives[:, k], scale, all_image=all_image, all_text=all_positives[:, k],
+                             image_offset=offset) for k in range(positives.shape[1])) / positives.shape[1]
         owners = out["negative_image"]
         s_pos = scale * (image[owners, None] * positives[owners]).sum(-1)  # (negatives, 4)
         s_neg = scale * (image[owners] * out["negative_features"]).sum(-1, keepdim=True)

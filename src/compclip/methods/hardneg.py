@@ -1,4 +1,4 @@
-"""Hard negatives by keyword permutation (Rösch et al.; methods.md §2), and the InfoNCE that uses them.
+"""Hard negatives by keyword permutation (Rösch et al.; docs/methods.md §2), and the InfoNCE that uses them.
 
 A negative caption replaces one keyword of a concept class: a colour or COCO object by any
 other of its table, a location or size word by its fixed partner. Each image's row of the
@@ -7,12 +7,13 @@ keyword train as plain pairs. `negclip` feeds the same loss with noun-phrase swa
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from ..concepts.keywords import KEYWORDS, find_keywords, replacements, with_case_of
+from ..errors import UsageError
 from .base import LossPart
 from .clip import clip_loss
 from .text import caption_rng
@@ -77,10 +78,10 @@ class HardNegativeLoss(LossPart):
     def __init__(self, k: int = 1, seed: int = 0, classes: Sequence[str] = CLASSES):
         super().__init__()
         if not 1 <= k <= 3:
-            raise ValueError(f"hard negatives per image must be 1 to 3 (HN1-HN3), not {k}")
+            raise UsageError(f"hard negatives per image must be 1 to 3 (HN1-HN3), not {k}")
         unknown = set(classes) - set(CLASSES)
         if unknown or not classes:
-            raise ValueError(f"unknown keyword classes {sorted(unknown) or list(classes)}; choose from {', '.join(CLASSES)}")
+            raise UsageError(f"unknown keyword classes {sorted(unknown) or list(classes)}; choose from {', '.join(CLASSES)}")
         self.k, self.seed, self.classes = k, seed, tuple(classes)
 
     def negatives(self, caption: str) -> list[str]:

@@ -6,11 +6,13 @@ InfoNCE as `hardneg` (each image's own negatives as extra columns).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
+from ..text import sentences
 from .base import LossPart, require_concept_fields
 from .hardneg import HardNegativeLoss
-from .text import caption_rng, recase, sentences
+from .text import caption_rng, recase
 
 Span = tuple[int, int]
 

@@ -1,26 +1,14 @@
-"""Caption surgery shared by the negative makers: seeded choices, sentences, case that stays in place."""
+"""Caption surgery shared by the negative makers: seeded choices, joined sentences, case that stays in place."""
 from __future__ import annotations
 
 import hashlib
 import random
-import re
-
-_SENTENCE = re.compile(r"[^.!?]*[^.!?\s][^.!?]*(?:[.!?]+|$)")
 
 
 def caption_rng(seed: int, *texts: str) -> random.Random:
     """A generator fixed by (seed, texts): the same caption or batch gets the same draws in every epoch, worker and rank."""
     key = "\0".join((str(seed), *texts)).encode("utf-8", "replace")
     return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little"))
-
-
-def sentences(caption: str) -> list[tuple[int, int]]:
-    """Character spans of the caption's sentences (split after . ! ?), whitespace trimmed."""
-    spans = []
-    for m in _SENTENCE.finditer(caption):
-        text = m.group()
-        spans.append((m.start() + len(text) - len(text.lstrip()), m.start() + len(text.rstrip())))
-    return spans or [(0, len(caption))]
 
 
 def join_sentences(*parts: str) -> str:

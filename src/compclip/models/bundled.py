@@ -18,14 +18,14 @@ BUNDLED_MODELS = tuple(sorted(p.stem for p in CONFIG_DIR.glob("*.json")))
 
 # timm looks up a model's default pretrained config in its module's `default_cfgs`.
 default_cfgs = generate_default_cfgs(
-    {"compclip_vit_tiny_patch8_siglip_64": dict(input_size=(3, 64, 64), mean=(0.5,) * 3, std=(0.5,) * 3, num_classes=0)}
+    {"compclip_vit_tiny_patch8_siglip_64": {"input_size": (3, 64, 64), "mean": (0.5,) * 3, "std": (0.5,) * 3, "num_classes": 0}}
 )
 
 
 @register_model
 def compclip_vit_tiny_patch8_siglip_64(pretrained: bool = False, **kwargs) -> VisionTransformer:
     """SigLIP-style ViT (no class token, attention-pool head) at 64 px, 2 blocks of width 64."""
-    args = dict(img_size=64, patch_size=8, embed_dim=64, depth=2, num_heads=2, class_token=False, global_pool="map")
+    args = {"img_size": 64, "patch_size": 8, "embed_dim": 64, "depth": 2, "num_heads": 2, "class_token": False, "global_pool": "map"}
     return build_model_with_cfg(
         VisionTransformer, "compclip_vit_tiny_patch8_siglip_64", pretrained, **dict(args, **kwargs)
     )

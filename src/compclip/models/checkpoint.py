@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import open_clip
-from open_clip.factory import load_state_dict as open_clip_load_state_dict
 import torch
+from open_clip.factory import load_state_dict as open_clip_load_state_dict
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .. import __version__
+from ..errors import DataError, MissingFileError
 from ..io import atomic_dir, atomic_path, write_json
 
 CONFIG_NAME = "config.json"
@@ -30,7 +32,7 @@ SPEC_ATTR = "compclip_spec"  # set on every model load_model returns
 _SPEC_KEYS = ("model_name", "model_cfg", "preprocess_cfg", "tokenizer", "pretrained")
 
 
-class CheckpointMismatchError(RuntimeError):
+class CheckpointMismatchError(DataError):
     """A weights file does not fit the architecture it is loaded into."""
 
     def __init__(self, file: Path, missing: list[str], unexpected: list[str], mismatched: list[tuple]):
@@ -74,12 +76,12 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: not a compclip checkpoint folder (no {CONFIG_NAME})") from None
+        raise MissingFileError(f"{path}: not a compclip checkpoint folder (no {CONFIG_NAME})") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: unreadable JSON: {e}") from None
+        raise DataError(f"{path}: unreadable JSON: {e}") from None
     missing = [k for k in _SPEC_KEYS[:4] if k not in config]
     if missing:
-        raise ValueError(f"{path}: missing keys {missing}")
+        raise DataError(f"{path}: missing keys {missing}")
     return config
 
 
@@ -107,13 +109,13 @@ def save_checkpoint(model: torch.nn.Module, folder: str | Path, state: dict[str,
 def _reading(file: Path) -> Iterator[None]:
     """Turn the ways a weights file can be unreadable into one clear error naming it."""
     if not file.is_file():
-        raise FileNotFoundError(f"{file}: no such weights file")
+        raise MissingFileError(f"{file}: no such weights file")
     try:
         yield
     except pickle.UnpicklingError as e:
-        raise ValueError(f"{file}: refused: it holds pickled objects that are not plain tensors ({e})") from None
+        raise DataError(f"{file}: refused: it holds pickled objects that are not plain tensors ({e})") from None
     except (SafetensorError, EOFError, OSError) as e:
-        raise ValueError(f"{file}: not a readable weights file ({type(e).__name__}: {e})") from None
+        raise DataError(f"{file}: not a readable weights file ({type(e).__name__}: {e})") from None
 
 
 def read_state_dict(file: str | Path) -> dict[str, torch.Tensor]:
@@ -123,7 +125,7 @@ def read_state_dict(file: str | Path) -> dict[str, torch.Tensor]:
         with _reading(file):
             return open_clip_load_state_dict(str(file), weights_only=True)
     except RuntimeError as e:
-        raise ValueError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
+        raise DataError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
 
 
 def load_weights(model: torch.nn.Module, file: str | Path) -> None:
@@ -135,7 +137,7 @@ def load_weights(model: torch.nn.Module, file: str | Path) -> None:
             open_clip.load_checkpoint(model, str(file), strict=True, weights_only=True)
     except RuntimeError as e:
         if "Error(s) in loading state_dict" not in str(e):
-            raise ValueError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
+            raise DataError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
         state, expected = read_state_dict(file), model.state_dict()  # only on failure: say why
         raise CheckpointMismatchError(
             file,

@@ -10,13 +10,15 @@ import contextlib
 import copy
 import difflib
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import open_clip
 import torch
 from open_clip.transform import PreprocessCfg, image_transform_v2
 
+from ..errors import DownloadError, UsageError
 from . import bundled
 from .checkpoint import CONFIG_NAME, SPEC_ATTR, WEIGHTS_NAME, load_weights, read_config
 
@@ -44,7 +46,7 @@ class LazyTokenizer:
                 try:
                     self._tokenizer = open_clip.get_tokenizer(self.source, context_length=self.context_length)
                 except Exception as e:
-                    raise RuntimeError(
+                    raise DownloadError(
                         f"the tokenizer of {self.source} could not be loaded ({type(e).__name__}: {e}); "
                         "SigLIP-family tokenizers come from the Hugging Face hub: fetch them once online "
                         "or point HF_HOME at a cache that holds them"
@@ -89,11 +91,11 @@ def _model_config(name: str) -> dict[str, Any]:
     try:
         cfg = open_clip.get_model_config(name if ":" in name else name.replace("/", "-"))
     except Exception as e:  # hf-hub config fetch
-        raise RuntimeError(f"could not fetch the config of {name} ({type(e).__name__}: {e})") from e
+        raise DownloadError(f"could not fetch the config of {name} ({type(e).__name__}: {e})") from e
     if cfg is None:
         close = difflib.get_close_matches(name, open_clip.list_models(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown model {name!r}{hint} (open_clip.list_models() lists the names)")
+        raise UsageError(f"unknown model {name!r}{hint} (open_clip.list_models() lists the names)")
     return cfg
 
 
@@ -117,10 +119,10 @@ def load_model(
     folder = Path(name)
     if (folder / CONFIG_NAME).is_file():
         if pretrained:
-            raise ValueError(f"{name} is a compclip checkpoint folder: it brings its own weights, drop pretrained=")
+            raise UsageError(f"{name} is a compclip checkpoint folder: it brings its own weights, drop pretrained=")
         return _load_checkpoint_folder(folder, device, precision)
     if folder.is_file():
-        raise ValueError(f"{name} is a weights file: give the architecture as the name and the file as pretrained=")
+        raise UsageError(f"{name} is a weights file: give the architecture as the name and the file as pretrained=")
 
     cfg = copy.deepcopy(_model_config(name))
     if force_quick_gelu:
@@ -135,12 +137,12 @@ def load_model(
         if Path(pretrained).is_file():
             weights_file = Path(pretrained)
         elif ":" in name:
-            raise ValueError(f"{name} names its own weights; pretrained={pretrained!r} would be ignored")
+            raise UsageError(f"{name} names its own weights; pretrained={pretrained!r} would be ignored")
         elif open_clip.get_pretrained_cfg(name, pretrained):
             tag = pretrained
         else:
             tags = open_clip.list_pretrained_tags_by_model(name)
-            raise ValueError(f"pretrained={pretrained!r} is neither a file nor a tag of {name} (tags: {tags})")
+            raise UsageError(f"pretrained={pretrained!r} is neither a file nor a tag of {name} (tags: {tags})")
     try:
         with _weights_follow(weights_file is not None):
             model = open_clip.create_model(
@@ -154,7 +156,7 @@ def load_model(
             )
     except RuntimeError as e:
         if tag or name.startswith("hf-hub:"):
-            raise RuntimeError(
+            raise DownloadError(
                 f"could not fetch the weights of {name} {tag or ''} ({e}); offline, download the file "
                 "once and pass it as pretrained=PATH"
             ) from e

@@ -6,13 +6,15 @@ states so a concept can be pooled over its own span of the caption.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from open_clip.model import CLIP
 from open_clip.timm_model import TimmModel
 from open_clip.transformer import TextTransformer, VisionTransformer, text_global_pool
+
+from ..errors import UsageError
 
 
 def visual_token_embeddings(model: torch.nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +45,7 @@ def visual_token_embeddings(model: torch.nn.Module, images: torch.Tensor) -> tup
         if visual.final_ln_after_pool:
             tokens = visual.ln_post(tokens)
         return pooled, tokens @ visual.proj if visual.proj is not None else tokens
-    raise TypeError(
+    raise UsageError(
         f"visual tokens are not available for {type(visual).__name__}: compclip supports open_clip "
         "ViTs and timm ViTs with an attention-pool head"
     )
@@ -65,7 +67,7 @@ def text_token_states(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch
     if isinstance(tower, TextTransformer) and tower.cls_emb is None:
         pooled, states = _forward_with_tokens(tower, text)
         return pooled, states, _projector(tower.text_projection)
-    raise TypeError(
+    raise UsageError(
         f"text token states are not available for {type(tower or model).__name__}: use concept mode 'separate'"
     )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -19,7 +19,7 @@ class DistEnv:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    device: torch.device = torch.device("cpu")
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     # feature gathers get their own communicator, so their backward all-reduce never
     # interleaves with DDP's gradient buckets on the default group
     group: object | None = None
@@ -49,7 +49,9 @@ def world_from_env() -> tuple[int, int, int]:
         return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
     if "SLURM_PROCID" in os.environ and int(os.environ.get("SLURM_NTASKS", 1)) > 1:
         rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
-        os.environ.setdefault("MASTER_ADDR", _first_slurm_host(os.environ.get("SLURM_JOB_NODELIST", os.environ.get("SLURM_NODELIST", "127.0.0.1"))))
+        os.environ.setdefault(
+            "MASTER_ADDR", _first_slurm_host(os.environ.get("SLURM_JOB_NODELIST", os.environ.get("SLURM_NODELIST", "127.0.0.1")))
+        )
         os.environ.setdefault("MASTER_PORT", str(29500 + int(os.environ.get("SLURM_JOB_ID", 0)) % 1000))
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world)
         return rank, world, int(os.environ.get("SLURM_LOCALID", 0))
@@ -79,7 +81,7 @@ class _GatherRows(torch.autograd.Function):
         padded[: x.shape[0]] = x
         parts = [torch.empty_like(padded) for _ in sizes]
         dist.all_gather(parts, padded, group=env.group)
-        return torch.cat([p[:n] for p, n in zip(parts, sizes)])
+        return torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)])
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):

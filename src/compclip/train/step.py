@@ -13,7 +13,8 @@ ranks' loss terms add up to the full-batch loss.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -36,7 +37,7 @@ def merge_micro(outs: list[dict[str, Any]], current: int) -> dict[str, Any]:
     for key, owner in OWNED:
         if key in outs[0]:
             merged[key] = torch.cat([o[key] for o in outs])
-            merged[owner] = torch.cat([o[owner] + s for o, s in zip(outs, starts)])
+            merged[owner] = torch.cat([o[owner] + s for o, s in zip(outs, starts, strict=True)])
     for key in SHARED:
         value = outs[current][key]
         if isinstance(value, torch.Tensor) and value.requires_grad and len(outs) > 1:
@@ -81,11 +82,11 @@ def loss_step(
         with contextlib.nullcontext() if sync else module.no_sync():
             with autocast():
                 current = module(batch)
-                outs = cached[:j] + [current] + cached[j + 1 :] if cached else [current]
+                outs = [*cached[:j], current, *cached[j + 1:]] if cached else [current]
                 terms = method(gather_outputs(merge_micro(outs, j), env))
                 total = sum(terms.values())
             backward(total * env.world_size)
     values = torch.stack([t.detach().float() for t in terms.values()])
     if env.distributed:
         torch.distributed.all_reduce(values, group=env.group)
-    return dict(zip(terms, values.tolist()))
+    return dict(zip(terms, values.tolist(), strict=True))

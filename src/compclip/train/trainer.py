@@ -15,9 +15,10 @@ import math
 import random
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,6 +26,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..data import is_tar_shards
+from ..errors import DataError, UsageError
 from ..io import atomic_path, write_json
 from ..models.checkpoint import STATE_NAME
 from ..progress import progress
@@ -106,7 +108,7 @@ def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimize
         return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr)
-    raise ValueError(f"optimizer must be adam, adamw or sgd, not {cfg.optimizer!r}")
+    raise UsageError(f"optimizer must be adam, adamw or sgd, not {cfg.optimizer!r}")
 
 
 def _rng_state() -> dict[str, Any]:
@@ -155,8 +157,6 @@ class Trainer:
         self.cfg, self.eval_hook = cfg, eval_hook
         self.env: DistEnv = init_distributed(cfg.device)
         self.out = Path(cfg.out)
-        torch.manual_seed(cfg.seed)
-        model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device)
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else None
         self.method = build_method(
             cfg.method, concepts=concepts, mode=cfg.concept_mode, lambda_npc=cfg.lambda_npc,
@@ -164,7 +164,9 @@ class Trainer:
             negative_classes=cfg.negative_classes, train_image=cfg.clic_train_image, seed=cfg.seed, **cfg.extra,
         )
         if concepts is None and any(p.uses_concepts for p in self.method.parts):
-            raise ValueError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`)")
+            raise UsageError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`)")
+        torch.manual_seed(cfg.seed)  # the model's initialisation, where it is built from scratch
+        model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device)
         if cfg.lock_image or self.method.locks_image:
             model.lock_image_tower()
         if cfg.lock_text:
@@ -217,7 +219,7 @@ class Trainer:
                 self.data.consumed(batch)
                 yield {k: v.to(self.env.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             if empty:
-                raise RuntimeError(f"{self.cfg.train_data}: no full batch of {self.cfg.batch_size} in an epoch")
+                raise DataError(f"{self.cfg.train_data}: no full batch of {self.cfg.batch_size} in an epoch")
             self.reader.skips.log_summary()
             self.data.new_epoch()
 
@@ -242,7 +244,9 @@ class Trainer:
                 "ranks": ranks,
             }
             folder = self.out / "checkpoints" / f"step_{self.step:07d}"
-            save_checkpoint(self.model, folder, state=state, method=self.cfg.method, step=self.step, train_args=dataclasses.asdict(self.cfg))
+            save_checkpoint(
+                self.model, folder, state=state, method=self.cfg.method, step=self.step, train_args=dataclasses.asdict(self.cfg)
+            )
             with atomic_path(self.out / "checkpoints" / "latest") as tmp:
                 tmp.write_text(folder.name)
             for old in sorted((self.out / "checkpoints").glob("step_*"))[: -max(1, self.cfg.keep)]:
@@ -259,7 +263,7 @@ class Trainer:
         folder = pointer.parent / pointer.read_text().strip()
         state = torch.load(folder / STATE_NAME, map_location="cpu", weights_only=True)
         if len(state["ranks"]) != self.env.world_size:
-            raise ValueError(f"{folder} was written by {len(state['ranks'])} processes, this run has {self.env.world_size}")
+            raise UsageError(f"{folder} was written by {len(state['ranks'])} processes, this run has {self.env.world_size}")
         load_weights(self.model, folder / "model.safetensors")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -277,9 +281,9 @@ class Trainer:
         """Drop log lines past the resumed step: they are about to be written again."""
         log = self.out / "log.jsonl"
         if log.is_file():
-            lines = [l for l in log.read_text().splitlines() if l and json.loads(l).get("step", 0) <= self.step]
+            lines = [line for line in log.read_text().splitlines() if line and json.loads(line).get("step", 0) <= self.step]
             with atomic_path(log) as tmp:
-                tmp.write_text("".join(l + "\n" for l in lines))
+                tmp.write_text("".join(line + "\n" for line in lines))
 
     def _log(self, record: dict[str, Any], tb) -> None:
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:

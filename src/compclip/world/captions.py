@@ -7,6 +7,7 @@ every negative verified false.
 """
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, replace
 
@@ -41,12 +42,16 @@ def long_caption(scene: Scene, rng: random.Random) -> str:
     order = objects[:]
     rng.shuffle(order)
     sentences = [rng.choice(LEADS).format(_list(order))]
-    for a, b in zip(objects, objects[1:]):
+    for a, b in itertools.pairwise(objects):
         if rng.random() < 0.5:
             a, b = b, a
         form = rng.choice(PAIR_FORMS)
         rel = "next to" if next_to(a, b) and rng.random() < 0.3 else relation(a, b)
-        sentences.append(form.format(a=_name(a), b=_name(b), A=f"A {_name(a)}", a2=f"a {_name(a)}", b2=f"a {_name(b)}", rel=rel, Rel=rel[0].upper() + rel[1:]))
+        sentences.append(
+            form.format(
+                a=_name(a), b=_name(b), A=f"A {_name(a)}", a2=f"a {_name(a)}", b2=f"a {_name(b)}", rel=rel, Rel=rel[0].upper() + rel[1:]
+            )
+        )
     return " ".join(sentences)
 
 

@@ -32,9 +32,6 @@ class Obj:
     def radius(self) -> float:
         return SIZES[self.size]
 
-    def phrase(self, article: str = "a") -> str:
-        return f"{article} {self.size} {self.color} {self.shape}"
-
 
 @dataclass(frozen=True)
 class Scene:
@@ -46,7 +43,7 @@ class Scene:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict) -> "Scene":
+    def from_dict(d: dict) -> Scene:
         return Scene(tuple(Obj(**o) for o in d["objects"]), tuple(d["background"]), d["seed"])
 
 

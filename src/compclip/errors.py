@@ -1,0 +1,35 @@
+"""The one exception type for problems a user causes and can fix.
+
+`compclip.cli.main` prints a `CompclipError` as one `error:` line and exits 2; every other
+exception is a bug and keeps its traceback. Each subclass also derives from the built-in
+exception a Python caller would expect (`ValueError`, `FileNotFoundError`, ...), so library
+code can catch either.
+"""
+from __future__ import annotations
+
+
+class CompclipError(Exception):
+    """A problem with the user's input, worded to name the file, record or option and what to do."""
+
+    def __str__(self) -> str:  # KeyError would otherwise print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class UsageError(CompclipError, ValueError):
+    """An option or name that is not valid: an unknown model, method, benchmark, field or value."""
+
+
+class DataError(CompclipError, ValueError):
+    """A file or record that is there but cannot be used: malformed, empty, or lacking a field."""
+
+
+class MissingFileError(CompclipError, FileNotFoundError):
+    """A file or folder the user pointed at, or that a step needs, is not there."""
+
+
+class MissingConceptError(CompclipError, KeyError):
+    """A caption that the concept store has no record for."""
+
+
+class DownloadError(CompclipError, OSError):
+    """A download that failed or broke off; running again resumes it."""
