@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 import open_clip
+import pytest
 import torch
+from PIL import Image
 
 from compclip.models import load_model, save_checkpoint
 
@@ -95,3 +97,160 @@ def test_concept_store_without_pos_for_clic_is_one_error_line(tmp_path):
     line = one_error_line(compclip("train", "--method", "clic", "--model", "compclip-tiny-clip", "--train-data", str(tmp_path / "d.csv"),
                                    "--concepts", str(tmp_path / "store"), "--out", str(tmp_path / "run"), "--steps", "1"))
     assert "['pos']" in line and str(tmp_path / "store") in line and "--what pos" in line
+
+
+def run_main(capsys, *args) -> tuple[int, str, str]:
+    """`compclip ARGS` in this process (option checks need no model): exit code, stdout, stderr."""
+    from compclip.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return exit_.value.code, out, err
+
+
+def assert_one_error(code: int, err: str, *fragments: str) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.fixture
+def pairs_csv(tmp_path):
+    """A CSV whose one image exists: a valid --train-data."""
+    Image.new("RGB", (16, 16), (200, 30, 30)).save(tmp_path / "a.jpg")
+    (tmp_path / "pairs.csv").write_text("image,caption\na.jpg,a red square\n")
+    return tmp_path / "pairs.csv"
+
+
+TRAIN_CASES = {
+    "negative steps": (["--steps", "-5"], ["--steps must be at least 1, not -5"]),
+    "zero batch": (["--batch-size", "0"], ["--batch-size must be at least 1, not 0"]),
+    "too many workers": (["--workers", "65"], ["--workers must be at most 64"]),
+    "unknown optimizer": (["--optimizer", "adamx"], ["--optimizer must be one of adam, adamw, sgd, not 'adamx'"]),
+    "zero lr": (["--lr", "0"], ["--lr and --eps must be positive"]),
+    "beta of one": (["--beta2", "1.0"], ["--beta1 and --beta2 must lie in [0, 1)"]),
+    "bad device": (["--device", "tpu"], ["--device must be cpu or cuda"]),
+    "missing image root": (["--image-root", "nowhere"], ["--image-root nowhere: no such folder"]),
+    "not an integer": (["--steps", "many"], ["Invalid value for '--steps'", "(see `compclip train --help`)"]),
+    "misspelled option": (["--lamda-npc", "2"], ["No such option: --lamda-npc", "--lambda-npc"]),
+    "unknown method": (["--method", "c3lip"], ["unknown method 'c3lip'; known: c2lip, clic, clip, hardneg, negclip, siglip"]),
+}
+
+
+@pytest.mark.parametrize("case", list(TRAIN_CASES))
+def test_train_checks_every_option_before_writing(capsys, tmp_path, pairs_csv, case):
+    extra, fragments = TRAIN_CASES[case]
+    args = ["train", "--method", "siglip", "--model", "compclip-tiny-clip", "--train-data", pairs_csv, "--out", tmp_path / "run", *extra]
+    assert_one_error(*run_main(capsys, *args)[::2], *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_out_that_is_a_file_is_one_error_line(capsys, tmp_path, pairs_csv):
+    (tmp_path / "taken").write_text("not a folder")
+    code, _, err = run_main(capsys, "train", "--method", "siglip", "--model", "compclip-tiny-clip", "--train-data", pairs_csv,
+                            "--out", tmp_path / "taken")
+    assert_one_error(code, err, f"--out {tmp_path / 'taken'} is a file")
+    assert (tmp_path / "taken").read_text() == "not a folder"
+
+
+def test_train_with_no_readable_image_names_the_first_missing_one(capsys, tmp_path):
+    (tmp_path / "pairs.csv").write_text("image,caption\n" + "".join(f"p{i}.jpg,photo {i}\n" for i in range(6)))
+    code, _, err = run_main(capsys, "--quiet", "train", "--method", "siglip", "--model", "compclip-tiny-clip", "--train-data",
+                            tmp_path / "pairs.csv", "--out", tmp_path / "run", "--batch-size", "2", "--workers", "0")
+    last = err.strip().splitlines()[-1]  # after the reader's logged skips
+    assert_one_error(code, last, "6 missing image", "no full batch of 2", f"the first missing image is {tmp_path / 'p0.jpg'}",
+                     f"{tmp_path / 'pairs.csv'}:2", "--image-root")
+
+
+def test_train_finds_images_in_an_images_folder_or_image_root(tmp_path):
+    """One rule for every reader: paths relative to the data file's folder, or its images/, or --image-root."""
+    from compclip.data import open_reader
+
+    (tmp_path / "images").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "images" / "a.jpg")
+    Image.new("RGB", (8, 8)).save(tmp_path / "elsewhere" / "b.jpg")
+    (tmp_path / "pairs.csv").write_text("image,caption\na.jpg,one\nb.jpg,two\n")
+    (tmp_path / "caps.json").write_text(json.dumps({"a.jpg": "one", "b.jpg": "two"}))
+    for data in ("pairs.csv", "caps.json"):
+        assert [s["caption"] for s in open_reader(tmp_path / data)] == ["one"]
+        assert [s["caption"] for s in open_reader(tmp_path / data, image_root=tmp_path / "elsewhere")] == ["two"]
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--batch-size", "0"], ["--batch-size must be at least 1, not 0"]),
+    (["--ties", "loose"], ["ties must be one of ('strict', 'clip_benchmark'), not 'loose'"]),
+    (["--benchmark", "sugarcrepe,wino"], ["unknown benchmarks ['wino']"]),
+])
+def test_eval_checks_options_before_loading_anything(capsys, tmp_path, args, fragments):
+    base = {"--model": "compclip-tiny-clip", "--benchmark": "sugarcrepe", "--out": str(tmp_path / "out"), "--data-root": str(tmp_path)}
+    base.update(dict(zip(args[::2], args[1::2], strict=True)))
+    code, _, err = run_main(capsys, "eval", *[x for kv in base.items() for x in kv])
+    assert_one_error(code, err, *fragments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_other_commands_check_their_options(capsys, tmp_path):
+    (tmp_path / "c.csv").write_text("caption\na red cube\n")
+    assert_one_error(*run_main(capsys, "concepts", tmp_path / "c.csv", "--out", tmp_path / "s", "--workers", "0")[::2], "--workers")
+    assert_one_error(*run_main(capsys, "world", "generate", "--out", tmp_path / "w", "--n-train", "0")[::2], "--n-train must be at least 1")
+    assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--methods", "siglip,c2lip+nope")[::2], "--methods: unknown")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
+
+
+def test_quiet_and_verbose_work_after_the_command(capsys, tmp_path):
+    code, out, _ = run_main(capsys, "version", "--quiet")
+    assert code == 0 and out.startswith("compclip ")
+    assert_one_error(*run_main(capsys, "export", tmp_path / "none", tmp_path / "x", "-v")[::2], "not a compclip checkpoint folder")
+
+
+def test_eval_with_every_image_missing_exits_1_and_writes_strict_json(tmp_path):
+    data = tmp_path / "data"
+    (data / "sugarcrepe_pp").mkdir(parents=True)
+    for split in ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att"):
+        rows = [{"id": 0, "filename": "000000000001.jpg", "caption": "a red car", "caption2": "a car that is red",
+                 "negative_caption": "a blue car"}]
+        (data / "sugarcrepe_pp" / f"{split}.json").write_text(json.dumps(rows))
+    (data / "retrieval" / "tiny").mkdir(parents=True)
+    (data / "retrieval" / "tiny" / "captions.csv").write_text("image,caption\ngone.jpg,a dog\n")
+    result = compclip("eval", "--model", "compclip-tiny-clip", "--benchmark", "sugarcrepe_pp,retrieval", "--data-root", str(data),
+                      "--out", str(tmp_path / "out"), "--workers", "0")
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "retrieval: nothing evaluated (all 1 images missing, e.g." in result.stdout
+    assert "sugarcrepe_pp: " in result.stdout and "overall_itt n/a" in result.stdout  # TOT is text only: still scored
+
+    def no_constants(name):
+        raise AssertionError(f"bare {name} in JSON")
+
+    for name in ("sugarcrepe_pp", "retrieval"):
+        record = json.loads((tmp_path / "out" / f"{name}.json").read_text(), parse_constant=no_constants)
+        assert record["complete"] is False and record["null_metrics"]["why"].startswith("no example could be scored")
+    pp = json.loads((tmp_path / "out" / "sugarcrepe_pp.json").read_text())
+    assert pp["metrics"]["swap_att"]["itt"] is None and pp["metrics"]["swap_att"]["tot"] is not None
+    assert "swap_att.itt" in pp["null_metrics"]["metrics"]
+
+
+def test_help_explains_every_option_and_lists_the_names(capsys):
+    from compclip.eval import REGISTRY
+    from compclip.methods import list_methods
+
+    helps = {}
+    for command in ("train", "eval", "concepts", "attention", "demo", "report", "export"):
+        code, out, _ = run_main(capsys, command, "--help")
+        assert code == 0
+        helps[command] = out
+        options = re.findall(r"^  (--[a-z-]+)(.*)$", out, re.M)
+        assert options, out
+        for name, rest in options:  # each option line carries its own help text
+            assert rest.strip(), f"{command} {name} has no help"
+        assert "<bool>" not in out
+    assert all(m in helps["train"] for m in list_methods()) and all(m in helps["demo"] for m in list_methods())
+    assert all(b in helps["eval"] for b in REGISTRY)
+    assert "[default: 1e-05]" in helps["train"] and "--device" in helps["train"] and "[default:" in helps["train"].split("--device")[1]
+
+
+def test_the_command_line_imports_nothing_heavy_for_help():
+    code = "import sys, compclip.cli; heavy = {'torch', 'open_clip', 'spacy', 'pandas'} & set(sys.modules); assert not heavy, heavy"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0

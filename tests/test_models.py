@@ -113,8 +113,10 @@ def test_export_loads_in_plain_open_clip_with_identical_embeddings(tmp_path, nam
     folder = save_checkpoint(model, tmp_path / "ckpt")
     usage = export_open_clip(folder, tmp_path / "plain.safetensors")
     assert f"open_clip.create_model_and_transforms('{name}', pretrained='{tmp_path / 'plain.safetensors'}')" in usage
-    plain, _, _preprocess = open_clip.create_model_and_transforms(name, pretrained=str(tmp_path / "plain.safetensors"))
-    assert_same_outputs(model, plain.eval(), tokenizer, tokenizer)
+    scope = {"open_clip": open_clip}
+    exec(usage, scope)  # the printed lines, run as a user pastes them: model and tokenizer from open_clip alone
+    assert isinstance(scope["tokenizer"], open_clip.SimpleTokenizer)  # get_tokenizer would reach for SigLIP's hub tokenizer
+    assert_same_outputs(model, scope["model"].eval(), tokenizer, scope["tokenizer"])
 
 
 def test_export_names_the_forces_open_clip_needs(tmp_path):

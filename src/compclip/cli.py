@@ -1,11 +1,23 @@
-"""The `compclip` command line (typer). Subcommands import their heavy modules lazily."""
+"""The `compclip` command line (typer). Subcommands import their heavy modules lazily, so help is instant.
+
+Every option is checked before anything is built or written; a problem the user can fix
+(`CompclipError`, or a malformed command line) prints one `error:` line and exits 2.
+"""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 
 from . import __version__, progress
+
+# Names listed in the help; tests/test_cli.py checks them against the method and benchmark registries.
+METHODS = "siglip, clip, c2lip, hardneg, negclip, clic"
+BENCHMARKS = ("sugarcrepe, sugarcrepe_pp, winoground, aro_vg_relation, aro_vg_attribution, aro_order, whatsup, vl_checklist, "
+              "inpaint_coco, concept_ranking, zeroshot, retrieval")
+MODEL_HELP = "open_clip name (e.g. ViT-B-16-SigLIP, compclip-tiny-siglip), hf-hub: id, or compclip checkpoint folder."
+GLOBAL_FLAGS = ("--quiet", "-q", "--verbose", "-v")
 
 app = typer.Typer(
     name="compclip",
@@ -13,13 +25,15 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: flags without a type, nothing heavy imported
+    context_settings={"max_content_width": 120},
 )
 
 
 @app.callback()
 def _options(
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide progress bars and informational logs."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logs."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide progress bars and informational logs (also after the command)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logs, open_clip's included (also after the command)."),
 ) -> None:
     progress.configure(quiet=quiet, verbose=verbose)
 
@@ -53,8 +67,8 @@ def export(
 def concepts(
     input: Path = typer.Argument(..., help="Captions: .csv/.tsv, .jsonl, webdataset .tar shards, or a COCO captions .json."),
     out: Path = typer.Option(..., "--out", help="The concept store folder (Parquet shards); re-runs reuse it."),
-    what: str = typer.Option("noun-phrases,pos,graph,keywords", help="Fields: noun-phrases, pos, graph, keywords."),
-    workers: int = typer.Option(2, help="Parser processes."),
+    what: str = typer.Option("noun-phrases,pos,graph,keywords", help="Comma-separated fields: noun-phrases, pos, graph, keywords."),
+    workers: int = typer.Option(2, help="Parser processes (at least 1)."),
     caption_key: str = typer.Option("caption", help="Caption column (CSV/TSV), key (JSONL) or json field (shards)."),
     with_prep: bool = typer.Option(False, "--with-prep", help="Keep a prepositional modifier: 'a man in a red shirt'."),
     shard_size: int = typer.Option(20_000, help="Records per Parquet shard: the unit a killed run resumes from."),
@@ -73,20 +87,21 @@ def concepts(
 
 @app.command()
 def train(
-    method: str = typer.Option(
-        ..., help="Method or '+'-joined combination: siglip, clip, c2lip, hardneg, negclip, clic (c2lip+hardneg, ...)."
-    ),
-    model: str = typer.Option(..., help="open_clip name, hf-hub: id, or compclip checkpoint folder."),
-    train_data: str = typer.Option(..., help="CSV/TSV, webdataset shards (brace patterns), or captions JSON."),
+    method: str = typer.Option(..., help=f"Method, or a '+'-joined combination (c2lip+hardneg): {METHODS}."),
+    model: str = typer.Option(..., help=MODEL_HELP),
+    train_data: str = typer.Option(..., help="CSV/TSV, webdataset .tar shards (brace patterns), or a captions .json."),
     out: Path = typer.Option(..., help="Run folder: checkpoints, log.jsonl, tensorboard; re-running resumes."),
-    pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file."),
-    concepts: Path = typer.Option(
-        None, help="Concept store from `compclip concepts` (c2lip, negclip and clic need it; negclip and clic need pos)."
+    pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file for --model."),
+    image_root: Path = typer.Option(
+        None, help="Folder the CSV/JSON image paths are relative to. Default: the data file's folder, or its images/."
     ),
-    concept_mode: str = typer.Option("span", help="span (pool the caption's tokens) or separate (encode phrases)."),
-    lambda_npc: float = typer.Option(1.0),
-    lambda_xac: float = typer.Option(0.01),
-    xac_temperature: float = typer.Option(None, help="Cross-attention temperature (default √D)."),
+    concepts: Path = typer.Option(
+        None, help="Concept store from `compclip concepts`: c2lip, negclip and clic need it (negclip and clic with pos)."
+    ),
+    concept_mode: str = typer.Option("span", help="c2lip: span (pool the caption's own tokens) or separate (encode phrases)."),
+    lambda_npc: float = typer.Option(1.0, help="c2lip: weight of the noun-phrase concept loss L_npc."),
+    lambda_xac: float = typer.Option(0.01, help="c2lip: weight of the cross-attention concept loss L_xac."),
+    xac_temperature: float = typer.Option(None, help="c2lip: cross-attention temperature.  [default: √D]"),
     negatives: int = typer.Option(1, help="hardneg/negclip: hard negatives per image, 1 to 3."),
     negative_classes: str = typer.Option("color,object,location,size", help="hardneg: keyword classes to permute."),
     clic_train_image: bool = typer.Option(False, "--clic-train-image", help="clic: train the vision tower too (frozen by default)."),
@@ -95,24 +110,24 @@ def train(
     batch_size: int = typer.Option(32, help="Images per process and micro-batch."),
     accum_freq: int = typer.Option(1, help="Micro-batches per optimizer step (features cached, open_clip style)."),
     steps: int = typer.Option(1000, help="Optimizer steps."),
-    lr: float = typer.Option(1e-5),
-    wd: float = typer.Option(0.0, help="Weight decay."),
+    lr: float = typer.Option(1e-5, help="Peak learning rate."),
+    wd: float = typer.Option(0.0, help="Weight decay (not on gains, biases and logit scale/bias)."),
     optimizer: str = typer.Option("adam", help="adam, adamw or sgd."),
-    beta1: float = typer.Option(0.9),
-    beta2: float = typer.Option(0.999),
-    eps: float = typer.Option(1e-8),
+    beta1: float = typer.Option(0.9, help="Adam β1."),
+    beta2: float = typer.Option(0.999, help="Adam β2."),
+    eps: float = typer.Option(1e-8, help="Adam ε."),
     warmup: int = typer.Option(0, help="Linear warm-up steps."),
     schedule: str = typer.Option("cosine", help="cosine or const after warm-up."),
     precision: str = typer.Option("fp32", help="fp32, amp_bf16 or amp (fp16 with loss scaling)."),
-    grad_checkpointing: bool = typer.Option(False, "--grad-checkpointing"),
+    grad_checkpointing: bool = typer.Option(False, "--grad-checkpointing", help="Recompute activations in backward to save memory."),
     lock_image: bool = typer.Option(False, "--lock-image", help="Freeze the image tower."),
     lock_text: bool = typer.Option(False, "--lock-text", help="Freeze the text tower."),
     workers: int = typer.Option(2, help="DataLoader workers per process."),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="Seed of the model's initialisation, data order, augmentation and negatives."),
     save_every: int = typer.Option(500, help="Checkpoint every N steps (and at the end)."),
     keep: int = typer.Option(2, help="Checkpoints to keep."),
-    log_every: int = typer.Option(1),
-    device: str = typer.Option(None, help="cpu to stay off the GPU."),
+    log_every: int = typer.Option(1, help="Write log.jsonl and tensorboard every N steps."),
+    device: str = typer.Option(None, help="cpu to stay off the GPU.  [default: each process takes the GPU of its local rank, if any]"),
 ) -> None:
     """Fine-tune a model (single process, or under torchrun / SLURM srun with one process per GPU)."""
     from .train import TrainConfig
@@ -120,11 +135,11 @@ def train(
 
     cfg = TrainConfig(
         method=method, model=model, train_data=train_data, out=str(out), pretrained=pretrained,
-        concepts=str(concepts) if concepts else None, concept_mode=concept_mode, lambda_npc=lambda_npc,
-        lambda_xac=lambda_xac, xac_temperature=xac_temperature, negatives=negatives, negative_classes=negative_classes,
-        clic_train_image=clic_train_image, image_key=image_key, caption_key=caption_key,
-        batch_size=batch_size, accum_freq=accum_freq, steps=steps, lr=lr, weight_decay=wd, optimizer=optimizer,
-        betas=(beta1, beta2), eps=eps, warmup=warmup, schedule=schedule, precision=precision,
+        image_root=str(image_root) if image_root else None, concepts=str(concepts) if concepts else None,
+        concept_mode=concept_mode, lambda_npc=lambda_npc, lambda_xac=lambda_xac, xac_temperature=xac_temperature,
+        negatives=negatives, negative_classes=negative_classes, clic_train_image=clic_train_image, image_key=image_key,
+        caption_key=caption_key, batch_size=batch_size, accum_freq=accum_freq, steps=steps, lr=lr, weight_decay=wd,
+        optimizer=optimizer, betas=(beta1, beta2), eps=eps, warmup=warmup, schedule=schedule, precision=precision,
         grad_checkpointing=grad_checkpointing, lock_image=lock_image, lock_text=lock_text, workers=workers,
         seed=seed, save_every=save_every, keep=keep, log_every=log_every, device=device,
     )
@@ -134,13 +149,13 @@ def train(
 
 @app.command()
 def attention(
-    model: str = typer.Option(..., help="Model: open_clip name, hf-hub: id or compclip checkpoint folder."),
+    model: str = typer.Option(..., help=MODEL_HELP),
     image: Path = typer.Option(..., help="The image."),
     concept: str = typer.Option(..., help='The concept, e.g. "black sweater".'),
     out: Path = typer.Option(..., help="PNG to write."),
     compare: str = typer.Option(None, help="A second model: also draw its map and the difference."),
     pretrained: str = typer.Option(None, help="Pretrained tag or weights file for --model."),
-    temperature: float = typer.Option(None, help="Attention temperature (default √D, as in training)."),
+    temperature: float = typer.Option(None, help="Attention temperature.  [default: √D, as in training]"),
 ) -> None:
     """Draw a concept's cross-attention over an image, and the difference between two models."""
     from PIL import Image
@@ -148,15 +163,20 @@ def attention(
     from .data import decode_image
     from .methods.c2lip import concept_attention
     from .models import load_model
-    from .plots import attention_figure
+    from .plots import attention_figure, model_label
 
+    if not image.is_file():
+        from .errors import MissingFileError
+
+        raise MissingFileError(f"--image {image}: no such file")
     picture = decode_image(image)
     maps = {}
-    for i, (name, tag) in enumerate(((model, pretrained), (compare, None))):
+    for name, tag in ((model, pretrained), (compare, None)):
         if name is None:
             continue
         net, preprocess, tokenizer = load_model(name, tag)
-        label = name if name not in maps else f"{name} ({i + 1})"
+        label = model_label(name)
+        label = label if label not in maps else f"{label} (2)"
         maps[label] = concept_attention(net, tokenizer, preprocess(picture).unsqueeze(0), concept, temperature)[0].numpy()
     side = min(picture.size)
     square = picture.crop(
@@ -167,25 +187,45 @@ def attention(
 
 @app.command("eval")
 def eval_(
-    model: str = typer.Option(..., help="open_clip name, hf-hub: id, or compclip checkpoint folder."),
-    benchmark: str = typer.Option(..., help="Comma-separated: sugarcrepe, sugarcrepe_pp, winoground, ..."),
-    out: Path = typer.Option(..., help="Folder for <benchmark>.json results."),
-    pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file."),
-    data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA)."),
-    ties: str = typer.Option("strict", help="strict (a tie is wrong, as sugar-crepe) or clip_benchmark (argmax)."),
-    batch_size: int = typer.Option(64),
+    model: str = typer.Option(..., help=MODEL_HELP),
+    benchmark: str = typer.Option(..., help=f"Comma-separated benchmarks: {BENCHMARKS}."),
+    out: Path = typer.Option(..., help="Folder for the <benchmark>.json results."),
+    pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file for --model."),
+    data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (docs/data.md), or COMPCLIP_DATA."),
+    ties: str = typer.Option("strict", help="strict (a tie is wrong, as sugar-crepe) or clip_benchmark (argmax: a tie goes to the first)."),
+    batch_size: int = typer.Option(64, help="Images or captions per forward pass."),
     workers: int = typer.Option(2, help="DataLoader workers decoding images."),
     cache: Path = typer.Option(None, help="Embedding cache folder, keyed by checkpoint hash and file."),
-    device: str = typer.Option("cpu"),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
 ) -> None:
-    """Evaluate a model on benchmarks; each unique image and caption is encoded once for all of them."""
+    """Evaluate a model on benchmarks; each unique image and caption is encoded once for all of them.
+
+    Exits 1 when a benchmark could score no example (its result is still written, marked incomplete).
+    """
     from .eval import evaluate
+    from .eval.run import evaluated_nothing
 
     records = evaluate(model, benchmark, out, pretrained, data_root, ties, batch_size, workers, cache, device)
+    empty = []
     for name, record in records.items():
+        if evaluated_nothing(record):
+            empty.append(name)
+            typer.echo(f"{name}: nothing evaluated ({_why_nothing(record)}); {out / (name + '.json')} is marked incomplete")
+            continue
         headline = {k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}
         flag = "" if record["complete"] else "  (incomplete)"
-        typer.echo(f"{name}: " + ", ".join(f"{k} {v:.4f}" for k, v in headline.items()) + flag)
+        typer.echo(f"{name}: " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.4f}'}" for k, v in headline.items()) + flag)
+    if empty:
+        raise typer.Exit(1)
+
+
+def _why_nothing(record: dict) -> str:
+    if record.get("missing_files"):
+        return f"missing {', '.join(record['missing_files'])}"
+    missing = record.get("missing_images", {})
+    if missing.get("count"):
+        return f"all {missing['count']} images missing, e.g. {missing['examples'][0]}"
+    return "no examples"
 
 
 @app.command()
@@ -206,7 +246,7 @@ app.add_typer(data_app, name="data")
 @data_app.command("download")
 def data_download(
     name: str = typer.Argument(..., help="sugarcrepe, sugarcrepe_pp, coco_val2017 or coco_captions."),
-    data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root."),
+    data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA)."),
 ) -> None:
     """Fetch a dataset's official public files: resumable, verified by SHA-256."""
     from .eval.base import data_root as resolve_root
@@ -217,7 +257,7 @@ def data_download(
 
 
 @data_app.command("check")
-def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root.")) -> None:
+def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA).")) -> None:
     """List, per benchmark, the annotation files and images it still lacks."""
     from .eval import REGISTRY
     from .eval.base import data_root as resolve_root
@@ -241,12 +281,12 @@ app.add_typer(world_app, name="world")
 def world_generate(
     out: Path = typer.Option(..., help="Folder for train/, val/, test_seen/ and test_unseen/."),
     n_train: int = typer.Option(20_000, help="Training scenes."),
-    n_val: int = typer.Option(500),
+    n_val: int = typer.Option(500, help="Validation scenes."),
     n_test: int = typer.Option(500, help="Scenes per test split (and as many single objects for zero-shot)."),
     size: int = typer.Option(224, help="Image side in pixels (the demo uses 64)."),
     heldout: float = typer.Option(0.25, help="Fraction of colour×shape pairings never seen in training."),
-    seed: int = typer.Option(0),
-    workers: int = typer.Option(2),
+    seed: int = typer.Option(0, help="Seed of the held-out pairings and every scene."),
+    workers: int = typer.Option(2, help="Rendering processes."),
 ) -> None:
     """Generate the binding world (re-running with the same settings reuses it)."""
     from .world import WorldConfig, generate
@@ -258,16 +298,14 @@ def world_generate(
 @app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), help="Where the world, runs, results and report go (re-runs reuse them)."),
-    methods: str = typer.Option(
-        "siglip,c2lip", help="Fine-tuning methods to compare from the same base: any of siglip, clip, c2lip, hardneg, negclip, clic."
-    ),
+    methods: str = typer.Option("siglip,c2lip", help=f"Comma-separated fine-tuning methods compared from the same base: {METHODS}."),
     n_train: int = typer.Option(20_000, help="Training scenes."),
     n_test: int = typer.Option(500, help="Scenes per test split."),
     pretrain_steps: int = typer.Option(1000, help="SigLIP steps pretraining the base from scratch."),
     steps: int = typer.Option(300, help="Fine-tuning steps per method."),
-    batch_size: int = typer.Option(128),
-    seed: int = typer.Option(0),
-    workers: int = typer.Option(2),
+    batch_size: int = typer.Option(128, help="Images per step."),
+    seed: int = typer.Option(0, help="Seed of the world, the base and every fine-tune."),
+    workers: int = typer.Option(2, help="DataLoader workers and rendering processes."),
 ) -> None:
     """The whole method on the binding world: pretrain, fine-tune per method, evaluate seen and unseen, report."""
     from .demo import run_demo
@@ -275,12 +313,21 @@ def demo(
     run_demo(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seed, workers)
 
 
-def main() -> None:
-    """Console entry point: a `CompclipError` (a problem the user can fix) prints one line instead of a traceback."""
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: a problem the user can fix prints one `error:` line and exits 2, not a traceback."""
     from .errors import CompclipError
 
+    args = list(sys.argv[1:] if argv is None else argv)
+    # --quiet / --verbose belong to the app's callback; accept them after the command too
+    args = [a for a in args if a in GLOBAL_FLAGS] + [a for a in args if a not in GLOBAL_FLAGS]
     try:
-        app()
+        code = app(args, prog_name="compclip", standalone_mode=False)
+    except typer.TyperException as e:  # the command line itself: an unknown option, a missing or malformed value
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        typer.echo(f"error: {e.format_message()}{hint}", err=True)
+        raise SystemExit(e.exit_code) from None
     except CompclipError as e:
         typer.echo(f"error: {e}", err=True)
         raise SystemExit(2) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

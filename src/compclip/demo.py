@@ -17,6 +17,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from .errors import UsageError
+
 MODEL = "compclip-tiny-siglip"
 BENCHMARKS = "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval"
 SPLITS = ("seen", "unseen")
@@ -48,8 +50,15 @@ def run_demo(
     from .concepts import build_store, iter_captions
     from .eval import build_report, evaluate
     from .eval.report import column_value
+    from .methods import list_methods
     from .world import WorldConfig, generate
 
+    for flag, value in (("--pretrain-steps", pretrain_steps), ("--steps", steps), ("--batch-size", batch_size)):
+        if value < 1:
+            raise UsageError(f"{flag} must be at least 1, not {value}")
+    unknown = [m for m in methods.split(",") for part in m.split("+") if part not in list_methods()]
+    if unknown:
+        raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(list_methods())}")
     console, start = Console(), time.time()
     out = Path(out)
     world = generate(out / "world", WorldConfig(seed=seed, n_train=n_train, n_test=n_test, size=64), workers)

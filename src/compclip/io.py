@@ -36,9 +36,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write JSON atomically (paths and other odd values are written as strings)."""
+    """Write strict JSON atomically (paths and other odd values are written as strings; NaN is refused)."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(obj, indent=2, default=str, allow_nan=False) + "\n", encoding="utf-8")
 
 
 @contextmanager

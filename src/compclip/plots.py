@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from .io import atomic_path
+
 
 def _grid(weights: np.ndarray) -> np.ndarray:
     side = math.isqrt(weights.size)
@@ -15,38 +17,56 @@ def _grid(weights: np.ndarray) -> np.ndarray:
     return weights.reshape(side, side)
 
 
+def model_label(name: str) -> str:
+    """A short panel label: a run's name and step for a checkpoint folder (`runs/x/c2lip/checkpoints/step_0000300`
+    gives "c2lip step 300"), the last path part for other folders and files, the name itself otherwise."""
+    path = Path(name)
+    if path.parent.name == "checkpoints" and path.name.startswith("step_") and path.name[5:].isdigit():
+        return f"{path.parent.parent.name} step {int(path.name[5:])}"
+    return path.name if path.exists() else name
+
+
 def attention_figure(image: Image.Image, maps: dict[str, np.ndarray], concept: str, out: str | Path) -> Path:
     """The image, each model's attention for `concept`, and with two models their difference
-    (first minus second: more attention green, less violet)."""
+    (first minus second: more attention green, less violet).
+
+    Attention is shown in multiples of uniform (weight × number of tokens: 1 is an even spread,
+    4 a token with four times its share), so maps of models with different token counts compare,
+    and every panel has its colour bar: a flat map reads as a flat 1, not as a rendering fault.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(maps)
+    grids = {name: _grid(weights) * weights.size for name, weights in maps.items()}
     panels = 1 + len(names) + (len(names) == 2)
-    fig, axes = plt.subplots(1, panels, figsize=(3.2 * panels, 3.4))
+    fig, axes = plt.subplots(1, panels, figsize=(3.4 * panels, 3.9), layout="constrained")
     extent = (0, image.width, image.height, 0)
     axes[0].imshow(image)
-    axes[0].set_title("image")
-    top = max(float(m.max()) for m in maps.values())  # one scale, so the models compare
+    axes[0].set_title("image", fontsize=10)
+    top = max(float(g.max()) for g in grids.values())  # one scale, so the models compare
     for ax, name in zip(axes[1 : 1 + len(names)], names, strict=True):
         ax.imshow(image, alpha=0.45, extent=extent)
-        ax.imshow(_grid(maps[name]), cmap="inferno", vmin=0, vmax=top, alpha=0.6, extent=extent, interpolation="bilinear")
-        ax.set_title(f"{name}\n“{concept}”", fontsize=9)
+        shown = ax.imshow(grids[name], cmap="inferno", vmin=0, vmax=top, alpha=0.6, extent=extent, interpolation="bilinear")
+        ax.set_title(name, fontsize=10)
+        fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.03, label="× uniform")
     if len(names) == 2:
-        diff = _grid(maps[names[0]] - maps[names[1]])
+        diff = grids[names[0]] - grids[names[1]]
         bound = float(np.abs(diff).max()) or 1.0
         ax = axes[-1]
         ax.imshow(image, alpha=0.45, extent=extent)
         shown = ax.imshow(diff, cmap="PRGn", vmin=-bound, vmax=bound, alpha=0.7, extent=extent, interpolation="bilinear")
-        ax.set_title(f"{names[0]} − {names[1]}", fontsize=9)
-        fig.colorbar(shown, ax=ax, fraction=0.046)
+        ax.set_title(f"{names[0]} − {names[1]}", fontsize=10)
+        fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.03, label="difference, × uniform")
     for ax in axes:
-        ax.axis("off")
-    fig.tight_layout()
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle(f"attention for “{concept}”", fontsize=11)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return out

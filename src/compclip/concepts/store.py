@@ -173,6 +173,10 @@ def build_store(
     """
     fields = parse_what(what)
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; a concept store is a folder")
+    if workers < 1 or shard_size < 1:
+        raise UsageError(f"--workers and --shard-size must be at least 1, not {workers} and {shard_size}")
     nlp = load_nlp() if PARSED & set(fields) else None
     config = ConceptStore.config_for(fields, with_prep, nlp)
     manifest = out / MANIFEST

@@ -1,5 +1,15 @@
 """Data: streaming image-text readers with skip accounting."""
-from .readers import CsvReader, FolderReader, ImageTextReader, WebDatasetReader, decode_image, is_tar_shards, open_reader, shard_position
+from .readers import (
+    CsvReader,
+    FolderReader,
+    ImageTextReader,
+    WebDatasetReader,
+    decode_image,
+    image_path,
+    is_tar_shards,
+    open_reader,
+    shard_position,
+)
 from .skips import REASONS, SkipCounter
 
 __all__ = [
@@ -10,6 +20,7 @@ __all__ = [
     "SkipCounter",
     "WebDatasetReader",
     "decode_image",
+    "image_path",
     "is_tar_shards",
     "open_reader",
     "shard_position",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import sys
@@ -38,6 +39,16 @@ def shard_position(rotation: int = 0) -> tuple[int, int]:
     info = get_worker_info()
     wid, nworkers = (info.id, info.num_workers) if info is not None else (0, 1)
     return rank * nworkers + (wid + rotation) % nworkers, world * nworkers
+
+
+def image_path(root: Path, name: str) -> Path:
+    """`root/name`, or `root/images/name` where only that exists: the one rule by which every reader
+    and benchmark finds a dataset's images (Flickr, COCO and the retrieval sets ship an `images/` folder)."""
+    direct = root / name
+    if direct.exists():
+        return direct
+    nested = root / "images" / name
+    return nested if nested.exists() else direct
 
 
 def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
@@ -125,9 +136,16 @@ class ImageTextReader(IterableDataset):
     def stats(self) -> dict[str, int]:
         return self.skips.stats()
 
+    def first_missing_image(self, limit: int = 10_000) -> tuple[str, Path] | None:
+        """(record, path) of the first image file that is not there among the first `limit` records."""
+        for where, image, _ in itertools.islice(self.records(), limit):
+            if isinstance(image, Path) and not image.exists():
+                return where, image
+        return None
+
 
 class CsvReader(ImageTextReader):
-    """A CSV or TSV of image paths (relative to the file, or to `image_root`) and captions."""
+    """A CSV or TSV of image paths (relative to the file's folder or `image_root`, see `image_path`) and captions."""
 
     def __init__(
         self,
@@ -147,7 +165,7 @@ class CsvReader(ImageTextReader):
             columns = next(csv.reader(f, delimiter=self.sep), [])
         missing = [k for k in (image_key, caption_key) if k not in columns]
         if missing:
-            raise DataError(f"{self.path}: no column {missing} (columns: {columns}); set image_key/caption_key")
+            raise DataError(f"{self.path}: no column {missing} (columns: {columns}); set --image-key / --caption-key")
 
     def _open(self):
         # surrogateescape keeps undecodable bytes visible, so one bad row is skipped, not the file
@@ -167,7 +185,7 @@ class CsvReader(ImageTextReader):
                     self.skips.skip("bad_record", where, f"{fields} fields, header has {len(rows.fieldnames)}")
                     continue
                 rel = row[self.image_key].strip()
-                yield where, self.image_root / rel if rel else None, row[self.caption_key]
+                yield where, image_path(self.image_root, rel) if rel else None, row[self.caption_key]
 
 
 class WebDatasetReader(ImageTextReader):
@@ -286,7 +304,7 @@ class FolderReader(ImageTextReader):
         index, count = self.shard()
         for i, (where, name, caption) in enumerate(self.pairs):
             if i % count == index:
-                image = self.image_root / name if isinstance(name, str) and name.strip() else None
+                image = image_path(self.image_root, name) if isinstance(name, str) and name.strip() else None
                 yield f"{self.captions_path} {where}", image, caption
 
 

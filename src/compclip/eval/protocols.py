@@ -13,14 +13,14 @@ from ..errors import UsageError
 TIES = ("strict", "clip_benchmark")
 
 
-def _check(ties: str) -> None:
+def check_ties(ties: str) -> None:
     if ties not in TIES:
         raise UsageError(f"ties must be one of {TIES}, not {ties!r}")
 
 
 def picks(scores: torch.Tensor, target: torch.Tensor | int, ties: str = "strict") -> torch.Tensor:
     """Whether each row's `target` option is the chosen one (rows of option scores)."""
-    _check(ties)
+    check_ties(ties)
     scores = torch.as_tensor(scores)
     target = torch.as_tensor(target, device=scores.device).expand(scores.shape[0])
     if ties == "clip_benchmark":
@@ -70,7 +70,7 @@ def recall_at_k(scores: torch.Tensor, positives: torch.Tensor, ks=(1, 5, 10), ti
     scoring at least as high ranks above the match; clip_benchmark: only items scoring higher
     do (ties go to the match).
     """
-    _check(ties)
+    check_ties(ties)
     best = scores.masked_fill(~positives, float("-inf")).max(dim=1, keepdim=True).values
     above = (scores >= best) if ties == "strict" else (scores > best)
     rank = (above & ~positives).sum(dim=1) if ties == "strict" else above.sum(dim=1)

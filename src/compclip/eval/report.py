@@ -3,7 +3,7 @@
 The summary table follows the C2LIP paper's Table 2: one row per model; SugarCrepe add /
 replace / swap, SugarCrepe++ replace and swap (ITT, TOT), ImageNet (the `zeroshot/imagenet`
 dataset) and the mean over zero-shot datasets, retrieval R@5 (both directions, mean over
-datasets), and the average of the columns present.
+datasets), and their average, left empty unless all ten are there.
 """
 from __future__ import annotations
 
@@ -64,14 +64,21 @@ def column_value(records: dict[str, dict[str, Any]], header: str) -> float:
     return float(value) * 100 if isinstance(value, (int, float)) else float("nan")
 
 
+AVERAGE = f"average of the {len(SUMMARY)}"
+
+
 def summary_table(results) -> pd.DataFrame:
+    """One row per model: the SUMMARY columns and their average, left empty unless every one is there
+    (an average of whichever columns happen to be present compares with nothing)."""
     rows = {}
     for model, records in results.items():
         row = {col: column_value(records, col) for col in SUMMARY}
-        present = [v for v in row.values() if not math.isnan(v)]
-        row["average"] = sum(present) / len(present) if present else float("nan")
+        values = list(row.values())
+        row[AVERAGE] = float("nan") if any(math.isnan(v) for v in values) else sum(values) / len(values)
         rows[model] = row
-    return pd.DataFrame.from_dict(rows, orient="index")
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "model"
+    return table
 
 
 def split_tables(results) -> dict[str, pd.DataFrame]:
@@ -84,11 +91,14 @@ def split_tables(results) -> dict[str, pd.DataFrame]:
                 if isinstance(metric, dict):
                     for key, value in metric.items():
                         if key in ("acc", "itt", "tot", "text", "image", "group") or "recall@" in key:
-                            row[split if key == "acc" else f"{split} {key}"] = float(value) * 100
+                            row[split if key == "acc" else f"{split} {key}"] = float("nan") if value is None else float(value) * 100
                 elif isinstance(metric, (int, float)) and split != "n":
                     row[split] = float(metric) * 100
             tables.setdefault(bench, {})[model] = row
-    return {b: pd.DataFrame.from_dict(t, orient="index") for b, t in tables.items()}
+    frames = {b: pd.DataFrame.from_dict(t, orient="index") for b, t in tables.items()}
+    for frame in frames.values():
+        frame.index.name = "model"
+    return frames
 
 
 def _markdown(df: pd.DataFrame) -> str:
@@ -98,6 +108,13 @@ def _markdown(df: pd.DataFrame) -> str:
         cells = ["—" if isinstance(v, float) and math.isnan(v) else f"{v:.1f}" for v in row]
         lines.append("| " + " | ".join([str(model), *cells]) + " |")
     return "\n".join(lines)
+
+
+def _short(column: str) -> str:
+    """A tick label: retrieval's metric keys read as "T→I R@5" (text to image) and "I→T R@5"."""
+    for key, label in (("image_retrieval_recall@", "T→I R@"), ("text_retrieval_recall@", "I→T R@"), ("mean_recall@", "mean R@")):
+        column = column.replace(key, label)
+    return column
 
 
 def _plot(df: pd.DataFrame, title: str, out: Path) -> None:
@@ -112,7 +129,7 @@ def _plot(df: pd.DataFrame, title: str, out: Path) -> None:
     for i, (model, row) in enumerate(df.iterrows()):
         ax.bar([x + i * width for x in range(len(df.columns))], row.values, width, label=str(model))
     ax.set_xticks([x + width * (len(df) - 1) / 2 for x in range(len(df.columns))])
-    ax.set_xticklabels(df.columns, rotation=30, ha="right", fontsize=8)
+    ax.set_xticklabels([_short(c) for c in df.columns], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("%")
     ax.set_title(title)
     ax.legend(fontsize=8)
@@ -128,8 +145,9 @@ def build_report(folders: list[str | Path], out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     results = load_results(folders)
     summary = summary_table(results)
-    parts = ["# Results", "", "Accuracies and recalls in %. SC = SugarCrepe, ITT = image-to-text, TOT = text-only.", "",
-             _markdown(summary), ""]
+    parts = ["# Results", "", "Accuracies and recalls in %. SC = SugarCrepe, ITT = image-to-text, TOT = text-only; "
+             f"“{AVERAGE}” averages the {len(SUMMARY)} columns before it and is left empty (—) unless a model has all of "
+             "them.", "", _markdown(summary), ""]
     with atomic_path(out / "summary.csv") as tmp:
         summary.to_csv(tmp, float_format="%.2f")
     _plot(summary, "summary", out / "summary.png")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..data import image_path
 from ..errors import MissingFileError
 from ..text import sentences
 from . import protocols
@@ -23,23 +24,19 @@ KS = (1, 5, 10)
 
 def load_pairs(folder: Path) -> list[tuple[Path, str]]:
     """(image path, caption) pairs of a retrieval dataset folder."""
-    def image(name: str) -> Path:
-        direct = folder / name
-        return direct if direct.exists() or not (folder / "images" / name).exists() else folder / "images" / name
-
     if (folder / "captions.csv").is_file():
         with open(folder / "captions.csv", newline="", encoding="utf-8") as f:
-            return [(image(r["image"]), r["caption"]) for r in csv.DictReader(f)]
+            return [(image_path(folder, r["image"]), r["caption"]) for r in csv.DictReader(f)]
     karpathy = sorted(folder.glob("dataset_*.json"))
     if karpathy:
         pairs = []
         for im in read_json(karpathy[0])["images"]:
             if im.get("split") == "test":
-                path = image(str(Path(im.get("filepath", "")) / im["filename"]))
+                path = image_path(folder, str(Path(im.get("filepath", "")) / im["filename"]))
                 pairs += [(path, s["raw"]) for s in im["sentences"]]
         return pairs
     if (folder / "long_captions.jsonl").is_file():
-        return [(image(r["image"]), r["caption"][a:b]) for r in read_jsonl(folder / "long_captions.jsonl")
+        return [(image_path(folder, r["image"]), r["caption"][a:b]) for r in read_jsonl(folder / "long_captions.jsonl")
                 for a, b in sentences(r["caption"]) if b > a]
     raise MissingFileError(f"{folder}: no captions.csv, dataset_*.json or long_captions.jsonl")
 
@@ -56,6 +53,10 @@ class Retrieval(Benchmark):
         missing, metrics = Missing(), {}
         for folder in sorted(p for p in (root / "retrieval").iterdir() if p.is_dir()):
             pairs = [(p, c) for p, c in load_pairs(folder) if missing.keep([p])]
+            if not pairs:  # every image missing: nothing to rank
+                recalls = {f"{d}_retrieval_recall@{k}": float("nan") for d in ("image", "text") for k in KS}
+                metrics[folder.name] = {**recalls, "images": 0, "captions": 0}
+                continue
             images = list(dict.fromkeys(p for p, _ in pairs))
             index = {p: i for i, p in enumerate(images)}
             owner = torch.tensor([index[p] for p, _ in pairs])

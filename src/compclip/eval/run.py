@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import UsageError
+from ..errors import MissingFileError, UsageError
 from ..io import write_json
+from . import protocols
 from .base import REGISTRY, data_root
 from .encoder import Encoder
 
@@ -21,6 +23,50 @@ def resolve(names: str | list[str]) -> list[str]:
     if unknown or not names:
         raise UsageError(f"unknown benchmarks {unknown or names}; known: {', '.join(sorted(REGISTRY))}")
     return names
+
+
+def null_nans(metrics: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+    """`metrics` with every NaN as None (strict JSON has no NaN), and the dotted paths of those metrics."""
+    clean, nulls = {}, []
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            clean[key], inner = null_nans(value, f"{prefix}{key}.")
+            nulls += inner
+        elif isinstance(value, float) and math.isnan(value):
+            clean[key] = None
+            nulls.append(f"{prefix}{key}")
+        else:
+            clean[key] = value
+    return clean, nulls
+
+
+def evaluated_nothing(record: dict[str, Any]) -> bool:
+    """True when a result holds no score (scores are floats, counts ints): no example could be scored."""
+
+    def scores(metrics: dict[str, Any]):
+        for value in metrics.values():
+            if isinstance(value, dict):
+                yield from scores(value)
+            elif isinstance(value, float):
+                yield value
+
+    return not any(True for _ in scores(record["metrics"]))
+
+
+def check_options(benchmarks: str | list[str], out: str | Path, data: str | Path | None, ties: str, batch_size: int,
+                  workers: int) -> tuple[list[str], Path]:
+    """Every option checked before a model is built or a file written: the benchmark names and the data root."""
+    names, root = resolve(benchmarks), data_root(data)
+    if not root.is_dir():
+        raise MissingFileError(f"{root}: the data root is not a folder (--data-root or COMPCLIP_DATA)")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UsageError(f"--out {out} is a file; results go into a folder")
+    protocols.check_ties(ties)
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1, not {batch_size}")
+    if workers < 0:
+        raise UsageError(f"--workers must be 0 or more, not {workers}")
+    return names, root
 
 
 def evaluate(
@@ -38,7 +84,7 @@ def evaluate(
     """Run benchmarks and write `OUT/<benchmark>.json` (CLIP_benchmark's keys plus compclip's)."""
     from ..models import load_model
 
-    names, root = resolve(benchmarks), data_root(data)
+    names, root = check_options(benchmarks, out, data, ties, batch_size, workers)
     net, preprocess, tokenizer = load_model(model, pretrained, device=device)
     encoder = Encoder(net, preprocess, tokenizer, device, batch_size, workers, cache_dir)
     records = {}
@@ -53,8 +99,12 @@ def evaluate(
         else:
             start = time.perf_counter()
             result = bench.run(encoder, root, ties)
-            record.update(metrics=result.metrics, complete=result.complete, missing_images=result.missing.report(),
+            metrics, nulls = null_nans(result.metrics)
+            record.update(metrics=metrics, complete=result.complete, missing_images=result.missing.report(),
                           seconds=round(time.perf_counter() - start, 3))
+            if nulls:
+                record["null_metrics"] = {"metrics": nulls, "why": "no example could be scored: its images are missing "
+                                          "(see missing_images) or the split has no examples"}
             if not result.complete:
                 report = result.missing.report()
                 log.warning("%s: %d images missing, e.g. %s: results cover the rest and are marked incomplete",

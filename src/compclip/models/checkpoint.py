@@ -161,8 +161,9 @@ def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
     with atomic_path(out) as tmp:
         save_file(tensors, tmp, metadata={"format": "pt", "open_clip_model": name})
     builtin = open_clip.get_model_config(name) if ":" not in name else None
+    tokenizer = _tokenizer_line(config["tokenizer"])
     if builtin is None:
-        return f"open_clip.create_model_and_transforms('local-dir:{Path(checkpoint)}')"
+        return f"model, _, preprocess = open_clip.create_model_and_transforms('local-dir:{Path(checkpoint)}')\n{tokenizer}"
     forces = []
     cfg = config["model_cfg"]
     if cfg.get("quick_gelu", False) != builtin.get("quick_gelu", False):
@@ -172,5 +173,13 @@ def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
     if cfg["vision_cfg"].get("image_size") != builtin["vision_cfg"].get("image_size"):
         forces.append(f"force_image_size={cfg['vision_cfg']['image_size']!r}")
     args = ", ".join([repr(name), f"pretrained={str(out)!r}", *forces])
-    call = f"open_clip.create_model_and_transforms({args})"
+    call = f"model, _, preprocess = open_clip.create_model_and_transforms({args})\n{tokenizer}"
     return f"import compclip.models  # registers {name}\n{call}" if name in BUNDLED_MODELS else call
+
+
+def _tokenizer_line(spec: dict[str, Any]) -> str:
+    """The open_clip call that builds the checkpoint's tokenizer. The CLIP BPE one is named directly:
+    `open_clip.get_tokenizer` picks SigLIP's hub tokenizer for any name containing "siglip"."""
+    if spec["source"] == "clip_bpe":
+        return f"tokenizer = open_clip.SimpleTokenizer(context_length={spec['context_length']})"
+    return f"tokenizer = open_clip.get_tokenizer({spec['source']!r}, context_length={spec['context_length']})"

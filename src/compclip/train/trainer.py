@@ -26,7 +26,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..data import is_tar_shards
-from ..errors import DataError, UsageError
+from ..data.skips import MAX_WORKERS
+from ..errors import DataError, MissingFileError, UsageError
 from ..io import atomic_path, write_json
 from ..models.checkpoint import STATE_NAME
 from ..progress import progress
@@ -53,6 +54,7 @@ class TrainConfig:
     clic_train_image: bool = False  # CLIC freezes the vision tower unless this is set
     image_key: str = "image"
     caption_key: str = "caption"
+    image_root: str | None = None  # CSV/JSON image paths are relative to this (default: the file's folder)
     batch_size: int = 32  # per process and micro-batch
     accum_freq: int = 1
     steps: int = 1000
@@ -75,6 +77,43 @@ class TrainConfig:
     eval_every: int = 0
     device: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        """Every value checked before a model is built or a file written; errors name the CLI option."""
+        at_least = {"steps": 1, "batch_size": 1, "accum_freq": 1, "save_every": 1, "keep": 1, "log_every": 1,
+                    "warmup": 0, "workers": 0, "eval_every": 0, "weight_decay": 0}
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                raise UsageError(f"{_flag(name)} must be at least {low}, not {getattr(self, name)}")
+        if self.workers > MAX_WORKERS:
+            raise UsageError(f"--workers must be at most {MAX_WORKERS}, not {self.workers}")
+        if not self.lr > 0 or not self.eps > 0:
+            raise UsageError(f"--lr and --eps must be positive, not {self.lr} and {self.eps}")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise UsageError(f"--beta1 and --beta2 must lie in [0, 1), not {self.betas[0]} and {self.betas[1]}")
+        for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", PRECISIONS)):
+            if getattr(self, name) not in allowed:
+                raise UsageError(f"{_flag(name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        if self.device not in (None, "cpu", "cuda"):
+            raise UsageError(f"--device must be cpu or cuda (each process takes its local rank's GPU), not {self.device!r}")
+        out = Path(self.out)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file; a run writes a folder")
+        if not is_tar_shards(self.train_data) and not Path(self.train_data).is_file():
+            raise MissingFileError(f"--train-data {self.train_data}: no such file")
+        for name in ("image_root", "concepts"):
+            if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
+                raise MissingFileError(f"{_flag(name)} {getattr(self, name)}: no such folder")
+
+
+OPTIMIZERS = ("adam", "adamw", "sgd")
+SCHEDULES = ("cosine", "const")
+PRECISIONS = ("fp32", "amp_bf16", "amp")
+
+
+def _flag(field_name: str) -> str:
+    """The command-line option that sets a TrainConfig field."""
+    return {"weight_decay": "--wd"}.get(field_name, "--" + field_name.replace("_", "-"))
 
 
 def _lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
@@ -101,14 +140,13 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str,
 
 
 def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """One of OPTIMIZERS (`TrainConfig.validate` has checked the name)."""
     groups = _param_groups(model, cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
-    if cfg.optimizer == "adam":  # weight decay as L2 in the gradient, as torch's Adam does it
-        return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr)
-    raise UsageError(f"optimizer must be adam, adamw or sgd, not {cfg.optimizer!r}")
+    # adam: weight decay as L2 in the gradient, as torch's Adam does it; adamw: decoupled
+    adam = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return adam(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -154,6 +192,7 @@ class Trainer:
         from ..methods import build_method
         from ..models import load_model, train_preprocess
 
+        cfg.validate()
         self.cfg, self.eval_hook = cfg, eval_hook
         self.env: DistEnv = init_distributed(cfg.device)
         self.out = Path(cfg.out)
@@ -191,10 +230,10 @@ class Trainer:
     def _reader_kwargs(self) -> dict[str, Any]:
         text = self.cfg.train_data
         if text.endswith((".csv", ".tsv", ".tab")):
-            return {"image_key": self.cfg.image_key, "caption_key": self.cfg.caption_key}
+            return {"image_key": self.cfg.image_key, "caption_key": self.cfg.caption_key, "image_root": self.cfg.image_root}
         if is_tar_shards(text):
             return {"caption_field": self.cfg.caption_key}
-        return {}
+        return {"image_root": self.cfg.image_root}
 
     # -- data -------------------------------------------------------------------------
     def _loader(self) -> torch.utils.data.DataLoader:
@@ -219,9 +258,22 @@ class Trainer:
                 self.data.consumed(batch)
                 yield {k: v.to(self.env.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             if empty:
-                raise DataError(f"{self.cfg.train_data}: no full batch of {self.cfg.batch_size} in an epoch")
+                raise DataError(self._nothing_to_train_on())
             self.reader.skips.log_summary()
             self.data.new_epoch()
+
+    def _nothing_to_train_on(self) -> str:
+        """Why an epoch gave no full batch, with the option that fixes the commonest cause: images not found."""
+        stats = self.reader.stats()
+        text = f"{self.reader.skips.summary()}: no full batch of {self.cfg.batch_size} in an epoch"
+        missing = self.reader.first_missing_image() if stats["missing_image"] else None
+        if missing is not None:
+            where, path = missing
+            text += (f"; the first missing image is {path} ({where}): images are looked up relative to the data "
+                     "file's folder and its images/ subfolder, or to --image-root")
+        elif stats["read"]:
+            text += "; lower --batch-size"
+        return text
 
     # -- checkpoints ------------------------------------------------------------------
     def _gather_objects(self, obj: Any) -> list[Any]:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
 from ..eval.sugarcrepe import SPLITS as SC_SPLITS
 from ..eval.sugarcrepe_pp import SPLITS as SCPP_SPLITS
 from ..io import atomic_path, write_json
@@ -35,6 +36,15 @@ class WorldConfig:
     n_test: int = 500  # scenes per test split (seen and unseen), plus as many single objects for zero-shot
     size: int = 224
     heldout: float = 0.25
+
+    def __post_init__(self) -> None:
+        for name in ("n_train", "n_val", "n_test"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
+        if self.size < 32:
+            raise UsageError(f"--size must be at least 32 pixels (shapes must stay legible), not {self.size}")
+        if not 0 <= self.heldout < 1:
+            raise UsageError(f"--heldout must lie in [0, 1), not {self.heldout}")
 
 
 def heldout_pairs(seed: int, fraction: float) -> list[tuple[str, str]]:
