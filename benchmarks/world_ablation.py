@@ -15,9 +15,9 @@ from compclip.train import TrainConfig, train
 DEMO = Path("runs/demo")
 VARIANTS = {
     "c2lip": {},
-    "xac0.1": {"lambda_xac": 0.1},
-    "temp1": {"xac_temperature": 1.0},
-    "separate": {"concept_mode": "separate"},
+    "xac0.1": {"method_options": {"lambda_xac": 0.1}},
+    "temp1": {"method_options": {"xac_temperature": 1.0}},
+    "separate": {"method_options": {"concept_mode": "separate"}},
     "clic-lr1e-5": {"method": "clic", "lr": 1e-5},
 }
 

@@ -20,6 +20,9 @@ CAPTIONS = [
 ]
 
 
+OPTIONS = {"c2lip": {"lambda_xac": 1.0}, "hardneg": {"negatives": 2}, "negclip": {"negatives": 2}}  # every term weighs in
+
+
 def compute(env, accum: int = 1, method_name: str = "c2lip"):
     from torch.nn.parallel import DistributedDataParallel
 
@@ -32,7 +35,10 @@ def compute(env, accum: int = 1, method_name: str = "c2lip"):
     torch.manual_seed(0)
     model, _, tokenizer = load_model("compclip-tiny-siglip")
     model.train()
-    method = build_method(method_name, concepts={r["caption"]: r for r in extract(CAPTIONS)}, lambda_xac=1.0, negatives=2)
+    options = {k: v for part in method_name.split("+") for k, v in OPTIONS.get(part, {}).items()}
+    method = build_method(method_name, concepts={r["caption"]: r for r in extract(CAPTIONS, "noun-phrases,pos")}, **options)
+    if not method.uses_logit_bias:  # as the trainer does: DDP wants every trained parameter used
+        model.logit_bias.requires_grad_(False)
     images = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(1))
     per = 8 // env.world_size
     rows = list(range(env.rank * per, (env.rank + 1) * per))
@@ -45,7 +51,7 @@ def compute(env, accum: int = 1, method_name: str = "c2lip"):
     if env.distributed:
         module = DistributedDataParallel(module)
     terms = loss_step(module, method, micro, env)
-    return terms, {n: p.grad.clone() for n, p in model.named_parameters()}
+    return terms, {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
 if __name__ == "__main__":

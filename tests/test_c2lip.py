@@ -167,7 +167,7 @@ def test_c2lip_method_terms_and_inference_unchanged(mode):
     model, _, tokenizer = load_model("compclip-tiny-siglip")
     plain = open_clip.create_model("compclip-tiny-siglip").eval()
     plain.load_state_dict(model.state_dict())
-    method = build_method("c2lip", concepts=concept_store(CAPTIONS), mode=mode)
+    method = build_method("c2lip", concepts=concept_store(CAPTIONS), concept_mode=mode)
     assert list(method.parameters()) == []  # xac and npc add no parameters
     samples = [{"image": torch.randn(3, 64, 64), "caption": c} for c in CAPTIONS]
     batch = method.collate(samples, tokenizer)

@@ -134,7 +134,14 @@ TRAIN_CASES = {
     "bad device": (["--device", "tpu"], ["--device must be cpu or cuda"]),
     "missing image root": (["--image-root", "nowhere"], ["--image-root nowhere: no such folder"]),
     "not an integer": (["--steps", "many"], ["Invalid value for '--steps'", "(see `compclip train --help`)"]),
-    "misspelled option": (["--lamda-npc", "2"], ["No such option: --lamda-npc", "--lambda-npc"]),
+    "misspelled option": (["--lr-rate", "2"], ["No such option: --lr-rate"]),
+    "misspelled method option": (["--method", "c2lip", "--method-opt", "lamda_npc=2"],
+                                 ["method c2lip has no option lamda_npc (did you mean lambda_npc?)",
+                                  "its options: concept_mode, lambda_npc, lambda_xac, xac_temperature"]),
+    "method option of another method": (["--method-opt", "negatives=2"], ["method siglip has no option negatives"]),
+    "method option of the wrong type": (["--method", "hardneg", "--method-opt", "negatives=two"],
+                                        ["--method-opt negatives=two: expected int"]),
+    "method option without a value": (["--method-opt", "negatives"], ["--method-opt 'negatives': expected KEY=VALUE"]),
     "unknown method": (["--method", "c3lip"], ["unknown method 'c3lip'; known: c2lip, clic, clip, hardneg, negclip, siglip"]),
 }
 
@@ -183,6 +190,7 @@ def test_train_finds_images_in_an_images_folder_or_image_root(tmp_path):
     (["--batch-size", "0"], ["--batch-size must be at least 1, not 0"]),
     (["--ties", "loose"], ["ties must be one of ('strict', 'clip_benchmark'), not 'loose'"]),
     (["--benchmark", "sugarcrepe,wino"], ["unknown benchmarks ['wino']"]),
+    (["--precision", "fp8"], ["--precision must be one of fp32, amp_bf16, amp, not 'fp8'"]),
 ])
 def test_eval_checks_options_before_loading_anything(capsys, tmp_path, args, fragments):
     base = {"--model": "compclip-tiny-clip", "--benchmark": "sugarcrepe", "--out": str(tmp_path / "out"), "--data-root": str(tmp_path)}
@@ -254,3 +262,41 @@ def test_help_explains_every_option_and_lists_the_names(capsys):
 def test_the_command_line_imports_nothing_heavy_for_help():
     code = "import sys, compclip.cli; heavy = {'torch', 'open_clip', 'spacy', 'pandas'} & set(sys.modules); assert not heavy, heavy"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
+
+
+def test_methods_lists_every_method_and_its_options(capsys):
+    import dataclasses
+
+    from compclip.methods import list_methods, method_options
+
+    code, out, _ = run_main(capsys, "methods")
+    assert code == 0
+    for name in list_methods():
+        fields = dataclasses.fields(method_options(name))
+        assert re.search(rf"^{name}(: no options)?$", out, re.M) and bool(fields) != out.count(f"{name}: no options")
+        for f in fields:
+            assert f"  {f.name}={f.default}: {f.metadata['help']}" in out
+
+
+def test_eval_precision_is_recorded_and_bf16_scores_close_to_fp32(tmp_path):
+    from compclip.eval import evaluate
+
+    (tmp_path / "retrieval" / "tiny" / "images").mkdir(parents=True)
+    for i, colour in enumerate([(200, 30, 30), (30, 200, 30), (30, 30, 200)]):
+        Image.new("RGB", (24, 24), colour).save(tmp_path / "retrieval" / "tiny" / "images" / f"{i}.png")
+    (tmp_path / "retrieval" / "tiny" / "captions.csv").write_text("image,caption\n0.png,red\n1.png,green\n2.png,blue\n")
+    torch.manual_seed(0)
+    model, _, _ = load_model("compclip-tiny-clip")
+    save_checkpoint(model, tmp_path / "ckpt")
+    runs = {p: evaluate(str(tmp_path / "ckpt"), "retrieval", tmp_path / p, data=tmp_path, workers=0, precision=p)["retrieval"]
+            for p in ("fp32", "amp_bf16")}
+    assert runs["fp32"]["precision"] == "fp32" and runs["amp_bf16"]["precision"] == "amp_bf16"
+    assert runs["fp32"]["complete"] and runs["amp_bf16"]["complete"]
+    from compclip.eval import DualEncoderScorer
+
+    images = sorted((tmp_path / "retrieval" / "tiny" / "images").iterdir())
+    model, preprocess, tokenizer = load_model(str(tmp_path / "ckpt"))
+    scores = {p: DualEncoderScorer(model, preprocess, tokenizer, workers=0, precision=p).matrix(images, ["red", "green", "blue"])
+              for p in ("fp32", "amp_bf16")}
+    assert not torch.equal(scores["fp32"], scores["amp_bf16"])  # autocast really ran in bf16
+    assert torch.allclose(scores["fp32"], scores["amp_bf16"], atol=0.05)

@@ -155,11 +155,13 @@ def test_odd_steps_are_plain_clip_steps_on_single_images(setup):
 
     model, _, method, _, batch = setup
     with torch.no_grad():
-        out = method.outputs(model, {**batch, "step": 1})
+        method.begin_step(1)
+        out = method.outputs(model, batch)
         terms = method(out)
         reference = open_clip.ClipLoss()(F.normalize(model.encode_image(batch["image"]), dim=-1),
                                          F.normalize(model.encode_text(batch["first_text"]), dim=-1), model.logit_scale.exp())
-        pair = method(method.outputs(model, {**batch, "step": 2}))
+        method.begin_step(2)
+        pair = method(method.outputs(model, batch))
     assert terms.keys() == {"clip"} and terms["clip"].item() == pytest.approx(reference.item(), rel=1e-5)
     assert pair.keys() == {"cont", "sneg", "uni"}
 

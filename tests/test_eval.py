@@ -146,17 +146,17 @@ def embed(model, preprocess, tokenizer, root, filename, texts):
 
 
 def test_sugarcrepe_and_pp_against_per_example_brute_force(data_root, tiny):
-    from compclip.eval import Encoder
+    from compclip.eval import DualEncoderScorer
 
     model, preprocess, tokenizer = tiny
-    encoder = Encoder(model, preprocess, tokenizer, workers=0)
-    sc = REGISTRY["sugarcrepe"].run(encoder, data_root, "strict")
-    pp = REGISTRY["sugarcrepe_pp"].run(encoder, data_root, "strict")
+    scorer = DualEncoderScorer(model, preprocess, tokenizer, workers=0)
+    sc = REGISTRY["sugarcrepe"].run(scorer, data_root, "strict")
+    pp = REGISTRY["sugarcrepe_pp"].run(scorer, data_root, "strict")
     assert sc.complete and pp.complete
     splits = ("add_obj", "add_att", "replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")
     assert sum(sc.metrics[s]["n"] for s in splits) == 7511
     # SugarCrepe's and SugarCrepe++'s images overlap: each unique image is encoded once for both
-    assert encoder.encoded["images"] == len(list((data_root / "coco" / "val2017").iterdir()))
+    assert scorer.encoded["images"] == len(list((data_root / "coco" / "val2017").iterdir()))
     assert sc.metrics["swap"] == pytest.approx((sc.metrics["swap_obj"]["acc"] + sc.metrics["swap_att"]["acc"]) / 2)
     records = list(json.loads((data_root / "sugarcrepe" / "swap_att.json").read_text()).values())
     margins = []
@@ -177,18 +177,18 @@ def test_sugarcrepe_and_pp_against_per_example_brute_force(data_root, tiny):
 
 
 def test_embedding_cache_is_read_back(data_root, tiny, tmp_path):
-    from compclip.eval import Encoder
+    from compclip.eval import DualEncoderScorer
 
-    first = Encoder(*tiny, workers=0, cache_dir=tmp_path)
+    first = DualEncoderScorer(*tiny, workers=0, cache_dir=tmp_path)
     a = REGISTRY["sugarcrepe_pp"].run(first, data_root, "strict")
-    second = Encoder(*tiny, workers=0, cache_dir=tmp_path)
+    second = DualEncoderScorer(*tiny, workers=0, cache_dir=tmp_path)
     b = REGISTRY["sugarcrepe_pp"].run(second, data_root, "strict")
     assert first.encoded["images"] > 0 and second.encoded == {"images": 0, "texts": 0}
     assert a.metrics == b.metrics
 
 
 def test_missing_images_are_reported_not_dropped_silently(data_root, tiny, tmp_path):
-    from compclip.eval import Encoder
+    from compclip.eval import DualEncoderScorer
 
     root = tmp_path / "partial"
     (root / "coco" / "val2017").mkdir(parents=True)
@@ -196,7 +196,7 @@ def test_missing_images_are_reported_not_dropped_silently(data_root, tiny, tmp_p
     kept = sorted((data_root / "coco" / "val2017").iterdir())[:200]
     for p in kept:
         (root / "coco" / "val2017" / p.name).symlink_to(p)
-    result = REGISTRY["sugarcrepe"].run(Encoder(*tiny, workers=0), root, "strict")
+    result = REGISTRY["sugarcrepe"].run(DualEncoderScorer(*tiny, workers=0), root, "strict")
     assert not result.complete
     report = result.missing.report()
     total = len({r["filename"] for f in (root / "sugarcrepe").glob("*.json") for r in json.loads(f.read_text()).values()})
@@ -208,21 +208,21 @@ def test_missing_images_are_reported_not_dropped_silently(data_root, tiny, tmp_p
 
 
 def test_a_benchmark_without_any_image_still_reports(data_root, tiny, tmp_path):
-    from compclip.eval import Encoder
+    from compclip.eval import DualEncoderScorer
 
     (tmp_path / "sugarcrepe_pp").symlink_to(data_root / "sugarcrepe_pp")
-    result = REGISTRY["sugarcrepe_pp"].run(Encoder(*tiny, workers=0), tmp_path, "strict")
+    result = REGISTRY["sugarcrepe_pp"].run(DualEncoderScorer(*tiny, workers=0), tmp_path, "strict")
     assert not result.complete and result.missing.report()["count"] > 1000
     m = result.metrics["swap_att"]
     assert m["n_itt"] == 0 and m["itt"] != m["itt"] and 0 <= m["tot"] <= 1  # no image: ITT is NaN, TOT still scored
 
 
 def test_flickr8k_retrieval_against_brute_force(data_root, tiny):
-    from compclip.eval import Encoder
+    from compclip.eval import DualEncoderScorer
 
     model, preprocess, tokenizer = tiny
-    encoder = Encoder(model, preprocess, tokenizer, workers=2)
-    result = REGISTRY["retrieval"].run(encoder, data_root, "strict")
+    scorer = DualEncoderScorer(model, preprocess, tokenizer, workers=2)
+    result = REGISTRY["retrieval"].run(scorer, data_root, "strict")
     m = result.metrics["flickr8k_1k"]
     assert (m["images"], m["captions"]) == (1000, 5000) and result.complete
     with open(data_root / "retrieval" / "flickr8k_1k" / "captions.csv", newline="", encoding="utf-8") as f:

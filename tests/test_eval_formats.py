@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from compclip.eval import REGISTRY, Encoder
+from compclip.eval import REGISTRY, DualEncoderScorer, Scorer
 
 COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255)}
 
@@ -39,8 +39,8 @@ def tokenizer(texts):
     return torch.tensor([[c == "red", c == "green", c == "blue"] for c in first], dtype=torch.long)
 
 
-def encoder(sign=1.0):
-    return Encoder(ColourModel(sign), preprocess, tokenizer, workers=0)
+def scorer(sign=1.0):
+    return DualEncoderScorer(ColourModel(sign), preprocess, tokenizer, workers=0)
 
 
 def solid(path, colour, size=(16, 16)):
@@ -60,7 +60,7 @@ def test_winoground_and_inpaint(tmp_path, sign, expected):
             json.dumps({"id": i, "image_0": f"ex_{i}_0", "image_1": f"ex_{i}_1", "caption_0": f"a {a} thing", "caption_1": f"a {b} thing"})
         )
     (root / "winoground" / "examples.jsonl").write_text("\n".join(lines) + "\n")
-    result = REGISTRY["winoground"].run(encoder(sign), root, "strict")
+    result = REGISTRY["winoground"].run(scorer(sign), root, "strict")
     assert result.metrics == {"text": expected, "image": expected, "group": expected, "n": 2}
 
     base = root / "inpaint_coco"
@@ -68,7 +68,7 @@ def test_winoground_and_inpaint(tmp_path, sign, expected):
     solid(base / "inp.jpg", "green")
     (base / "annotations.jsonl").write_text(json.dumps({"coco_image": "orig.jpg", "inpaint_image": "inp.jpg", "coco_caption": "a red car",
                                                         "inpaint_caption": "a green car", "category": "color"}) + "\n")
-    result = REGISTRY["inpaint_coco"].run(encoder(sign), root, "strict")
+    result = REGISTRY["inpaint_coco"].run(scorer(sign), root, "strict")
     assert result.metrics["color"]["acc"] == expected and result.complete
 
 
@@ -111,7 +111,7 @@ def test_aro_relation_crops_the_region(tmp_path):
         },
     ]
     (base / "visual_genome_relation.json").write_text(json.dumps(records))
-    result = REGISTRY["aro_vg_relation"].run(encoder(), tmp_path, "strict")
+    result = REGISTRY["aro_vg_relation"].run(scorer(), tmp_path, "strict")
     assert result.metrics["acc"] == 1.0 and result.metrics["n"] == 2 and result.metrics["groups"] == 2
     assert not result.complete and result.missing.report()["count"] == 1
 
@@ -140,7 +140,7 @@ def test_whatsup_and_vl_checklist(tmp_path):
     ]))
     solid(tmp_path / "coco" / "val2017" / "000000000042.jpg", "blue")
     (base / "coco_qa_one_obj.json").write_text(json.dumps([[42, "a blue plate", "a red plate"]]))
-    result = REGISTRY["whatsup"].run(encoder(), tmp_path, "strict")
+    result = REGISTRY["whatsup"].run(scorer(), tmp_path, "strict")
     assert result.metrics["controlled_a"]["acc"] == 1.0 and result.metrics["coco_one_obj"]["acc"] == 1.0
 
     vl = tmp_path / "vl_checklist"
@@ -151,8 +151,8 @@ def test_whatsup_and_vl_checklist(tmp_path):
     )
     (vl / "Object").mkdir()
     (vl / "Object" / "size.json").write_text(json.dumps([["x.jpg", {"POS": ["red ball"], "NEG": ["red ball too"]}]]))  # a tie
-    strict = REGISTRY["vl_checklist"].run(encoder(), tmp_path, "strict")
-    lenient = REGISTRY["vl_checklist"].run(encoder(), tmp_path, "clip_benchmark")
+    strict = REGISTRY["vl_checklist"].run(scorer(), tmp_path, "strict")
+    lenient = REGISTRY["vl_checklist"].run(scorer(), tmp_path, "clip_benchmark")
     assert strict.metrics["Attribute"] == 1.0 and strict.metrics["Object"] == 0.0 and lenient.metrics["Object"] == 1.0
     assert strict.metrics["Attribute/color/vaw"] == {"acc": 1.0, "n": 2}
 
@@ -164,11 +164,11 @@ def test_zeroshot_with_class_folders_and_templates(tmp_path):
             solid(base / f"{i}_{colour}" / f"{k}.png", colour)
     (base / "classnames.txt").write_text("red\ngreen\nblue\n")
     (base / "templates.txt").write_text("a photo of {}.\na {} thing.\n")
-    result = REGISTRY["zeroshot"].run(encoder(), tmp_path, "strict")
+    result = REGISTRY["zeroshot"].run(scorer(), tmp_path, "strict")
     assert result.metrics["colours"] == {"acc": 1.0, "n": 6, "classes": 3, "templates": 2}
     (base / "classnames.txt").write_text("red\ngreen\n")
     with pytest.raises(ValueError, match="3 class folders but 2 class names"):
-        REGISTRY["zeroshot"].run(encoder(), tmp_path, "strict")
+        REGISTRY["zeroshot"].run(scorer(), tmp_path, "strict")
 
 
 def test_concept_ranking_permutes_one_keyword(tmp_path):
@@ -185,7 +185,7 @@ def test_concept_ranking_permutes_one_keyword(tmp_path):
     first = next(opts for f, opts in examples["color"] if f == "1.jpg")
     assert first[0] == "A Red car on a road." and "A Blue car on a road." in first  # case kept
     assert sorted(o for _, opts in examples["object"] for o in opts[:1]) == ["A Red car on a road.", "a blue bus"]
-    result = bench.run(encoder(), tmp_path, "strict")
+    result = bench.run(scorer(), tmp_path, "strict")
     assert result.metrics["color"]["acc"] == 1.0
 
 
@@ -208,7 +208,7 @@ def test_retrieval_karpathy_and_long_captions(tmp_path):
         )
         + "\n"
     )
-    result = REGISTRY["retrieval"].run(encoder(), tmp_path, "strict")
+    result = REGISTRY["retrieval"].run(scorer(), tmp_path, "strict")
     assert (result.metrics["coco"]["images"], result.metrics["coco"]["captions"]) == (3, 6)
     assert result.metrics["coco"]["image_retrieval_recall@1"] == 1.0 and result.metrics["coco"]["text_retrieval_recall@1"] == 1.0
     # three sentences per description; "It fills the frame!" names no colour, and the tokenizer does not read
@@ -223,7 +223,43 @@ def test_aro_order_runs_over_karpathy_records(tmp_path):
     (tmp_path / "aro" / "coco_karpathy_test.json").write_text(
         json.dumps([{"image": "val2014/a.jpg", "caption": ["a red car on a road", "red paint"]}])
     )
-    strict = REGISTRY["aro_order"].run(encoder(), tmp_path, "strict")
-    lenient = REGISTRY["aro_order"].run(encoder(), tmp_path, "clip_benchmark")
+    strict = REGISTRY["aro_order"].run(scorer(), tmp_path, "strict")
+    lenient = REGISTRY["aro_order"].run(scorer(), tmp_path, "clip_benchmark")
     # every shuffle keeps the one colour word, so the colour model ties all five options
     assert strict.metrics["coco_order"] == {"acc": 0.0, "n": 2} and lenient.metrics["coco_order"] == {"acc": 1.0, "n": 2}
+
+
+class PairwiseScorer(Scorer):
+    """A scorer that is not a dual encoder as far as the benchmarks can tell: it scores each pair on its own
+    (as OC-CLIP's graph-conditioned score does) and has no text-to-text score."""
+
+    def __init__(self):
+        self.embed = scorer()  # the colour model's exact 0/1 embeddings, looked up one pair at a time
+        self.encoded = self.embed.encoded
+
+    def pairs(self, images, texts, boxes=None):
+        boxes = boxes or [None] * len(images)
+        return torch.tensor([float(self.embed.images([i], [b] if b else None)[0] @ self.embed.texts([t])[0])
+                             for i, t, b in zip(images, texts, boxes, strict=True)])
+
+    def matrix(self, images, texts):
+        return torch.stack([self.pairs([i] * len(texts), texts) for i in images]) if images else torch.zeros(0, len(texts))
+
+
+def test_a_scorer_without_text_scores_gives_tot_na_and_the_same_image_text_answers(tmp_path):
+    from compclip.eval.report import build_report
+
+    (tmp_path / "sugarcrepe_pp").mkdir()
+    for i, split in enumerate(("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")):
+        solid(tmp_path / "coco" / "val2017" / f"{i}.jpg", "red")
+        rows = [{"id": 0, "filename": f"{i}.jpg", "caption": "a red car", "caption2": "a car, red", "negative_caption": "a blue car"}]
+        (tmp_path / "sugarcrepe_pp" / f"{split}.json").write_text(json.dumps(rows))
+    pairwise = REGISTRY["sugarcrepe_pp"].run(PairwiseScorer(), tmp_path, "strict").metrics
+    dual = REGISTRY["sugarcrepe_pp"].run(scorer(), tmp_path, "strict").metrics
+    assert pairwise["swap_att"]["tot"] == "n/a" and pairwise["overall_tot"] == "n/a" and pairwise["swap_tot"] == "n/a"
+    assert dual["swap_att"]["tot"] == 1.0 and pairwise["overall_itt"] == dual["overall_itt"] == 1.0
+    folder = tmp_path / "results" / "pairwise"
+    folder.mkdir(parents=True)
+    (folder / "sugarcrepe_pp.json").write_text(json.dumps({"metrics": pairwise, "complete": True, "ties": "strict"}))
+    report = build_report([folder], tmp_path / "report").read_text()
+    assert "| pairwise | — | — | — | 100.0 | n/a | 100.0 | n/a | — | — | — | — |" in report

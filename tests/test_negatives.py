@@ -169,9 +169,12 @@ def test_trainer_runs_hard_negative_methods(tmp_path, method):
     data = make_dataset(tmp_path, n=16)
     build_store(iter_captions(data), tmp_path / "concepts", "noun-phrases,pos")
     cfg = TrainConfig(method=method, model="compclip-tiny-siglip", train_data=str(data), out=str(tmp_path / "run"),
-                      concepts=str(tmp_path / "concepts"), batch_size=8, steps=2, lr=1e-3, workers=0, negatives=2)
+                      concepts=str(tmp_path / "concepts"), batch_size=8, steps=2, lr=1e-3, workers=0,
+                      method_options={"negatives": 2})
     terms = train(cfg)
     name = method.split("+")[-1]
     assert terms[name] > 0 and all(math.isfinite(v) for v in terms.values())
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == [1, 2]
+    config = json.loads((tmp_path / "run" / "checkpoints" / "step_0000002" / "config.json").read_text())
+    assert config["method"] == method and config["train_args"]["method_options"] == {"negatives": 2}

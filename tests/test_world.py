@@ -126,16 +126,16 @@ def test_positives_true_negatives_false(world, split):
 
 
 def test_every_benchmark_file_loads_in_the_harness(world):
-    from compclip.eval import REGISTRY, Encoder
+    from compclip.eval import REGISTRY, DualEncoderScorer
     from compclip.models import load_model
 
-    encoder = Encoder(*load_model("compclip-tiny-siglip"), workers=0)
+    scorer = DualEncoderScorer(*load_model("compclip-tiny-siglip"), workers=0)
     for root in (world / "test_seen", world / "test_unseen"):
         for name in ("sugarcrepe", "sugarcrepe_pp", "zeroshot", "retrieval"):
-            result = REGISTRY[name].run(encoder, root, "strict")
+            result = REGISTRY[name].run(scorer, root, "strict")
             assert result.complete, (root, name)
         assert result.metrics["world"]["images"] == CFG.n_test
-    zs = REGISTRY["zeroshot"].run(encoder, world / "test_seen", "strict").metrics
+    zs = REGISTRY["zeroshot"].run(scorer, world / "test_seen", "strict").metrics
     assert zs["shape"]["classes"] == 7 and zs["shape"]["n"] == CFG.n_test
 
 

@@ -87,7 +87,7 @@ def concepts(
 
 @app.command()
 def train(
-    method: str = typer.Option(..., help=f"Method, or a '+'-joined combination (c2lip+hardneg): {METHODS}."),
+    method: str = typer.Option(..., help=f"Method, or a '+'-joined combination (c2lip+hardneg): {METHODS}; options: `compclip methods`."),
     model: str = typer.Option(..., help=MODEL_HELP),
     train_data: str = typer.Option(..., help="CSV/TSV, webdataset .tar shards (brace patterns), or a captions .json."),
     out: Path = typer.Option(..., help="Run folder: checkpoints, log.jsonl, tensorboard; re-running resumes."),
@@ -98,13 +98,9 @@ def train(
     concepts: Path = typer.Option(
         None, help="Concept store from `compclip concepts`: c2lip, negclip and clic need it (negclip and clic with pos)."
     ),
-    concept_mode: str = typer.Option("span", help="c2lip: span (pool the caption's own tokens) or separate (encode phrases)."),
-    lambda_npc: float = typer.Option(1.0, help="c2lip: weight of the noun-phrase concept loss L_npc."),
-    lambda_xac: float = typer.Option(0.01, help="c2lip: weight of the cross-attention concept loss L_xac."),
-    xac_temperature: float = typer.Option(None, help="c2lip: cross-attention temperature.  [default: √D]"),
-    negatives: int = typer.Option(1, help="hardneg/negclip: hard negatives per image, 1 to 3."),
-    negative_classes: str = typer.Option("color,object,location,size", help="hardneg: keyword classes to permute."),
-    clic_train_image: bool = typer.Option(False, "--clic-train-image", help="clic: train the vision tower too (frozen by default)."),
+    method_opt: list[str] = typer.Option(
+        [], "--method-opt", help="KEY=VALUE, repeatable: an option of the method, e.g. lambda_npc=2 (`compclip methods` lists them)."
+    ),
     image_key: str = typer.Option("image", help="CSV/TSV image column."),
     caption_key: str = typer.Option("caption", help="CSV/TSV caption column, or webdataset json field."),
     batch_size: int = typer.Option(32, help="Images per process and micro-batch."),
@@ -136,15 +132,39 @@ def train(
     cfg = TrainConfig(
         method=method, model=model, train_data=train_data, out=str(out), pretrained=pretrained,
         image_root=str(image_root) if image_root else None, concepts=str(concepts) if concepts else None,
-        concept_mode=concept_mode, lambda_npc=lambda_npc, lambda_xac=lambda_xac, xac_temperature=xac_temperature,
-        negatives=negatives, negative_classes=negative_classes, clic_train_image=clic_train_image, image_key=image_key,
-        caption_key=caption_key, batch_size=batch_size, accum_freq=accum_freq, steps=steps, lr=lr, weight_decay=wd,
-        optimizer=optimizer, betas=(beta1, beta2), eps=eps, warmup=warmup, schedule=schedule, precision=precision,
-        grad_checkpointing=grad_checkpointing, lock_image=lock_image, lock_text=lock_text, workers=workers,
-        seed=seed, save_every=save_every, keep=keep, log_every=log_every, device=device,
+        method_options=_key_values(method_opt), image_key=image_key, caption_key=caption_key, batch_size=batch_size,
+        accum_freq=accum_freq, steps=steps, lr=lr, weight_decay=wd, optimizer=optimizer, betas=(beta1, beta2), eps=eps,
+        warmup=warmup, schedule=schedule, precision=precision, grad_checkpointing=grad_checkpointing, lock_image=lock_image,
+        lock_text=lock_text, workers=workers, seed=seed, save_every=save_every, keep=keep, log_every=log_every, device=device,
     )
     terms = run(cfg)
     typer.echo(f"finished {steps} steps: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))
+
+
+def _key_values(items: list[str]) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            from .errors import UsageError
+
+            raise UsageError(f"--method-opt {item!r}: expected KEY=VALUE, e.g. lambda_npc=2")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+@app.command()
+def methods() -> None:
+    """List the fine-tuning methods and each one's options (set them with `train --method-opt KEY=VALUE`)."""
+    import dataclasses
+
+    from .methods import list_methods, method_options
+
+    for name in list_methods():
+        fields = dataclasses.fields(method_options(name))
+        typer.echo(name if fields else f"{name}: no options")
+        for f in fields:
+            typer.echo(f"  {f.name}={f.default}: {f.metadata['help']}")
 
 
 @app.command()
@@ -197,6 +217,9 @@ def eval_(
     workers: int = typer.Option(2, help="DataLoader workers decoding images."),
     cache: Path = typer.Option(None, help="Embedding cache folder, keyed by checkpoint hash and file."),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
+    precision: str = typer.Option(
+        None, help="fp32, amp_bf16 or amp (fp16 autocast).  [default: amp on a GPU, as CLIP_benchmark; fp32 on the CPU]"
+    ),
 ) -> None:
     """Evaluate a model on benchmarks; each unique image and caption is encoded once for all of them.
 
@@ -205,7 +228,7 @@ def eval_(
     from .eval import evaluate
     from .eval.run import evaluated_nothing
 
-    records = evaluate(model, benchmark, out, pretrained, data_root, ties, batch_size, workers, cache, device)
+    records = evaluate(model, benchmark, out, pretrained, data_root, ties, batch_size, workers, cache, device, precision)
     empty = []
     for name, record in records.items():
         if evaluated_nothing(record):
@@ -214,7 +237,8 @@ def eval_(
             continue
         headline = {k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}
         flag = "" if record["complete"] else "  (incomplete)"
-        typer.echo(f"{name}: " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.4f}'}" for k, v in headline.items()) + flag)
+        shown = {k: "n/a" if v is None else v if isinstance(v, str) else f"{v:.4f}" for k, v in headline.items()}
+        typer.echo(f"{name}: " + ", ".join(f"{k} {v}" for k, v in shown.items()) + flag)
     if empty:
         raise typer.Exit(1)
 

@@ -16,8 +16,8 @@ from . import (  # noqa: F401
     zeroshot,
 )
 from .base import REGISTRY, Benchmark, register
-from .encoder import Encoder
 from .report import build_report
 from .run import evaluate
+from .scorer import DualEncoderScorer, Scorer, load_scorer
 
-__all__ = ["REGISTRY", "Benchmark", "Encoder", "build_report", "evaluate", "protocols", "register"]
+__all__ = ["REGISTRY", "Benchmark", "DualEncoderScorer", "Scorer", "build_report", "evaluate", "load_scorer", "protocols", "register"]

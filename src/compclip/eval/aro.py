@@ -60,14 +60,14 @@ class _VGPairs(Benchmark):
     def images(self, root):
         return list(dict.fromkeys(root / "aro" / "images" / r["image_path"] for r in read_json(root / "aro" / self.file)))
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         records = read_json(root / "aro" / self.file)
         missing = Missing()
         kept = [r for r in records if missing.keep([root / "aro" / "images" / r["image_path"]])]
         boxes = [(r["bbox_x"], r["bbox_y"], r["bbox_x"] + r["bbox_w"], r["bbox_y"] + r["bbox_h"]) for r in kept]
-        images = encoder.images([root / "aro" / "images" / r["image_path"] for r in kept], boxes)
-        pos = (images * encoder.texts([r["true_caption"] for r in kept])).sum(-1)
-        neg = (images * encoder.texts([r["false_caption"] for r in kept])).sum(-1)
+        images = [root / "aro" / "images" / r["image_path"] for r in kept]
+        pos = scorer.pairs(images, [r["true_caption"] for r in kept], boxes)
+        neg = scorer.pairs(images, [r["false_caption"] for r in kept], boxes)
         correct = protocols.pair_accuracy(pos, neg, ties)
         groups: dict[str, list[bool]] = {}
         for r, c in zip(kept, correct.tolist(), strict=True):
@@ -100,7 +100,7 @@ class AROOrder(Benchmark):
             root / "aro" / "coco_karpathy_test.json"
         ]
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         missing, metrics = Missing(), {}
         for name, (file, image_dir) in ORDER_SETS.items():
             if not (root / "aro" / file).is_file():
@@ -109,6 +109,6 @@ class AROOrder(Benchmark):
             pairs = [(root / image_dir / r["image"], c) for r in records for c in r["caption"]]
             tagged = extract([c for _, c in pairs], what="pos")
             options = [[c, *shuffles(c, rec["pos"], self.seed + k)] for k, ((_, c), rec) in enumerate(zip(pairs, tagged, strict=True))]
-            metrics[name] = accuracy(first_option_wins(encoder, encoder.images([p for p, _ in pairs]), options, ties))
+            metrics[name] = accuracy(first_option_wins(scorer, [p for p, _ in pairs], options, ties))
         metrics["overall"] = mean(m["acc"] for m in metrics.values())
         return Result(metrics, missing)

@@ -1,7 +1,7 @@
 """What every benchmark shares: the data root, missing-image accounting, the result record.
 
 A benchmark reads its files from one data root (`--data-root` or `COMPCLIP_DATA`), asks the
-run's `Encoder` for embeddings, scores them with `protocols`, and returns metrics. Examples
+run's `Scorer` for scores of image–text pairs, decides with `protocols`, and returns metrics. Examples
 whose images are missing are left out *and reported*: the result is marked incomplete, with
 the count and the first missing files, so nothing leaves the denominator silently.
 """
@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, MissingFileError, UsageError
-from .encoder import Encoder
+from .scorer import Scorer
 
 MISSING_EXAMPLES = 5
+NOT_APPLICABLE = "n/a"  # a metric the model has no score for (SugarCrepe++ TOT without a text-to-text score)
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path:
@@ -87,7 +88,7 @@ class Benchmark:
         """Annotation files the benchmark cannot run without (images are checked per example)."""
         raise NotImplementedError
 
-    def run(self, encoder: Encoder, root: Path, ties: str) -> Result:
+    def run(self, scorer: Scorer, root: Path, ties: str) -> Result:
         raise NotImplementedError
 
     def images(self, root: Path) -> list[Path]:
@@ -112,16 +113,16 @@ def mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def first_option_wins(encoder: Encoder, images, options: list[list[str]], ties: str):
-    """For each image, whether its first caption option beats the others; all texts encoded in one call."""
+def first_option_wins(scorer: Scorer, images: list[Path], options: list[list[str]], ties: str):
+    """For each image, whether its first caption option beats the others; every (image, option) pair scored in one call."""
     import torch
 
     from . import protocols
 
-    flat = encoder.texts([o for opts in options for o in opts])
+    scores = scorer.pairs([image for image, opts in zip(images, options, strict=True) for _ in opts], [o for opts in options for o in opts])
     correct, start = [], 0
-    for image, opts in zip(images, options, strict=True):
-        correct.append(protocols.picks((flat[start : start + len(opts)] @ image)[None], 0, ties)[0])
+    for opts in options:
+        correct.append(protocols.picks(scores[start : start + len(opts)][None], 0, ties)[0])
         start += len(opts)
     return torch.stack(correct) if correct else torch.zeros(0, dtype=torch.bool)
 

@@ -39,12 +39,12 @@ class ConceptRanking(Benchmark):
             out[cls] = rng.sample(found, min(self.max_per_class, len(found)))
         return out
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         missing, metrics = Missing(), {}
         for cls, examples in self.examples(root).items():
             kept = [e for e in examples if missing.keep([coco_image(root, e[0])])]
-            images = encoder.images([coco_image(root, f) for f, _ in kept])
-            correct = first_option_wins(encoder, images, [options for _, options in kept], ties)
+            images = [coco_image(root, f) for f, _ in kept]
+            correct = first_option_wins(scorer, images, [options for _, options in kept], ties)
             metrics[cls] = {**accuracy(correct), "options": len(kept[0][1]) if kept else 0}
         metrics["overall"] = mean(metrics[c]["acc"] for c in KEYWORDS)
         return Result(metrics, missing)

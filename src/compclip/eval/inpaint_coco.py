@@ -17,14 +17,16 @@ class InpaintCOCO(Benchmark):
     def required(self, root):
         return [root / "inpaint_coco" / "annotations.jsonl"]
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         base = root / "inpaint_coco"
         records = read_jsonl(base / "annotations.jsonl")
         missing = Missing()
         kept = [r for r in records if missing.keep([base / r["coco_image"], base / r["inpaint_image"]])]
-        imgs = torch.stack([encoder.images([base / r[k] for r in kept]) for k in ("coco_image", "inpaint_image")], dim=1)
-        caps = torch.stack([encoder.texts([r[k] for r in kept]) for k in ("coco_caption", "inpaint_caption")], dim=1)
-        correct = protocols.inpaint(torch.einsum("nid,ncd->nic", imgs, caps), ties)
+        images, captions = ("coco_image", "inpaint_image"), ("coco_caption", "inpaint_caption")
+        scores = torch.stack([  # (n, image, caption)
+            torch.stack([scorer.pairs([base / r[i] for r in kept], [r[c] for r in kept]) for c in captions], dim=-1) for i in images
+        ], dim=1)
+        correct = protocols.inpaint(scores, ties)
         metrics = {}
         for category in sorted({r.get("category", "all") for r in kept}):
             mask = torch.tensor([r.get("category", "all") == category for r in kept])

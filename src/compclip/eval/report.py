@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..errors import MissingFileError
 from ..io import atomic_path
+from .base import NOT_APPLICABLE
 
 COLUMNS = {  # header: (benchmark, metric path); a metric that is a dict is read as its "acc"
     "SC add": ("sugarcrepe", ("add",)),
@@ -53,15 +54,22 @@ def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any
     return results
 
 
-def column_value(records: dict[str, dict[str, Any]], header: str) -> float:
-    """Column `header` of one model's `{benchmark: record}` in %, NaN where the benchmark or metric is absent."""
+def column_value(records: dict[str, dict[str, Any]], header: str) -> float | str:
+    """Column `header` of one model's `{benchmark: record}` in %, NaN where the benchmark or metric is absent,
+    "n/a" where the model has no such score."""
     bench, path = COLUMNS[header]
     value: Any = records.get(bench, {}).get("metrics", {})
     for key in path:
         value = value.get(key) if isinstance(value, dict) else None
     if isinstance(value, dict):
         value = value.get("acc")
+    if value == NOT_APPLICABLE:
+        return value
     return float(value) * 100 if isinstance(value, (int, float)) else float("nan")
+
+
+def _missing(value: float | str) -> bool:
+    return isinstance(value, str) or math.isnan(value)
 
 
 AVERAGE = f"average of the {len(SUMMARY)}"
@@ -74,7 +82,7 @@ def summary_table(results) -> pd.DataFrame:
     for model, records in results.items():
         row = {col: column_value(records, col) for col in SUMMARY}
         values = list(row.values())
-        row[AVERAGE] = float("nan") if any(math.isnan(v) for v in values) else sum(values) / len(values)
+        row[AVERAGE] = float("nan") if any(_missing(v) for v in values) else sum(values) / len(values)
         rows[model] = row
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index.name = "model"
@@ -91,9 +99,12 @@ def split_tables(results) -> dict[str, pd.DataFrame]:
                 if isinstance(metric, dict):
                     for key, value in metric.items():
                         if key in ("acc", "itt", "tot", "text", "image", "group") or "recall@" in key:
-                            row[split if key == "acc" else f"{split} {key}"] = float("nan") if value is None else float(value) * 100
+                            cell = split if key == "acc" else f"{split} {key}"
+                            row[cell] = value if value == NOT_APPLICABLE else float("nan") if value is None else float(value) * 100
                 elif isinstance(metric, (int, float)) and split != "n":
                     row[split] = float(metric) * 100
+                elif metric == NOT_APPLICABLE:
+                    row[split] = metric
             tables.setdefault(bench, {})[model] = row
     frames = {b: pd.DataFrame.from_dict(t, orient="index") for b, t in tables.items()}
     for frame in frames.values():
@@ -105,7 +116,7 @@ def _markdown(df: pd.DataFrame) -> str:
     cols = ["model", *df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     for model, row in df.iterrows():
-        cells = ["—" if isinstance(v, float) and math.isnan(v) else f"{v:.1f}" for v in row]
+        cells = [v if isinstance(v, str) else "—" if math.isnan(v) else f"{v:.1f}" for v in row]
         lines.append("| " + " | ".join([str(model), *cells]) + " |")
     return "\n".join(lines)
 
@@ -123,7 +134,7 @@ def _plot(df: pd.DataFrame, title: str, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    df = df.dropna(axis=1, how="all")
+    df = df.apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")  # "n/a" is not drawn
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(df.columns) + 2), 3.6))
     width = 0.8 / max(1, len(df))
     for i, (model, row) in enumerate(df.iterrows()):

@@ -49,7 +49,7 @@ class Retrieval(Benchmark):
     def required(self, root):
         return [root / "retrieval"]
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         missing, metrics = Missing(), {}
         for folder in sorted(p for p in (root / "retrieval").iterdir() if p.is_dir()):
             pairs = [(p, c) for p, c in load_pairs(folder) if missing.keep([p])]
@@ -60,7 +60,7 @@ class Retrieval(Benchmark):
             images = list(dict.fromkeys(p for p, _ in pairs))
             index = {p: i for i, p in enumerate(images)}
             owner = torch.tensor([index[p] for p, _ in pairs])
-            scores = encoder.texts([c for _, c in pairs]) @ encoder.images(images).T  # (captions, images)
+            scores = scorer.matrix(images, [c for _, c in pairs]).T  # (captions, images)
             positives = owner[:, None] == torch.arange(len(images))[None, :]
             t2i = protocols.recall_at_k(scores, positives, KS, ties)
             i2t = protocols.recall_at_k(scores.T, positives.T, KS, ties)

@@ -29,14 +29,14 @@ class SugarCrepe(Benchmark):
     def images(self, root):
         return list(dict.fromkeys(coco_image(root, r["filename"]) for s in self.splits for r in self.records(root, s)))
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         missing, metrics = Missing(), {}
         for split in SPLITS:
             records = self.records(root, split)
             kept = [r for r in records if missing.keep([coco_image(root, r["filename"])])]
-            images = encoder.images([coco_image(root, r["filename"]) for r in kept])
-            pos = (images * encoder.texts([r["caption"] for r in kept])).sum(-1)
-            neg = (images * encoder.texts([r["negative_caption"] for r in kept])).sum(-1)
+            images = [coco_image(root, r["filename"]) for r in kept]
+            pos = scorer.pairs(images, [r["caption"] for r in kept])
+            neg = scorer.pairs(images, [r["negative_caption"] for r in kept])
             metrics[split] = {**accuracy(protocols.pair_accuracy(pos, neg, ties)), "n_missing": len(records) - len(kept)}
         for family, splits in FAMILIES.items():
             metrics[family] = mean(metrics[s]["acc"] for s in splits)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import protocols
-from .base import Missing, Result, mean, read_json, register
+from .base import NOT_APPLICABLE, Missing, Result, mean, read_json, register
 from .sugarcrepe import SPLITS as SUGARCREPE_SPLITS
 from .sugarcrepe import SugarCrepe, coco_image
 
@@ -20,25 +20,26 @@ class SugarCrepePP(SugarCrepe):
     def records(self, root, split):
         return read_json(root / self.name / f"{split}.json")
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         missing, metrics = Missing(), {}
         for split in SPLITS:
             records = self.records(root, split)
-            p1, p2, n = (encoder.texts([r[k] for r in records]) for k in ("caption", "caption2", "negative_caption"))
-            tot = protocols.tot((p1 * p2).sum(-1), (p1 * n).sum(-1), (p2 * n).sum(-1), ties)
+            p1, p2, n = ([r[k] for r in records] for k in ("caption", "caption2", "negative_caption"))
+            p1_p2 = scorer.text_pairs(p1, p2)
+            tot = None if p1_p2 is None else protocols.tot(p1_p2, scorer.text_pairs(p1, n), scorer.text_pairs(p2, n), ties)
             kept = [i for i, r in enumerate(records) if missing.keep([coco_image(root, r["filename"])])]
             if kept:
-                images = encoder.images([coco_image(root, records[i]["filename"]) for i in kept])
-                itt = protocols.itt((images * p1[kept]).sum(-1), (images * p2[kept]).sum(-1), (images * n[kept]).sum(-1), ties)
+                images = [coco_image(root, records[i]["filename"]) for i in kept]
+                p1k, p2k, nk = ([texts[i] for i in kept] for texts in (p1, p2, n))
+                itt = protocols.itt(scorer.pairs(images, p1k), scorer.pairs(images, p2k), scorer.pairs(images, nk), ties)
             metrics[split] = {
                 "itt": itt.float().mean().item() if kept else float("nan"),
-                "tot": tot.float().mean().item(),
+                "tot": NOT_APPLICABLE if tot is None else tot.float().mean().item(),
                 "n": len(records),
                 "n_itt": len(kept),
             }
-        for family, splits in FAMILIES.items():
+        for family, splits in (*FAMILIES.items(), ("overall", SPLITS)):
             for mode in ("itt", "tot"):
-                metrics[f"{family}_{mode}"] = mean(metrics[s][mode] for s in splits)
-        for mode in ("itt", "tot"):
-            metrics[f"overall_{mode}"] = mean(metrics[s][mode] for s in SPLITS)
+                values = [metrics[s][mode] for s in splits]
+                metrics[f"{family}_{mode}"] = NOT_APPLICABLE if NOT_APPLICABLE in values else mean(values)
         return Result(metrics, missing)

@@ -19,7 +19,7 @@ class VLCheckList(Benchmark):
     def required(self, root):
         return [root / "vl_checklist"]
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         base, missing, metrics = root / "vl_checklist", Missing(), {}
         for category in sorted(p for p in base.iterdir() if p.is_dir() and p.name != "images"):
             scores = []
@@ -32,9 +32,9 @@ class VLCheckList(Benchmark):
                 pairs = [x for x in pairs if missing.keep([x[0]])]
                 if not pairs:
                     continue
-                images = encoder.images([i for i, _, _ in pairs])
-                pos = (images * encoder.texts([p for _, p, _ in pairs])).sum(-1)
-                neg = (images * encoder.texts([n for _, _, n in pairs])).sum(-1)
+                images = [i for i, _, _ in pairs]
+                pos = scorer.pairs(images, [p for _, p, _ in pairs])
+                neg = scorer.pairs(images, [n for _, _, n in pairs])
                 acc = protocols.pair_accuracy(pos, neg, ties).float().mean().item()
                 metrics[f"{category.name}/{file.relative_to(category).with_suffix('')}"] = {"acc": acc, "n": len(pairs)}
                 scores.append(acc)

@@ -41,11 +41,10 @@ class WhatsUp(Benchmark):
                 )
                 yield split, [(image(r[0]), [r[1], r[2]]) for r in read_json(base / file)]
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         missing, metrics = Missing(), {}
         for split, examples in self._examples(root):
             kept = [e for e in examples if missing.keep([e[0]])]
-            images = encoder.images([p for p, _ in kept])
-            metrics[split] = accuracy(first_option_wins(encoder, images, [options for _, options in kept], ties))
+            metrics[split] = accuracy(first_option_wins(scorer, [p for p, _ in kept], [options for _, options in kept], ties))
         metrics["overall"] = mean(m["acc"] for m in metrics.values())
         return Result(metrics, missing)

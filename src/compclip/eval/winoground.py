@@ -30,14 +30,15 @@ class Winoground(Benchmark):
     def images(self, root):
         return [self.image(root, r, i) for r in self.records(root) for i in (0, 1)]
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         records = self.records(root)
         image = lambda r, i: self.image(root, r, i)  # noqa: E731
         missing = Missing()
         kept = [r for r in records if missing.keep([image(r, 0), image(r, 1)])]
-        imgs = torch.stack([encoder.images([image(r, i) for r in kept]) for i in (0, 1)], dim=1)  # (N, 2, D)
-        caps = torch.stack([encoder.texts([r[f"caption_{c}"] for r in kept]) for c in (0, 1)], dim=1)  # (N, 2, D)
-        scores = torch.einsum("ncd,nid->nci", caps, imgs)
+        scores = torch.stack([  # (n, caption, image)
+            torch.stack([scorer.pairs([image(r, i) for r in kept], [r[f"caption_{c}"] for r in kept]) for i in (0, 1)], dim=-1)
+            for c in (0, 1)
+        ], dim=1)
         result = protocols.winoground(scores, ties)
         metrics = {k: v.float().mean().item() for k, v in result.items()}
         metrics["n"] = len(kept)

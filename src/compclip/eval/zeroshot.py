@@ -12,7 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import DataError
 from . import protocols
@@ -41,7 +40,7 @@ class ZeroShot(Benchmark):
     def datasets(self, root) -> list[Path]:
         return sorted(p for p in (root / "zeroshot").iterdir() if p.is_dir())
 
-    def run(self, encoder, root, ties):
+    def run(self, scorer, root, ties):
         metrics = {}
         for folder in self.datasets(root):
             classes = sorted(p for p in folder.iterdir() if p.is_dir())
@@ -50,13 +49,12 @@ class ZeroShot(Benchmark):
             templates = _lines(folder / "templates.txt") or imagenet()["templates"]
             if len(names) != len(classes):
                 raise DataError(f"{folder}: {len(classes)} class folders but {len(names)} class names")
-            weights = torch.stack([F.normalize(encoder.texts([t.format(n) for t in templates]).mean(0), dim=0) for n in names])
             files, labels = [], []
             for label, c in enumerate(classes):
                 found = sorted(p for p in c.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
                 files += found
                 labels += [label] * len(found)
-            correct = protocols.picks(encoder.images(files) @ weights.T, torch.tensor(labels), ties)
+            correct = protocols.picks(scorer.class_scores(files, names, templates), torch.tensor(labels), ties)
             metrics[folder.name] = {**accuracy(correct), "classes": len(classes), "templates": len(templates)}
         metrics["overall"] = mean(m["acc"] for m in metrics.values())
         return Result(metrics, Missing())

@@ -13,44 +13,58 @@
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from ..errors import UsageError
 from . import c2lip, clic, clip, hardneg, negclip, siglip
-from .base import LossPart, Method, MethodFactory
+from .base import LossPart, Method, MethodFactory, NoOptions, make_options, option
 
-_REGISTRY: dict[str, MethodFactory] = {}
+_REGISTRY: dict[str, tuple[MethodFactory, type]] = {}
 
 
-def register_method(name: str, factory: MethodFactory) -> None:
-    """Make `factory(**options) -> [LossPart, ...]` available as `name`."""
+def register_method(name: str, factory: MethodFactory, options: type = NoOptions) -> None:
+    """Make `factory(options, concepts=..., seed=...) -> [LossPart, ...]` available as `name`.
+
+    `options` is a frozen dataclass whose fields (made with `base.option`) are the method's
+    options: `compclip methods` lists them and `compclip train --method-opt KEY=VALUE` sets them.
+    """
     if name in _REGISTRY:
         raise ValueError(f"method {name!r} is registered already")
-    _REGISTRY[name] = factory
+    _REGISTRY[name] = (factory, options)
 
 
 def list_methods() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def build_method(spec: str, **options: Any) -> Method:
-    """Build a method from its name or a `+`-joined combination; each factory takes the options it knows."""
+def method_options(name: str) -> type:
+    """The options dataclass of a registered method."""
+    return _REGISTRY[name][1]
+
+
+def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> Method:
+    """Build a method from its name or a `+`-joined combination.
+
+    `concepts` (a concept store or mapping) and `seed` go to every part; `options` are the parts'
+    declared options, by key (typed values, or strings as the command line gives them). A key
+    that no part declares is an error listing the valid ones.
+    """
+    names = spec.split("+")
+    unknown = [n for n in names if n not in _REGISTRY]
+    if unknown:
+        raise UsageError(f"unknown method {unknown[0]!r}; known: {', '.join(list_methods())}")
+    made = make_options(spec, [_REGISTRY[n][1] for n in names], options)
     parts: list[LossPart] = []
-    for name in spec.split("+"):
-        if name not in _REGISTRY:
-            raise UsageError(f"unknown method {name!r}; known: {', '.join(list_methods())}")
-        factory = _REGISTRY[name]
-        accepted = inspect.signature(factory).parameters
-        parts += factory(**{k: v for k, v in options.items() if k in accepted})
+    for name, opts in zip(names, made, strict=True):
+        parts += _REGISTRY[name][0](opts, concepts=concepts, seed=seed)
     return Method(spec, parts)
 
 
 register_method("siglip", siglip.build)
 register_method("clip", clip.build)
-register_method("c2lip", c2lip.build)
-register_method("hardneg", hardneg.build)
-register_method("negclip", negclip.build)
-register_method("clic", clic.build)
+register_method("c2lip", c2lip.build, c2lip.Options)
+register_method("hardneg", hardneg.build, hardneg.Options)
+register_method("negclip", negclip.build, negclip.Options)
+register_method("clic", clic.build, clic.Options)
 
-__all__ = ["LossPart", "Method", "build_method", "list_methods", "register_method"]
+__all__ = ["LossPart", "Method", "NoOptions", "build_method", "list_methods", "method_options", "option", "register_method"]

@@ -14,8 +14,11 @@ so the terms of all ranks add up to the full-batch loss (see `compclip.train.gat
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import dataclasses
+import difflib
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -25,20 +28,57 @@ from ..errors import UsageError
 from ..models.tokens import text_token_states, visual_token_embeddings
 
 
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """How the trainer carries one model output across micro-batches and ranks (`compclip.train.step`).
+
+    - `rows`: one row per image of the batch; concatenated over micro-batches and, with
+      `gather`, over ranks as `all_<name>`.
+    - `owned`: rows that each belong to an image, whose local index is the output `owner`;
+      concatenated with the owners offset by each micro-batch's first image and, with `gather`,
+      over ranks with the owners offset by each rank's first image.
+    - `scalar`: one value shared by the batch (τ, b): the micro-batch with gradients passes 1/A of it.
+    """
+
+    kind: str
+    owner: str | None = None
+    gather: bool = True
+
+
+ROWS, LOCAL_ROWS, SCALAR = Output("rows"), Output("rows", gather=False), Output("scalar")
+
+
+def owned(owner: str, gather: bool = True) -> Output:
+    return Output("owned", owner, gather)
+
+
 class LossPart(nn.Module):
     """One piece of a method. Subclasses set `name`, `contrastive` and `needs`, and implement `forward`."""
 
     name = ""
     contrastive = False
+    outputs: ClassVar[Mapping[str, Output]] = {}  # what `extend` adds, so the trainer can accumulate and gather it
     # model outputs the part reads beyond image/text features: "visual_tokens", "text_states"
     needs: frozenset[str] = frozenset()
     uses_concepts = False  # reads a concept store (`compclip concepts`) in its batch transform
     uses_logit_bias = False  # a sigmoid loss; otherwise the trainer freezes an unused logit bias (DDP needs every parameter used)
     locks_image = False  # trains with the image tower frozen
     alone = False  # changes the inputs themselves (CLIC's image pairs): no other part may see them
+    # A part may own modules (nn.Module attributes): the optimizer trains them at these rates (None: the run's),
+    # DDP wraps them, checkpoints save them as `method.safetensors` and a resumed run restores them.
+    lr: float | None = None
+    weight_decay: float | None = None
 
     def image_transform(self, model: nn.Module) -> Callable | None:
         """The reader's image transform when the part needs more than the model's training view."""
+        return None
+
+    def begin_step(self, step: int) -> None:
+        """Called before each optimizer step, for a part whose behaviour depends on it (CLIC alternates)."""
+
+    def scorer(self, model: nn.Module, preprocess: Callable, tokenizer, **kwargs: Any):
+        """The evaluation scorer of a model trained with this part (`compclip.eval.Scorer`), or None when
+        its score is the dual encoder's dot product. `kwargs` are `DualEncoderScorer`'s settings."""
         return None
 
     def inputs(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -75,8 +115,26 @@ class Method(nn.Module):
         self.name = name
         self.parts = nn.ModuleList(kept)
         self.needs = frozenset().union(*(p.needs for p in kept))
+        self.output_kinds = {**BASE_OUTPUTS, **{k: v for p in kept for k, v in p.outputs.items()}}
         self.locks_image = any(p.locks_image for p in kept)
         self.uses_logit_bias = any(p.uses_logit_bias for p in kept)
+
+    def begin_step(self, step: int) -> None:
+        for part in self.parts:
+            part.begin_step(step)
+
+    def scorer(self, model: nn.Module, preprocess: Callable, tokenizer, **kwargs: Any):
+        return next((s for s in (p.scorer(model, preprocess, tokenizer, **kwargs) for p in self.parts) if s is not None), None)
+
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
+        """Optimizer groups of the parts' own parameters, each at its part's rates (default: the run's)."""
+        groups = []
+        for part in self.parts:
+            params = [p for p in part.parameters() if p.requires_grad]
+            if params:
+                groups.append({"params": params, "lr": lr if part.lr is None else part.lr,
+                               "weight_decay": weight_decay if part.weight_decay is None else part.weight_decay})
+        return groups
 
     def image_transform(self, model: nn.Module) -> Callable | None:
         return next((t for t in (p.image_transform(model) for p in self.parts) if t is not None), None)
@@ -125,6 +183,10 @@ class Method(nn.Module):
         return terms
 
 
+BASE_OUTPUTS = {"image_features": ROWS, "text_features": ROWS, "visual_tokens": LOCAL_ROWS, "logit_scale": SCALAR,
+                "logit_bias": SCALAR}
+
+
 def sigmoid_pairs_loss(logits: torch.Tensor, positive: torch.Tensor, count: int) -> torch.Tensor:
     """−Σ log σ(z·logits) / count with z = +1 on `positive` pairs and −1 elsewhere."""
     z = positive.to(logits.dtype) * 2 - 1
@@ -145,4 +207,49 @@ def require_concept_fields(concepts, fields: tuple[str, ...], method: str) -> No
                          f"build a store with `compclip concepts --what {wanted}`")
 
 
-MethodFactory = Callable[..., list[LossPart]]
+def option(default: Any, help: str) -> Any:
+    """A method option: a dataclass field with its default and the one-line help `compclip methods` shows."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """A method without options."""
+
+
+MethodFactory = Callable[..., list[LossPart]]  # factory(options, *, concepts, seed) -> parts
+
+
+def _parse(text: str, kind: Any, key: str) -> Any:
+    """A command-line string as the option's declared type (int, float, bool, str, or one of them or None)."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if args and len(args) < len(typing.get_args(kind)):  # X | None
+        return None if text.lower() in ("none", "null", "") else _parse(text, args[0], key)
+    if kind is bool:
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise UsageError(f"--method-opt {key}={text}: expected true or false")
+        return text.lower() in ("true", "1", "yes")
+    try:
+        return kind(text)
+    except ValueError:
+        raise UsageError(f"--method-opt {key}={text}: expected {kind.__name__}") from None
+
+
+def make_options(method: str, declared: list[type], given: Mapping[str, Any]) -> list[Any]:
+    """One options instance per declared dataclass, from `given` ({key: value or command-line string}).
+
+    A key no part declares is an error listing the valid ones: a typo never vanishes silently.
+    """
+    valid = {f.name for cls in declared for f in dataclasses.fields(cls)}
+    unknown = sorted(set(given) - valid)
+    if unknown:
+        close = {k: difflib.get_close_matches(k, valid, n=1) for k in unknown}
+        hints = "".join(f" (did you mean {c[0]}?)" for c in close.values() if c)
+        known = ", ".join(sorted(valid)) or "none"
+        raise UsageError(f"method {method} has no option {', '.join(unknown)}{hints}; its options: {known} (see `compclip methods`)")
+    made = []
+    for cls in declared:
+        hints = typing.get_type_hints(cls)
+        values = {f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given}
+        made.append(cls(**{k: _parse(v, hints[k], k) if isinstance(v, str) and hints[k] is not str else v for k, v in values.items()}))
+    return made

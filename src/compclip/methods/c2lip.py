@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import open_clip
 import torch
@@ -19,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import UsageError
 from ..models.factory import LazyTokenizer
 from ..models.tokens import visual_token_embeddings
-from .base import LossPart, sigmoid_pairs_loss
+from .base import LossPart, Output, option, owned, sigmoid_pairs_loss
 from .siglip import SigLIPLoss
 
 __all__ = [
@@ -189,6 +191,8 @@ class C2LIPLoss(LossPart):
 
     name = "c2lip"
     needs = frozenset({"visual_tokens", "text_states"})
+    # every image meets every concept of the global batch
+    outputs: ClassVar[Mapping[str, Output]] = {"concept_features": owned("concept_image")}
     uses_concepts = True
     uses_logit_bias = True
 
@@ -250,5 +254,14 @@ class C2LIPLoss(LossPart):
         }
 
 
-def build(concepts=None, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01, temperature: float | None = None):
-    return [SigLIPLoss(), C2LIPLoss(concepts, mode, lambda_npc, lambda_xac, temperature)]
+@dataclass(frozen=True)
+class Options:
+    concept_mode: str = option("span", "span (pool the caption's own token states over the phrase) or separate (encode each phrase)")
+    lambda_npc: float = option(1.0, "weight of the noun-phrase concept loss L_npc")
+    lambda_xac: float = option(0.01, "weight of the cross-attention concept loss L_xac")
+    xac_temperature: float | None = option(None, "cross-attention temperature; none: √D")
+
+
+def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
+    o = options
+    return [SigLIPLoss(), C2LIPLoss(concepts, o.concept_mode, o.lambda_npc, o.lambda_xac, o.xac_temperature)]

@@ -12,8 +12,9 @@ POS tags come from the concept store, so no spaCy runs in the data loader.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +24,7 @@ from torchvision import transforms as T
 from ..errors import UsageError
 from ..models.factory import train_preprocess
 from ..text import sentences
-from .base import LossPart, require_concept_fields
+from .base import ROWS, LossPart, Output, option, owned, require_concept_fields
 from .clip import clip_loss
 from .text import caption_rng, join_sentences, recase
 
@@ -103,6 +104,7 @@ class CLICLoss(LossPart):
 
     name = "clic"
     contrastive = True
+    outputs: ClassVar[Mapping[str, Output]] = {"positive_features": ROWS, "negative_features": owned("negative_image", gather=False)}
     uses_concepts = True
     alone = True
 
@@ -112,6 +114,7 @@ class CLICLoss(LossPart):
         require_concept_fields(concepts, ("pos",), self.name)
         self.concepts, self.seed = concepts, seed
         self.locks_image = not train_image
+        self.step = 0
         self.lambda_cont, self.lambda_neg, self.lambda_uni = lambda_cont, lambda_neg, lambda_uni
 
     def image_transform(self, model):
@@ -166,18 +169,20 @@ class CLICLoss(LossPart):
         batch["negative_text"] = tokenizer(negatives) if negatives else batch["first_text"][:0]
         batch["negative_image"] = torch.tensor(owners, dtype=torch.long)
 
-    @staticmethod
-    def pair_step(batch) -> bool:
-        """Even steps train on pairs, odd steps are plain CLIP steps (a batch without a step is a pair step)."""
-        return batch.get("step", 0) % 2 == 0
+    def begin_step(self, step):
+        self.step = step
+
+    def pair_step(self) -> bool:
+        """Even steps train on pairs, odd steps are plain CLIP steps."""
+        return self.step % 2 == 0
 
     def inputs(self, batch):
-        if self.pair_step(batch):
+        if self.pair_step():
             return {**batch, "image": batch["pair_image"], "text": batch["positive_text"][:, 0]}
         return {**batch, "text": batch["first_text"]}
 
     def extend(self, model, batch, out):
-        if not self.pair_step(batch):
+        if not self.pair_step():
             return
         more = batch["positive_text"][:, 1:]
         features = model.encode_text(torch.cat([more.reshape(-1, more.shape[-1]), batch["negative_text"]]))
@@ -206,5 +211,14 @@ class CLICLoss(LossPart):
         return {"cont": self.lambda_cont * cont, "sneg": self.lambda_neg * sneg, "uni": self.lambda_uni * uni}
 
 
-def build(concepts=None, train_image: bool = False, seed: int = 0) -> list[LossPart]:
-    return [CLICLoss(concepts, train_image, seed)]
+@dataclass(frozen=True)
+class Options:
+    train_image: bool = option(False, "train the vision tower too (frozen by default, as the paper)")
+    lambda_cont: float = option(0.5, "weight of the contrastive loss over the four positives")
+    lambda_neg: float = option(0.5, "weight of the swapped-negative loss L_S-Neg")
+    lambda_uni: float = option(1.0, "weight of the uni-modal loss ‖φ(p1) − φ(p2)‖")
+
+
+def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
+    o = options
+    return [CLICLoss(concepts, o.train_image, seed, o.lambda_cont, o.lambda_neg, o.lambda_uni)]

@@ -42,5 +42,5 @@ class CLIPLoss(LossPart):
                                   image_offset=out.get("image_offset", 0))}
 
 
-def build() -> list[LossPart]:
+def build(options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     return [CLIPLoss()]

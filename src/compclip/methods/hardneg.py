@@ -7,14 +7,16 @@ keyword train as plain pairs. `negclip` feeds the same loss with noun-phrase swa
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from ..concepts.keywords import KEYWORDS, find_keywords, replacements, with_case_of
 from ..errors import UsageError
-from .base import LossPart
+from .base import LossPart, Output, option, owned
 from .clip import clip_loss
 from .text import caption_rng
 
@@ -74,6 +76,8 @@ class HardNegativeLoss(LossPart):
 
     name = "hardneg"
     contrastive = True
+    # negatives stay on their rank: only their own image's row reads them
+    outputs: ClassVar[Mapping[str, Output]] = {"negative_features": owned("negative_image", gather=False)}
 
     def __init__(self, k: int = 1, seed: int = 0, classes: Sequence[str] = CLASSES):
         super().__init__()
@@ -116,5 +120,11 @@ def parse_classes(classes: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(c.strip() for c in classes.split(",") if c.strip()) if isinstance(classes, str) else tuple(classes)
 
 
-def build(negatives: int = 1, negative_classes: str | Sequence[str] = CLASSES, seed: int = 0) -> list[LossPart]:
-    return [HardNegativeLoss(negatives, seed, parse_classes(negative_classes))]
+@dataclass(frozen=True)
+class Options:
+    negatives: int = option(1, "hard negatives per image, 1 to 3 (HN1-HN3)")
+    negative_classes: str = option(",".join(CLASSES), "comma-separated keyword classes to permute")
+
+
+def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
+    return [HardNegativeLoss(options.negatives, seed, parse_classes(options.negative_classes))]

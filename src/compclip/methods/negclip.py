@@ -7,10 +7,11 @@ InfoNCE as `hardneg` (each image's own negatives as extra columns).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..text import sentences
-from .base import LossPart, require_concept_fields
+from .base import LossPart, option, require_concept_fields
 from .hardneg import HardNegativeLoss
 from .text import caption_rng, recase
 
@@ -82,5 +83,10 @@ class SwapNegativeLoss(HardNegativeLoss):
         return swap_negatives(caption, record, self.k, self.seed)
 
 
-def build(concepts=None, negatives: int = 1, seed: int = 0) -> Sequence[LossPart]:
-    return [SwapNegativeLoss(concepts, negatives, seed)]
+@dataclass(frozen=True)
+class Options:
+    negatives: int = option(1, "swapped negatives per image, 1 to 3")
+
+
+def build(options: Options, *, concepts=None, seed: int = 0) -> Sequence[LossPart]:
+    return [SwapNegativeLoss(concepts, options.negatives, seed)]

@@ -23,5 +23,5 @@ class SigLIPLoss(LossPart):
         return {"siglip": sigmoid_pairs_loss(logits, positive, texts.shape[0])}
 
 
-def build() -> list[LossPart]:
+def build(options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     return [SigLIPLoss()]

@@ -28,6 +28,7 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 OPEN_CLIP_CONFIG_NAME = "open_clip_config.json"
 STATE_NAME = "training_state.pt"  # optimizer, scheduler, RNG and data position, for resuming
+MODULES_NAME = "method.safetensors"  # the modules a method owns (not part of the open_clip model)
 SPEC_ATTR = "compclip_spec"  # set on every model load_model returns
 _SPEC_KEYS = ("model_name", "model_cfg", "preprocess_cfg", "tokenizer", "pretrained")
 
@@ -85,20 +86,25 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     return config
 
 
-def save_checkpoint(model: torch.nn.Module, folder: str | Path, state: dict[str, Any] | None = None, **metadata: Any) -> Path:
+def save_checkpoint(model: torch.nn.Module, folder: str | Path, state: dict[str, Any] | None = None,
+                    modules: dict[str, torch.Tensor] | None = None, **metadata: Any) -> Path:
     """Write `model` to `folder` atomically, with `metadata` (method, training arguments, step...).
 
-    `state`, a trainer's resumable state (tensors and plain values only), goes to `training_state.pt`.
+    `state`, a trainer's resumable state (tensors and plain values only), goes to `training_state.pt`;
+    `modules`, the state dict of the modules a method owns, to `method.safetensors`, named in `config.json`.
     """
     model = unwrap(model)
     spec = model_spec(model)
-    clash = sorted(set(metadata) & {"compclip_version", "state", *_SPEC_KEYS})
+    clash = sorted(set(metadata) & {"compclip_version", "state", "method_weights", *_SPEC_KEYS})
     if clash:
         raise ValueError(f"metadata keys {clash} are reserved for the model spec")
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     with atomic_dir(folder) as tmp:
         save_file(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
         write_json(tmp / OPEN_CLIP_CONFIG_NAME, {"model_cfg": spec["model_cfg"], "preprocess_cfg": spec["preprocess_cfg"]})
+        if modules:
+            save_file({k: v.detach().to("cpu").contiguous() for k, v in modules.items()}, tmp / MODULES_NAME)
+            metadata = {**metadata, "method_weights": MODULES_NAME}
         write_json(tmp / CONFIG_NAME, {"compclip_version": __version__, **spec, **metadata})
         if state is not None:
             torch.save(state, tmp / STATE_NAME)
@@ -151,6 +157,17 @@ def load_weights(model: torch.nn.Module, file: str | Path) -> None:
         ) from None
 
 
+def load_module_weights(method: torch.nn.Module, folder: str | Path) -> None:
+    """Restore the modules a method owns from a checkpoint folder, strictly (nothing to do for a method without any)."""
+    file = Path(folder) / MODULES_NAME
+    if not method.state_dict() and not file.is_file():
+        return
+    with _reading(file):
+        missing, unexpected = method.load_state_dict(load_file(file), strict=False)
+    if missing or unexpected:
+        raise CheckpointMismatchError(file, sorted(missing), sorted(unexpected), [])
+
+
 def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
     """Write a plain open_clip state dict; returns the Python that loads it with open_clip alone."""
     from .bundled import BUNDLED_MODELS
@@ -162,6 +179,9 @@ def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
         save_file(tensors, tmp, metadata={"format": "pt", "open_clip_model": name})
     builtin = open_clip.get_model_config(name) if ":" not in name else None
     tokenizer = _tokenizer_line(config["tokenizer"])
+    if config.get("method_weights"):
+        tokenizer += (f"\n# note: the modules the {config.get('method')} method trained ({config['method_weights']}) are not part "
+                      "of this export; compclip.eval.load_scorer(CHECKPOINT) evaluates with them")
     if builtin is None:
         return f"model, _, preprocess = open_clip.create_model_and_transforms('local-dir:{Path(checkpoint)}')\n{tokenizer}"
     forces = []

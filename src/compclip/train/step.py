@@ -13,52 +13,51 @@ ranks' loss terms add up to the full-batch loss.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
+from ..methods.base import Output
 from .distributed import DistEnv, gather_rows, row_counts
 
-IMAGE_ROWS = ("image_features", "text_features", "visual_tokens", "positive_features")  # one row per image
-OWNED = (("concept_features", "concept_image"), ("negative_features", "negative_image"))  # rows with an owner image
-SHARED = ("logit_scale", "logit_bias")
 
-
-def merge_micro(outs: list[dict[str, Any]], current: int) -> dict[str, Any]:
-    """Concatenate micro-batch outputs; take shared scalars from the micro-batch with gradients."""
-    merged: dict[str, Any] = {}
-    for key in IMAGE_ROWS:
-        if key in outs[0]:
-            merged[key] = torch.cat([o[key] for o in outs])
+def merge_micro(outs: list[dict[str, Any]], current: int, kinds: Mapping[str, Output]) -> dict[str, Any]:
+    """Concatenate micro-batch outputs as each one's declared kind says; scalars from the micro-batch with gradients."""
     starts = [0]
     for o in outs[:-1]:
         starts.append(starts[-1] + o["image_features"].shape[0])
-    for key, owner in OWNED:
-        if key in outs[0]:
+    merged: dict[str, Any] = {}
+    for key, kind in kinds.items():
+        if key not in outs[current]:  # a part's output on steps where it adds none (CLIC's plain steps)
+            continue
+        if kind.kind == "rows":
             merged[key] = torch.cat([o[key] for o in outs])
-            merged[owner] = torch.cat([o[owner] + s for o, s in zip(outs, starts, strict=True)])
-    for key in SHARED:
-        value = outs[current][key]
-        if isinstance(value, torch.Tensor) and value.requires_grad and len(outs) > 1:
-            value = value.detach() + (value - value.detach()) / len(outs)
-        merged[key] = value
+        elif kind.kind == "owned":
+            merged[key] = torch.cat([o[key] for o in outs])
+            merged[kind.owner] = torch.cat([o[kind.owner] + s for o, s in zip(outs, starts, strict=True)])
+        else:
+            value = outs[current][key]
+            if isinstance(value, torch.Tensor) and value.requires_grad and len(outs) > 1:
+                value = value.detach() + (value - value.detach()) / len(outs)
+            merged[key] = value
     return merged
 
 
-def gather_outputs(local: dict[str, Any], env: DistEnv) -> dict[str, Any]:
-    """Add the global columns (`all_*`) and this rank's `image_offset` to the local rows."""
+def gather_outputs(local: dict[str, Any], env: DistEnv, kinds: Mapping[str, Output]) -> dict[str, Any]:
+    """Add the global columns (`all_*`) of every gathered output and this rank's `image_offset` to the local rows."""
     out = dict(local)
     sizes = row_counts(local["image_features"].shape[0], env, local["image_features"].device)
     out["image_offset"] = sum(sizes[: env.rank])
-    out["all_image_features"] = gather_rows(local["image_features"], env, sizes)
-    out["all_text_features"] = gather_rows(local["text_features"], env, sizes)
-    if "positive_features" in local:
-        out["all_positive_features"] = gather_rows(local["positive_features"], env, sizes)
-    if "concept_features" in local:
-        counts = row_counts(local["concept_features"].shape[0], env, local["concept_features"].device)
-        out["all_concept_features"] = gather_rows(local["concept_features"], env, counts)
-        out["all_concept_image"] = gather_rows(local["concept_image"] + out["image_offset"], env, counts)
+    for key, kind in kinds.items():
+        if key not in local or not kind.gather or kind.kind == "scalar":
+            continue
+        if kind.kind == "rows":
+            out[f"all_{key}"] = gather_rows(local[key], env, sizes)
+        else:
+            counts = row_counts(local[key].shape[0], env, local[key].device)
+            out[f"all_{key}"] = gather_rows(local[key], env, counts)
+            out[f"all_{kind.owner}"] = gather_rows(local[kind.owner] + out["image_offset"], env, counts)
     return out
 
 
@@ -83,7 +82,7 @@ def loss_step(
             with autocast():
                 current = module(batch)
                 outs = [*cached[:j], current, *cached[j + 1:]] if cached else [current]
-                terms = method(gather_outputs(merge_micro(outs, j), env))
+                terms = method(gather_outputs(merge_micro(outs, j, method.output_kinds), env, method.output_kinds))
                 total = sum(terms.values())
             backward(total * env.world_size)
     values = torch.stack([t.detach().float() for t in terms.values()])

@@ -29,7 +29,7 @@ from ..data import is_tar_shards
 from ..data.skips import MAX_WORKERS
 from ..errors import DataError, MissingFileError, UsageError
 from ..io import atomic_path, write_json
-from ..models.checkpoint import STATE_NAME
+from ..models.checkpoint import STATE_NAME, load_module_weights
 from ..progress import progress
 from .distributed import DistEnv, init_distributed
 from .step import loss_step
@@ -45,13 +45,7 @@ class TrainConfig:
     out: str
     pretrained: str | None = None
     concepts: str | None = None
-    concept_mode: str = "span"
-    lambda_npc: float = 1.0
-    lambda_xac: float = 0.01
-    xac_temperature: float | None = None
-    negatives: int = 1  # hardneg / negclip: negatives per image (HN1-HN3)
-    negative_classes: str = "color,object,location,size"  # hardneg's keyword classes
-    clic_train_image: bool = False  # CLIC freezes the vision tower unless this is set
+    method_options: dict[str, Any] = field(default_factory=dict)  # the method's declared options (`compclip methods`)
     image_key: str = "image"
     caption_key: str = "caption"
     image_root: str | None = None  # CSV/JSON image paths are relative to this (default: the file's folder)
@@ -76,7 +70,6 @@ class TrainConfig:
     log_every: int = 1
     eval_every: int = 0
     device: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Every value checked before a model is built or a file written; errors name the CLI option."""
@@ -139,9 +132,9 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str,
     return [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": weight_decay}]
 
 
-def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
-    """One of OPTIMIZERS (`TrainConfig.validate` has checked the name)."""
-    groups = _param_groups(model, cfg.weight_decay)
+def _optimizer(cfg: TrainConfig, model: torch.nn.Module, method) -> torch.optim.Optimizer:
+    """One of OPTIMIZERS (`TrainConfig.validate` has checked the name), over the model and the method's own modules."""
+    groups = _param_groups(model, cfg.weight_decay) + method.param_groups(cfg.lr, cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr)
     # adam: weight decay as L2 in the gradient, as torch's Adam does it; adamw: decoupled
@@ -197,11 +190,7 @@ class Trainer:
         self.env: DistEnv = init_distributed(cfg.device)
         self.out = Path(cfg.out)
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else None
-        self.method = build_method(
-            cfg.method, concepts=concepts, mode=cfg.concept_mode, lambda_npc=cfg.lambda_npc,
-            lambda_xac=cfg.lambda_xac, temperature=cfg.xac_temperature, negatives=cfg.negatives,
-            negative_classes=cfg.negative_classes, train_image=cfg.clic_train_image, seed=cfg.seed, **cfg.extra,
-        )
+        self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)
         if concepts is None and any(p.uses_concepts for p in self.method.parts):
             raise UsageError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`)")
         torch.manual_seed(cfg.seed)  # the model's initialisation, where it is built from scratch
@@ -219,7 +208,7 @@ class Trainer:
         if self.env.distributed:
             ids = [self.env.device.index] if self.env.device.type == "cuda" else None
             self.module = DistributedDataParallel(self.module, device_ids=ids)
-        self.optimizer = _optimizer(cfg, model)
+        self.optimizer = _optimizer(cfg, model, self.method)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         self.scaler = torch.amp.GradScaler(enabled=cfg.precision == "amp")
         transform = self.method.image_transform(model) or train_preprocess(model)
@@ -252,12 +241,12 @@ class Trainer:
     def _batches(self) -> Iterator[dict[str, Any]]:
         """Micro-batches forever, epoch after epoch, recording the data position of each."""
         while True:
-            empty = True
+            empty, resumed = True, bool(self.data.positions)  # a run resumed at the end of an epoch finds it empty
             for batch in self._loader():
                 empty = False
                 self.data.consumed(batch)
                 yield {k: v.to(self.env.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            if empty:
+            if empty and not resumed:
                 raise DataError(self._nothing_to_train_on())
             self.reader.skips.log_summary()
             self.data.new_epoch()
@@ -296,9 +285,8 @@ class Trainer:
                 "ranks": ranks,
             }
             folder = self.out / "checkpoints" / f"step_{self.step:07d}"
-            save_checkpoint(
-                self.model, folder, state=state, method=self.cfg.method, step=self.step, train_args=dataclasses.asdict(self.cfg)
-            )
+            save_checkpoint(self.model, folder, state=state, modules=self.method.state_dict(), method=self.cfg.method,
+                            step=self.step, train_args=dataclasses.asdict(self.cfg))
             with atomic_path(self.out / "checkpoints" / "latest") as tmp:
                 tmp.write_text(folder.name)
             for old in sorted((self.out / "checkpoints").glob("step_*"))[: -max(1, self.cfg.keep)]:
@@ -317,6 +305,7 @@ class Trainer:
         if len(state["ranks"]) != self.env.world_size:
             raise UsageError(f"{folder} was written by {len(state['ranks'])} processes, this run has {self.env.world_size}")
         load_weights(self.model, folder / "model.safetensors")
+        load_module_weights(self.method, folder)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
@@ -368,7 +357,8 @@ class Trainer:
         terms: dict[str, float] = {}
         for _ in bar:
             start = time.perf_counter()
-            micro = [{**next(batches), "step": self.step} for _ in range(cfg.accum_freq)]  # CLIC alternates by step
+            micro = [next(batches) for _ in range(cfg.accum_freq)]
+            self.method.begin_step(self.step)
             self.optimizer.zero_grad(set_to_none=True)
             terms = loss_step(self.module, self.method, micro, self.env, self._autocast, self._backward)
             self.scaler.step(self.optimizer)

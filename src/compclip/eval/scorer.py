@@ -1,0 +1,223 @@
+"""Scorers: what every benchmark asks of a model, one score per image–text pair.
+
+A benchmark never computes a similarity itself: it asks a `Scorer` for `pairs` (one score per
+(image, text)), a `matrix` (every image against every text: retrieval), `class_scores`
+(zero-shot) and, where the model has one, `text_pairs` (SugarCrepe++'s text-only score; a scorer
+without it gives None and the benchmark reports "n/a"). So a model whose score is not a dot
+product of two pooled vectors (OC-CLIP's graph-conditioned score) runs every benchmark unchanged.
+
+`DualEncoderScorer` is the scorer of every CLIP-style model: each unique image and caption is
+encoded once per run (de-duplicated, texts in batches of similar length), optionally under
+autocast, and can be kept on disk keyed by a hash of every weight the score depends on and each
+file (path, size, mtime).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch.utils.data import DataLoader, Dataset
+
+from ..data import decode_image
+from ..io import atomic_path
+from ..models.tokens import short_text_encoder
+from ..progress import progress
+
+log = logging.getLogger("compclip.eval")
+
+
+Box = tuple[float, float, float, float]  # left, top, right, bottom: a crop (ARO's regions)
+
+
+def _image_key(path: str | Path, box: Box | None) -> str:
+    return str(Path(path)) if box is None else f"{Path(path)}#{','.join(map(str, box))}"
+
+
+def _split_key(key: str) -> tuple[Path, Box | None]:
+    path, _, box = key.partition("#")
+    return Path(path), tuple(float(v) for v in box.split(",")) if box else None
+
+
+class _Images(Dataset):
+    def __init__(self, keys: Sequence[str], preprocess: Callable):
+        self.keys, self.preprocess = list(keys), preprocess
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        path, box = _split_key(self.keys[i])
+        image = decode_image(path)
+        return self.preprocess(image.crop(box) if box else image)
+
+
+def model_key(model: torch.nn.Module) -> str:
+    """A hash of the weights themselves (and the architecture), naming the model in the cache."""
+    digest = hashlib.sha256(json.dumps(getattr(model, "compclip_spec", {}).get("model_cfg"), sort_keys=True).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+PRECISIONS = ("fp32", "amp_bf16", "amp")
+
+
+def autocast(device: torch.device, precision: str):
+    """`torch.autocast` for amp (fp16) and amp_bf16, nothing for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "amp_bf16" else torch.float16)
+
+
+class Scorer:
+    """Scores of image–text pairs. Subclasses implement `pairs` and `matrix`; the rest have defaults."""
+
+    encoded: dict[str, int]  # what the scorer computed in this run, for the log
+
+    def pairs(self, images: Sequence[str | Path], texts: Sequence[str], boxes: Sequence[Box] | None = None) -> torch.Tensor:
+        """One score per (images[k], texts[k]), of the image or its `boxes[k]` crop."""
+        raise NotImplementedError
+
+    def matrix(self, images: Sequence[str | Path], texts: Sequence[str]) -> torch.Tensor:
+        """Every image against every text: (len(images), len(texts)), computed in chunks."""
+        raise NotImplementedError
+
+    def class_scores(self, images: Sequence[str | Path], classes: Sequence[str], templates: Sequence[str]) -> torch.Tensor:
+        """(images, classes) zero-shot scores: by default the mean score over the class's prompts."""
+        prompts = [t.format(c) for c in classes for t in templates]
+        return self.matrix(images, prompts).view(len(images), len(classes), len(templates)).mean(-1)
+
+    def text_pairs(self, a: Sequence[str], b: Sequence[str]) -> torch.Tensor | None:
+        """One text-to-text score per (a[k], b[k]), or None for a model that has no such score."""
+        return None
+
+
+def load_scorer(model: str, pretrained: str | None = None, device: str = "cpu", batch_size: int = 64, workers: int = 2,
+                cache_dir: str | Path | None = None, precision: str = "fp32") -> Scorer:
+    """The scorer of a model named as `load_model` takes it. A checkpoint whose method owns modules
+    (`method.safetensors`) is scored by that method's scorer, its modules restored."""
+    from ..models import load_model
+    from ..models.checkpoint import CONFIG_NAME, load_module_weights, read_config
+
+    net, preprocess, tokenizer = load_model(model, pretrained, device=device)
+    settings = {"device": device, "batch_size": batch_size, "workers": workers, "cache_dir": cache_dir, "precision": precision}
+    if (Path(model) / CONFIG_NAME).is_file() and read_config(model).get("method_weights"):
+        from ..methods import build_method
+
+        config = read_config(model)
+        method = build_method(config["method"], **config.get("train_args", {}).get("method_options", {}))
+        load_module_weights(method, model)
+        scorer = method.to(device).eval().scorer(net, preprocess, tokenizer, **settings)
+        if scorer is not None:
+            return scorer
+    return DualEncoderScorer(net, preprocess, tokenizer, **settings)
+
+
+class DualEncoderScorer(Scorer):
+    """A CLIP-style model: the score is the dot product of L2-normalised image and text embeddings."""
+
+    def __init__(self, model, preprocess, tokenizer, device="cpu", batch_size: int = 64, workers: int = 2,
+                 cache_dir: str | Path | None = None, precision: str = "fp32"):
+        self.model, self.preprocess, self.tokenizer = model.eval(), preprocess, tokenizer
+        self.device, self.batch_size, self.workers = torch.device(device), batch_size, workers
+        self.precision = precision
+        self.cache = Path(cache_dir) / f"{model_key(model)}-{precision}" if cache_dir else None
+        self._images: dict[str, torch.Tensor] = {}
+        self._texts: dict[str, torch.Tensor] = {}
+        self.encoded = {"images": 0, "texts": 0}  # how many this scorer actually computed
+
+    # -- scores -----------------------------------------------------------------------
+    def pairs(self, images, texts, boxes=None):
+        return (self.images(images, boxes) * self.texts(texts)).sum(-1)
+
+    def matrix(self, images, texts):
+        return self.images(images) @ self.texts(texts).T
+
+    def class_scores(self, images, classes, templates):
+        """CLIP's prompt ensemble: each class is the normalised mean of its prompts' embeddings."""
+        weights = torch.stack([F.normalize(self.texts([t.format(c) for t in templates]).mean(0), dim=0) for c in classes])
+        return self.images(images) @ weights.T
+
+    def text_pairs(self, a, b):
+        return (self.texts(a) * self.texts(b)).sum(-1)
+
+    # -- embeddings -------------------------------------------------------------------
+    def images(self, paths: Sequence[str | Path], boxes: Sequence[Box] | None = None) -> torch.Tensor:
+        """L2-normalised embeddings, one row per path (repeats allowed), of the image or its `boxes` crop."""
+        keys = [_image_key(p, b) for p, b in zip(paths, boxes or [None] * len(paths), strict=True)]
+        self._fill(self._images, keys, "images", self._encode_images)
+        return torch.stack([self._images[k] for k in keys]) if keys else torch.empty(0, 0)
+
+    def texts(self, captions: Sequence[str]) -> torch.Tensor:
+        keys = list(captions)
+        self._fill(self._texts, keys, "texts", self._encode_texts)
+        return torch.stack([self._texts[k] for k in keys]) if keys else torch.empty(0, 0)
+
+    # -- internals --------------------------------------------------------------------
+    def _fill(self, memo: dict, keys: list[str], kind: str, encode: Callable[[list[str]], torch.Tensor]) -> None:
+        todo = [k for k in dict.fromkeys(keys) if k not in memo]
+        if not todo:
+            return
+        cached = self._load(kind, todo)
+        if cached is None:
+            embeddings = encode(todo)
+            self.encoded[kind] += len(todo)
+            self._save(kind, todo, embeddings)
+        else:
+            embeddings = cached
+        memo.update(zip(todo, embeddings, strict=True))
+
+    def _cache_file(self, kind: str, keys: list[str]) -> Path:
+        if kind == "images":  # a file's identity: its path (and crop), size and modification time
+            stats = [_split_key(k)[0].stat() for k in keys]
+            ids = [f"{k}|{st.st_size}|{st.st_mtime_ns}" for k, st in zip(keys, stats, strict=True)]
+        else:
+            ids = keys
+        digest = hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return self.cache / f"{kind}-{digest}.safetensors"
+
+    def _load(self, kind: str, keys: list[str]) -> torch.Tensor | None:
+        if self.cache is None:
+            return None
+        file = self._cache_file(kind, keys)
+        return load_file(file)["embeddings"] if file.is_file() else None
+
+    def _save(self, kind: str, keys: list[str], embeddings: torch.Tensor) -> None:
+        if self.cache is None:
+            return
+        self.cache.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self._cache_file(kind, keys)) as tmp:
+            save_file({"embeddings": embeddings.contiguous()}, tmp)
+
+    @torch.no_grad()
+    def _encode_images(self, keys: list[str]) -> torch.Tensor:
+        loader = DataLoader(_Images(keys, self.preprocess), batch_size=self.batch_size, num_workers=self.workers)
+        rows = []
+        for batch in progress(loader, "images", total=len(loader), unit="batch"):
+            with autocast(self.device, self.precision):
+                rows.append(F.normalize(self.model.encode_image(batch.to(self.device)).float(), dim=-1).cpu())
+        return torch.cat(rows)
+
+    @torch.no_grad()
+    def _encode_texts(self, keys: list[str]) -> torch.Tensor:
+        """Texts in batches of similar length; causal towers then skip the padding (`short_text_encoder`)."""
+        encode = short_text_encoder(self.model) or self.model.encode_text
+        tokens = self.tokenizer(keys)
+        order = torch.argsort((tokens != 0).sum(dim=1), stable=True)
+        step = self.batch_size * 4
+        rows = []
+        for start in progress(range(0, len(keys), step), "texts", total=-(-len(keys) // step), unit="batch"):
+            with autocast(self.device, self.precision):
+                rows.append(F.normalize(encode(tokens[order[start : start + step]].to(self.device)).float(), dim=-1).cpu())
+        rows = torch.cat(rows)
+        out = torch.empty_like(rows)
+        out[order] = rows  # back to the callers' order
+        return out
