@@ -4,6 +4,7 @@ import json
 import re
 
 import pytest
+import torch
 from PIL import Image
 
 from compclip.world import COLORS, Scene, WorldConfig, generate, relation
@@ -149,3 +150,20 @@ def test_every_scene_keeps_all_its_objects():
         rng = random.Random(seed)
         chosen = rng.sample(pairs, 4)
         assert [(o.color, o.shape) for o in place(rng, seed, chosen).objects] == chosen
+
+
+def test_every_world_benchmark_gives_the_same_json_through_any_scorer(world):
+    """Benchmarks ask only the Scorer interface: the dual encoder's batched paths (embeddings multiplied in
+    bulk, CLIP's prompt ensemble) and a scorer that scores one pair at a time give the same results. The
+    colour model's 0/1 embeddings make every score exact, so "the same" means equal, not close."""
+    from compclip.eval import REGISTRY
+    from test_eval_formats import PairwiseScorer, scorer
+
+    class PairwiseWithTexts(PairwiseScorer):
+        def text_pairs(self, a, b):
+            return torch.tensor([float(self.embed.texts([x])[0] @ self.embed.texts([y])[0]) for x, y in zip(a, b, strict=True)])
+
+    for root in (world / "test_seen", world / "test_unseen"):
+        for name in ("sugarcrepe", "sugarcrepe_pp", "zeroshot", "retrieval"):
+            dual, pairwise = REGISTRY[name].run(scorer(), root, "strict"), REGISTRY[name].run(PairwiseWithTexts(), root, "strict")
+            assert dual.metrics == pairwise.metrics, (root.name, name)
