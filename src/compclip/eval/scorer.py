@@ -109,10 +109,10 @@ def load_scorer(model: str, pretrained: str | None = None, device: str = "cpu", 
 
     net, preprocess, tokenizer = load_model(model, pretrained, device=device)
     settings = {"device": device, "batch_size": batch_size, "workers": workers, "cache_dir": cache_dir, "precision": precision}
-    if (Path(model) / CONFIG_NAME).is_file() and read_config(model).get("method_weights"):
+    config = read_config(model) if (Path(model) / CONFIG_NAME).is_file() else {}
+    if config.get("method_weights"):
         from ..methods import build_method
 
-        config = read_config(model)
         method = build_method(config["method"], **config.get("train_args", {}).get("method_options", {}))
         load_module_weights(method, model)
         scorer = method.to(device).eval().scorer(net, preprocess, tokenizer, **settings)
