@@ -10,9 +10,10 @@ from typing import Any
 from .. import __version__
 from ..errors import MissingFileError, UsageError
 from ..io import write_json
+from ..precision import PRECISIONS
 from . import protocols
 from .base import REGISTRY, data_root
-from .scorer import PRECISIONS, load_scorer
+from .scorer import load_scorer
 
 log = logging.getLogger("compclip.eval")
 

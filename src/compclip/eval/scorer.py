@@ -13,7 +13,6 @@ file (path, size, mtime).
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -28,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..data import decode_image
 from ..io import atomic_path
 from ..models.tokens import short_text_encoder
+from ..precision import autocast
 from ..progress import progress
 
 log = logging.getLogger("compclip.eval")
@@ -65,16 +65,6 @@ def model_key(model: torch.nn.Module) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:24]
-
-
-PRECISIONS = ("fp32", "amp_bf16", "amp")
-
-
-def autocast(device: torch.device, precision: str):
-    """`torch.autocast` for amp (fp16) and amp_bf16, nothing for fp32."""
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "amp_bf16" else torch.float16)
 
 
 class Scorer:

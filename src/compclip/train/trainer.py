@@ -7,7 +7,6 @@ checkpoint left off. Logs go to `log.jsonl` and TensorBoard on rank 0.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -30,6 +29,7 @@ from ..data.skips import MAX_WORKERS
 from ..errors import DataError, MissingFileError, UsageError
 from ..io import atomic_path, write_json
 from ..models.checkpoint import STATE_NAME, load_module_weights
+from ..precision import PRECISIONS, autocast
 from ..progress import progress
 from .distributed import DistEnv, init_distributed
 from .step import loss_step
@@ -101,7 +101,6 @@ class TrainConfig:
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "const")
-PRECISIONS = ("fp32", "amp_bf16", "amp")
 
 
 def _flag(field_name: str) -> str:
@@ -336,10 +335,7 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------------
     def _autocast(self):
-        if self.cfg.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.cfg.precision == "amp_bf16" else torch.float16
-        return torch.autocast(device_type=self.env.device.type, dtype=dtype)
+        return autocast(self.env.device, self.cfg.precision)
 
     def run(self) -> dict[str, float]:
         cfg = self.cfg
