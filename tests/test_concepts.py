@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-import pyarrow.parquet as pq
+import pyarrow as pa
 import pytest
 
 from compclip.concepts import ConceptStore, build_store, extract, find_keywords, iter_captions, load_nlp
@@ -223,47 +223,42 @@ def test_worker_processes_give_the_same_records(tmp_path):
     assert [one[c] for c in captions] == [two[c] for c in captions]
 
 
-def test_a_killed_run_resumes_from_its_finished_shards(tmp_path):
-    """A real `compclip concepts` process, killed with SIGKILL after its first shard, then run again."""
+def test_a_killed_part_resumes_and_the_last_part_indexes_the_store(tmp_path):
+    """Real `compclip concepts --part` processes: part 1/2 killed with SIGKILL after its first shard and
+    run again, then part 0/2 as a SLURM array task; the store equals extraction over all captions."""
     coco = shared_data("coco", "captions_val2017.json")
     out = tmp_path / "store"
-    cmd = [
-        sys.executable,
-        "-m",
-        "compclip",
-        "--quiet",
-        "concepts",
-        str(coco),
-        "--out",
-        str(out),
-        "--what",
-        "noun-phrases",
-        "--shard-size",
-        "2000",
-        "--workers",
-        "1",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    segment = out / "parts" / "1-of-2"
+    cmd = [sys.executable, "-m", "compclip", "--quiet", "concepts", str(coco), "--out", str(out), "--what", "noun-phrases",
+           "--shard-size", "1000", "--workers", "1", "--part", "1/2"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     deadline = time.time() + 120
-    while not list(out.glob("part-*.parquet")) and time.time() < deadline and proc.poll() is None:
+    while not list(segment.glob("shard-*.arrow")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    finished = sorted(out.glob("part-*.parquet"))
+    finished = sorted(segment.glob("shard-*.arrow"))
     assert 1 <= len(finished) < 12, "the run should have been killed part-way"
-    assert all(pq.read_metadata(p).num_rows == 2000 for p in finished)  # only whole shards are ever visible
-    done = len(ConceptStore(out))
-    assert done == 2000 * len(finished)
+    assert all(pa.ipc.open_file(str(p)).read_all().num_rows == 1000 for p in finished)  # only whole shards are ever visible
+    with pytest.raises(DataError, match="not indexed yet"):
+        ConceptStore(out)
     cmd[cmd.index("--workers") + 1] = "2"  # how many workers is no part of the cache key
-    result = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert result.returncode == 0, result.stderr
-    assert not list(out.glob(".part-*")), "the killed run's temporary file is cleaned up"
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "waiting for parts 0/2" in again.stdout
+    assert not list(segment.glob(".shard-*")), "the killed run's temporary file is cleaned up"
+    del cmd[cmd.index("--part") : cmd.index("--part") + 2]
+    slurm = {**env, "SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "4", "SLURM_ARRAY_TASK_COUNT": "2"}
+    last = subprocess.run(cmd, capture_output=True, text=True, env=slurm)
+    assert last.returncode == 0, last.stderr
+    assert last.stdout.startswith("part 0/2: ")
     captions = list(iter_captions(coco))
     distinct = len(set(captions))
-    parsed = int(re.search(r"(\d+) parsed", result.stdout).group(1))
-    assert parsed == distinct - done
+    parsed = [int(re.search(r"(\d+) parsed", r.stdout).group(1)) for r in (again, last)]
+    assert sum(parsed) == distinct - 1000 * len(finished)
     store = ConceptStore(out)
-    assert len(store) == distinct
+    assert len(store) == distinct and f"indexed {distinct} records" in last.stdout
     sample = captions[::997]
     assert [store[c]["noun_phrases"] for c in sample] == [r["noun_phrases"] for r in extract(sample)]
 

@@ -66,23 +66,45 @@ def export(
 @app.command()
 def concepts(
     input: Path = typer.Argument(..., help="Captions: .csv/.tsv, .jsonl, webdataset .tar shards, or a COCO captions .json."),
-    out: Path = typer.Option(..., "--out", help="The concept store folder (Parquet shards); re-runs reuse it."),
+    out: Path = typer.Option(None, "--out", help="The concept store folder; re-runs reuse it."),
     what: str = typer.Option("noun-phrases,pos,graph,keywords", help="Comma-separated fields: noun-phrases, pos, graph, keywords."),
     workers: int = typer.Option(2, help="Parser processes (at least 1)."),
     caption_key: str = typer.Option("caption", help="Caption column (CSV/TSV), key (JSONL) or json field (shards)."),
     with_prep: bool = typer.Option(False, "--with-prep", help="Keep a prepositional modifier: 'a man in a red shirt'."),
-    shard_size: int = typer.Option(20_000, help="Records per Parquet shard: the unit a killed run resumes from."),
+    shard_size: int = typer.Option(20_000, help="Records per store shard: the unit a killed run resumes from."),
+    part: str = typer.Option(
+        None, help="Run part i/n of the captions (0-based, split by caption hash); default: a SLURM array task's place, else all."
+    ),
+    into_shards: Path = typer.Option(
+        None, "--into-shards", help="Instead of a store: copy the webdataset shards of INPUT here with a concepts.json per sample."
+    ),
 ) -> None:
-    """Extract concepts for every caption of INPUT into a cached, resumable store."""
-    from .concepts import build_store, iter_captions
+    """Extract concepts for every caption of INPUT into a cached, resumable store (or into copies of its shards)."""
+    from .concepts import build_store, iter_captions, parse_part
+    from .errors import UsageError
 
-    _, stats = build_store(
-        iter_captions(input, caption_key), out, what, with_prep=with_prep, workers=workers, shard_size=shard_size
+    if (out is None) == (into_shards is None):
+        raise UsageError("give --out (a concept store) or --into-shards (webdataset copies), one of them")
+    if into_shards is not None:
+        from .concepts import shards_with_concepts
+
+        stats = shards_with_concepts(str(input), into_shards, what, with_prep=with_prep, workers=workers, caption_key=caption_key)
+        typer.echo(f"{stats['shards_written']} shards written to {into_shards} ({stats['samples']} samples, "
+                   f"{stats['skipped_shards']} already there)")
+        return
+    i, n = parse_part(part)
+    store, stats = build_store(
+        iter_captions(input, caption_key), out, what, with_prep=with_prep, workers=workers, shard_size=shard_size, part=(i, n)
     )
+    of_part = f"part {i}/{n}: " if n > 1 else ""
     typer.echo(
-        f"{stats['captions']} captions: {stats['parsed']} parsed, the rest cached or repeated; "
+        f"{of_part}{stats['captions']} captions: {stats['parsed']} parsed, the rest cached, repeated or in other parts; "
         f"{stats['shards_written']} shards written to {out} ({stats['captions_per_s']:.0f} captions/s)"
     )
+    if store is None:
+        typer.echo(f"waiting for parts {', '.join(f'{m}/{n}' for m in stats['missing_parts'])}: the last part to finish indexes the store")
+    else:
+        typer.echo(f"indexed {len(store)} records")
 
 
 @app.command()

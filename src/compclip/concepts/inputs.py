@@ -24,7 +24,7 @@ def _raw_captions(path: str | Path, caption_key: str) -> Iterator[Any]:
     text = str(path)
     suffix = Path(text).suffix.lower()
     if is_tar_shards(text):
-        return (caption for _, _, caption in WebDatasetReader(text, caption_field=caption_key).records())
+        return (caption for _, _, caption, _ in WebDatasetReader(text, caption_field=caption_key).records())
     if suffix not in (".csv", ".tsv", ".tab", ".jsonl", ".json"):
         raise UsageError(f"{path}: unknown input format; expected .csv/.tsv, .jsonl, .tar shards or a captions .json")
     if not Path(text).is_file():

@@ -1,31 +1,41 @@
-"""The concept cache: Parquet shards of records keyed by caption, built by a parallel, resumable engine.
+"""The concept store, read in place: Arrow shards memory-mapped and a sorted key index searched with numpy.
 
-A store folder holds `manifest.json` (the pipeline and options that made it) and
-`part-NNNNN.parquet` shards, each written atomically once complete. Keys hash the
-caption with the pipeline and options, so a second run reads instead of parsing and a
-killed run resumes from its finished shards.
+Format 2 (see `docs/data.md`), one folder:
+
+    manifest.json                 {"format": 2, "config": {pipeline, what, with_prep}}
+    parts/<i>-of-<n>/shard-NNNNN.arrow   Arrow IPC files, one record batch each, written atomically
+    parts/<i>-of-<n>/done.json    the part finished (its run's counts)
+    index.json                    the shards in global row order and the two index arrays below
+    index/keys-<id>.npy           uint64: the first 8 bytes of every record's key, sorted
+    index/rows-<id>.npy           the global row of each sorted key
+
+A record's key is the 16-byte BLAKE2b of the caption salted with the config, so a record is
+found by one `searchsorted` and checked against the full key in its shard. Opening a store reads
+two small JSON files and maps two arrays: it costs the same at 3 M records as at 3 k, and every
+process that reads it (DataLoader workers, ranks) shares the pages through the page cache.
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
-import multiprocessing as mp
-import time
-from collections.abc import Iterable, Iterator, Sequence
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ..errors import MissingConceptError, MissingFileError, UsageError
+from ..errors import DataError, MissingConceptError, MissingFileError
 from ..io import atomic_path, write_json
-from ..progress import progress
-from .pipeline import BATCH_SIZE, PARSED, clean, extract_unique, load_nlp, parse_what, pipeline_id
 
+FORMAT = 2
 MANIFEST = "manifest.json"
-SHARD_SIZE = 20_000
-CHUNK = 1_000  # captions per task handed to a worker
+INDEX = "index.json"
+PARTS = "parts"
+DONE = "done.json"
+KEY_BYTES = 16
 
 _span = [("text", pa.string()), ("start", pa.int32()), ("end", pa.int32())]
 COLUMNS = {
@@ -42,10 +52,11 @@ COLUMNS = {
 
 
 def schema(what: Sequence[str]) -> pa.Schema:
-    return pa.schema([("key", pa.string()), ("caption", pa.string())] + [c for f in what for c in COLUMNS[f]])
+    return pa.schema([("key", pa.binary(KEY_BYTES)), ("caption", pa.string())] + [c for f in what for c in COLUMNS[f]])
 
 
-def _to_row(key: str, rec: dict[str, Any]) -> dict[str, Any]:
+def to_row(key: bytes, rec: dict[str, Any]) -> dict[str, Any]:
+    """A concept record (`compclip.concepts.extract`) as a row of `schema`."""
     row = {"key": key, "caption": rec["caption"]}
     spans = lambda items: [{"text": t, "start": s, "end": e} for t, s, e in items]  # noqa: E731
     if "noun_phrases" in rec:
@@ -60,55 +71,201 @@ def _to_row(key: str, rec: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _from_row(row: dict[str, Any]) -> dict[str, Any]:
-    rec = {"caption": row["caption"]}
-    if "noun_phrases" in row:
-        rec["noun_phrases"] = [(d["text"], d["start"], d["end"]) for d in row["noun_phrases"]]
-    if "pos" in row:
-        rec["pos"] = [(d["text"], d["start"], d["end"], d["pos"]) for d in row["pos"]]
-    if "graph_nodes" in row:
-        rec["graph"] = {
-            "nodes": [(d["text"], d["start"], d["end"]) for d in row["graph_nodes"]],
-            "edges": [(d["relation"], d["subject"], d["object"]) for d in row["graph_edges"]],
-        }
-    if "keywords" in row:
-        rec["keywords"] = [(d["class"], d["keyword"], d["start"], d["end"]) for d in row["keywords"]]
-    return rec
+def write_shard(path: Path, rows: list[dict[str, Any]], what: Sequence[str]) -> None:
+    """One Arrow IPC file holding one record batch, in place only once complete."""
+    batch = pa.RecordBatch.from_pylist(rows, schema=schema(what))
+    with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+
+
+def key_salt(config: dict[str, Any]) -> bytes:
+    return f"{config['pipeline']}|{','.join(config['what'])}|prep={config['with_prep']}|".encode()
+
+
+def caption_key(config: dict[str, Any], caption: str) -> bytes:
+    return hashlib.blake2b(key_salt(config) + caption.encode("utf-8"), digest_size=KEY_BYTES).digest()
+
+
+def key_prefixes(keys: np.ndarray) -> np.ndarray:
+    """The uint64 the index sorts by: a key's first 8 bytes, little-endian (`keys` is (N, 16) uint8)."""
+    return np.ascontiguousarray(keys[:, :8]).view("<u8").ravel()
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The store's manifest; a store of another format is refused with the command that rebuilds it."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise MissingFileError(f"{path}: not a concept store (run `compclip concepts` first)")
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    found = manifest.get("format", 1)
+    if found != FORMAT:
+        hint = ("upgrade it in place, without parsing again: `compclip concepts CAPTIONS --out " f"{folder}`"
+                if found < FORMAT else "it was written by a newer compclip: upgrade compclip")
+        raise DataError(f"{folder}: a concept store of format {found}; this compclip reads format {FORMAT}: {hint}")
+    return manifest
+
+
+def shard_files(folder: Path) -> list[Path]:
+    """Every finished shard of every part, in a fixed order."""
+    return sorted((folder / PARTS).glob("*/shard-*.arrow"))
+
+
+def shard_keys(path: Path) -> np.ndarray:
+    """A shard's keys as an (N, 16) uint8 array."""
+    with pa.memory_map(str(path)) as source:
+        column = pa.ipc.open_file(source).read_all().column("key").combine_chunks()
+        raw = np.frombuffer(column.buffers()[1], np.uint8, len(column) * KEY_BYTES, column.offset * KEY_BYTES)
+        return raw.reshape(-1, KEY_BYTES).copy()
+
+
+def write_index(folder: Path) -> int:
+    """Index every shard of the store; returns the number of distinct records. A key found twice
+    (parts run with different counts) keeps its first record."""
+    shards = shard_files(folder)
+    keys = [shard_keys(p) for p in shards]
+    every = np.concatenate(keys) if keys else np.empty((0, KEY_BYTES), np.uint8)
+    words = every.view("<u8") if len(every) else np.empty((0, 2), "<u8")
+    order = np.lexsort((np.arange(len(every)), words[:, 1], words[:, 0]))  # by prefix, then rest, then first seen
+    if len(order):
+        sorted_words = words[order]
+        first = np.ones(len(order), bool)
+        first[1:] = np.any(sorted_words[1:] != sorted_words[:-1], axis=1)
+        order = order[first]
+    ident = uuid.uuid4().hex[:12]
+    index_dir = folder / "index"
+    names = {"keys": f"index/keys-{ident}.npy", "rows": f"index/rows-{ident}.npy"}
+    dtype = np.uint32 if len(every) < 2**32 else np.uint64
+    for name, array in (("keys", words[order, 0] if len(order) else np.empty(0, "<u8")), ("rows", order.astype(dtype))):
+        with atomic_path(folder / names[name]) as tmp, open(tmp, "wb") as f:
+            np.save(f, np.ascontiguousarray(array))
+    write_json(folder / INDEX, {
+        "format": FORMAT, "records": len(order),
+        "shards": [[str(p.relative_to(folder)), len(k)] for p, k in zip(shards, keys, strict=True)], **names,
+    })
+    for old in index_dir.glob("*.npy"):
+        if f"index/{old.name}" not in names.values():
+            old.unlink(missing_ok=True)
+    return len(order)
+
+
+class _Strings:
+    """A string column read in place: offsets and bytes as numpy views of the mapped file."""
+
+    def __init__(self, array: pa.Array):
+        _, offsets, data = array.buffers()
+        self.offsets = np.frombuffer(offsets, np.int32, len(array) + 1, array.offset * 4)
+        self.data = memoryview(data) if data is not None else memoryview(b"")
+
+    def take(self, a: int, b: int) -> list[str]:
+        o = self.offsets[a : b + 1].tolist()
+        return [str(self.data[o[k] : o[k + 1]], "utf-8") for k in range(b - a)]
+
+
+class _Ints:
+    def __init__(self, array: pa.Array):
+        self.values = array.to_numpy(zero_copy_only=True)
+
+    def take(self, a: int, b: int) -> list[int]:
+        return self.values[a:b].tolist()
+
+
+class _TupleList:
+    """A list<struct> column: row r decodes to a list of tuples, one per struct, fields in order."""
+
+    def __init__(self, array: pa.ListArray):
+        self.offsets = array.offsets.to_numpy(zero_copy_only=True)
+        values = array.values
+        fields = (values.field(i) for i in range(values.type.num_fields))
+        self.fields = [_Strings(f) if pa.types.is_string(f.type) else _Ints(f) for f in fields]
+
+    def get(self, row: int) -> list[tuple]:
+        a, b = self.offsets[row : row + 2].tolist()
+        return list(zip(*(f.take(a, b) for f in self.fields), strict=True)) if b > a else []
+
+
+class _Shard:
+    """One memory-mapped shard: its keys and columns as views, a record decoded on request."""
+
+    def __init__(self, path: Path):
+        self.source = pa.memory_map(str(path))
+        reader = pa.ipc.open_file(self.source)
+        if reader.num_record_batches != 1:
+            raise DataError(f"{path}: a concept shard holds one record batch, this one {reader.num_record_batches}")
+        batch = reader.get_batch(0)
+        key = batch.column("key")
+        self.keys = memoryview(key.buffers()[1])[key.offset * KEY_BYTES :]
+        self.caption = _Strings(batch.column("caption"))
+        self.lists = {name: _TupleList(batch.column(name)) for name in batch.schema.names if name not in ("key", "caption")}
+
+    def key(self, row: int) -> bytes:
+        return bytes(self.keys[row * KEY_BYTES : (row + 1) * KEY_BYTES])
+
+    def record(self, row: int) -> dict[str, Any]:
+        rec: dict[str, Any] = {"caption": self.caption.take(row, row + 1)[0]}
+        for name, column in self.lists.items():
+            if name == "graph_nodes":
+                rec["graph"] = {"nodes": column.get(row), "edges": self.lists["graph_edges"].get(row)}
+            elif name != "graph_edges":
+                rec[name] = column.get(row)
+        return rec
 
 
 class ConceptStore:
-    """Concept records on disk, looked up by caption: `store.get(caption)`, `caption in store`."""
+    """Concept records on disk, looked up by caption: `store.get(caption)`, `store[caption]`, `caption in store`.
+
+    Nothing is read whole: a lookup hashes the caption, searches the mapped index and decodes one
+    record. Picklable: a DataLoader worker re-opens the maps instead of copying them.
+    """
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        path = self.folder / MANIFEST
-        if not path.is_file():
-            raise MissingFileError(f"{path}: not a concept store (run `compclip concepts` first)")
-        self.config = json.loads(path.read_text(encoding="utf-8"))["config"]
+        self.config = read_manifest(self.folder)["config"]
         self.what = tuple(self.config["what"])
-        self._records: dict[str, dict[str, Any]] | None = None
+        self._salted = hashlib.blake2b(key_salt(self.config), digest_size=KEY_BYTES)
+        self._open_index()
 
-    @staticmethod
-    def config_for(what: Sequence[str], with_prep: bool, nlp) -> dict[str, Any]:
-        return {"pipeline": pipeline_id(nlp), "what": list(what), "with_prep": with_prep}
+    def _open_index(self) -> None:
+        path = self.folder / INDEX
+        if not path.is_file():
+            parts = sorted(p.name for p in (self.folder / PARTS).glob("*") if p.is_dir())
+            raise DataError(f"{self.folder}: the store is not indexed yet (parts present: {', '.join(parts) or 'none'}); "
+                            f"finish the missing parts, or run `compclip concepts CAPTIONS --out {self.folder}` to complete and index it")
+        index = json.loads(path.read_text(encoding="utf-8"))
+        self._paths = [self.folder / p for p, _ in index["shards"]]
+        self._starts = np.cumsum([0] + [n for _, n in index["shards"]]).tolist()
+        self._size = index["records"]
+        load = lambda name: np.load(self.folder / index[name], mmap_mode="r").view(np.ndarray) if self._size else np.empty(0, np.uint64)  # noqa: E731
+        self._keys, self._rows = load("keys"), load("rows")
+        self._shards: dict[int, _Shard] = {}
 
-    def key(self, caption: Any) -> str:
-        return caption_key(self.config, clean(caption))
+    def __getstate__(self) -> dict[str, Any]:
+        return {"folder": self.folder}
 
-    def shards(self) -> list[Path]:
-        return sorted(self.folder.glob("part-*.parquet"))
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["folder"])
 
-    def keys(self) -> set[str]:
-        return {k for shard in self.shards() for k in pq.read_table(shard, columns=["key"]).column("key").to_pylist()}
+    def key(self, caption: Any) -> bytes:
+        hasher = self._salted.copy()
+        hasher.update(caption.encode("utf-8", "replace") if isinstance(caption, str) else b"")  # as `pipeline.clean` does
+        return hasher.digest()
 
-    def _load(self) -> dict[str, dict[str, Any]]:
-        if self._records is None:
-            self._records = {row["key"]: row for shard in self.shards() for row in pq.read_table(shard).to_pylist()}
-        return self._records
+    def _find(self, key: bytes) -> tuple[_Shard, int] | None:
+        prefix = int.from_bytes(key[:8], "little")
+        i = int(self._keys.searchsorted(np.uint64(prefix)))
+        while i < self._size and int(self._keys[i]) == prefix:
+            row = int(self._rows[i])
+            s = bisect.bisect_right(self._starts, row) - 1
+            shard = self._shards.get(s)
+            if shard is None:
+                shard = self._shards[s] = _Shard(self._paths[s])
+            if shard.key(row - self._starts[s]) == key:
+                return shard, row - self._starts[s]
+            i += 1
+        return None
 
     def get(self, caption: Any) -> dict[str, Any] | None:
-        row = self._load().get(self.key(caption))
-        return None if row is None else _from_row(row)
+        found = self._find(self.key(caption))
+        return None if found is None else found[0].record(found[1])
 
     def __getitem__(self, caption: Any) -> dict[str, Any]:
         rec = self.get(caption)
@@ -117,115 +274,19 @@ class ConceptStore:
         return rec
 
     def __contains__(self, caption: Any) -> bool:
-        return self.key(caption) in self._load()
+        return self._find(self.key(caption)) is not None
+
+    def contains_keys(self, keys: Sequence[bytes]) -> np.ndarray:
+        """Which of these keys the index holds, vectorised (the builder's check of what is done)."""
+        if not keys or not self._size:
+            return np.zeros(len(keys), bool)
+        words = np.frombuffer(b"".join(keys), "<u8").reshape(-1, 2)
+        hits = np.zeros(len(keys), bool)
+        left = self._keys.searchsorted(words[:, 0])
+        candidates = np.flatnonzero((left < self._size) & (self._keys[np.minimum(left, self._size - 1)] == words[:, 0]))
+        for j in candidates:  # confirm the whole key (prefix collisions included)
+            hits[j] = self._find(keys[j]) is not None
+        return hits
 
     def __len__(self) -> int:
-        return len(self._load())
-
-
-def caption_key(config: dict[str, Any], caption: str) -> str:
-    salt = f"{config['pipeline']}|{','.join(config['what'])}|prep={config['with_prep']}|"
-    return hashlib.blake2b((salt + caption).encode("utf-8"), digest_size=16).hexdigest()
-
-
-_WORKER: dict[str, Any] = {}
-
-
-def _work(task: tuple[list[str], list[str], tuple[str, ...], bool, int]) -> list[dict[str, Any]]:
-    keys, captions, what, with_prep, batch_size = task
-    records = extract_unique(captions, what, with_prep, _WORKER.get("nlp"), batch_size)
-    return [_to_row(k, r) for k, r in zip(keys, records, strict=True)]
-
-
-def _chunks(captions: Iterable[Any], config: dict[str, Any], known: set[str], size: int) -> Iterator[tuple[list[str], list[str]]]:
-    """Distinct captions not in the store yet, in chunks of (keys, captions)."""
-    keys, chunk = [], []
-    for raw in captions:
-        caption = clean(raw)
-        key = caption_key(config, caption)
-        if key in known:
-            continue
-        known.add(key)
-        keys.append(key)
-        chunk.append(caption)
-        if len(chunk) == size:
-            yield keys, chunk
-            keys, chunk = [], []
-    if chunk:
-        yield keys, chunk
-
-
-def build_store(
-    captions: Iterable[Any],
-    out: str | Path,
-    what: str | Iterable[str] = ("noun_phrases",),
-    *,
-    with_prep: bool = False,
-    workers: int = 1,
-    batch_size: int = BATCH_SIZE,
-    shard_size: int = SHARD_SIZE,
-    total: int | None = None,
-) -> tuple[ConceptStore, dict[str, Any]]:
-    """Extract concepts for every caption not yet in the store at `out`; returns the store and run stats.
-
-    `captions` streams (nothing is held whole but one shard); workers are processes, each
-    with its own spaCy pipeline.
-    """
-    fields = parse_what(what)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; a concept store is a folder")
-    if workers < 1 or shard_size < 1:
-        raise UsageError(f"--workers and --shard-size must be at least 1, not {workers} and {shard_size}")
-    nlp = load_nlp() if PARSED & set(fields) else None
-    config = ConceptStore.config_for(fields, with_prep, nlp)
-    manifest = out / MANIFEST
-    if manifest.is_file():
-        existing = json.loads(manifest.read_text(encoding="utf-8"))["config"]
-        if existing != config:
-            raise UsageError(f"{out} holds concepts made with {existing}, not {config}: choose another --out")
-    else:
-        write_json(manifest, {"config": config})
-    for stale in out.glob(".part-*.tmp"):  # a killed run's unfinished shard
-        stale.unlink()
-    store = ConceptStore(out)
-    known = store.keys()
-    cached = len(known)
-    next_shard = len(store.shards())
-    stats = {"captions": 0, "parsed": 0, "cached_records": cached, "shards_written": 0}
-
-    def counted(items: Iterable[Any]) -> Iterator[Any]:
-        for item in items:
-            stats["captions"] += 1
-            yield item
-
-    start = time.perf_counter()
-    bar = progress(counted(captions), "concepts", total=total, unit="caption")
-    tasks = ((keys, chunk, fields, with_prep, batch_size) for keys, chunk in _chunks(bar, config, known, CHUNK))
-    _WORKER["nlp"] = nlp  # forked workers inherit the loaded pipeline: no reload
-    pool = mp.get_context("fork").Pool(workers) if workers > 1 else None
-    results = pool.imap(_work, tasks) if pool is not None else map(_work, tasks)
-    rows: list[dict[str, Any]] = []
-    try:
-        for chunk_rows in results:
-            rows.extend(chunk_rows)
-            stats["parsed"] += len(chunk_rows)
-            while len(rows) >= shard_size:
-                _write_shard(out, next_shard, rows[:shard_size], fields)
-                rows, next_shard, stats["shards_written"] = rows[shard_size:], next_shard + 1, stats["shards_written"] + 1
-        if rows:
-            _write_shard(out, next_shard, rows, fields)
-            stats["shards_written"] += 1
-    finally:
-        if pool is not None:
-            pool.terminate()
-        _WORKER.clear()
-    stats["seconds"] = time.perf_counter() - start
-    stats["captions_per_s"] = stats["captions"] / stats["seconds"] if stats["seconds"] else float("inf")
-    return ConceptStore(out), stats
-
-
-def _write_shard(out: Path, index: int, rows: list[dict[str, Any]], what: Sequence[str]) -> None:
-    table = pa.Table.from_pylist(rows, schema=schema(what))
-    with atomic_path(out / f"part-{index:05d}.parquet") as tmp:
-        pq.write_table(table, tmp)
+        return self._size

@@ -78,7 +78,11 @@ class ImageTextReader(IterableDataset):
     that part), so a trainer can record how far each part was consumed and resume there:
     set `resume_positions` ({shard: records to skip, undecoded}) and `worker_rotation` before
     iterating. With `sample_seed` set, each sample's random augmentation is seeded from
-    (seed, shard, pos), so it does not depend on where a run started.
+    (seed + epoch, shard, pos), so it does not depend on where a run started.
+
+    Each pass ends by moving the reader to the next epoch (resume positions and rotation
+    cleared), so persistent DataLoader workers, which keep their own copy, need no word from
+    the main process between epochs.
     """
 
     def __init__(self, name: str, transform: Callable | None = None):
@@ -88,9 +92,11 @@ class ImageTextReader(IterableDataset):
         self.resume_positions: dict[int, int] = {}
         self.worker_rotation = 0
         self.sample_seed: int | None = None
+        self.epoch = 0
 
-    def records(self) -> Iterator[tuple[str, Any, Any]]:
-        """Yield `(where, image, caption)` for this shard: image a path or bytes (None if absent)."""
+    def records(self) -> Iterator[tuple[str, Any, Any, Any]]:
+        """Yield `(where, image, caption, concepts)` for this shard: image a path or bytes (None if absent),
+        concepts the sample's own concept record as JSON bytes (`compclip concepts --into-shards`) or None."""
         raise NotImplementedError
 
     def shard(self) -> tuple[int, int]:
@@ -100,23 +106,31 @@ class ImageTextReader(IterableDataset):
         self.skips.reset()
         shard = self.shard()[0]
         skip = self.resume_positions.get(shard, 0)
-        for pos, (where, image, caption) in enumerate(self.records()):
+        for pos, (where, image, caption, concepts) in enumerate(self.records()):
             if pos < skip:
                 continue
             if self.sample_seed is not None:
-                torch.manual_seed((self.sample_seed * 1_000_003 + shard) * 1_000_000_007 + pos)
-            sample = self._make(where, image, caption)
+                torch.manual_seed(((self.sample_seed + self.epoch) * 1_000_003 + shard) * 1_000_000_007 + pos)
+            sample = self._make(where, image, caption, concepts)
             if sample is not None:
                 self.skips.ok()
                 sample["shard"], sample["pos"] = shard, pos
                 yield sample
         self.skips.log_pass_summary()
+        self.epoch, self.resume_positions, self.worker_rotation = self.epoch + 1, {}, 0
 
-    def _make(self, where: str, image: Any, caption: Any) -> Sample | None:
+    def _make(self, where: str, image: Any, caption: Any, concepts: bytes | None = None) -> Sample | None:
         reason = _bad_caption(caption)
         if reason:
             self.skips.skip(reason, where, repr(caption)[:80])
             return None
+        record = None
+        if concepts is not None:
+            try:
+                record = record_from_json(json.loads(concepts))
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+                self.skips.skip("bad_record", where, f"concepts.json: {type(e).__name__}: {e}")
+                return None
         if image is None:
             self.skips.skip("missing_image", where, "no image in record")
             return None
@@ -131,6 +145,8 @@ class ImageTextReader(IterableDataset):
             return None
         view = self.transform(img) if self.transform else img
         fields = view if isinstance(view, dict) else {"image": view}  # a transform may give several views
+        if record is not None:
+            fields["concepts"] = record
         return {**fields, "caption": caption.strip(), "key": where}
 
     def stats(self) -> dict[str, int]:
@@ -138,7 +154,7 @@ class ImageTextReader(IterableDataset):
 
     def first_missing_image(self, limit: int = 10_000) -> tuple[str, Path] | None:
         """(record, path) of the first image file that is not there among the first `limit` records."""
-        for where, image, _ in itertools.islice(self.records(), limit):
+        for where, image, _, _ in itertools.islice(self.records(), limit):
             if isinstance(image, Path) and not image.exists():
                 return where, image
         return None
@@ -185,7 +201,37 @@ class CsvReader(ImageTextReader):
                     self.skips.skip("bad_record", where, f"{fields} fields, header has {len(rows.fieldnames)}")
                     continue
                 rel = row[self.image_key].strip()
-                yield where, image_path(self.image_root, rel) if rel else None, row[self.caption_key]
+                yield where, image_path(self.image_root, rel) if rel else None, row[self.caption_key], None
+
+
+CONCEPTS_MEMBER = "concepts.json"
+
+
+def sample_caption(sample: dict[str, Any], caption_field: str = "caption") -> Any:
+    """A webdataset sample's caption: its `txt`, or its `json`'s caption field (None when absent; bytes that
+    are not UTF-8 come back surrogate-escaped, for the reader to count). Raises JSONDecodeError on bad json."""
+    raw = sample.get("txt", sample.get("json"))
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", errors="surrogateescape")
+    if "txt" in sample:
+        return text
+    meta = json.loads(text)
+    return meta.get(caption_field) if isinstance(meta, dict) else None
+
+
+def record_from_json(obj: dict[str, Any]) -> dict[str, Any]:
+    """A concept record read back from JSON: the lists of spans and edges as the tuples `extract` gives."""
+    rec = {"caption": obj["caption"]}
+    for name in ("noun_phrases", "pos", "keywords"):
+        if name in obj:
+            rec[name] = [tuple(item) for item in obj[name]]
+    if "graph" in obj:
+        rec["graph"] = {part: [tuple(item) for item in obj["graph"][part]] for part in ("nodes", "edges")}
+    return rec
 
 
 class WebDatasetReader(ImageTextReader):
@@ -238,24 +284,19 @@ class WebDatasetReader(ImageTextReader):
                     continue
                 where = f"{url} key {sample['__key__']}"
                 image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
-                raw = sample.get("txt", sample.get("json"))
-                if raw is None:
-                    yield where, image, None
-                    continue
                 try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    yield where, image, raw.decode("utf-8", errors="surrogateescape")
-                    continue
-                if "txt" in sample:
-                    yield where, image, text
-                    continue
-                try:
-                    meta = json.loads(text)
+                    caption = sample_caption(sample, self.caption_field)
                 except json.JSONDecodeError as e:
                     self.skips.skip("bad_record", where, f"json: {e}")
                     continue
-                yield where, image, meta.get(self.caption_field) if isinstance(meta, dict) else None
+                yield where, image, caption, sample.get(CONCEPTS_MEMBER)
+
+    def concept_fields(self) -> tuple[str, ...] | None:
+        """The concept fields the shards carry (`compclip concepts --into-shards`), judged by the first sample; None if none."""
+        first = next(iter(self._shard_samples(self.urls[0])), {})
+        if CONCEPTS_MEMBER not in first:
+            return None
+        return tuple(k for k in json.loads(first[CONCEPTS_MEMBER]) if k != "caption")
 
 
 class FolderReader(ImageTextReader):
@@ -305,7 +346,7 @@ class FolderReader(ImageTextReader):
         for i, (where, name, caption) in enumerate(self.pairs):
             if i % count == index:
                 image = image_path(self.image_root, name) if isinstance(name, str) and name.strip() else None
-                yield f"{self.captions_path} {where}", image, caption
+                yield f"{self.captions_path} {where}", image, caption, None
 
 
 def is_tar_shards(path: str | os.PathLike) -> bool:

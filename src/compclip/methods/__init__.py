@@ -45,7 +45,8 @@ def method_options(name: str) -> type:
 def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> Method:
     """Build a method from its name or a `+`-joined combination.
 
-    `concepts` (a concept store or mapping) and `seed` go to every part; `options` are the parts'
+    `concepts` (a concept store or mapping; samples may carry their own record as `concepts`) is
+    where the batch transform looks captions up, and with `seed` goes to every part; `options` are the parts'
     declared options, by key (typed values, or strings as the command line gives them). A key
     that no part declares is an error listing the valid ones.
     """
@@ -57,7 +58,7 @@ def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> 
     parts: list[LossPart] = []
     for name, opts in zip(names, made, strict=True):
         parts += _REGISTRY[name][0](opts, concepts=concepts, seed=seed)
-    return Method(spec, parts)
+    return Method(spec, parts, concepts)
 
 
 register_method("siglip", siglip.build)

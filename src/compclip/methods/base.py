@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -26,6 +27,8 @@ from torch import nn
 
 from ..errors import UsageError
 from ..models.tokens import text_token_states, visual_token_embeddings
+
+log = logging.getLogger("compclip.methods")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +63,7 @@ class LossPart(nn.Module):
     outputs: ClassVar[Mapping[str, Output]] = {}  # what `extend` adds, so the trainer can accumulate and gather it
     # model outputs the part reads beyond image/text features: "visual_tokens", "text_states"
     needs: frozenset[str] = frozenset()
-    uses_concepts = False  # reads a concept store (`compclip concepts`) in its batch transform
+    uses_concepts = False  # reads concept records: the batch transform finds them in batch["concepts"], one per caption (or None)
     uses_logit_bias = False  # a sigmoid loss; otherwise the trainer freezes an unused logit bias (DDP needs every parameter used)
     locks_image = False  # trains with the image tower frozen
     alone = False  # changes the inputs themselves (CLIC's image pairs): no other part may see them
@@ -98,7 +101,7 @@ class LossPart(nn.Module):
 class Method(nn.Module):
     """Parts combined: one batch transform, one forward, the union of their loss terms."""
 
-    def __init__(self, name: str, parts: list[LossPart]):
+    def __init__(self, name: str, parts: list[LossPart], concepts=None):
         super().__init__()
         kept: list[LossPart] = []
         for part in parts:  # a later contrastive part replaces an earlier one
@@ -118,6 +121,9 @@ class Method(nn.Module):
         self.output_kinds = {**BASE_OUTPUTS, **{k: v for p in kept for k, v in p.outputs.items()}}
         self.locks_image = any(p.locks_image for p in kept)
         self.uses_logit_bias = any(p.uses_logit_bias for p in kept)
+        self.uses_concepts = any(p.uses_concepts for p in kept)
+        self.concepts = concepts
+        self._missing = 0  # captions without a concept record, counted per process
 
     def begin_step(self, step: int) -> None:
         for part in self.parts:
@@ -149,9 +155,20 @@ class Method(nn.Module):
         for key in ("shard", "pos"):  # data-position bookkeeping for exact resume
             if key in samples[0]:
                 batch[key] = torch.tensor([s[key] for s in samples])
+        if self.uses_concepts:
+            batch["concepts"] = [s["concepts"] if "concepts" in s else self.concept_record(s["caption"]) for s in samples]
         for part in self.parts:
             part.prepare(batch, samples, tokenizer)
         return batch
+
+    def concept_record(self, caption: str) -> dict[str, Any] | None:
+        """The caption's record in the concept store; a caption the store lacks trains without concepts (warned)."""
+        record = self.concepts.get(caption) if self.concepts is not None else None
+        if record is None:
+            self._missing += 1
+            if self._missing <= 3:
+                log.warning("no concepts for caption %r: run `compclip concepts` over the training data", caption)
+        return record
 
     def outputs(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, Any]:
         """One forward pass of both towers, computing per-token outputs only when a part needs them."""

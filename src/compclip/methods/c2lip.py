@@ -7,7 +7,6 @@ parameters), so the binding signal reaches the representation before the global 
 """
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import UsageError
 from ..models.factory import LazyTokenizer
 from ..models.tokens import visual_token_embeddings
-from .base import LossPart, Output, option, owned, sigmoid_pairs_loss
+from .base import LossPart, Output, option, owned, require_concept_fields, sigmoid_pairs_loss
 from .siglip import SigLIPLoss
 
 __all__ = [
@@ -34,7 +33,6 @@ __all__ = [
     "xac_loss",
 ]
 
-log = logging.getLogger("compclip.c2lip")
 XAC_CHUNK_ELEMENTS = 1 << 24  # B × chunk × M attention scores held at once (64 MiB in fp32)
 
 
@@ -202,24 +200,16 @@ class C2LIPLoss(LossPart):
         super().__init__()
         if mode not in ("span", "separate"):
             raise UsageError(f"concept mode must be 'span' or 'separate', not {mode!r}")
-        self.concepts, self.mode = concepts, mode
+        require_concept_fields(concepts, ("noun_phrases",), self.name)
+        self.mode = mode
         self.lambda_npc, self.lambda_xac, self.temperature = lambda_npc, lambda_xac, temperature
-        self._missing = 0  # captions not found in the store, counted per process
         if mode == "separate":
             self.needs = frozenset({"visual_tokens"})
 
-    def phrases(self, caption: str) -> list[tuple[str, int, int]]:
-        record = self.concepts.get(caption) if self.concepts is not None else None
-        if record is None and self.concepts is not None:
-            self._missing += 1
-            if self._missing <= 3:
-                log.warning("no concepts for caption %r: run `compclip concepts` over the training data", caption)
-        return list(record["noun_phrases"]) if record else []
-
     def prepare(self, batch, samples, tokenizer):
         images, spans, texts = [], [], []
-        for i, (caption, tokens) in enumerate(zip(batch["caption"], batch["text"].tolist(), strict=True)):
-            phrases = self.phrases(caption)
+        for i, (caption, tokens, record) in enumerate(zip(batch["caption"], batch["text"].tolist(), batch["concepts"], strict=True)):
+            phrases = list(record["noun_phrases"]) if record else []
             if self.mode == "separate":
                 texts += [p[0] for p in phrases]
                 images += [i] * len(phrases)

@@ -112,7 +112,7 @@ class CLICLoss(LossPart):
                  lambda_cont: float = 0.5, lambda_neg: float = 0.5, lambda_uni: float = 1.0):
         super().__init__()
         require_concept_fields(concepts, ("pos",), self.name)
-        self.concepts, self.seed = concepts, seed
+        self.seed = seed
         self.locks_image = not train_image
         self.step = 0
         self.lambda_cont, self.lambda_neg, self.lambda_uni = lambda_cont, lambda_neg, lambda_uni
@@ -146,9 +146,9 @@ class CLICLoss(LossPart):
             raise ValueError("CLIC needs its own image transform (`CLICLoss.image_transform`): the reader gave plain images")
         rng = caption_rng(self.seed, *batch["caption"])  # the same batch pairs the same way after a resume
         parsed = []  # each caption split and looked up once, though it may serve as image and as partner
-        for caption in batch["caption"]:
+        for caption, record in zip(batch["caption"], batch["concepts"], strict=True):
             spans = sentences(caption)
-            parsed.append(([caption[s:e] for s, e in spans], spans[0], self.concepts.get(caption) if self.concepts is not None else None))
+            parsed.append(([caption[s:e] for s, e in spans], spans[0], record))
         portrait = [bool(s["portrait"]) for s in samples]
         pairs, firsts, positives, negatives, owners = [], [], [], [], []
         for i in range(n):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -88,13 +88,15 @@ class HardNegativeLoss(LossPart):
             raise UsageError(f"unknown keyword classes {sorted(unknown) or list(classes)}; choose from {', '.join(CLASSES)}")
         self.k, self.seed, self.classes = k, seed, tuple(classes)
 
-    def negatives(self, caption: str) -> list[str]:
+    def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
+        """The caption's negatives; `record` is its concept record when a part of the method reads concepts."""
         return keyword_negatives(caption, self.classes, self.k, self.seed)
 
     def prepare(self, batch, samples, tokenizer):
         owners, texts = [], []
-        for i, caption in enumerate(batch["caption"]):
-            made = self.negatives(caption)
+        records = batch.get("concepts") or [None] * len(batch["caption"])
+        for i, (caption, record) in enumerate(zip(batch["caption"], records, strict=True)):
+            made = self.negatives(caption, record)
             texts += made
             owners += [i] * len(made)
         batch["negative_text"] = tokenizer(texts) if texts else batch["text"][:0]

@@ -76,10 +76,8 @@ class SwapNegativeLoss(HardNegativeLoss):
     def __init__(self, concepts=None, k: int = 1, seed: int = 0):
         super().__init__(k, seed)
         require_concept_fields(concepts, ("noun_phrases", "pos"), self.name)
-        self.concepts = concepts
 
-    def negatives(self, caption: str) -> list[str]:
-        record = self.concepts.get(caption) if self.concepts is not None else None
+    def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
         return swap_negatives(caption, record, self.k, self.seed)
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import is_tar_shards
+from ..data import WebDatasetReader, is_tar_shards
 from ..data.skips import MAX_WORKERS
 from ..errors import DataError, MissingFileError, UsageError
 from ..io import atomic_path, write_json
@@ -188,10 +188,11 @@ class Trainer:
         self.cfg, self.eval_hook = cfg, eval_hook
         self.env: DistEnv = init_distributed(cfg.device)
         self.out = Path(cfg.out)
-        concepts = ConceptStore(cfg.concepts) if cfg.concepts else None
+        concepts = ConceptStore(cfg.concepts) if cfg.concepts else self._carried_concepts()
         self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)
-        if concepts is None and any(p.uses_concepts for p in self.method.parts):
-            raise UsageError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`)")
+        if concepts is None and self.method.uses_concepts:
+            raise UsageError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`), "
+                             "or train on shards that carry them (`compclip concepts SHARDS --into-shards DIR`)")
         torch.manual_seed(cfg.seed)  # the model's initialisation, where it is built from scratch
         model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device)
         if cfg.lock_image or self.method.locks_image:
@@ -215,6 +216,15 @@ class Trainer:
         self.step, self.data = 0, DataPosition()
         self._resume()
 
+    def _carried_concepts(self) -> Any:
+        """Shards from `compclip concepts --into-shards` carry each sample's record: no store is needed."""
+        from ..concepts import SampleConcepts
+
+        if not is_tar_shards(self.cfg.train_data):
+            return None
+        fields = WebDatasetReader(self.cfg.train_data, caption_field=self.cfg.caption_key).concept_fields()
+        return SampleConcepts(fields, self.cfg.train_data) if fields else None
+
     def _reader_kwargs(self) -> dict[str, Any]:
         text = self.cfg.train_data
         if text.endswith((".csv", ".tsv", ".tab")):
@@ -225,9 +235,10 @@ class Trainer:
 
     # -- data -------------------------------------------------------------------------
     def _loader(self) -> torch.utils.data.DataLoader:
+        """One loader for the whole run: its workers persist across epochs, the reader moving itself on."""
         self.reader.resume_positions = dict(self.data.positions)
         self.reader.worker_rotation = self.data.batches % max(1, self.cfg.workers)
-        self.reader.sample_seed = self.cfg.seed * 1000 + self.data.epoch
+        self.reader.sample_seed, self.reader.epoch = self.cfg.seed * 1000, self.data.epoch
         return torch.utils.data.DataLoader(
             self.reader,
             batch_size=self.cfg.batch_size,
@@ -235,13 +246,15 @@ class Trainer:
             collate_fn=_Collate(self.method, self.tokenizer),
             drop_last=True,
             pin_memory=self.env.device.type == "cuda",
+            persistent_workers=self.cfg.workers > 0,
         )
 
     def _batches(self) -> Iterator[dict[str, Any]]:
         """Micro-batches forever, epoch after epoch, recording the data position of each."""
+        loader = self._loader()
         while True:
             empty, resumed = True, bool(self.data.positions)  # a run resumed at the end of an epoch finds it empty
-            for batch in self._loader():
+            for batch in loader:
                 empty = False
                 self.data.consumed(batch)
                 yield {k: v.to(self.env.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
