@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from compclip.concepts import ConceptStore, build_store, extract, iter_captions, load_nlp, parse_part
-from compclip.concepts.store import write_index, write_shard
+from compclip.concepts.store import to_row, write_index, write_shard
 from compclip.errors import DataError, UsageError
 from conftest import shared_data
 
@@ -59,9 +59,8 @@ def _handmade_store(folder, keys_by_part):
     (folder / "manifest.json").parent.mkdir(parents=True)
     (folder / "manifest.json").write_text(json.dumps({"format": 2, "config": config}))
     for part, keys in enumerate(keys_by_part):
-        rows = [{"key": k, "caption": f"part {part} row {r}", "noun_phrases": [{"text": "row", "start": 7, "end": 10}]}
-                for r, k in enumerate(keys)]
-        write_shard(folder / "parts" / f"{part}-of-{len(keys_by_part)}" / "shard-00000.arrow", rows, ["noun_phrases"])
+        rows = [to_row(k, {"caption": f"part {part} row {r}", "noun_phrases": [("row", 7, 10)]}) for r, k in enumerate(keys)]
+        write_shard(folder / "parts" / f"{part}-of-{len(keys_by_part)}" / "shard-00000.arrow", rows)
     return write_index(folder)
 
 
@@ -72,10 +71,15 @@ def test_the_index_resolves_shared_prefixes_and_keeps_the_first_of_a_repeated_ke
     others = [rng.bytes(16) for _ in range(200)]
     assert _handmade_store(tmp_path / "s", [[b, *others[:100]], [a, *others[100:], b]]) == 202
     store = ConceptStore(tmp_path / "s")
-    found = lambda key: store._find(key)[0].record(store._find(key)[1])["caption"]  # noqa: E731
-    assert found(a) == "part 1 row 0" and found(b) == "part 0 row 0"
-    assert store._find(c) is None and store._find(prefix[:7] + b"\xff" + b"A" * 8) is None
-    assert [found(k) for k in others[:3]] == ["part 0 row 1", "part 0 row 2", "part 0 row 3"]
+    def found(*keys):
+        hit, shard, row = store._locate(list(keys))
+        return [store._shard(s).record(r)["caption"] if h else None for h, s, r in zip(hit, shard, row, strict=True)]
+
+    assert found(a, b, c, prefix[:7] + b"\xff" + b"A" * 8) == ["part 1 row 0", "part 0 row 0", None, None]
+    assert found(*others[:3]) == ["part 0 row 1", "part 0 row 2", "part 0 row 3"]
+    for key in (a, b, c, *others[:50]):  # one at a time, the scalar path
+        hit = store._find(key)
+        assert found(key) == [None if hit is None else store._shard(hit[0]).record(hit[1])["caption"]]
     probe = [a, c, *others[::7], rng.bytes(16)]
     assert store.contains_keys(probe).tolist() == [k in {a, b, *others} for k in probe]
 
@@ -87,11 +91,15 @@ def test_a_store_of_the_previous_format_is_refused_then_upgraded_without_parsing
     old.mkdir()
     config = store.config
     salt = f"{config['pipeline']}|{','.join(config['what'])}|prep={config['with_prep']}|"
-    table = pa.concat_tables(pa.ipc.open_file(str(p)).read_all() for p in sorted((tmp_path / "new" / "parts").glob("*/*.arrow")))
-    rows = table.to_pylist()
-    for row in rows:
-        row["key"] = hashlib.blake2b((salt + row["caption"]).encode(), digest_size=16).hexdigest()
-        assert bytes.fromhex(row["key"]) == store.key(row["caption"])
+    spans = lambda items: [{"text": t, "start": a, "end": b} for t, a, b in items]  # noqa: E731
+    rows = [{  # format 1's row: nested columns
+        "key": hashlib.blake2b((salt + rec["caption"]).encode(), digest_size=16).hexdigest(), "caption": rec["caption"],
+        "noun_phrases": spans(rec["noun_phrases"]), "pos": [{"text": t, "start": a, "end": b, "pos": p} for t, a, b, p in rec["pos"]],
+        "graph_nodes": spans(rec["graph"]["nodes"]),
+        "graph_edges": [{"relation": r, "subject": a, "object": b} for r, a, b in rec["graph"]["edges"]],
+        "keywords": [{"class": c, "keyword": k, "start": a, "end": b} for c, k, a, b in rec["keywords"]],
+    } for rec in {r["caption"]: r for r in expected}.values()]
+    assert all(bytes.fromhex(row["key"]) == store.key(row["caption"]) for row in rows)
     pq.write_table(pa.Table.from_pylist(rows[:300]), old / "part-00000.parquet")
     pq.write_table(pa.Table.from_pylist(rows[300:]), old / "part-00001.parquet")
     (old / "manifest.json").write_text(json.dumps({"config": config}))

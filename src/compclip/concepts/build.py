@@ -135,16 +135,23 @@ def _start(out: Path, config: dict[str, Any]) -> None:
 
 
 def _upgrade(out: Path, manifest: dict[str, Any]) -> None:
-    """Rewrite a format-1 store (Parquet shards, hex keys) as format 2 without parsing again."""
+    """Rewrite a format-1 store (Parquet shards of nested columns, hex keys) as format 2 without parsing again."""
     import pyarrow.parquet as pq
+
+    def record(row: dict[str, Any]) -> dict[str, Any]:
+        rec = {"caption": row["caption"]}
+        for name in ("noun_phrases", "pos", "keywords"):
+            if name in row:
+                rec[name] = [tuple(d.values()) for d in row[name]]
+        if "graph_nodes" in row:
+            rec["graph"] = {"nodes": [tuple(d.values()) for d in row["graph_nodes"]], "edges": [tuple(d.values()) for d in row["graph_edges"]]}
+        return rec
 
     segment = part_folder(out, 0, 1)
     old = sorted(out.glob("part-*.parquet"))
     for n, path in enumerate(old):
-        rows = pq.read_table(path).to_pylist()
-        for row in rows:
-            row["key"] = bytes.fromhex(row["key"])
-        write_shard(segment / f"shard-{n:05d}.arrow", rows, manifest["config"]["what"])
+        rows = [to_row(bytes.fromhex(row["key"]), record(row)) for row in pq.read_table(path).to_pylist()]
+        write_shard(segment / f"shard-{n:05d}.arrow", rows)
     write_json(out / MANIFEST, {"format": FORMAT, "config": manifest["config"]})
     for path in old:
         path.unlink()
@@ -200,10 +207,10 @@ def build_store(
             rows.extend(chunk_rows)
             stats["parsed"] += len(chunk_rows)
             while len(rows) >= shard_size:
-                write_shard(segment / f"shard-{next_shard:05d}.arrow", rows[:shard_size], fields)
+                write_shard(segment / f"shard-{next_shard:05d}.arrow", rows[:shard_size])
                 rows, next_shard, stats["shards_written"] = rows[shard_size:], next_shard + 1, stats["shards_written"] + 1
         if rows:
-            write_shard(segment / f"shard-{next_shard:05d}.arrow", rows, fields)
+            write_shard(segment / f"shard-{next_shard:05d}.arrow", rows)
             stats["shards_written"] += 1
     finally:
         if pool is not None:

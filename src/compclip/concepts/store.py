@@ -3,7 +3,8 @@
 Format 2 (see `docs/data.md`), one folder:
 
     manifest.json                 {"format": 2, "config": {pipeline, what, with_prep}}
-    parts/<i>-of-<n>/shard-NNNNN.arrow   Arrow IPC files, one record batch each, written atomically
+    parts/<i>-of-<n>/shard-NNNNN.arrow   Arrow IPC files of (key, caption, concepts as JSON), one record
+                                  batch each, written atomically
     parts/<i>-of-<n>/done.json    the part finished (its run's counts)
     index.json                    the shards in global row order and the two index arrays below
     index/keys-<id>.npy           uint64: the first 8 bytes of every record's key, sorted
@@ -37,44 +38,31 @@ PARTS = "parts"
 DONE = "done.json"
 KEY_BYTES = 16
 
-_span = [("text", pa.string()), ("start", pa.int32()), ("end", pa.int32())]
-COLUMNS = {
-    "noun_phrases": [("noun_phrases", pa.list_(pa.struct(_span)))],
-    "pos": [("pos", pa.list_(pa.struct([*_span, ("pos", pa.string())])))],
-    "graph": [
-        ("graph_nodes", pa.list_(pa.struct(_span))),
-        ("graph_edges", pa.list_(pa.struct([("relation", pa.string()), ("subject", pa.int32()), ("object", pa.int32())]))),
-    ],
-    "keywords": [
-        ("keywords", pa.list_(pa.struct([("class", pa.string()), ("keyword", pa.string()), ("start", pa.int32()), ("end", pa.int32())]))),
-    ],
-}
-
-
-def schema(what: Sequence[str]) -> pa.Schema:
-    return pa.schema([("key", pa.binary(KEY_BYTES)), ("caption", pa.string())] + [c for f in what for c in COLUMNS[f]])
+SCHEMA = pa.schema([("key", pa.binary(KEY_BYTES)), ("caption", pa.string()), ("concepts", pa.string())])
 
 
 def to_row(key: bytes, rec: dict[str, Any]) -> dict[str, Any]:
-    """A concept record (`compclip.concepts.extract`) as a row of `schema`."""
-    row = {"key": key, "caption": rec["caption"]}
-    spans = lambda items: [{"text": t, "start": s, "end": e} for t, s, e in items]  # noqa: E731
-    if "noun_phrases" in rec:
-        row["noun_phrases"] = spans(rec["noun_phrases"])
-    if "pos" in rec:
-        row["pos"] = [{"text": t, "start": s, "end": e, "pos": p} for t, s, e, p in rec["pos"]]
-    if "graph" in rec:
-        row["graph_nodes"] = spans(rec["graph"]["nodes"])
-        row["graph_edges"] = [{"relation": r, "subject": a, "object": b} for r, a, b in rec["graph"]["edges"]]
-    if "keywords" in rec:
-        row["keywords"] = [{"class": c, "keyword": k, "start": s, "end": e} for c, k, s, e in rec["keywords"]]
-    return row
+    """A concept record (`compclip.concepts.extract`) as a row: its fields but the caption as one JSON text,
+    so a lookup touches one place on disk and decodes with one `json.loads`."""
+    fields = {k: v for k, v in rec.items() if k != "caption"}
+    return {"key": key, "caption": rec["caption"], "concepts": json.dumps(fields, ensure_ascii=False, separators=(",", ":"))}
 
 
-def write_shard(path: Path, rows: list[dict[str, Any]], what: Sequence[str]) -> None:
+def record_from_json(obj: dict[str, Any]) -> dict[str, Any]:
+    """A concept record read back from JSON: the lists of spans and edges as the tuples `extract` gives."""
+    rec = {"caption": obj["caption"]}
+    for name in ("noun_phrases", "pos", "keywords"):
+        if name in obj:
+            rec[name] = [tuple(item) for item in obj[name]]
+    if "graph" in obj:
+        rec["graph"] = {part: [tuple(item) for item in obj["graph"][part]] for part in ("nodes", "edges")}
+    return rec
+
+
+def write_shard(path: Path, rows: list[dict[str, Any]]) -> None:
     """One Arrow IPC file holding one record batch, in place only once complete."""
-    batch = pa.RecordBatch.from_pylist(rows, schema=schema(what))
-    with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+    batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+    with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, SCHEMA) as writer:
         writer.write_batch(batch)
 
 
@@ -84,11 +72,6 @@ def key_salt(config: dict[str, Any]) -> bytes:
 
 def caption_key(config: dict[str, Any], caption: str) -> bytes:
     return hashlib.blake2b(key_salt(config) + caption.encode("utf-8"), digest_size=KEY_BYTES).digest()
-
-
-def key_prefixes(keys: np.ndarray) -> np.ndarray:
-    """The uint64 the index sorts by: a key's first 8 bytes, little-endian (`keys` is (N, 16) uint8)."""
-    return np.ascontiguousarray(keys[:, :8]).view("<u8").ravel()
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -149,65 +132,34 @@ def write_index(folder: Path) -> int:
 
 
 class _Strings:
-    """A string column read in place: offsets and bytes as numpy views of the mapped file."""
+    """A string column read in place: offsets and bytes as views of the mapped file."""
 
     def __init__(self, array: pa.Array):
         _, offsets, data = array.buffers()
         self.offsets = np.frombuffer(offsets, np.int32, len(array) + 1, array.offset * 4)
         self.data = memoryview(data) if data is not None else memoryview(b"")
 
-    def take(self, a: int, b: int) -> list[str]:
-        o = self.offsets[a : b + 1].tolist()
-        return [str(self.data[o[k] : o[k + 1]], "utf-8") for k in range(b - a)]
-
-
-class _Ints:
-    def __init__(self, array: pa.Array):
-        self.values = array.to_numpy(zero_copy_only=True)
-
-    def take(self, a: int, b: int) -> list[int]:
-        return self.values[a:b].tolist()
-
-
-class _TupleList:
-    """A list<struct> column: row r decodes to a list of tuples, one per struct, fields in order."""
-
-    def __init__(self, array: pa.ListArray):
-        self.offsets = array.offsets.to_numpy(zero_copy_only=True)
-        values = array.values
-        fields = (values.field(i) for i in range(values.type.num_fields))
-        self.fields = [_Strings(f) if pa.types.is_string(f.type) else _Ints(f) for f in fields]
-
-    def get(self, row: int) -> list[tuple]:
+    def __getitem__(self, row: int) -> str:
         a, b = self.offsets[row : row + 2].tolist()
-        return list(zip(*(f.take(a, b) for f in self.fields), strict=True)) if b > a else []
+        return str(self.data[a:b], "utf-8")
 
 
 class _Shard:
-    """One memory-mapped shard: its keys and columns as views, a record decoded on request."""
+    """One memory-mapped shard: keys as a numpy view, a record decoded only when asked for."""
 
     def __init__(self, path: Path):
         self.source = pa.memory_map(str(path))
         reader = pa.ipc.open_file(self.source)
-        if reader.num_record_batches != 1:
-            raise DataError(f"{path}: a concept shard holds one record batch, this one {reader.num_record_batches}")
+        if reader.num_record_batches != 1 or reader.schema != SCHEMA:
+            raise DataError(f"{path}: not a concept shard of format {FORMAT} (one record batch of {SCHEMA.names})")
         batch = reader.get_batch(0)
         key = batch.column("key")
-        self.keys = memoryview(key.buffers()[1])[key.offset * KEY_BYTES :]
-        self.caption = _Strings(batch.column("caption"))
-        self.lists = {name: _TupleList(batch.column(name)) for name in batch.schema.names if name not in ("key", "caption")}
-
-    def key(self, row: int) -> bytes:
-        return bytes(self.keys[row * KEY_BYTES : (row + 1) * KEY_BYTES])
+        raw = np.frombuffer(key.buffers()[1], np.uint8, len(key) * KEY_BYTES, key.offset * KEY_BYTES)
+        self.keys = raw.view("<u8").reshape(-1, 2)
+        self.caption, self.concepts = _Strings(batch.column("caption")), _Strings(batch.column("concepts"))
 
     def record(self, row: int) -> dict[str, Any]:
-        rec: dict[str, Any] = {"caption": self.caption.take(row, row + 1)[0]}
-        for name, column in self.lists.items():
-            if name == "graph_nodes":
-                rec["graph"] = {"nodes": column.get(row), "edges": self.lists["graph_edges"].get(row)}
-            elif name != "graph_edges":
-                rec[name] = column.get(row)
-        return rec
+        return record_from_json({"caption": self.caption[row], **json.loads(self.concepts[row])})
 
 
 class ConceptStore:
@@ -249,23 +201,57 @@ class ConceptStore:
         hasher.update(caption.encode("utf-8", "replace") if isinstance(caption, str) else b"")  # as `pipeline.clean` does
         return hasher.digest()
 
-    def _find(self, key: bytes) -> tuple[_Shard, int] | None:
-        prefix = int.from_bytes(key[:8], "little")
-        i = int(self._keys.searchsorted(np.uint64(prefix)))
-        while i < self._size and int(self._keys[i]) == prefix:
+    def _shard(self, s: int) -> _Shard:
+        shard = self._shards.get(s)
+        if shard is None:
+            shard = self._shards[s] = _Shard(self._paths[s])
+        return shard
+
+    def _locate(self, keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(found, shard, row) per key, vectorised: one `searchsorted` for all, the whole key checked in its shard."""
+        n = len(keys)
+        found, shard, local = np.zeros(n, bool), np.zeros(n, np.int64), np.zeros(n, np.int64)
+        if not n or not self._size:
+            return found, shard, local
+        words = np.frombuffer(b"".join(keys), "<u8").reshape(-1, 2)
+        at = self._keys.searchsorted(words[:, 0])
+        while True:  # usually one pass: a key's first candidate is itself
+            candidates = at < self._size
+            candidates[candidates] &= self._keys[at[candidates]] == words[candidates, 0]
+            candidates &= ~found
+            if not candidates.any():
+                break
+            rows = self._rows[at[candidates]].astype(np.int64)
+            starts = np.asarray(self._starts)
+            shard[candidates] = np.searchsorted(starts, rows, "right") - 1
+            local[candidates] = rows - starts[shard[candidates]]
+            for s in np.unique(shard[candidates]).tolist():
+                these = np.flatnonzero(candidates & (shard == s))
+                found[these] = (self._shard(s).keys[local[these]] == words[these]).all(axis=1)
+            at[candidates & ~found] += 1  # a shared prefix: try the next key of the index
+        return found, shard, local
+
+    def get_many(self, captions: Sequence[Any]) -> list[dict[str, Any] | None]:
+        """The records of many captions (None where absent): a batch's keys found in one vectorised search."""
+        found, shard, local = self._locate([self.key(c) for c in captions])
+        return [self._shard(s).record(r) if hit else None for hit, s, r in zip(found.tolist(), shard.tolist(), local.tolist(), strict=True)]
+
+    def _find(self, key: bytes) -> tuple[int, int] | None:
+        """(shard, row) of one key: `_locate` without numpy's per-call cost, for single lookups."""
+        hi, lo = int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
+        i = int(self._keys.searchsorted(np.uint64(hi)))
+        while i < self._size and int(self._keys[i]) == hi:
             row = int(self._rows[i])
             s = bisect.bisect_right(self._starts, row) - 1
-            shard = self._shards.get(s)
-            if shard is None:
-                shard = self._shards[s] = _Shard(self._paths[s])
-            if shard.key(row - self._starts[s]) == key:
-                return shard, row - self._starts[s]
+            local = row - self._starts[s]
+            if int(self._shard(s).keys[local, 1]) == lo:
+                return s, local
             i += 1
         return None
 
     def get(self, caption: Any) -> dict[str, Any] | None:
         found = self._find(self.key(caption))
-        return None if found is None else found[0].record(found[1])
+        return None if found is None else self._shard(found[0]).record(found[1])
 
     def __getitem__(self, caption: Any) -> dict[str, Any]:
         rec = self.get(caption)
@@ -277,16 +263,8 @@ class ConceptStore:
         return self._find(self.key(caption)) is not None
 
     def contains_keys(self, keys: Sequence[bytes]) -> np.ndarray:
-        """Which of these keys the index holds, vectorised (the builder's check of what is done)."""
-        if not keys or not self._size:
-            return np.zeros(len(keys), bool)
-        words = np.frombuffer(b"".join(keys), "<u8").reshape(-1, 2)
-        hits = np.zeros(len(keys), bool)
-        left = self._keys.searchsorted(words[:, 0])
-        candidates = np.flatnonzero((left < self._size) & (self._keys[np.minimum(left, self._size - 1)] == words[:, 0]))
-        for j in candidates:  # confirm the whole key (prefix collisions included)
-            hits[j] = self._find(keys[j]) is not None
-        return hits
+        """Which of these keys the store holds (the builder's check of what is done)."""
+        return self._locate(keys)[0]
 
     def __len__(self) -> int:
         return self._size

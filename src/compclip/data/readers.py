@@ -126,6 +126,8 @@ class ImageTextReader(IterableDataset):
             return None
         record = None
         if concepts is not None:
+            from ..concepts.store import record_from_json
+
             try:
                 record = record_from_json(json.loads(concepts))
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
@@ -221,17 +223,6 @@ def sample_caption(sample: dict[str, Any], caption_field: str = "caption") -> An
         return text
     meta = json.loads(text)
     return meta.get(caption_field) if isinstance(meta, dict) else None
-
-
-def record_from_json(obj: dict[str, Any]) -> dict[str, Any]:
-    """A concept record read back from JSON: the lists of spans and edges as the tuples `extract` gives."""
-    rec = {"caption": obj["caption"]}
-    for name in ("noun_phrases", "pos", "keywords"):
-        if name in obj:
-            rec[name] = [tuple(item) for item in obj[name]]
-    if "graph" in obj:
-        rec["graph"] = {part: [tuple(item) for item in obj["graph"][part]] for part in ("nodes", "edges")}
-    return rec
 
 
 class WebDatasetReader(ImageTextReader):

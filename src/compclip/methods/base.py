@@ -156,19 +156,28 @@ class Method(nn.Module):
             if key in samples[0]:
                 batch[key] = torch.tensor([s[key] for s in samples])
         if self.uses_concepts:
-            batch["concepts"] = [s["concepts"] if "concepts" in s else self.concept_record(s["caption"]) for s in samples]
+            batch["concepts"] = self.concept_records(samples)
         for part in self.parts:
             part.prepare(batch, samples, tokenizer)
         return batch
 
-    def concept_record(self, caption: str) -> dict[str, Any] | None:
-        """The caption's record in the concept store; a caption the store lacks trains without concepts (warned)."""
-        record = self.concepts.get(caption) if self.concepts is not None else None
-        if record is None:
-            self._missing += 1
-            if self._missing <= 3:
-                log.warning("no concepts for caption %r: run `compclip concepts` over the training data", caption)
-        return record
+    def concept_records(self, samples: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+        """Each sample's concept record: its own (shards made by `--into-shards`), else the store's, looked up
+        for the whole batch at once; a caption the store lacks trains without concepts (warned)."""
+        wanted = [s["caption"] for s in samples if "concepts" not in s]
+        if self.concepts is None:
+            found = [None] * len(wanted)
+        elif hasattr(self.concepts, "get_many"):
+            found = self.concepts.get_many(wanted)
+        else:  # a plain mapping
+            found = [self.concepts.get(c) for c in wanted]
+        for caption, record in zip(wanted, found, strict=True):
+            if record is None:
+                self._missing += 1
+                if self._missing <= 3:
+                    log.warning("no concepts for caption %r: run `compclip concepts` over the training data", caption)
+        looked_up = iter(found)
+        return [s["concepts"] if "concepts" in s else next(looked_up) for s in samples]
 
     def outputs(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, Any]:
         """One forward pass of both towers, computing per-token outputs only when a part needs them."""
