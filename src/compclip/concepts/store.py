@@ -6,14 +6,15 @@ Format 2 (see `docs/data.md`), one folder:
     parts/<i>-of-<n>/shard-NNNNN.arrow   Arrow IPC files of (key, caption, concepts as JSON), one record
                                   batch each, written atomically
     parts/<i>-of-<n>/done.json    the part finished (its run's counts)
-    index.json                    the shards in global row order and the two index arrays below
-    index/keys-<id>.npy           uint64: the first 8 bytes of every record's key, sorted
+    index.json                    the shards in global row order and the three index arrays below
+    index/hi-<id>.npy, lo-<id>.npy  uint64: every record's key as two little-endian halves, sorted
     index/rows-<id>.npy           the global row of each sorted key
 
-A record's key is the 16-byte BLAKE2b of the caption salted with the config, so a record is
-found by one `searchsorted` and checked against the full key in its shard. Opening a store reads
-two small JSON files and maps two arrays: it costs the same at 3 M records as at 3 k, and every
-process that reads it (DataLoader workers, ranks) shares the pages through the page cache.
+A record's key is the 16-byte BLAKE2b of the caption salted with the config, so a batch of
+captions is found by one `searchsorted` over the first halves, checked on the second. Opening a
+store reads two small JSON files and maps three arrays: it costs the same at 3 M records as at
+3 k, and every process that reads it (DataLoader workers, ranks) shares the pages through the
+page cache. A lookup decodes one record: one JSON text.
 """
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def write_index(folder: Path) -> int:
     shards = shard_files(folder)
     keys = [shard_keys(p) for p in shards]
     every = np.concatenate(keys) if keys else np.empty((0, KEY_BYTES), np.uint8)
-    words = every.view("<u8") if len(every) else np.empty((0, 2), "<u8")
+    words = every.view("<u8").reshape(-1, 2)
     order = np.lexsort((np.arange(len(every)), words[:, 1], words[:, 0]))  # by prefix, then rest, then first seen
     if len(order):
         sorted_words = words[order]
@@ -116,9 +117,9 @@ def write_index(folder: Path) -> int:
         order = order[first]
     ident = uuid.uuid4().hex[:12]
     index_dir = folder / "index"
-    names = {"keys": f"index/keys-{ident}.npy", "rows": f"index/rows-{ident}.npy"}
+    names = {name: f"index/{name}-{ident}.npy" for name in ("hi", "lo", "rows")}
     dtype = np.uint32 if len(every) < 2**32 else np.uint64
-    for name, array in (("keys", words[order, 0] if len(order) else np.empty(0, "<u8")), ("rows", order.astype(dtype))):
+    for name, array in (("hi", words[order, 0]), ("lo", words[order, 1]), ("rows", order.astype(dtype))):
         with atomic_path(folder / names[name]) as tmp, open(tmp, "wb") as f:
             np.save(f, np.ascontiguousarray(array))
     write_json(folder / INDEX, {
@@ -145,7 +146,7 @@ class _Strings:
 
 
 class _Shard:
-    """One memory-mapped shard: keys as a numpy view, a record decoded only when asked for."""
+    """One memory-mapped shard: a record decoded only when asked for."""
 
     def __init__(self, path: Path):
         self.source = pa.memory_map(str(path))
@@ -153,9 +154,6 @@ class _Shard:
         if reader.num_record_batches != 1 or reader.schema != SCHEMA:
             raise DataError(f"{path}: not a concept shard of format {FORMAT} (one record batch of {SCHEMA.names})")
         batch = reader.get_batch(0)
-        key = batch.column("key")
-        raw = np.frombuffer(key.buffers()[1], np.uint8, len(key) * KEY_BYTES, key.offset * KEY_BYTES)
-        self.keys = raw.view("<u8").reshape(-1, 2)
         self.caption, self.concepts = _Strings(batch.column("caption")), _Strings(batch.column("concepts"))
 
     def record(self, row: int) -> dict[str, Any]:
@@ -187,7 +185,7 @@ class ConceptStore:
         self._starts = np.cumsum([0] + [n for _, n in index["shards"]]).tolist()
         self._size = index["records"]
         load = lambda name: np.load(self.folder / index[name], mmap_mode="r").view(np.ndarray) if self._size else np.empty(0, np.uint64)  # noqa: E731
-        self._keys, self._rows = load("keys"), load("rows")
+        self._hi, self._lo, self._rows = load("hi"), load("lo"), load("rows")
         self._shards: dict[int, _Shard] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -208,28 +206,24 @@ class ConceptStore:
         return shard
 
     def _locate(self, keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(found, shard, row) per key, vectorised: one `searchsorted` for all, the whole key checked in its shard."""
-        n = len(keys)
-        found, shard, local = np.zeros(n, bool), np.zeros(n, np.int64), np.zeros(n, np.int64)
-        if not n or not self._size:
-            return found, shard, local
+        """(found, shard, row) per key, vectorised: one `searchsorted` over the first halves for all keys."""
+        found = np.zeros(len(keys), bool)
+        if not keys or not self._size:
+            return found, found.astype(np.int64), found.astype(np.int64)
         words = np.frombuffer(b"".join(keys), "<u8").reshape(-1, 2)
-        at = self._keys.searchsorted(words[:, 0])
-        while True:  # usually one pass: a key's first candidate is itself
-            candidates = at < self._size
-            candidates[candidates] &= self._keys[at[candidates]] == words[candidates, 0]
-            candidates &= ~found
-            if not candidates.any():
-                break
-            rows = self._rows[at[candidates]].astype(np.int64)
-            starts = np.asarray(self._starts)
-            shard[candidates] = np.searchsorted(starts, rows, "right") - 1
-            local[candidates] = rows - starts[shard[candidates]]
-            for s in np.unique(shard[candidates]).tolist():
-                these = np.flatnonzero(candidates & (shard == s))
-                found[these] = (self._shard(s).keys[local[these]] == words[these]).all(axis=1)
-            at[candidates & ~found] += 1  # a shared prefix: try the next key of the index
-        return found, shard, local
+        at = self._hi.searchsorted(words[:, 0])
+        pending = np.flatnonzero(at < self._size)
+        while len(pending):  # usually one pass: a shared first half sends a key on to the next entry
+            same = self._hi[at[pending]] == words[pending, 0]
+            hit = same & (self._lo[at[pending]] == words[pending, 1])
+            found[pending[hit]] = True
+            pending = pending[same & ~hit]
+            at[pending] += 1
+            pending = pending[at[pending] < self._size]
+        rows = np.where(found, self._rows[np.minimum(at, self._size - 1)], 0).astype(np.int64)
+        starts = np.asarray(self._starts)
+        shard = np.searchsorted(starts, rows, "right") - 1
+        return found, shard, rows - starts[shard]
 
     def get_many(self, captions: Sequence[Any]) -> list[dict[str, Any] | None]:
         """The records of many captions (None where absent): a batch's keys found in one vectorised search."""
@@ -239,13 +233,12 @@ class ConceptStore:
     def _find(self, key: bytes) -> tuple[int, int] | None:
         """(shard, row) of one key: `_locate` without numpy's per-call cost, for single lookups."""
         hi, lo = int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
-        i = int(self._keys.searchsorted(np.uint64(hi)))
-        while i < self._size and int(self._keys[i]) == hi:
-            row = int(self._rows[i])
-            s = bisect.bisect_right(self._starts, row) - 1
-            local = row - self._starts[s]
-            if int(self._shard(s).keys[local, 1]) == lo:
-                return s, local
+        i = int(self._hi.searchsorted(np.uint64(hi)))
+        while i < self._size and int(self._hi[i]) == hi:
+            if int(self._lo[i]) == lo:
+                row = int(self._rows[i])
+                s = bisect.bisect_right(self._starts, row) - 1
+                return s, row - self._starts[s]
             i += 1
         return None
 
