@@ -165,7 +165,8 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     flat = rows[-1]["lookups_per_s_per_worker"] / rows[0]["lookups_per_s_per_worker"]
-    print(f"lookups/s at {sizes[-1]:,} vs {sizes[0]:,}: {flat:.2f}x; open at {sizes[-1]:,}: {rows[-1]['open_ms_median']} ms", file=sys.stderr)
+    last = f"{sizes[-1]:,}"
+    print(f"lookups/s at {last} vs {sizes[0]:,}: {flat:.2f}x; open at {last}: {rows[-1]['open_ms_median']} ms", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import csv
 import json
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -107,11 +108,12 @@ def main() -> None:
     tokenizer = open_clip.get_tokenizer("ViT-B-16")
     with_store, in_shards = build_method("c2lip", concepts=store), build_method("c2lip")
     for workers in [int(w) for w in args.workers.split(",")]:
-        rates = {
-            "compclip_store": best_rate(lambda: compclip_pass(shards, preprocess, tokenizer, with_store, workers, args.batch), args.repeats),
-            "compclip_in_shards": best_rate(lambda: compclip_pass(carried, preprocess, tokenizer, in_shards, workers, args.batch), args.repeats),
-            "open_clip": best_rate(lambda: open_clip_pass(shards, preprocess, tokenizer, workers, args.batch, len(captions)), args.repeats),
+        runs = {
+            "compclip_store": partial(compclip_pass, shards, preprocess, tokenizer, with_store, workers, args.batch),
+            "compclip_in_shards": partial(compclip_pass, carried, preprocess, tokenizer, in_shards, workers, args.batch),
+            "open_clip": partial(open_clip_pass, shards, preprocess, tokenizer, workers, args.batch, len(captions)),
         }
+        rates = {name: best_rate(run, args.repeats) for name, run in runs.items()}
         row = {"workers": workers, **{f"{k}_per_worker": round(v / workers, 1) for k, v in rates.items()},
                "ratio_store": round(rates["compclip_store"] / rates["open_clip"], 3),
                "ratio_in_shards": round(rates["compclip_in_shards"] / rates["open_clip"], 3)}

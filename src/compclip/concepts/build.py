@@ -139,12 +139,10 @@ def _upgrade(out: Path, manifest: dict[str, Any]) -> None:
     import pyarrow.parquet as pq
 
     def record(row: dict[str, Any]) -> dict[str, Any]:
-        rec = {"caption": row["caption"]}
-        for name in ("noun_phrases", "pos", "keywords"):
-            if name in row:
-                rec[name] = [tuple(d.values()) for d in row[name]]
+        tuples = lambda name: [tuple(d.values()) for d in row[name]]  # noqa: E731
+        rec = {"caption": row["caption"], **{name: tuples(name) for name in ("noun_phrases", "pos", "keywords") if name in row}}
         if "graph_nodes" in row:
-            rec["graph"] = {"nodes": [tuple(d.values()) for d in row["graph_nodes"]], "edges": [tuple(d.values()) for d in row["graph_edges"]]}
+            rec["graph"] = {"nodes": tuples("graph_nodes"), "edges": tuples("graph_edges")}
         return rec
 
     segment = part_folder(out, 0, 1)
