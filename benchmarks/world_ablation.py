@@ -24,7 +24,7 @@ VARIANTS = {
 
 def main(names: list[str]) -> None:
     base = DEMO / "train" / "base" / "checkpoints" / "step_0001000"
-    common = {"model": str(base), "train_data": str(DEMO / "world" / "train" / "captions.csv"), "concepts": str(DEMO / "concepts"),
+    common = {"model": str(base), "train_data": str(DEMO / "world" / "train" / "images.npy"), "concepts": str(DEMO / "concepts"),
               "batch_size": 128, "seed": 0, "workers": 2, "save_every": 10**9, "keep": 1, "steps": 300, "lr": 1e-4, "warmup": 20,
               "optimizer": "adamw"}
     print(f"{'variant':12s} {'swap-att':>9s} {'replace':>8s} {'ITT':>6s} {'ZS shape':>9s} {'R@1':>6s}")

@@ -3,11 +3,12 @@ held-out pairings absent from training, and every benchmark file readable by the
 import json
 import re
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from compclip.world import COLORS, Scene, WorldConfig, generate, relation
+from compclip.world import COLORS, SHAPES, Scene, WorldConfig, generate, relation, render
 
 CFG = WorldConfig(seed=3, n_train=300, n_val=40, n_test=60, size=64)
 NAME = r"(small|large) (\w+) (\w+)"
@@ -50,7 +51,7 @@ def claims(caption):
 def test_same_seed_same_bytes(world, tmp_path):
     again = generate(tmp_path / "again", CFG, workers=1)  # another worker count, too
     files = sorted(p.relative_to(world) for p in world.rglob("*") if p.is_file() and p.name != "manifest.json")
-    assert len(files) > 500
+    assert len(files) > 300 and {"train/images.npy", "val/images.npy"} <= {str(p) for p in files}
     for rel in files:
         assert (world / rel).read_bytes() == (again / rel).read_bytes(), rel
 
@@ -73,9 +74,9 @@ def test_captions_are_true_of_their_images(world):
             else:
                 assert relation(first, second) == rel
         assert rec["phrases"] == [f"a {o.size} {o.color} {o.shape}" for o in scene.objects]
-        image = Image.open(world / "train" / "images" / f"train_{rec['index']:06d}.png").convert("RGB")
+        image = np.load(world / "train" / "images.npy", mmap_mode="r")[rec["index"]]
         for o in scene.objects:  # the centre pixel of every shape has its colour
-            assert image.getpixel((int(o.x * CFG.size), int(o.y * CFG.size))) == COLORS[o.color]
+            assert tuple(image[int(o.y * CFG.size), int(o.x * CFG.size)]) == COLORS[o.color]
 
 
 def test_heldout_pairings_never_appear_in_training(world):
@@ -167,3 +168,59 @@ def test_every_world_benchmark_gives_the_same_json_through_any_scorer(world):
         for name in ("sugarcrepe", "sugarcrepe_pp", "zeroshot", "retrieval"):
             dual, pairwise = REGISTRY[name].run(scorer(), root, "strict"), REGISTRY[name].run(PairwiseWithTexts(), root, "strict")
             assert dual.metrics == pairwise.metrics, (root.name, name)
+
+
+def test_the_training_array_is_the_png_rendering_byte_for_byte(world, tmp_path):
+    """images.npy holds exactly what the PNG of each scene decodes to, and ArrayReader serves it undecoded."""
+    from compclip.data import ArrayReader, open_reader
+
+    images = np.load(world / "train" / "images.npy")
+    records = scenes(world / "train")
+    assert images.shape == (CFG.n_train, CFG.size, CFG.size, 3) and images.dtype == np.uint8
+    for rec in records[:40]:
+        path = tmp_path / "scene.png"
+        render(Scene.from_dict(rec["scene"]), CFG.size).save(path, format="PNG")
+        assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), images[rec["index"]])
+    reader = open_reader(world / "train" / "images.npy")
+    assert isinstance(reader, ArrayReader)
+    samples = list(reader)
+    assert [s["caption"] for s in samples] == [r["caption"] for r in records]
+    assert all(np.array_equal(np.asarray(s["image"]), images[i]) for i, s in enumerate(samples[:50]))
+
+
+def test_knobs_change_what_the_captions_say():
+    """Each literature lever, checked against the scene records it was generated from."""
+    import random
+
+    from compclip.world import long_caption, place
+
+    def four(i):  # distinct colours and shapes, so that every word names one object
+        rng = random.Random(i)
+        return list(zip(rng.sample(list(COLORS), 4), rng.sample(SHAPES, 4), strict=True))
+
+    scenes_ = [place(random.Random(i), i, four(i)) for i in range(200)]
+    named = lambda caption, o: o.shape in caption and f"{o.color} {o.shape}" in caption  # noqa: E731
+    full = [long_caption(s, random.Random(s.seed)) for s in scenes_]
+    assert all(named(c, o) and f"{o.size} {o.color} {o.shape}" in c for c, s in zip(full, scenes_, strict=True) for o in s.objects)
+    half = [long_caption(s, random.Random(s.seed), completeness=0.5) for s in scenes_]
+    for caption, scene in zip(half, scenes_, strict=True):
+        assert sum(re.search(rf"\b{o.shape}\b", caption) is not None for o in scene.objects) == 2
+    salient = [long_caption(s, random.Random(s.seed), saliency=True) for s in scenes_]
+    for caption, scene in zip(salient, scenes_, strict=True):
+        largest = max(scene.objects, key=lambda o: o.radius)
+        assert [o for o in scene.objects if re.search(rf"\b{o.shape}\b", caption)] == [largest]
+    bare = [long_caption(s, random.Random(s.seed), density=0.0) for s in scenes_]
+    assert not any(w in c for c in bare for w in (*COLORS, "small", "large"))
+    some = [long_caption(s, random.Random(s.seed), density=0.5) for s in scenes_]
+    said = sum(o.color in c for c, s in zip(some, scenes_, strict=True) for o in s.objects) / (4 * len(scenes_))
+    assert 0.4 < said < 0.6
+
+
+def test_palette_and_objects_per_scene(tmp_path):
+    cfg = WorldConfig(seed=1, n_train=60, n_val=4, n_test=12, size=32, colors=3, shapes=2, min_objects=2, max_objects=2, heldout=0.2)
+    world = generate(tmp_path / "w", cfg, workers=1)
+    for rec in scenes(world / "train"):
+        objects = rec["scene"]["objects"]
+        assert len(objects) == 2
+        assert {o["color"] for o in objects} <= set(list(COLORS)[:3]) and {o["shape"] for o in objects} <= set(SHAPES[:2])
+    assert len(json.loads((world / "manifest.json").read_text())["heldout"]) == round(0.2 * 6)

@@ -111,7 +111,9 @@ def concepts(
 def train(
     method: str = typer.Option(..., help=f"Method, or a '+'-joined combination (c2lip+hardneg): {METHODS}; options: `compclip methods`."),
     model: str = typer.Option(..., help=MODEL_HELP),
-    train_data: str = typer.Option(..., help="CSV/TSV, webdataset .tar shards (brace patterns), or a captions .json."),
+    train_data: str = typer.Option(
+        ..., help="CSV/TSV, webdataset .tar shards (brace patterns), a captions .json, or an image .npy (JSONL beside it)."
+    ),
     out: Path = typer.Option(..., help="Run folder: checkpoints, log.jsonl, tensorboard; re-running resumes."),
     pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file for --model."),
     image_root: Path = typer.Option(
@@ -124,7 +126,7 @@ def train(
         [], "--method-opt", help="KEY=VALUE, repeatable: an option of the method, e.g. lambda_npc=2 (`compclip methods` lists them)."
     ),
     image_key: str = typer.Option("image", help="CSV/TSV image column."),
-    caption_key: str = typer.Option("caption", help="CSV/TSV caption column, or webdataset json field."),
+    caption_key: str = typer.Option("caption", help="CSV/TSV caption column, webdataset json field, or JSONL field (.npy)."),
     batch_size: int = typer.Option(32, help="Images per process and micro-batch."),
     accum_freq: int = typer.Option(1, help="Micro-batches per optimizer step (features cached, open_clip style)."),
     steps: int = typer.Option(1000, help="Optimizer steps."),
@@ -331,13 +333,22 @@ def world_generate(
     n_test: int = typer.Option(500, help="Scenes per test split (and as many single objects for zero-shot)."),
     size: int = typer.Option(224, help="Image side in pixels (the demo uses 64)."),
     heldout: float = typer.Option(0.25, help="Fraction of colour×shape pairings never seen in training."),
+    min_objects: int = typer.Option(1, help="Fewest objects in a training scene (test scenes have at least 2)."),
+    max_objects: int = typer.Option(4, help="Most objects in a scene (2 to 4)."),
+    colors: int = typer.Option(10, help="Colours used (the first N of the palette)."),
+    shapes: int = typer.Option(7, help="Shapes used (the first N)."),
+    density: float = typer.Option(1.0, help="Attribute density: chance that a mention names each attribute (size, colour)."),
+    completeness: float = typer.Option(1.0, help="Caption completeness: fraction of a scene's objects its caption mentions."),
+    saliency: bool = typer.Option(False, "--saliency", help="Saliency bias: captions mention only the largest object."),
     seed: int = typer.Option(0, help="Seed of the held-out pairings and every scene."),
     workers: int = typer.Option(2, help="Rendering processes."),
 ) -> None:
     """Generate the binding world (re-running with the same settings reuses it)."""
     from .world import WorldConfig, generate
 
-    cfg = WorldConfig(seed=seed, n_train=n_train, n_val=n_val, n_test=n_test, size=size, heldout=heldout)
+    cfg = WorldConfig(seed=seed, n_train=n_train, n_val=n_val, n_test=n_test, size=size, heldout=heldout, min_objects=min_objects,
+                      max_objects=max_objects, colors=colors, shapes=shapes, density=density, completeness=completeness,
+                      saliency=saliency)
     typer.echo(f"world ready in {generate(out, cfg, workers)}")
 
 

@@ -63,10 +63,11 @@ def run_demo(
     out = Path(out)
     world = generate(out / "world", WorldConfig(seed=seed, n_train=n_train, n_test=n_test, size=64), workers)
     console.print(f"[1/5] binding world in {world} ({n_train} training scenes, {n_test} per test split)")
-    captions = world / "train" / "captions.csv"
-    build_store(iter_captions(captions), out / "concepts", "noun-phrases,pos", workers=workers)  # pos: negclip and clic
+    images = world / "train" / "images.npy"
+    # pos: negclip and clic
+    build_store(iter_captions(world / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos", workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
-    common = {"train_data": str(captions), "batch_size": batch_size, "seed": seed, "workers": workers, "save_every": 10**9, "keep": 1}
+    common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "save_every": 10**9, "keep": 1}
     base = _train(out / "train" / "base", method="siglip", model=MODEL, steps=pretrain_steps, lr=1e-3, warmup=100,
                   optimizer="adamw", weight_decay=0.1, **common)
     console.print(f"[3/5] base pretrained from scratch ({pretrain_steps} SigLIP steps): {base}")

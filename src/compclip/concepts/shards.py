@@ -102,6 +102,8 @@ def shards_with_concepts(
         raise UsageError(f"{urls}: two shards share a file name; --into-shards keeps the names, so they would collide")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(".*.tmp"):  # a killed run's unfinished copy
+        stale.unlink()
     if workers < 1:
         raise UsageError(f"--workers must be at least 1, not {workers}")
     todo = [(u, out / n, fields, with_prep, caption_key) for u, n in zip(paths, names, strict=True) if not (out / n).exists()]

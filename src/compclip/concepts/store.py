@@ -83,7 +83,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     manifest = json.loads(path.read_text(encoding="utf-8"))
     found = manifest.get("format", 1)
     if found != FORMAT:
-        hint = ("upgrade it in place, without parsing again: `compclip concepts CAPTIONS --out " f"{folder}`"
+        hint = (f"upgrade it in place, without parsing again: `compclip concepts CAPTIONS --out {folder}`"
                 if found < FORMAT else "it was written by a newer compclip: upgrade compclip")
         raise DataError(f"{folder}: a concept store of format {found}; this compclip reads format {FORMAT}: {hint}")
     return manifest

@@ -1,5 +1,6 @@
 """Data: streaming image-text readers with skip accounting."""
 from .readers import (
+    ArrayReader,
     CsvReader,
     FolderReader,
     ImageTextReader,
@@ -14,6 +15,7 @@ from .skips import REASONS, SkipCounter
 
 __all__ = [
     "REASONS",
+    "ArrayReader",
     "CsvReader",
     "FolderReader",
     "ImageTextReader",

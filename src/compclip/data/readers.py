@@ -1,4 +1,5 @@
-"""Streaming image-text readers: CSV/TSV, webdataset tar shards, and an image folder with a captions JSON.
+"""Streaming image-text readers: CSV/TSV, webdataset tar shards, an image folder with a captions JSON,
+and an array of decoded images (`.npy`) with a JSONL of captions.
 
 Each is a torch IterableDataset yielding `{"image", "caption", "key"}` dicts, sharded over
 DDP ranks and DataLoader workers. Bad records (missing or corrupt images, empty or
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from PIL import Image, UnidentifiedImageError
@@ -137,7 +139,7 @@ class ImageTextReader(IterableDataset):
             self.skips.skip("missing_image", where, "no image in record")
             return None
         try:
-            img = decode_image(image)
+            img = Image.fromarray(image) if isinstance(image, np.ndarray) else decode_image(image)
         except FileNotFoundError:
             self.skips.skip("missing_image", where, str(image))
             return None
@@ -340,6 +342,48 @@ class FolderReader(ImageTextReader):
                 yield f"{self.captions_path} {where}", image, caption, None
 
 
+class ArrayReader(ImageTextReader):
+    """Decoded images in a `.npy` array (uint8, N × H × W × 3), read memory-mapped, and their captions: the
+    `caption` field of each line of a JSONL beside it (default `scenes.jsonl`), line i for image i.
+
+    What `compclip world generate` writes for training: nothing is decoded while training.
+    """
+
+    def __init__(self, path: str | os.PathLike, transform: Callable | None = None, captions: str | os.PathLike | None = None,
+                 caption_key: str = "caption"):
+        self.path = Path(path)
+        super().__init__(str(self.path), transform)
+        self.captions_path = Path(captions) if captions else self.path.with_name("scenes.jsonl")
+        for p in (self.path, self.captions_path):
+            if not p.is_file():
+                raise DataError(f"{p}: no such file (an image array needs its captions JSONL beside it)")
+        self.images = np.load(self.path, mmap_mode="r")
+        if self.images.dtype != np.uint8 or self.images.ndim != 4 or self.images.shape[-1] != 3:
+            raise DataError(f"{self.path}: expected uint8 images of shape (N, H, W, 3), found {self.images.dtype} {self.images.shape}")
+        self.captions = []
+        with open(self.captions_path, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError:
+                    item = None
+                self.captions.append(item.get(caption_key) if isinstance(item, dict) else None)
+        if len(self.captions) != len(self.images):
+            raise DataError(f"{self.captions_path}: {len(self.captions)} captions for the {len(self.images)} images of {self.path}")
+
+    def __getstate__(self) -> dict[str, Any]:  # a DataLoader worker maps the array again
+        return {k: v for k, v in self.__dict__.items() if k != "images"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.images = np.load(self.path, mmap_mode="r")
+
+    def records(self):
+        index, count = self.shard()
+        for i in range(index, len(self.images), count):
+            yield f"{self.path}[{i}]", np.asarray(self.images[i]), self.captions[i], None
+
+
 def is_tar_shards(path: str | os.PathLike) -> bool:
     """A `.tar` file or a brace pattern of them (`shards-{0000..0099}.tar`)."""
     text = str(path)
@@ -347,7 +391,8 @@ def is_tar_shards(path: str | os.PathLike) -> bool:
 
 
 def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:
-    """Pick the reader from the path: `.tar` shards (brace patterns allowed), `.csv`/`.tsv`, or a captions `.json`."""
+    """Pick the reader from the path: `.tar` shards (brace patterns allowed), `.csv`/`.tsv`, a captions `.json`,
+    or an image array `.npy`."""
     text = str(path)
     suffix = Path(text).suffix.lower()
     if is_tar_shards(text):
@@ -356,4 +401,6 @@ def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kw
         return CsvReader(text, transform, **kwargs)
     if suffix == ".json":
         return FolderReader(text, transform=transform, **kwargs)
-    raise UsageError(f"{path}: unknown data format; expected .tar shards, .csv/.tsv or a captions .json")
+    if suffix == ".npy":
+        return ArrayReader(text, transform, **kwargs)
+    raise UsageError(f"{path}: unknown data format; expected .tar shards, .csv/.tsv, a captions .json or an image .npy")

@@ -231,6 +231,8 @@ class Trainer:
             return {"image_key": self.cfg.image_key, "caption_key": self.cfg.caption_key, "image_root": self.cfg.image_root}
         if is_tar_shards(text):
             return {"caption_field": self.cfg.caption_key}
+        if text.endswith(".npy"):
+            return {"caption_key": self.cfg.caption_key}
         return {"image_root": self.cfg.image_root}
 
     # -- data -------------------------------------------------------------------------

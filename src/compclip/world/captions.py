@@ -26,8 +26,8 @@ def _name(o: Obj) -> str:
     return f"{o.size} {o.color} {o.shape}"
 
 
-def _list(objects) -> str:
-    names = [f"a {_name(o)}" for o in objects]
+def _list(names: list[str]) -> str:
+    names = [f"a {n}" for n in names]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
@@ -36,22 +36,40 @@ def short_phrases(scene: Scene) -> list[str]:
     return [f"a {_name(o)}" for o in scene.objects]
 
 
-def long_caption(scene: Scene, rng: random.Random) -> str:
-    """Every object and the relation between horizontal neighbours, sentence forms drawn from `rng`."""
+def mentioned(scene: Scene, rng: random.Random, completeness: float = 1.0, saliency: bool = False) -> list[Obj]:
+    """The objects a caption describes, left to right: all of them; a `completeness` fraction (at least
+    one); or, with `saliency`, only the most salient one (the largest; the first placed among equals)."""
     objects = sorted(scene.objects, key=lambda o: o.x)
+    if saliency:
+        return [max(scene.objects, key=lambda o: o.radius)]
+    if completeness < 1:
+        keep = set(rng.sample(range(len(objects)), max(1, round(completeness * len(objects)))))
+        objects = [o for i, o in enumerate(objects) if i in keep]
+    return objects
+
+
+def mention(o: Obj, rng: random.Random, density: float = 1.0) -> str:
+    """How a caption names an object: its shape, each attribute (size, colour) kept with probability `density`."""
+    if density >= 1:
+        return _name(o)
+    return " ".join([w for w in (o.size, o.color) if rng.random() < density] + [o.shape])
+
+
+def long_caption(scene: Scene, rng: random.Random, density: float = 1.0, completeness: float = 1.0, saliency: bool = False) -> str:
+    """The described objects (see `mentioned`, `mention`) and the relation between horizontal neighbours
+    among them, sentence forms drawn from `rng`. The defaults describe every object with every attribute."""
+    objects = mentioned(scene, rng, completeness, saliency)
+    names = {id(o): mention(o, rng, density) for o in objects}
     order = objects[:]
     rng.shuffle(order)
-    sentences = [rng.choice(LEADS).format(_list(order))]
+    sentences = [rng.choice(LEADS).format(_list([names[id(o)] for o in order]))]
     for a, b in itertools.pairwise(objects):
         if rng.random() < 0.5:
             a, b = b, a
         form = rng.choice(PAIR_FORMS)
         rel = "next to" if next_to(a, b) and rng.random() < 0.3 else relation(a, b)
-        sentences.append(
-            form.format(
-                a=_name(a), b=_name(b), A=f"A {_name(a)}", a2=f"a {_name(a)}", b2=f"a {_name(b)}", rel=rel, Rel=rel[0].upper() + rel[1:]
-            )
-        )
+        na, nb = names[id(a)], names[id(b)]
+        sentences.append(form.format(a=na, b=nb, A=f"A {na}", a2=f"a {na}", b2=f"a {nb}", rel=rel, Rel=rel[0].upper() + rel[1:]))
     return " ".join(sentences)
 
 

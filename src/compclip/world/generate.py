@@ -1,11 +1,15 @@
 """`compclip world generate`: the binding world's splits and benchmarks, written in parallel, cached.
 
-- `train/` and `val/`: `images/*.png`, `captions.csv` (image, long description), `scenes.jsonl`;
+- `train/` and `val/`: `images.npy` (uint8, N × size × size × 3, read memory-mapped by
+  `compclip.data.ArrayReader`: no image decoding while training) and `scenes.jsonl` (one record
+  per image: scene, caption, phrases);
 - `test_seen/`, `test_unseen/`: data roots laid out as `compclip eval` reads them
   (`coco/val2017/`, `sugarcrepe/`, `sugarcrepe_pp/`, `zeroshot/{shape,color}/`, `retrieval/world/`).
 
 By default 25 % of the colour×shape pairings never appear in train or val (images or captions);
-`test_unseen` scenes each contain one of them, and its benchmarks ask about it.
+`test_unseen` scenes each contain one of them, and its benchmarks ask about it. The caption
+knobs (`density`, `completeness`, `saliency`) are the levers the binding literature names
+(`docs/methods.md`); the test splits' benchmarks do not depend on them.
 """
 from __future__ import annotations
 
@@ -13,9 +17,12 @@ import json
 import multiprocessing as mp
 import random
 import shutil
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..errors import UsageError
 from ..eval.sugarcrepe import SPLITS as SC_SPLITS
@@ -36,6 +43,13 @@ class WorldConfig:
     n_test: int = 500  # scenes per test split (seen and unseen), plus as many single objects for zero-shot
     size: int = 224
     heldout: float = 0.25
+    min_objects: int = 1  # objects per training scene; test scenes have at least 2
+    max_objects: int = 4
+    colors: int = 10  # the first this many of `COLORS`
+    shapes: int = 7  # the first this many of `SHAPES`
+    density: float = 1.0  # probability that a mention carries each attribute (size, colour)
+    completeness: float = 1.0  # fraction of a scene's objects its caption mentions (at least one)
+    saliency: bool = False  # mention only the largest object
 
     def __post_init__(self) -> None:
         for name in ("n_train", "n_val", "n_test"):
@@ -45,44 +59,74 @@ class WorldConfig:
             raise UsageError(f"--size must be at least 32 pixels (shapes must stay legible), not {self.size}")
         if not 0 <= self.heldout < 1:
             raise UsageError(f"--heldout must lie in [0, 1), not {self.heldout}")
+        if not 1 <= self.min_objects <= self.max_objects <= 4 or self.max_objects < 2:
+            raise UsageError(f"objects per scene: need 1 <= min <= max <= 4 and max >= 2, not {self.min_objects}..{self.max_objects}")
+        if not (2 <= self.colors <= len(COLORS) and 2 <= self.shapes <= len(SHAPES)):
+            raise UsageError(f"--colors must lie in 2..{len(COLORS)} and --shapes in 2..{len(SHAPES)}, not {self.colors} and {self.shapes}")
+        for name in ("density", "completeness"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise UsageError(f"--{name} must lie in [0, 1], not {getattr(self, name)}")
+
+    @property
+    def palette(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The colours and shapes this world uses."""
+        return tuple(COLORS)[: self.colors], SHAPES[: self.shapes]
 
 
-def heldout_pairs(seed: int, fraction: float) -> list[tuple[str, str]]:
+def heldout_pairs(seed: int, fraction: float, colors=tuple(COLORS), shapes=SHAPES) -> list[tuple[str, str]]:
     """A seeded fraction of colour×shape pairs, leaving every colour and shape some seen pairing."""
-    pairs = [(c, s) for c in COLORS for s in SHAPES]
+    pairs = [(c, s) for c in colors for s in shapes]
     rng = random.Random(seed)
     while True:
         held = sorted(rng.sample(pairs, round(fraction * len(pairs))))
         seen = set(pairs) - set(held)
-        if {c for c, _ in seen} == set(COLORS) and {s for _, s in seen} == set(SHAPES):
+        if {c for c, _ in seen} == set(colors) and {s for _, s in seen} == set(shapes):
             return held
 
 
 def _scene(cfg: WorldConfig, split: str, index: int, held: list[tuple[str, str]]) -> Scene:
     seed = (cfg.seed * 7 + SPLIT_CODES[split]) * 10_000_019 + index
     rng = random.Random(seed)
-    seen = [(c, s) for c in COLORS for s in SHAPES if (c, s) not in held]
+    colors, shapes = cfg.palette
+    seen = [(c, s) for c in colors for s in shapes if (c, s) not in held]
     if split.startswith("zs"):
         return place(rng, seed, [rng.choice(held if split == "zs_unseen" else seen)])
-    n = rng.randint(2, 4) if split.startswith("test") else rng.randint(1, 4)
+    fewest = max(2, cfg.min_objects) if split.startswith("test") else cfg.min_objects
+    n = rng.randint(fewest, cfg.max_objects)
     if split == "test_unseen":
         return place(rng, seed, [rng.choice(held), *rng.sample(seen, n - 1)])
     return place(rng, seed, rng.sample(seen, n))
 
 
-def _work(task: tuple[WorldConfig, str, int, str, list]) -> dict[str, Any]:
+def _work(task: tuple[WorldConfig, str, int, str | None, list]) -> tuple[dict[str, Any], bytes | None]:
+    """One scene: its record, and its pixels when they go to an array (else it is saved as `path`, a PNG)."""
     cfg, split, index, path, held = task
     scene = _scene(cfg, split, index, held)
-    render(scene, cfg.size).save(path, format="PNG")
-    caption = long_caption(scene, random.Random(scene.seed + 1))
-    return {"index": index, "scene": scene.to_dict(), "caption": caption, "phrases": short_phrases(scene)}
+    image = render(scene, cfg.size)
+    if path is not None:
+        image.save(path, format="PNG")
+    caption = long_caption(scene, random.Random(scene.seed + 1), cfg.density, cfg.completeness, cfg.saliency)
+    record = {"index": index, "scene": scene.to_dict(), "caption": caption, "phrases": short_phrases(scene)}
+    return record, None if path is not None else image.tobytes()
 
 
 def _render_all(cfg: WorldConfig, split: str, n: int, folder: Path, held, pool) -> list[dict[str, Any]]:
-    folder.mkdir(parents=True, exist_ok=True)
-    tasks = [(cfg, split, i, str(folder / f"{split}_{i:06d}.png"), held) for i in range(n)]
+    """Render a split as PNG files in `folder`, or, for a folder named `*.npy`, into that array."""
+    array = folder.suffix == ".npy"
+    folder.parent.mkdir(parents=True, exist_ok=True) if array else folder.mkdir(parents=True, exist_ok=True)
+    tasks = [(cfg, split, i, None if array else str(folder / f"{split}_{i:06d}.png"), held) for i in range(n)]
     jobs = pool.imap(_work, tasks, chunksize=64) if pool else map(_work, tasks)
-    return list(progress(jobs, f"world {split}", total=n, unit="image"))
+    records = []
+    with atomic_path(folder) if array else nullcontext() as tmp:
+        pixels = np.lib.format.open_memmap(tmp, "w+", np.uint8, (n, cfg.size, cfg.size, 3)) if array else None
+        for record, data in progress(jobs, f"world {split}", total=n, unit="image"):
+            if pixels is not None:
+                pixels[record["index"]] = np.frombuffer(data, np.uint8).reshape(cfg.size, cfg.size, 3)
+            records.append(record)
+        if pixels is not None:
+            pixels.flush()
+            del pixels
+    return records
 
 
 def _write_lines(path: Path, rows: list[dict]) -> None:
@@ -102,7 +146,7 @@ def _write_csv(path: Path, pairs: list[tuple[str, str]]) -> None:
         tmp.write_text(buf.getvalue(), encoding="utf-8")
 
 
-def _benchmarks(root: Path, records: list[dict], held: list[tuple[str, str]], unseen: bool) -> None:
+def _benchmarks(root: Path, records: list[dict], held: list[tuple[str, str]], unseen: bool, colors, shapes) -> None:
     """world-SugarCrepe and world-SugarCrepe++ from the test scenes, each positive true, each negative false."""
     sc: dict[str, dict[str, dict]] = {s: {} for s in SC_SPLITS}
     pp: dict[str, list[dict]] = {s: [] for s in SCPP_SPLITS}
@@ -117,7 +161,7 @@ def _benchmarks(root: Path, records: list[dict], held: list[tuple[str, str]], un
         if not holds(scene, pos):  # the generator's own invariant: a failure here is a bug, not bad input
             raise RuntimeError(f"test scene {rec['index']}: the positive caption {pos.text()!r} does not hold in its scene")
         filename = f"test_{'unseen' if unseen else 'seen'}_{rec['index']:06d}.png"
-        for split, neg in negatives(scene, first, second, rng, SHAPES, tuple(COLORS)).items():
+        for split, neg in negatives(scene, first, second, rng, shapes, colors).items():
             sc[split][str(len(sc[split]))] = {"filename": filename, "caption": pos.text(), "negative_caption": neg.text()}
             if split in pp:
                 pp[split].append({"id": len(pp[split]), "filename": filename, "caption": pos.text(),
@@ -149,17 +193,16 @@ def generate(out: str | Path, cfg: WorldConfig = WorldConfig(), workers: int = 2
     manifest = out / "manifest.json"
     if manifest.is_file() and json.loads(manifest.read_text()).get("config") == asdict(cfg):
         return out
-    held = heldout_pairs(cfg.seed, cfg.heldout)
+    held = heldout_pairs(cfg.seed, cfg.heldout, *cfg.palette)
     pool = mp.get_context("fork").Pool(workers) if workers > 1 else None
     try:
         for split, n in (("train", cfg.n_train), ("val", cfg.n_val)):
-            records = _render_all(cfg, split, n, out / split / "images", held, pool)
-            _write_csv(out / split / "captions.csv", [(f"images/{split}_{r['index']:06d}.png", r["caption"]) for r in records])
+            records = _render_all(cfg, split, n, out / split / "images.npy", held, pool)
             _write_lines(out / split / "scenes.jsonl", records)
         for name, zs in (("test_seen", "zs_seen"), ("test_unseen", "zs_unseen")):
             root = out / name
             records = _render_all(cfg, name, cfg.n_test, root / "coco" / "val2017", held, pool)
-            _benchmarks(root, records, held, name == "test_unseen")
+            _benchmarks(root, records, held, name == "test_unseen", *cfg.palette)
             _write_csv(root / "retrieval" / "world" / "captions.csv",
                        [(f"../../coco/val2017/{name}_{r['index']:06d}.png", r["caption"]) for r in records])
             _write_lines(root / "scenes.jsonl", records)
