@@ -86,35 +86,26 @@ class _Done:
 
 def _chunks(captions: Iterable[Any], config: dict[str, Any], done: _Done, part: tuple[int, int], stats: dict[str, int],
             size: int) -> Iterator[tuple[list[bytes], list[str]]]:
-    """This part's distinct captions not in the store yet, in chunks of (keys, captions)."""
+    """This part's distinct captions not in the store yet, in chunks of (keys, captions) of at most `size`."""
     i, n = part
-    pending: list[tuple[bytes, str]] = []
 
-    def flush() -> list[tuple[bytes, str]]:
-        fresh = done.new([k for k, _ in pending])
-        return [kc for kc, ok in zip(pending, fresh, strict=True) if ok]
+    def fresh(block: list[tuple[bytes, str]]) -> Iterator[tuple[list[bytes], list[str]]]:
+        new = [kc for kc, ok in zip(block, done.new([k for k, _ in block]), strict=True) if ok]
+        if new:
+            yield [k for k, _ in new], [c for _, c in new]
 
-    keys, chunk = [], []
+    block: list[tuple[bytes, str]] = []
     for raw in captions:
         caption = clean(raw)
         key = caption_key(config, caption)
         if part_of(key, n) != i:
             stats["other_parts"] += 1
             continue
-        pending.append((key, caption))
-        if len(pending) == size:
-            for k, c in flush():
-                keys.append(k)
-                chunk.append(c)
-            pending = []
-            if len(chunk) >= size:
-                yield keys, chunk
-                keys, chunk = [], []
-    for k, c in flush():
-        keys.append(k)
-        chunk.append(c)
-    if chunk:
-        yield keys, chunk
+        block.append((key, caption))
+        if len(block) == size:
+            yield from fresh(block)
+            block = []
+    yield from fresh(block)
 
 
 def _start(out: Path, config: dict[str, Any]) -> None:

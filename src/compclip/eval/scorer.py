@@ -103,7 +103,7 @@ def load_scorer(model: str, pretrained: str | None = None, device: str = "cpu", 
     if config.get("method_weights"):
         from ..methods import build_method
 
-        method = build_method(config["method"], **config.get("train_args", {}).get("method_options", {}))
+        method = build_method(config["method"], **config.get("train_args", {}).get("method_options", {})).bind(net)
         load_module_weights(method, model)
         scorer = method.to(device).eval().scorer(net, preprocess, tokenizer, **settings)
         if scorer is not None:

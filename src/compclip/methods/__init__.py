@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from . import c2lip, clic, clip, hardneg, negclip, siglip
+from . import c2lip, clic, clip, hardneg, negclip, occlip, siglip
 from .base import LossPart, Method, MethodFactory, NoOptions, make_options, option
 
 _REGISTRY: dict[str, tuple[MethodFactory, type]] = {}
@@ -67,5 +67,6 @@ register_method("c2lip", c2lip.build, c2lip.Options)
 register_method("hardneg", hardneg.build, hardneg.Options)
 register_method("negclip", negclip.build, negclip.Options)
 register_method("clic", clic.build, clic.Options)
+register_method("occlip", occlip.build, occlip.Options)
 
 __all__ = ["LossPart", "Method", "NoOptions", "build_method", "list_methods", "method_options", "option", "register_method"]

@@ -76,6 +76,10 @@ class LossPart(nn.Module):
         """The reader's image transform when the part needs more than the model's training view."""
         return None
 
+    def bind(self, model: nn.Module) -> None:
+        """Create the modules the part owns, sized by the model: called once the model is loaded, before
+        the optimizer is built or a checkpoint's `method.safetensors` is read."""
+
     def begin_step(self, step: int) -> None:
         """Called before each optimizer step, for a part whose behaviour depends on it (CLIC alternates)."""
 
@@ -128,6 +132,12 @@ class Method(nn.Module):
     def begin_step(self, step: int) -> None:
         for part in self.parts:
             part.begin_step(step)
+
+    def bind(self, model: nn.Module) -> Method:
+        device = next(model.parameters()).device
+        for part in self.parts:
+            part.bind(model)
+        return self.to(device)
 
     def scorer(self, model: nn.Module, preprocess: Callable, tokenizer, **kwargs: Any):
         return next((s for s in (p.scorer(model, preprocess, tokenizer, **kwargs) for p in self.parts) if s is not None), None)

@@ -195,6 +195,7 @@ class Trainer:
                              "or train on shards that carry them (`compclip concepts SHARDS --into-shards DIR`)")
         torch.manual_seed(cfg.seed)  # the model's initialisation, where it is built from scratch
         model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device)
+        self.method.bind(model)  # the method's own modules, sized by the model (seeded like it)
         if cfg.lock_image or self.method.locks_image:
             model.lock_image_tower()
         if cfg.lock_text:

@@ -1,0 +1,191 @@
+"""OC-CLIP (Assouel et al.): scene-graph nodes bind to patch tokens, scored by a structured similarity.
+
+A caption's scene graph (the concept store's `graph`: noun-phrase nodes, (relation, subject,
+object) edges) is encoded by the model's own text tower, each node and relation as a short text.
+A binding module owned by the method turns node queries into slots over the image's patch tokens
+by inverted cross-attention (queries compete for patches), and scores the image against the graph:
+
+    S(x, G) = (α Σ_i cos(n_i, s_i) + β Σ_p cos(r_p, f_s([r_p, s_subj]) + f_o([r_p, s_obj]))) / (α N + β P)
+
+L_itc is the symmetric InfoNCE over τ·S(x_j, G_i) for every image-graph pair of the batch;
+L_rel = −log softmax over {G, Ḡ, G̃} of τ·S(x, ·), Ḡ with one relation's subject and object
+swapped and G̃ with that relation's ends drawn at random from the graph's nodes. Spec:
+`docs/methods.md` §4; the paper released no code, so every open choice is ours and an option.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import UsageError
+from .base import LossPart, Output, option, owned, require_concept_fields
+from .text import caption_rng
+
+ENDS = 6  # per relation: subject, object; swapped subject, object (Ḡ); random subject, object (G̃)
+
+
+class BindingModule(nn.Module):
+    """Inverted cross-attention from node queries to patch tokens, and the structured similarity."""
+
+    def __init__(self, dim: int, default_queries: int):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(dim, dim, bias=False) for _ in range(3))
+        self.defaults = nn.Parameter(torch.randn(default_queries, dim) / math.sqrt(dim))
+        self.f_s = nn.Sequential(nn.Linear(2 * dim, dim), nn.GELU(), nn.Linear(dim, dim))
+        self.f_o = nn.Sequential(nn.Linear(2 * dim, dim), nn.GELU(), nn.Linear(dim, dim))
+        self.log_alpha, self.log_beta = nn.Parameter(torch.zeros(())), nn.Parameter(torch.zeros(()))
+
+    def slots(self, tokens: torch.Tensor, nodes: torch.Tensor, node_mask: torch.Tensor, own: bool = False) -> torch.Tensor:
+        """Slots (B, G, N, D) of every image's tokens (B, P, D) for every graph's nodes (G, N, D); with `own`,
+        only image i with graph i, as (1, B, N, D).
+
+        Logits Q'Kᵀ/√D over the node queries and the default queries; a softmax over the *query* axis
+        (padding queries excluded), then each slot the attention-weighted mean of the values (the
+        weights renormalised over patches, as slot attention does: ours); default slots dropped.
+        """
+        g, n, d = nodes.shape
+        queries = torch.cat([self.q(nodes), self.defaults.expand(g, -1, -1)], 1)
+        live = torch.cat([node_mask, node_mask.new_ones(g, self.defaults.shape[0])], 1)
+        keys, values = self.k(tokens), self.v(tokens)
+        if own:
+            keys, values = keys[None], values[None]
+        logits = torch.einsum("gqd,bgpd->bgqp" if own else "gqd,bpd->bgqp", queries, keys) / math.sqrt(d)
+        attn = logits.masked_fill(~live[None, :, :, None], float("-inf")).softmax(dim=2)
+        attn = attn / attn.sum(-1, keepdim=True).clamp_min(1e-8)
+        return torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn[:, :, :n], values)
+
+    def score(self, slots: torch.Tensor, nodes: torch.Tensor, node_mask: torch.Tensor, relations: torch.Tensor,
+              ends: torch.Tensor, edge_mask: torch.Tensor) -> torch.Tensor:
+        """S (B, G) from slots (B or 1, G, N, D); `ends` (G, E, 2) are each relation's subject and object node."""
+        b = slots.shape[0]
+        node_term = (F.cosine_similarity(slots, nodes[None], dim=-1) * node_mask).sum(-1)
+        pick = lambda k: torch.gather(slots, 2, ends[None, :, :, k, None].expand(b, -1, -1, slots.shape[-1]))  # noqa: E731
+        rel = relations[None].expand(b, -1, -1, -1)
+        predicted = self.f_s(torch.cat([rel, pick(0)], -1)) + self.f_o(torch.cat([rel, pick(1)], -1))
+        rel_term = (F.cosine_similarity(rel, predicted, dim=-1) * edge_mask).sum(-1)
+        alpha, beta = self.log_alpha.exp(), self.log_beta.exp()
+        count = alpha * node_mask.sum(-1) + beta * edge_mask.sum(-1)
+        return (alpha * node_term + beta * rel_term) / count.clamp_min(1e-8)
+
+
+def padded(rows: torch.Tensor, owner: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows listed group by group (owner ascending) as (groups, longest, ...) and its mask."""
+    counts = torch.bincount(owner, minlength=groups)
+    longest = int(counts.max()) if len(owner) else 0
+    first = torch.cumsum(counts, 0) - counts
+    position = torch.arange(len(owner), device=rows.device) - first[owner]
+    out = rows.new_zeros(groups, max(longest, 1), *rows.shape[1:])
+    out[owner, position] = rows
+    mask = torch.zeros(groups, max(longest, 1), dtype=torch.bool, device=rows.device)
+    mask[owner, position] = True
+    return out, mask
+
+
+def perturb(edges: list[tuple[str, int, int]], nodes: int, rng) -> list[tuple[int, ...]]:
+    """Each edge's ends for G, Ḡ and G̃: one edge (drawn by `rng`) gets its subject and object swapped in
+    Ḡ and random ends from the graph's nodes in G̃ (any pair but its own); every other edge is unchanged."""
+    chosen = rng.randrange(len(edges)) if edges else -1
+    out = []
+    for k, (_, s, o) in enumerate(edges):
+        if k != chosen:
+            out.append((s, o) * 3)
+            continue
+        others = [(a, b) for a in range(nodes) for b in range(nodes) if (a, b) != (s, o)]
+        out.append((s, o, o, s, *rng.choice(others)))
+    return out
+
+
+class OCCLIPLoss(LossPart):
+    name = "occlip"
+    contrastive = True
+    needs = frozenset({"visual_tokens"})
+    uses_concepts = True
+    outputs: ClassVar[Mapping[str, Output]] = {
+        "node_features": owned("node_image"), "relation_features": owned("relation_image"), "relation_ends": owned("relation_image"),
+    }
+
+    def __init__(self, concepts=None, seed: int = 0, default_queries: int = 4, lambda_rel: float = 1.0, module_lr: float = 2e-4,
+                 chunk: int = 32):
+        super().__init__()
+        require_concept_fields(concepts, ("graph",), self.name)
+        if default_queries < 0 or chunk < 1:
+            raise UsageError(f"occlip: default_queries must be >= 0 and chunk >= 1, not {default_queries} and {chunk}")
+        self.seed, self.default_queries, self.lambda_rel, self.chunk = seed, default_queries, lambda_rel, chunk
+        self.lr = module_lr
+        self.binding: BindingModule | None = None
+
+    def bind(self, model):
+        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+            raise UsageError("occlip trains in one process for now: its graphs are not yet gathered across ranks")
+        with torch.no_grad():  # the joint embedding's width, whatever the towers
+            dim = model.encode_text(torch.zeros(1, model.context_length, dtype=torch.long, device=model.logit_scale.device)).shape[-1]
+        self.binding = BindingModule(dim, self.default_queries)
+
+    def prepare(self, batch, samples, tokenizer):
+        texts: dict[str, int] = {}
+        node_text, node_image, rel_text, rel_image, ends = [], [], [], [], []
+        for i, (caption, record) in enumerate(zip(batch["caption"], batch["concepts"], strict=True)):
+            graph = (record or {}).get("graph") or {"nodes": [], "edges": []}
+            for text, *_ in graph["nodes"]:
+                node_text.append(texts.setdefault(text, len(texts)))
+                node_image.append(i)
+            edges = [e for e in graph["edges"] if max(e[1], e[2]) < len(graph["nodes"])]
+            for (relation, *_), row in zip(edges, perturb(edges, len(graph["nodes"]), caption_rng(self.seed, caption)), strict=True):
+                rel_text.append(texts.setdefault(relation, len(texts)))
+                rel_image.append(i)
+                ends.append(row)
+        batch["graph_text"] = tokenizer(list(texts)) if texts else batch["text"][:0]
+        long = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
+        batch["node_text"], batch["node_image"] = long(node_text), long(node_image)
+        batch["relation_text"], batch["relation_image"] = long(rel_text), long(rel_image)
+        batch["relation_ends"] = long(ends).reshape(-1, ENDS)
+
+    def extend(self, model, batch, out):
+        embedded = model.encode_text(batch["graph_text"]) if batch["graph_text"].shape[0] else out["text_features"][:0]
+        embedded = F.normalize(embedded, dim=-1)
+        out["node_features"], out["node_image"] = embedded[batch["node_text"]], batch["node_image"]
+        out["relation_features"], out["relation_image"] = embedded[batch["relation_text"]], batch["relation_image"]
+        out["relation_ends"] = batch["relation_ends"]
+
+    def forward(self, out):
+        tokens = out["visual_tokens"]
+        b = tokens.shape[0]
+        nodes, node_mask = padded(out["node_features"], out["node_image"], b)
+        relations, edge_mask = padded(out["relation_features"], out["relation_image"], b)
+        ends, _ = padded(out["relation_ends"], out["relation_image"], b)
+        module = self.binding
+        scores = torch.cat([module.score(module.slots(tokens[c : c + self.chunk], nodes, node_mask), nodes, node_mask,
+                                         relations, ends[..., :2], edge_mask) for c in range(0, b, self.chunk)])
+        scale = out["logit_scale"]
+        has = node_mask.any(-1)  # a caption with no node trains on nothing
+        logits = scale * scores[has][:, has]
+        target = torch.arange(logits.shape[0], device=logits.device)
+        itc = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2 if len(target) else scores.sum() * 0
+        terms = {"itc": itc}
+        if self.lambda_rel:
+            rel = edge_mask.any(-1)
+            own = module.slots(tokens, nodes, node_mask, own=True)
+            variants = [torch.diagonal(scores)] + [module.score(own, nodes, node_mask, relations, ends[..., k : k + 2], edge_mask)[0]
+                                                   for k in (2, 4)]
+            z = scale * torch.stack(variants, -1)[rel]
+            terms["rel"] = self.lambda_rel * (F.cross_entropy(z, z.new_zeros(len(z), dtype=torch.long)) if len(z) else scores.sum() * 0)
+        return terms
+
+
+@dataclass(frozen=True)
+class Options:
+    default_queries: int = option(4, "learned default queries appended to the node queries (their slots dropped)")
+    lambda_rel: float = option(1.0, "weight of L_rel (swapped and random relation ends); 0 turns it off")
+    module_lr: float = option(2e-4, "learning rate of the binding module, trained from scratch (the paper's)")
+    chunk: int = option(32, "images scored against all graphs at a time (bounds memory)")
+
+
+def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
+    o = options
+    return [OCCLIPLoss(concepts, seed, o.default_queries, o.lambda_rel, o.module_lr, o.chunk)]

@@ -1,0 +1,173 @@
+"""OC-CLIP against per-pair loops written independently: binding attention, structured score, L_itc, L_rel."""
+import math
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from compclip.methods import build_method
+from compclip.methods.occlip import BindingModule, padded, perturb
+
+D = 8
+
+
+def graphs(rng, count):
+    """Random graphs: (nodes (n, D), edges [(relation (D,), s, o)]) with 1-3 nodes and 0-3 edges."""
+    out = []
+    for _ in range(count):
+        n = rng.randint(1, 3)
+        nodes = F.normalize(torch.randn(n, D), dim=-1)
+        edges = [(F.normalize(torch.randn(D), dim=0), rng.randrange(n), rng.randrange(n)) for _ in range(rng.randint(0, 3))]
+        out.append((nodes, edges))
+    return out
+
+
+def brute_slots(module, tokens, nodes):
+    """Slot i of one image for one graph, from the formula: softmax over queries for each patch, then a weighted mean."""
+    queries = [module.q(n) for n in nodes] + list(module.defaults)
+    keys, values = module.k(tokens), module.v(tokens)
+    weights = torch.zeros(len(queries), tokens.shape[0])
+    for p in range(tokens.shape[0]):
+        logits = torch.stack([q @ keys[p] / math.sqrt(D) for q in queries])
+        weights[:, p] = torch.exp(logits - logits.max()) / torch.exp(logits - logits.max()).sum()
+    return [sum(weights[i, p] * values[p] for p in range(tokens.shape[0])) / weights[i].sum() for i in range(len(nodes))]
+
+
+def brute_score(module, tokens, nodes, edges):
+    slots = brute_slots(module, tokens, nodes)
+    alpha, beta = module.log_alpha.exp(), module.log_beta.exp()
+    node_sum = sum(F.cosine_similarity(n, s, dim=0) for n, s in zip(nodes, slots, strict=True))
+    rel_sum = sum(F.cosine_similarity(r, module.f_s(torch.cat([r, slots[s]])) + module.f_o(torch.cat([r, slots[o]])), dim=0)
+                  for r, s, o in edges)
+    return (alpha * node_sum + beta * rel_sum) / (alpha * len(nodes) + beta * len(edges))
+
+
+def batched(gs):
+    node_rows = torch.cat([n for n, _ in gs])
+    node_owner = torch.cat([torch.full((len(n),), i) for i, (n, _) in enumerate(gs)])
+    rel_rows = [r for _, e in gs for r, _, _ in e]
+    rel_owner = torch.tensor([i for i, (_, e) in enumerate(gs) for _ in e], dtype=torch.long)
+    ends_rows = torch.tensor([[s, o] for _, e in gs for _, s, o in e], dtype=torch.long).reshape(-1, 2)
+    nodes, node_mask = padded(node_rows, node_owner, len(gs))
+    relations, edge_mask = padded(torch.stack(rel_rows) if rel_rows else torch.zeros(0, D), rel_owner, len(gs))
+    ends, _ = padded(ends_rows, rel_owner, len(gs))
+    return nodes, node_mask, relations, ends, edge_mask
+
+
+def test_binding_attention_and_structured_score_equal_a_loop_over_pairs():
+    torch.manual_seed(0)
+    module = BindingModule(D, default_queries=3)
+    with torch.no_grad():
+        module.log_alpha.fill_(0.3)
+        module.log_beta.fill_(-0.4)
+    gs = graphs(random.Random(0), 5)
+    tokens = torch.randn(4, 6, D)
+    nodes, node_mask, relations, ends, edge_mask = batched(gs)
+    scores = module.score(module.slots(tokens, nodes, node_mask), nodes, node_mask, relations, ends, edge_mask)
+    expected = torch.stack([torch.stack([brute_score(module, t, n, e) for n, e in gs]) for t in tokens])
+    torch.testing.assert_close(scores, expected, rtol=1e-5, atol=1e-5)
+    own = module.score(module.slots(tokens, nodes[:4], node_mask[:4], own=True), nodes[:4], node_mask[:4], relations[:4], ends[:4],
+                       edge_mask[:4])
+    torch.testing.assert_close(own[0], torch.diagonal(expected[:, :4]), rtol=1e-5, atol=1e-5)
+
+
+def test_perturbed_graphs_are_what_they_claim():
+    rng = random.Random(1)
+    for _ in range(200):
+        n = rng.randint(2, 4)
+        edges = [("rel", rng.randrange(n), rng.randrange(n)) for _ in range(rng.randint(1, 4))]
+        rows = perturb(edges, n, random.Random(rng.random()))
+        changed = [k for k, row in enumerate(rows) if row[2:] != row[:2] * 2]
+        assert len(changed) == 1, "exactly one relation is perturbed"
+        s, o, sb, ob, st, ot = rows[changed[0]]
+        assert (s, o) == edges[changed[0]][1:] and (sb, ob) == (o, s), "Ḡ swaps that relation's subject and object"
+        assert 0 <= st < n and 0 <= ot < n and (st, ot) != (s, o), "G̃ gives it other ends from the graph's nodes"
+        assert all(rows[k] == (e[1], e[2]) * 3 for k, e in enumerate(edges) if k != changed[0])
+    assert perturb([], 3, random.Random(0)) == []
+
+
+def test_losses_equal_brute_force_and_captions_without_nodes_train_on_nothing():
+    """L_itc and L_rel through the method's own batch transform and forward, against logsumexp over the brute-force scores."""
+    from compclip.models import load_model
+
+    captions = ["a red square to the left of a blue circle", "a green star above a yellow triangle", "very bright",
+                "a small cat on a large mat", "a dog next to a tree and a car"]
+    nodes = {"a red square to the left of a blue circle": (["a red square", "a blue circle"], [("to the left of", 0, 1)]),
+             "a green star above a yellow triangle": (["a green star", "a yellow triangle"], [("above", 0, 1)]),
+             "very bright": ([], []),
+             "a small cat on a large mat": (["a small cat", "a large mat"], [("on", 0, 1)]),
+             "a dog next to a tree and a car": (["a dog", "a tree", "a car"], [("next to", 0, 1)])}
+    records = {c: {"caption": c, "graph": {"nodes": [(t, 0, 0) for t in n], "edges": e}} for c, (n, e) in nodes.items()}
+    torch.manual_seed(0)
+    model, _, tokenizer = load_model("compclip-tiny-siglip")
+    method = build_method("occlip", concepts=records, seed=3, default_queries=2).bind(model)
+    samples = [{"image": torch.randn(3, 64, 64), "caption": c} for c in captions]
+    batch = method.collate(samples, tokenizer)
+    out = method.outputs(model, batch)
+    terms = method(out)
+    part = method.parts[0]
+    with torch.no_grad():
+        tokens = out["visual_tokens"]
+        texts = {t for c in captions for t in nodes[c][0] + [r for r, *_ in nodes[c][1]]}
+        embed = {t: F.normalize(model.encode_text(tokenizer([t])), dim=-1)[0] for t in texts}
+        gs = [([embed[t] for t in nodes[c][0]], [(embed[r], s, o) for r, s, o in nodes[c][1]]) for c in captions]
+        live = [i for i, (n, _) in enumerate(gs) if n]
+        scale = model.logit_scale.exp()
+        s = torch.stack([torch.stack([brute_score(part.binding, tokens[i], *gs[j]) for j in live]) for i in live]) * scale
+        itc = sum(-s[a, a] + torch.logsumexp(s[a], 0) - s[a, a] + torch.logsumexp(s[:, a], 0) for a in range(len(live))) / (2 * len(live))
+        ends = batch["relation_ends"].tolist()
+        rel, k = [], 0
+        for i, (n, e) in enumerate(gs):
+            if not e:
+                continue
+            rows = ends[k : k + len(e)]
+            k += len(e)
+            variant = lambda v: [(r, row[v], row[v + 1]) for (r, _, _), row in zip(e, rows, strict=True)]  # noqa: B023, E731
+            z = torch.stack([brute_score(part.binding, tokens[i], n, variant(v)) for v in (0, 2, 4)]) * scale
+            rel.append(torch.logsumexp(z, 0) - z[0])
+        assert torch.allclose(terms["itc"], itc, rtol=1e-5, atol=1e-5)
+        assert torch.allclose(terms["rel"], torch.stack(rel).mean(), rtol=1e-5, atol=1e-5)
+        without = method(method.outputs(model, method.collate([samples[i] for i in live], tokenizer)))
+        assert torch.allclose(without["itc"], terms["itc"], rtol=1e-5, atol=1e-5), "a caption with no node changes nothing"
+
+
+def test_a_typo_in_its_options_is_an_error():
+    with pytest.raises(ValueError, match="did you mean lambda_rel"):
+        build_method("occlip", concepts={}, lamda_rel=2)
+
+
+def test_checkpoint_round_trip_and_exact_resume(tmp_path):
+    """The binding module is saved with the checkpoint, restored by a resumed run (same next losses) and by `load_scorer`."""
+    import json
+    import shutil
+
+    from compclip.concepts import build_store, iter_captions
+    from compclip.models import load_model
+    from compclip.models.checkpoint import load_module_weights
+    from compclip.train import TrainConfig, train
+    from test_train import make_dataset
+
+    data = make_dataset(tmp_path, n=16)
+    build_store(iter_captions(data), tmp_path / "concepts", "graph")
+    common = {"method": "occlip", "model": "compclip-tiny-siglip", "train_data": str(data), "concepts": str(tmp_path / "concepts"),
+              "batch_size": 8, "lr": 1e-3, "workers": 0, "save_every": 2, "keep": 3}
+    train(TrainConfig(out=str(tmp_path / "a"), steps=4, **common))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # b: as if killed after its checkpoint at step 2
+    shutil.rmtree(tmp_path / "b" / "checkpoints" / "step_0000004")
+    (tmp_path / "b" / "checkpoints" / "latest").write_text("step_0000002")
+    train(TrainConfig(out=str(tmp_path / "b"), steps=4, **common))
+    losses = {run: {r["step"]: r["loss"] for r in map(json.loads, (tmp_path / run / "log.jsonl").read_text().splitlines())}
+              for run in ("a", "b")}
+    assert losses["a"] == pytest.approx(losses["b"], rel=1e-6) and set(losses["a"]) == {1, 2, 3, 4}
+    assert (tmp_path / "b" / "checkpoints" / "step_0000004" / "method.safetensors").is_file()
+    final = tmp_path / "a" / "checkpoints" / "step_0000004"
+    first = tmp_path / "a" / "checkpoints" / "step_0000002"
+    model, _, _ = load_model(str(final))
+    restored = {}
+    for folder in (first, final):
+        method = build_method("occlip", concepts={}).bind(model)
+        load_module_weights(method, folder)
+        restored[folder.name] = {k: v.clone() for k, v in method.state_dict().items()}
+    assert restored["step_0000004"].keys() == {f"parts.0.binding.{k}" for k in BindingModule(64, 4).state_dict()}
+    assert any(not torch.equal(restored["step_0000002"][k], restored["step_0000004"][k]) for k in restored["step_0000004"])
