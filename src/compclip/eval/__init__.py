@@ -18,6 +18,7 @@ from . import (  # noqa: F401
 from .base import REGISTRY, Benchmark, register
 from .report import build_report
 from .run import evaluate
-from .scorer import DualEncoderScorer, Scorer, load_scorer
+from .scorer import DualEncoderScorer, GraphScorer, Scorer, load_scorer
 
-__all__ = ["REGISTRY", "Benchmark", "DualEncoderScorer", "Scorer", "build_report", "evaluate", "load_scorer", "protocols", "register"]
+__all__ = ["REGISTRY", "Benchmark", "DualEncoderScorer", "GraphScorer", "Scorer", "build_report", "evaluate", "load_scorer", "protocols",
+           "register"]

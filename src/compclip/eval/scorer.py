@@ -166,7 +166,7 @@ class DualEncoderScorer(Scorer):
         memo.update(zip(todo, embeddings, strict=True))
 
     def _cache_file(self, kind: str, keys: list[str]) -> Path:
-        if kind == "images":  # a file's identity: its path (and crop), size and modification time
+        if kind in ("images", "tokens"):  # a file's identity: its path (and crop), size and modification time
             stats = [_split_key(k)[0].stat() for k in keys]
             ids = [f"{k}|{st.st_size}|{st.st_mtime_ns}" for k, st in zip(keys, stats, strict=True)]
         else:
@@ -211,3 +211,72 @@ class DualEncoderScorer(Scorer):
         out = torch.empty_like(rows)
         out[order] = rows  # back to the callers' order
         return out
+
+
+class GraphScorer(DualEncoderScorer):
+    """OC-CLIP's graph-conditioned score. Each caption is parsed into a scene graph once (spaCy, cached in
+    the scorer), its nodes and relations encoded as short texts by the text tower, each image's patch
+    tokens encoded once, and `binding` (an `occlip.BindingModule`) scores an image against a graph.
+    A caption without a noun phrase scores 0. There is no text-to-text score (SugarCrepe++ TOT: n/a)."""
+
+    def __init__(self, binding, model, preprocess, tokenizer, chunk: int = 32, **settings):
+        super().__init__(model, preprocess, tokenizer, **settings)
+        self.binding, self.chunk = binding, chunk
+        self._tokens: dict[str, torch.Tensor] = {}
+        self._graphs: dict[str, dict] = {}
+        self.encoded["tokens"] = 0
+
+    class_scores = Scorer.class_scores  # every prompt scored as a graph, then averaged
+
+    def text_pairs(self, a, b):
+        return None
+
+    def pairs(self, images, texts, boxes=None):
+        tokens, graph = self.tokens(images, boxes), self.graphs(texts)
+        with torch.no_grad():
+            slots = self.binding.slots(tokens, graph[0], graph[1], own=True)
+            return self.binding.score(slots, *graph)[0].cpu()
+
+    def matrix(self, images, texts):
+        tokens, graph = self.tokens(images), self.graphs(texts)
+        with torch.no_grad():
+            return torch.cat([self.binding.score(self.binding.slots(tokens[c : c + self.chunk], graph[0], graph[1]), *graph).cpu()
+                              for c in range(0, len(tokens), self.chunk)])
+
+    def tokens(self, paths, boxes=None) -> torch.Tensor:
+        """Patch tokens in the joint space, (len(paths), P, D), each image encoded once."""
+        keys = [_image_key(p, b) for p, b in zip(paths, boxes or [None] * len(paths), strict=True)]
+        self._fill(self._tokens, keys, "tokens", self._encode_tokens)
+        return torch.stack([self._tokens[k] for k in keys]).to(self.device)
+
+    def graphs(self, captions):
+        """The captions' graphs as the binding module takes them: nodes, node mask, relations, ends, edge mask."""
+        from ..concepts import extract
+        from ..methods.occlip import padded
+
+        todo = [c for c in dict.fromkeys(captions) if c not in self._graphs]
+        if todo:
+            self._graphs.update((c, r["graph"]) for c, r in zip(todo, extract(todo, "graph"), strict=True))
+        parsed = [self._graphs[c] for c in captions]
+        nodes = [(t, i) for i, g in enumerate(parsed) for t, *_ in g["nodes"]]
+        edges = [(r, s, o, i) for i, g in enumerate(parsed) for r, s, o in g["edges"] if max(s, o) < len(g["nodes"])]
+        texts = list(dict.fromkeys([t for t, _ in nodes] + [r for r, *_ in edges]))
+        embedded = dict(zip(texts, self.texts(texts), strict=True)) if texts else {}
+        d = next(iter(embedded.values())).shape[-1] if embedded else 1
+        rows = lambda items: torch.stack(items) if items else torch.zeros(0, d)  # noqa: E731
+        owner = lambda items: torch.tensor([x[-1] for x in items], dtype=torch.long)  # noqa: E731
+        node_rows, node_mask = padded(rows([embedded[t] for t, _ in nodes]), owner(nodes), len(captions))
+        relations, edge_mask = padded(rows([embedded[r] for r, *_ in edges]), owner(edges), len(captions))
+        ends, _ = padded(torch.tensor([[s, o] for _, s, o, _ in edges], dtype=torch.long).reshape(-1, 2), owner(edges), len(captions))
+        return tuple(t.to(self.device) for t in (node_rows, node_mask, relations, ends, edge_mask))
+
+    @torch.no_grad()
+    def _encode_tokens(self, keys: list[str]) -> torch.Tensor:
+        from ..models.tokens import visual_token_embeddings
+
+        loader = DataLoader(_Images(keys, self.preprocess), batch_size=self.batch_size, num_workers=self.workers)
+        rows = []
+        for batch in progress(loader, "image tokens", total=len(loader), unit="batch"):
+            with autocast(self.device, self.precision):
+                rows.append(visual_token_embeddings(self.model, batch.to(self.device))[1].float().cpu())
+        return torch.cat(rows)

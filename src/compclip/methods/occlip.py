@@ -127,6 +127,11 @@ class OCCLIPLoss(LossPart):
             dim = model.encode_text(torch.zeros(1, model.context_length, dtype=torch.long, device=model.logit_scale.device)).shape[-1]
         self.binding = BindingModule(dim, self.default_queries)
 
+    def scorer(self, model, preprocess, tokenizer, **kwargs):
+        from ..eval.scorer import GraphScorer
+
+        return GraphScorer(self.binding, model, preprocess, tokenizer, chunk=self.chunk, **kwargs)
+
     def prepare(self, batch, samples, tokenizer):
         texts: dict[str, int] = {}
         node_text, node_image, rel_text, rel_image, ends = [], [], [], [], []
