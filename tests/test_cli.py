@@ -52,13 +52,15 @@ def test_user_errors_are_one_line_not_a_traceback(tmp_path):
 
 
 def test_demo_runs_end_to_end(tmp_path):
-    """`make demo`'s pipeline at toy size: world, concepts, pretraining, two fine-tunes, evaluation, report."""
+    """`make demo`'s pipeline at toy size: world, concepts, pretraining, three fine-tunes, evaluation, report."""
     args = ["--quiet", "demo", "--out", str(tmp_path / "demo"), "--n-train", "300", "--n-test", "40",
-            "--pretrain-steps", "3", "--steps", "2", "--batch-size", "16"]
+            "--pretrain-steps", "3", "--steps", "2", "--batch-size", "16", "--methods", "siglip,c2lip,occlip"]
     result = compclip(*args)
     assert result.returncode == 0, result.stderr[-2000:]
     assert re.search(r"c2lip-ft\s+│ unseen", result.stdout) and "SC swap-att" in result.stdout
-    for model in ("base", "siglip-ft", "c2lip-ft"):
+    pp = json.loads((tmp_path / "demo" / "results" / "occlip-ft" / "unseen" / "sugarcrepe_pp.json").read_text())
+    assert pp["complete"] and pp["metrics"]["overall_tot"] == "n/a", "OC-CLIP is scored by its binding module: no text-only score"
+    for model in ("base", "siglip-ft", "c2lip-ft", "occlip-ft"):
         for split in ("seen", "unseen"):
             record = json.loads((tmp_path / "demo" / "results" / model / split / "sugarcrepe.json").read_text())
             assert record["complete"] and record["metrics"]["swap_att"]["n"] > 0
@@ -142,7 +144,7 @@ TRAIN_CASES = {
     "method option of the wrong type": (["--method", "hardneg", "--method-opt", "negatives=two"],
                                         ["--method-opt negatives=two: expected int"]),
     "method option without a value": (["--method-opt", "negatives"], ["--method-opt 'negatives': expected KEY=VALUE"]),
-    "unknown method": (["--method", "c3lip"], ["unknown method 'c3lip'; known: c2lip, clic, clip, hardneg, negclip, siglip"]),
+    "unknown method": (["--method", "c3lip"], ["unknown method 'c3lip'; known: c2lip, clic, clip, hardneg, negclip, occlip, siglip"]),
 }
 
 

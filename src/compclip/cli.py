@@ -13,7 +13,7 @@ import typer
 from . import __version__, progress
 
 # Names listed in the help; tests/test_cli.py checks them against the method and benchmark registries.
-METHODS = "siglip, clip, c2lip, hardneg, negclip, clic"
+METHODS = "siglip, clip, c2lip, hardneg, negclip, clic, occlip"
 BENCHMARKS = ("sugarcrepe, sugarcrepe_pp, winoground, aro_vg_relation, aro_vg_attribution, aro_order, whatsup, vl_checklist, "
               "inpaint_coco, concept_ranking, zeroshot, retrieval")
 MODEL_HELP = "open_clip name (e.g. ViT-B-16-SigLIP, compclip-tiny-siglip), hf-hub: id, or compclip checkpoint folder."

@@ -1,9 +1,9 @@
 """`compclip demo` (what `make demo` runs): the whole method end to end on the binding world.
 
-1. generate the world (cached); 2. extract the training captions' concepts (cached);
+1. generate the world (cached); 2. extract the training captions' concepts (cached): noun phrases, POS tags, scene graphs;
 3. pretrain a small SigLIP-style model from scratch with the plain SigLIP loss;
 4. fine-tune that base once per method (by default SigLIP and C2LIP; `--methods` adds the peers:
-   hardneg, negclip, clic) with equal steps, learning rate and seed;
+   hardneg, negclip, clic, occlip) with equal steps, learning rate and seed;
 5. evaluate every model on the seen and unseen test splits and print the comparison, writing
    `results/<model>/<split>/<benchmark>.json`, `report/report.md` and the plots under `--out`.
 Every stage is skipped when its output exists, so a re-run reuses what was done.
@@ -64,8 +64,8 @@ def run_demo(
     world = generate(out / "world", WorldConfig(seed=seed, n_train=n_train, n_test=n_test, size=64), workers)
     console.print(f"[1/5] binding world in {world} ({n_train} training scenes, {n_test} per test split)")
     images = world / "train" / "images.npy"
-    # pos: negclip and clic
-    build_store(iter_captions(world / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos", workers=workers)
+    # pos: negclip and clic; graph: occlip
+    build_store(iter_captions(world / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos,graph", workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
     common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "save_every": 10**9, "keep": 1}
     base = _train(out / "train" / "base", method="siglip", model=MODEL, steps=pretrain_steps, lr=1e-3, warmup=100,
@@ -90,7 +90,8 @@ def run_demo(
             records = {b: json.loads((folder / f"{b}.json").read_text()) for b in BENCHMARKS.split(",")}
             row = {h: column_value(records, h) for h in COLUMNS}
             numbers.setdefault(name, {})[split] = row
-            table.add_row(name, split, *(f"{v:.1f}" for v in row.values()))
+            cells = (f"{v:.1f}" if isinstance(v, float | int) else str(v) for v in row.values())  # "n/a": a score the model lacks
+            table.add_row(name, split, *cells)
             folders.append(folder)
     report = build_report(folders, out / "report")
     console.print("[5/5] evaluated every model on both splits")
