@@ -36,7 +36,8 @@ def compute(env, accum: int = 1, method_name: str = "c2lip"):
     model, _, tokenizer = load_model("compclip-tiny-siglip")
     model.train()
     options = {k: v for part in method_name.split("+") for k, v in OPTIONS.get(part, {}).items()}
-    method = build_method(method_name, concepts={r["caption"]: r for r in extract(CAPTIONS, "noun-phrases,pos")}, **options)
+    records = {r["caption"]: r for r in extract(CAPTIONS, "noun-phrases,pos,graph")}
+    method = build_method(method_name, concepts=records, **options).bind(model)
     if not method.uses_logit_bias:  # as the trainer does: DDP wants every trained parameter used
         model.logit_bias.requires_grad_(False)
     images = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(1))
@@ -51,7 +52,8 @@ def compute(env, accum: int = 1, method_name: str = "c2lip"):
     if env.distributed:
         module = DistributedDataParallel(module)
     terms = loss_step(module, method, micro, env)
-    return terms, {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    trained = [*model.named_parameters(), *(("method." + n, p) for n, p in method.named_parameters())]
+    return terms, {n: p.grad.clone() for n, p in trained if p.requires_grad}
 
 
 if __name__ == "__main__":

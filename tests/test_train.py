@@ -66,7 +66,7 @@ def load_result(path):
 
 
 @pytest.mark.parametrize("accum, method", [(1, "c2lip"), (2, "c2lip"), (2, "c2lip+hardneg"), (2, "siglip"), (1, "clip"),
-                                           (2, "c2lip+negclip"), (1, "hardneg"), (2, "negclip")])
+                                           (2, "c2lip+negclip"), (1, "hardneg"), (2, "negclip"), (1, "occlip"), (2, "occlip")])
 def test_torchrun_two_processes_equal_one_process_on_the_whole_batch(tmp_path, whole_batch, accum, method):
     out = tmp_path / "grads.pt"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),

@@ -9,7 +9,8 @@ such as `c2lip+hardneg`, a contrastive part named later replaces an earlier one.
 Loss terms see *local rows* (this process's images: `image_features`, `visual_tokens`,
 `text_features`, `concept_features`, `concept_image`) and *global columns* (`all_*`, the
 whole batch gathered over ranks with gradients), plus `image_offset` (the global index of
-the first local image). Each term sums over its local rows and divides by a global count,
+the first local image) and `gather_image_rows` (stacks a tensor of one row per local image from
+every rank, with gradients). Each term sums over its local rows and divides by a global count,
 so the terms of all ranks add up to the full-batch loss (see `compclip.train.gather`).
 """
 from __future__ import annotations
@@ -67,8 +68,9 @@ class LossPart(nn.Module):
     uses_logit_bias = False  # a sigmoid loss; otherwise the trainer freezes an unused logit bias (DDP needs every parameter used)
     locks_image = False  # trains with the image tower frozen
     alone = False  # changes the inputs themselves (CLIC's image pairs): no other part may see them
-    # A part may own modules (nn.Module attributes): the optimizer trains them at these rates (None: the run's),
-    # DDP wraps them, checkpoints save them as `method.safetensors` and a resumed run restores them.
+    # A part may own modules (nn.Module attributes, made in `bind`), used in its loss terms (`forward`): the optimizer
+    # trains them at these rates (None: the run's), DDP wraps them, checkpoints save them as `method.safetensors`
+    # and a resumed run restores them.
     lr: float | None = None
     weight_decay: float | None = None
 

@@ -121,8 +121,6 @@ class OCCLIPLoss(LossPart):
         self.binding: BindingModule | None = None
 
     def bind(self, model):
-        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-            raise UsageError("occlip trains in one process for now: its graphs are not yet gathered across ranks")
         with torch.no_grad():  # the joint embedding's width, whatever the towers
             dim = model.encode_text(torch.zeros(1, model.context_length, dtype=torch.long, device=model.logit_scale.device)).shape[-1]
         self.binding = BindingModule(dim, self.default_queries)
@@ -159,27 +157,37 @@ class OCCLIPLoss(LossPart):
         out["relation_ends"] = batch["relation_ends"]
 
     def forward(self, out):
-        tokens = out["visual_tokens"]
+        """Local images (rows) against every graph of the global batch (columns); the score rows of all ranks
+        gathered with gradients, so each rank adds its rows' and its graphs' share of the full-batch loss."""
+        tokens, offset = out["visual_tokens"], out.get("image_offset", 0)
         b = tokens.shape[0]
-        nodes, node_mask = padded(out["node_features"], out["node_image"], b)
-        relations, edge_mask = padded(out["relation_features"], out["relation_image"], b)
-        ends, _ = padded(out["relation_ends"], out["relation_image"], b)
+        get = lambda key: out.get(f"all_{key}", out[key])  # noqa: E731
+        g = get("image_features").shape[0]
+        nodes, node_mask = padded(get("node_features"), get("node_image"), g)
+        relations, edge_mask = padded(get("relation_features"), get("relation_image"), g)
+        ends, _ = padded(get("relation_ends"), get("relation_image"), g)
         module = self.binding
-        scores = torch.cat([module.score(module.slots(tokens[c : c + self.chunk], nodes, node_mask), nodes, node_mask,
-                                         relations, ends[..., :2], edge_mask) for c in range(0, b, self.chunk)])
-        scale = out["logit_scale"]
+        local = torch.cat([module.score(module.slots(tokens[c : c + self.chunk], nodes, node_mask), nodes, node_mask,
+                                        relations, ends[..., :2], edge_mask) for c in range(0, b, self.chunk)])
+        scores = out.get("gather_image_rows", lambda rows: rows)(local)  # (g, g)
+        scale, mine = out["logit_scale"], torch.arange(offset, offset + b, device=tokens.device)
         has = node_mask.any(-1)  # a caption with no node trains on nothing
         logits = scale * scores[has][:, has]
-        target = torch.arange(logits.shape[0], device=logits.device)
-        itc = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2 if len(target) else scores.sum() * 0
-        terms = {"itc": itc}
+        place = torch.cumsum(has.long(), 0) - 1  # each live graph's index among the live ones
+        rows = place[mine[has[mine]]]
+        itc = F.cross_entropy(logits[rows], rows, reduction="sum") + F.cross_entropy(logits.T[rows], rows, reduction="sum")
+        # the pooled features take no part (S reads patch tokens), but DDP wants every trained parameter in the graph
+        unused = 0 * (out["image_features"].sum() + out["text_features"].sum())
+        terms = {"itc": itc / (2 * has.sum().clamp_min(1)) + unused}
         if self.lambda_rel:
-            rel = edge_mask.any(-1)
-            own = module.slots(tokens, nodes, node_mask, own=True)
-            variants = [torch.diagonal(scores)] + [module.score(own, nodes, node_mask, relations, ends[..., k : k + 2], edge_mask)[0]
-                                                   for k in (2, 4)]
+            rel = edge_mask[mine].any(-1)
+            own = module.slots(tokens, nodes[mine], node_mask[mine], own=True)
+            variants = [local[torch.arange(b), mine]] + [
+                module.score(own, nodes[mine], node_mask[mine], relations[mine], ends[mine][..., k : k + 2], edge_mask[mine])[0]
+                for k in (2, 4)]
             z = scale * torch.stack(variants, -1)[rel]
-            terms["rel"] = self.lambda_rel * (F.cross_entropy(z, z.new_zeros(len(z), dtype=torch.long)) if len(z) else scores.sum() * 0)
+            loss = F.cross_entropy(z, z.new_zeros(len(z), dtype=torch.long), reduction="sum")
+            terms["rel"] = self.lambda_rel * loss / edge_mask.any(-1).sum().clamp_min(1)
         return terms
 
 

@@ -45,10 +45,12 @@ def merge_micro(outs: list[dict[str, Any]], current: int, kinds: Mapping[str, Ou
 
 
 def gather_outputs(local: dict[str, Any], env: DistEnv, kinds: Mapping[str, Output]) -> dict[str, Any]:
-    """Add the global columns (`all_*`) of every gathered output and this rank's `image_offset` to the local rows."""
+    """Add the global columns (`all_*`) of every gathered output, this rank's `image_offset` and `gather_image_rows`
+    (for a term that computes rows per local image against global columns, as OC-CLIP's scores) to the local rows."""
     out = dict(local)
     sizes = row_counts(local["image_features"].shape[0], env, local["image_features"].device)
     out["image_offset"] = sum(sizes[: env.rank])
+    out["gather_image_rows"] = lambda rows: gather_rows(rows, env, sizes)  # a term's own per-image rows, with gradients
     for key, kind in kinds.items():
         if key not in local or not kind.gather or kind.kind == "scalar":
             continue
@@ -85,6 +87,10 @@ def loss_step(
                 terms = method(gather_outputs(merge_micro(outs, j, method.output_kinds), env, method.output_kinds))
                 total = sum(terms.values())
             backward(total * env.world_size)
+    if n > 1:  # the parts' own modules act in the loss, evaluated once per micro-batch on the whole batch's outputs
+        for p in method.parameters():
+            if p.grad is not None:
+                p.grad /= n
     values = torch.stack([t.detach().float() for t in terms.values()])
     if env.distributed:
         torch.distributed.all_reduce(values, group=env.group)
