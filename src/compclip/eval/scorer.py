@@ -187,13 +187,17 @@ class DualEncoderScorer(Scorer):
         with atomic_path(self._cache_file(kind, keys)) as tmp:
             save_file({"embeddings": embeddings.contiguous()}, tmp)
 
-    @torch.no_grad()
     def _encode_images(self, keys: list[str]) -> torch.Tensor:
+        return self._over_images(keys, "images", lambda batch: F.normalize(self.model.encode_image(batch).float(), dim=-1))
+
+    @torch.no_grad()
+    def _over_images(self, keys: list[str], desc: str, encode: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """`encode` over the images of `keys`, decoded and preprocessed in DataLoader workers, in batches."""
         loader = DataLoader(_Images(keys, self.preprocess), batch_size=self.batch_size, num_workers=self.workers)
         rows = []
-        for batch in progress(loader, "images", total=len(loader), unit="batch"):
+        for batch in progress(loader, desc, total=len(loader), unit="batch"):
             with autocast(self.device, self.precision):
-                rows.append(F.normalize(self.model.encode_image(batch.to(self.device)).float(), dim=-1).cpu())
+                rows.append(encode(batch.to(self.device)).float().cpu())
         return torch.cat(rows)
 
     @torch.no_grad()
@@ -270,13 +274,7 @@ class GraphScorer(DualEncoderScorer):
         ends, _ = padded(torch.tensor([[s, o] for _, s, o, _ in edges], dtype=torch.long).reshape(-1, 2), owner(edges), len(captions))
         return tuple(t.to(self.device) for t in (node_rows, node_mask, relations, ends, edge_mask))
 
-    @torch.no_grad()
     def _encode_tokens(self, keys: list[str]) -> torch.Tensor:
         from ..models.tokens import visual_token_embeddings
 
-        loader = DataLoader(_Images(keys, self.preprocess), batch_size=self.batch_size, num_workers=self.workers)
-        rows = []
-        for batch in progress(loader, "image tokens", total=len(loader), unit="batch"):
-            with autocast(self.device, self.precision):
-                rows.append(visual_token_embeddings(self.model, batch.to(self.device))[1].float().cpu())
-        return torch.cat(rows)
+        return self._over_images(keys, "image tokens", lambda batch: visual_token_embeddings(self.model, batch)[1])
