@@ -228,6 +228,7 @@ class GraphScorer(DualEncoderScorer):
         self.binding, self.chunk = binding, chunk
         self._tokens: dict[str, torch.Tensor] = {}
         self._graphs: dict[str, dict] = {}
+        self._nlp = None  # spaCy, loaded on the first captions and kept: every benchmark brings new ones
         self.encoded["tokens"] = 0
 
     class_scores = Scorer.class_scores  # every prompt scored as a graph, then averaged
@@ -255,12 +256,13 @@ class GraphScorer(DualEncoderScorer):
 
     def graphs(self, captions):
         """The captions' graphs as the binding module takes them: nodes, node mask, relations, ends, edge mask."""
-        from ..concepts import extract
+        from ..concepts import extract, load_nlp
         from ..methods.occlip import padded
 
         todo = [c for c in dict.fromkeys(captions) if c not in self._graphs]
         if todo:
-            self._graphs.update((c, r["graph"]) for c, r in zip(todo, extract(todo, "graph"), strict=True))
+            self._nlp = self._nlp or load_nlp()
+            self._graphs.update((c, r["graph"]) for c, r in zip(todo, extract(todo, "graph", nlp=self._nlp), strict=True))
         parsed = [self._graphs[c] for c in captions]
         nodes = [(t, i) for i, g in enumerate(parsed) for t, *_ in g["nodes"]]
         edges = [(r, s, o, i) for i, g in enumerate(parsed) for r, s, o in g["edges"] if max(s, o) < len(g["nodes"])]
