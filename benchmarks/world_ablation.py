@@ -1,44 +1,78 @@
-"""Method variants fine-tuned from `make demo`'s base on the binding world, scored on the unseen split.
+"""Method variants fine-tuned from `make demo`'s base on the binding world, over seeds, scored on the unseen split.
 
-Each variant trains 300 steps from `runs/demo/train/base` with the demo's data, seed and
-learning rate, changing one thing: C2LIP's xac weight, xac temperature or separate phrase
-encoding; CLIC's learning rate. Run `make demo` first.
-Run: .venv/bin/python benchmarks/world_ablation.py [NAME ...]
+Each variant trains 300 steps from the demo's base with the demo's data and learning rate, changing
+one thing: C2LIP's xac weight, xac temperature or separate phrase encoding; CLIC's learning rate;
+OC-CLIP's patch-token layer, default queries or L_rel. Every variant runs once per seed; the table
+gives the mean ± 95 % interval over seeds and the paired difference from SigLIP fine-tuning with the
+same seeds (`*`: its interval excludes zero). Run `make demo` first (or pass its --out as --demo).
+
+Run: .venv/bin/python benchmarks/world_ablation.py [--demo runs/demo] [--seeds 0,1,2] [NAME ...]
 """
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from compclip.eval import evaluate
+from compclip.eval.stats import fmt, fmt_difference, interval, paired
 from compclip.train import TrainConfig, train
 
-DEMO = Path("runs/demo")
 VARIANTS = {
+    "siglip": {"method": "siglip"},
     "c2lip": {},
     "xac0.1": {"method_options": {"lambda_xac": 0.1}},
     "temp1": {"method_options": {"xac_temperature": 1.0}},
     "separate": {"method_options": {"concept_mode": "separate"}},
     "clic-lr1e-5": {"method": "clic", "lr": 1e-5},
+    "occlip": {"method": "occlip"},
+    "occlip-layer0": {"method": "occlip", "method_options": {"layer": 0}},
+    "occlip-no-defaults": {"method": "occlip", "method_options": {"default_queries": 0}},
+    "occlip-no-rel": {"method": "occlip", "method_options": {"lambda_rel": 0.0}},
 }
+COLUMNS = {"swap-att": ("sugarcrepe", "swap_att"), "replace": ("sugarcrepe", "replace"), "ITT": ("sugarcrepe_pp", "overall_itt"),
+           "ZS shape": ("zeroshot", "shape"), "ZS colour": ("zeroshot", "color"), "R@1": ("retrieval", "mean_recall@1")}
 
 
-def main(names: list[str]) -> None:
-    base = DEMO / "train" / "base" / "checkpoints" / "step_0001000"
-    common = {"model": str(base), "train_data": str(DEMO / "world" / "train" / "images.npy"), "concepts": str(DEMO / "concepts"),
-              "batch_size": 128, "seed": 0, "workers": 2, "save_every": 10**9, "keep": 1, "steps": 300, "lr": 1e-4, "warmup": 20,
-              "optimizer": "adamw"}
-    print(f"{'variant':12s} {'swap-att':>9s} {'replace':>8s} {'ITT':>6s} {'ZS shape':>9s} {'R@1':>6s}")
-    for name in names or list(VARIANTS):
-        out = DEMO / "ablation" / name
+def scores(demo: Path, name: str, seed: int) -> dict[str, float]:
+    """One variant and seed: trained and evaluated unless its results exist; the columns in %."""
+    out = demo / "ablation" / name / f"seed{seed}"
+    results = out / "unseen"
+    if not (results / "retrieval.json").is_file():
+        base = next((demo / "train" / "base" / "checkpoints").glob("step_*"))
+        common = {"model": str(base), "train_data": str(demo / "world" / "train" / "images.npy"), "concepts": str(demo / "concepts"),
+                  "batch_size": 128, "seed": seed, "workers": 2, "save_every": 10**9, "keep": 1, "steps": 300, "lr": 1e-4, "warmup": 20,
+                  "optimizer": "adamw", "out": str(out)}
         if not (out / "checkpoints" / "step_0000300").is_dir():
-            train(TrainConfig(out=str(out), **{"method": "c2lip", **common, **VARIANTS[name]}))
-        m = {k: v["metrics"] for k, v in evaluate(str(out / "checkpoints" / "step_0000300"), "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval",
-                                                   out / "unseen", data=DEMO / "world" / "test_unseen").items()}
-        row = (m["sugarcrepe"]["swap_att"]["acc"], m["sugarcrepe"]["replace"], m["sugarcrepe_pp"]["overall_itt"],
-               m["zeroshot"]["shape"]["acc"], m["retrieval"]["mean_recall@1"])
-        print(f"{name:12s} " + " ".join(f"{100 * v:8.1f}" for v in row),
-              json.dumps(dict(zip(("swap_att", "replace", "itt", "zs_shape", "r@1"), row, strict=True))))
+            train(TrainConfig(**{"method": "c2lip", **common, **VARIANTS[name]}))
+        evaluate(str(out / "checkpoints" / "step_0000300"), "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval", results,
+                 data=demo / "world" / "test_unseen")
+    row = {}
+    for column, (bench, metric) in COLUMNS.items():
+        value = json.loads((results / f"{bench}.json").read_text())["metrics"][metric]
+        row[column] = 100 * (value["acc"] if isinstance(value, dict) else value)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", default=list(VARIANTS), help=f"variants: {', '.join(VARIANTS)}")
+    parser.add_argument("--demo", type=Path, default=Path("runs/demo"))
+    parser.add_argument("--seeds", default="0,1,2")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    names = ["siglip"] + [n for n in args.names if n != "siglip"]
+    table = {n: [scores(args.demo, n, s) for s in seeds] for n in names}
+    print(f"unseen split, mean ± 95 % interval over seeds {args.seeds}; Δ: paired difference from siglip (* excludes 0)")
+    print("| variant | " + " | ".join(COLUMNS) + " | " + " | ".join(f"Δ {c}" for c in COLUMNS) + " |")
+    print("|" + " --- |" * (1 + 2 * len(COLUMNS)))
+    for name, rows in table.items():
+        cells = [fmt(*interval([r[c] for r in rows])) for c in COLUMNS]
+        for c in COLUMNS:
+            if name == "siglip":
+                cells.append("")
+                continue
+            cells.append(fmt_difference(*paired([r[c] for r in rows], [r[c] for r in table["siglip"]])))
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

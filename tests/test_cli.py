@@ -52,9 +52,13 @@ def test_user_errors_are_one_line_not_a_traceback(tmp_path):
 
 
 def test_demo_runs_end_to_end(tmp_path):
-    """`make demo`'s pipeline at toy size: world, concepts, pretraining, three fine-tunes, evaluation, report."""
+    """`make demo`'s pipeline at toy size: world, concepts, pretraining, three methods over two seeds, evaluation, report
+    with intervals and paired differences computed again here from the per-seed result files."""
+    from compclip.eval.report import column_value
+    from compclip.eval.stats import fmt_difference, paired
+
     args = ["--quiet", "demo", "--out", str(tmp_path / "demo"), "--n-train", "300", "--n-test", "40",
-            "--pretrain-steps", "3", "--steps", "2", "--batch-size", "16", "--methods", "siglip,c2lip,occlip"]
+            "--pretrain-steps", "3", "--steps", "2", "--batch-size", "16", "--methods", "siglip,c2lip,occlip", "--seeds", "5,6"]
     result = compclip(*args)
     assert result.returncode == 0, result.stderr[-2000:]
     assert re.search(r"c2lip-ft\s+│ unseen", result.stdout) and "SC swap-att" in result.stdout
@@ -66,7 +70,15 @@ def test_demo_runs_end_to_end(tmp_path):
             assert record["complete"] and record["metrics"]["swap_att"]["n"] > 0
     assert "| c2lip-ft/unseen |" in (tmp_path / "demo" / "report" / "report.md").read_text()
     config = json.loads((tmp_path / "demo" / "train" / "c2lip" / "checkpoints" / "step_0000002" / "config.json").read_text())
-    assert config["method"] == "c2lip" and config["train_args"]["model"].endswith("step_0000003")
+    assert config["method"] == "c2lip" and config["train_args"]["model"].endswith("step_0000003") and config["train_args"]["seed"] == 5
+    again_seed = json.loads((tmp_path / "demo" / "train" / "c2lip-s6" / "checkpoints" / "step_0000002" / "config.json").read_text())
+    assert again_seed["train_args"]["seed"] == 6 and again_seed["train_args"]["model"] == config["train_args"]["model"]
+    swap = {m: [column_value({"sugarcrepe": json.loads((tmp_path / "demo" / "results" / f / "unseen" / "sugarcrepe.json").read_text())},
+                             "SC swap-att") for f in (m, f"{m}-s6")] for m in ("siglip-ft", "c2lip-ft")}
+    row = next(line for line in (tmp_path / "demo" / "report" / "seeds.md").read_text().splitlines()
+               if line.startswith("| c2lip-ft − siglip-ft | unseen |"))
+    assert row.split(" | ")[5] == fmt_difference(*paired(swap["c2lip-ft"], swap["siglip-ft"])), row
+    assert json.loads((tmp_path / "demo" / "report" / "seeds.json").read_text())["seeds"] == [5, 6]
     again = compclip(*args)  # everything is reused: nothing is trained again
     assert again.returncode == 0 and "initialized randomly" not in again.stderr
 

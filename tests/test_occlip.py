@@ -1,11 +1,13 @@
 """OC-CLIP against per-pair loops written independently: binding attention, structured score, L_itc, L_rel."""
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import compclip.models
 from compclip.methods import build_method
 from compclip.methods.occlip import BindingModule, padded, perturb
 
@@ -138,6 +140,68 @@ def test_losses_equal_brute_force_and_captions_without_nodes_train_on_nothing():
         assert torch.allclose(terms["rel"], torch.stack(rel).mean(), rtol=1e-5, atol=1e-5)
         without = method(method.outputs(model, method.collate([samples[i] for i in live], tokenizer)))
         assert torch.allclose(without["itc"], terms["itc"], rtol=1e-5, atol=1e-5), "a caption with no node changes nothing"
+
+
+@pytest.mark.parametrize("name", ["compclip-tiny-siglip", "compclip-tiny-clip"])
+def test_patch_tokens_of_an_earlier_layer(name):
+    """`layer`: the last block by index equals the default path; block 0's tokens ignore block 1 and feed the method and
+    its scorer; a block the tower lacks is refused when the method binds, before any step."""
+    from compclip.errors import UsageError
+    from compclip.models import load_model
+    from compclip.models.tokens import visual_token_embeddings
+
+    torch.manual_seed(0)
+    model, _, _ = load_model(name)
+    model.eval()
+    blocks = getattr(getattr(model.visual, "trunk", None), "blocks", None) or model.visual.transformer.resblocks
+    images = torch.randn(2, 3, *model.visual.image_size)
+    with torch.no_grad():
+        pooled, last = visual_token_embeddings(model, images)
+        pooled_1, last_1 = visual_token_embeddings(model, images, len(blocks) - 1)
+        _, first = visual_token_embeddings(model, images, 0)
+        for p in blocks[-1].parameters():
+            p.add_(torch.randn_like(p))
+        pooled_changed, first_changed = visual_token_embeddings(model, images, 0)
+    assert torch.allclose(pooled, pooled_1) and torch.allclose(last, last_1, atol=1e-6)
+    assert not torch.allclose(first, last, atol=1e-3)
+    assert torch.allclose(first, first_changed, atol=1e-6) and not torch.allclose(pooled, pooled_changed, atol=1e-3)
+    method = build_method("occlip", concepts={}, layer=0).bind(model)
+    assert method.visual_layer == 0 and method.scorer(model, None, None).layer == 0
+    with pytest.raises(UsageError, match=f"layer {len(blocks)} does not exist: the vision tower has {len(blocks)} blocks"):
+        build_method("occlip", concepts={}, layer=len(blocks)).bind(model)
+
+
+def test_a_timm_vit_with_a_class_token_is_a_backbone(tmp_path):
+    """A DINOv2-style timm tower (class token, no attention pool) behind open_clip: its patch tokens, against timm's own
+    `forward_intermediates` through open_clip's projection, feed OC-CLIP's loss, whose gradient reaches the module."""
+    import json
+
+    import open_clip
+
+    from compclip.models.tokens import visual_token_embeddings
+
+    config = json.loads((Path(compclip.models.__file__).parent / "configs" / "compclip-tiny-siglip.json").read_text())
+    config["vision_cfg"] = {"image_size": 224, "timm_model_name": "vit_tiny_patch16_224", "timm_model_pretrained": False,
+                            "timm_pool": "token", "timm_proj": "linear"}
+    (tmp_path / "timm-token-vit.json").write_text(json.dumps(config))
+    open_clip.add_model_config(tmp_path)
+    torch.manual_seed(0)
+    model = open_clip.create_model("timm-token-vit", pretrained=None)
+    model.eval()
+    images = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        pooled, tokens = visual_token_embeddings(model, images)
+        _, inner = model.visual.trunk.forward_intermediates(images, indices=[-1], norm=True, output_fmt="NLC")
+        assert torch.allclose(pooled, model.encode_image(images), atol=1e-6)
+        assert torch.allclose(tokens, model.visual.head(inner[0]), atol=1e-5) and tokens.shape == (2, 196, 64)
+    records = {"a red square above a blue circle": {"graph": {"nodes": [["a red square", 0, 0], ["a blue circle", 0, 0]],
+                                                               "edges": [["above", 0, 1]]}},
+               "a green star": {"graph": {"nodes": [["a green star", 0, 0]], "edges": []}}}
+    method = build_method("occlip", concepts=records, layer=-2).bind(model)
+    batch = method.collate([{"image": images[i], "caption": c} for i, c in enumerate(records)], open_clip.SimpleTokenizer(context_length=64))
+    terms = method(method.outputs(model, batch))
+    sum(terms.values()).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in method.parts[0].binding.q.parameters())
 
 
 def test_a_typo_in_its_options_is_an_error():

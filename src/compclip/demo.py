@@ -2,10 +2,14 @@
 
 1. generate the world (cached); 2. extract the training captions' concepts (cached): noun phrases, POS tags, scene graphs;
 3. pretrain a small SigLIP-style model from scratch with the plain SigLIP loss;
-4. fine-tune that base once per method (by default SigLIP and C2LIP; `--methods` adds the peers:
-   hardneg, negclip, clic, occlip) with equal steps, learning rate and seed;
-5. evaluate every model on the seen and unseen test splits and print the comparison, writing
-   `results/<model>/<split>/<benchmark>.json`, `report/report.md` and the plots under `--out`.
+4. fine-tune that base once per method and seed (by default SigLIP and C2LIP over seeds 0, 1, 2;
+   `--methods` adds the peers: hardneg, negclip, clic, occlip) with equal steps and learning rate;
+5. evaluate every model on the seen and unseen test splits and print the comparison: the mean over
+   seeds with its 95 % interval, and each method's paired difference from the first, marked
+   significant only when its interval excludes zero. It writes
+   `results/<model>[-s<seed>]/<split>/<benchmark>.json`, `report/report.md`, `report/seeds.md`,
+   `report/seeds.json` and the plots under `--out`.
+The world and the base are made once, with the first seed; the seeds repeat the fine-tuning.
 Every stage is skipped when its output exists, so a re-run reuses what was done.
 """
 from __future__ import annotations
@@ -18,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import UsageError
+from .eval.stats import fmt, fmt_difference, interval, paired
 
 MODEL = "compclip-tiny-siglip"
 BENCHMARKS = "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval"
@@ -40,13 +45,14 @@ def run_demo(
     out: Path = Path("runs/demo"),
     methods: str = "siglip,c2lip",
     n_train: int = 20_000,
-    n_test: int = 500,
+    n_test: int = 1250,
     pretrain_steps: int = 1000,
     steps: int = 300,
     batch_size: int = 128,
-    seed: int = 0,
+    seeds: str = "0,1,2",
     workers: int = 2,
-) -> dict[str, dict[str, dict[str, float]]]:
+) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Returns {model: {split: {column: one value per seed}}}."""
     from .concepts import build_store, iter_captions
     from .eval import build_report, evaluate
     from .eval.report import column_value
@@ -56,6 +62,13 @@ def run_demo(
     for flag, value in (("--pretrain-steps", pretrain_steps), ("--steps", steps), ("--batch-size", batch_size)):
         if value < 1:
             raise UsageError(f"{flag} must be at least 1, not {value}")
+    try:
+        seed_list = [int(x) for x in seeds.split(",")]
+    except ValueError:
+        raise UsageError(f"--seeds: expected comma-separated integers, not {seeds!r}") from None
+    if len(set(seed_list)) != len(seed_list):
+        raise UsageError(f"--seeds: {seeds!r} repeats a seed")
+    seed = seed_list[0]
     unknown = [m for m in methods.split(",") for part in m.split("+") if part not in list_methods()]
     if unknown:
         raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(list_methods())}")
@@ -71,30 +84,66 @@ def run_demo(
     base = _train(out / "train" / "base", method="siglip", model=MODEL, steps=pretrain_steps, lr=1e-3, warmup=100,
                   optimizer="adamw", weight_decay=0.1, **common)
     console.print(f"[3/5] base pretrained from scratch ({pretrain_steps} SigLIP steps): {base}")
-    models = {"base": base}
+    runs = {"base": {seed: base}}  # model: {seed: checkpoint}
     for method in methods.split(","):
-        models[f"{method}-ft"] = _train(out / "train" / method, method=method, model=str(base), steps=steps, lr=1e-4,
-                                        warmup=20, optimizer="adamw", concepts=str(out / "concepts"), **common)
-    console.print(f"[4/5] fine-tuned {', '.join(methods.split(','))} from the base, {steps} steps each, seed {seed}")
-    table = Table(title=f"binding world: accuracy / recall in % (test seen and unseen, {n_test} scenes each)")
+        for s in seed_list:
+            # the first seed keeps the folder names of a single-seed run
+            suffix = "" if s == seed else f"-s{s}"
+            runs.setdefault(f"{method}-ft", {})[s] = _train(
+                out / "train" / f"{method}{suffix}", method=method, model=str(base), steps=steps, lr=1e-4, warmup=20,
+                optimizer="adamw", concepts=str(out / "concepts"), **dict(common, seed=s))
+    console.print(f"[4/5] fine-tuned {', '.join(methods.split(','))} from the base, {steps} steps each, seeds {seeds}")
+    folders, numbers = [], {}
+    for name, by_seed in runs.items():
+        for s, ckpt in by_seed.items():
+            for split in SPLITS:
+                folder = out / "results" / (name if s == seed else f"{name}-s{s}") / split
+                if not all((folder / f"{b}.json").is_file() for b in BENCHMARKS.split(",")):
+                    evaluate(str(ckpt), BENCHMARKS, folder, data=world / f"test_{split}", workers=workers)
+                records = {b: json.loads((folder / f"{b}.json").read_text()) for b in BENCHMARKS.split(",")}
+                for h in COLUMNS:
+                    numbers.setdefault(name, {}).setdefault(split, {}).setdefault(h, []).append(column_value(records, h))
+                folders.append(folder)
+    report = build_report(folders, out / "report")
+    console.print("[5/5] evaluated every model on both splits")
+    title = f"binding world: accuracy / recall in %, mean ± 95 % interval over seeds {seeds} ({n_test} test scenes per split)"
+    table, markdown = seed_table(numbers, title)
+    console.print(table)
+    (out / "report" / "seeds.md").write_text(markdown, encoding="utf-8")
+    (out / "report" / "seeds.json").write_text(json.dumps({"seeds": seed_list, "results": numbers}, indent=1), encoding="utf-8")
+    console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
+    return numbers
+
+
+def _cell(values: list) -> str:
+    if any(isinstance(v, str) for v in values):  # "n/a": a score the model lacks
+        return str(values[0])
+    return fmt(*interval(values))
+
+
+def seed_table(numbers: dict[str, dict[str, dict[str, list]]], title: str) -> tuple[Table, str]:
+    """Mean ± 95 % interval per model and split, then each fine-tuned method minus the first one, seed by
+    seed, with `*` where the paired interval excludes zero. Returned as a rich table and as Markdown."""
+    rows = [(name, split, [_cell(numbers[name][split][h]) for h in COLUMNS]) for name in numbers for split in SPLITS]
+    tuned = [n for n in numbers if n != "base"]
+    for other in tuned[1:]:
+        for split in SPLITS:
+            cells = []
+            for h in COLUMNS:
+                a, b = numbers[other][split][h], numbers[tuned[0]][split][h]
+                if any(isinstance(v, str) for v in a + b) or len(a) != len(b):
+                    cells.append("n/a")
+                    continue
+                cells.append(fmt_difference(*paired(a, b)))
+            rows.append((f"{other} − {tuned[0]}", split, cells))
+    table = Table(title=title)
     table.add_column("model")
     table.add_column("split")
     for header in COLUMNS:
         table.add_column(header, justify="right")
-    folders, numbers = [], {}
-    for name, ckpt in models.items():
-        for split in SPLITS:
-            folder = out / "results" / name / split
-            if not all((folder / f"{b}.json").is_file() for b in BENCHMARKS.split(",")):
-                evaluate(str(ckpt), BENCHMARKS, folder, data=world / f"test_{split}", workers=workers)
-            records = {b: json.loads((folder / f"{b}.json").read_text()) for b in BENCHMARKS.split(",")}
-            row = {h: column_value(records, h) for h in COLUMNS}
-            numbers.setdefault(name, {})[split] = row
-            cells = (f"{v:.1f}" if isinstance(v, float | int) else str(v) for v in row.values())  # "n/a": a score the model lacks
-            table.add_row(name, split, *cells)
-            folders.append(folder)
-    report = build_report(folders, out / "report")
-    console.print("[5/5] evaluated every model on both splits")
-    console.print(table)
-    console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
-    return numbers
+    for name, split, cells in rows:
+        table.add_row(name, split, *cells)
+    lines = [f"# {title}", "", "`*`: the paired 95 % interval of the difference excludes zero.", "",
+             "| model | split | " + " | ".join(COLUMNS) + " |", "|" + " --- |" * (len(COLUMNS) + 2)]
+    lines += [f"| {name} | {split} | " + " | ".join(cells) + " |" for name, split, cells in rows]
+    return table, "\n".join(lines) + "\n"

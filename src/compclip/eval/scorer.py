@@ -220,12 +220,12 @@ class DualEncoderScorer(Scorer):
 class GraphScorer(DualEncoderScorer):
     """OC-CLIP's graph-conditioned score. Each caption is parsed into a scene graph once (spaCy, cached in
     the scorer), its nodes and relations encoded as short texts by the text tower, each image's patch
-    tokens encoded once, and `binding` (an `occlip.BindingModule`) scores an image against a graph.
+    tokens (of block `layer`) encoded once, and `binding` (an `occlip.BindingModule`) scores an image against a graph.
     A caption without a noun phrase scores 0. There is no text-to-text score (SugarCrepe++ TOT: n/a)."""
 
-    def __init__(self, binding, model, preprocess, tokenizer, chunk: int = 32, **settings):
+    def __init__(self, binding, model, preprocess, tokenizer, chunk: int = 32, layer: int = -1, **settings):
         super().__init__(model, preprocess, tokenizer, **settings)
-        self.binding, self.chunk = binding, chunk
+        self.binding, self.chunk, self.layer = binding, chunk, layer
         self._tokens: dict[str, torch.Tensor] = {}
         self._graphs: dict[str, dict] = {}
         self._nlp = None  # spaCy, loaded on the first captions and kept: every benchmark brings new ones
@@ -279,4 +279,4 @@ class GraphScorer(DualEncoderScorer):
     def _encode_tokens(self, keys: list[str]) -> torch.Tensor:
         from ..models.tokens import visual_token_embeddings
 
-        return self._over_images(keys, "image tokens", lambda batch: visual_token_embeddings(self.model, batch)[1])
+        return self._over_images(keys, "image tokens", lambda batch: visual_token_embeddings(self.model, batch, self.layer)[1])

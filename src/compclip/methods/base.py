@@ -64,6 +64,7 @@ class LossPart(nn.Module):
     outputs: ClassVar[Mapping[str, Output]] = {}  # what `extend` adds, so the trainer can accumulate and gather it
     # model outputs the part reads beyond image/text features: "visual_tokens", "text_states"
     needs: frozenset[str] = frozenset()
+    visual_layer = -1  # the vision block whose patch tokens "visual_tokens" maps (negative: from the last)
     uses_concepts = False  # reads concept records: the batch transform finds them in batch["concepts"], one per caption (or None)
     uses_logit_bias = False  # a sigmoid loss; otherwise the trainer freezes an unused logit bias (DDP needs every parameter used)
     locks_image = False  # trains with the image tower frozen
@@ -124,6 +125,10 @@ class Method(nn.Module):
         self.name = name
         self.parts = nn.ModuleList(kept)
         self.needs = frozenset().union(*(p.needs for p in kept))
+        layers = {p.visual_layer for p in kept if "visual_tokens" in p.needs}
+        if len(layers) > 1:
+            raise UsageError(f"method {name!r}: its parts read visual tokens of different layers {sorted(layers)}")
+        self.visual_layer = layers.pop() if layers else -1
         self.output_kinds = {**BASE_OUTPUTS, **{k: v for p in kept for k, v in p.outputs.items()}}
         self.locks_image = any(p.locks_image for p in kept)
         self.uses_logit_bias = any(p.uses_logit_bias for p in kept)
@@ -197,7 +202,7 @@ class Method(nn.Module):
             batch = part.inputs(batch)
         out: dict[str, Any] = {}
         if "visual_tokens" in self.needs:
-            pooled, out["visual_tokens"] = visual_token_embeddings(model, batch["image"])
+            pooled, out["visual_tokens"] = visual_token_embeddings(model, batch["image"], self.visual_layer)
         else:
             pooled = model.encode_image(batch["image"])
         out["image_features"] = F.normalize(pooled, dim=-1)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UsageError
+from ..models.tokens import check_layer
 from .base import LossPart, Output, option, owned, require_concept_fields
 from .text import caption_rng
 
@@ -111,16 +112,17 @@ class OCCLIPLoss(LossPart):
     }
 
     def __init__(self, concepts=None, seed: int = 0, default_queries: int = 4, lambda_rel: float = 1.0, module_lr: float = 2e-4,
-                 chunk: int = 32):
+                 chunk: int = 32, layer: int = -1):
         super().__init__()
         require_concept_fields(concepts, ("graph",), self.name)
         if default_queries < 0 or chunk < 1:
             raise UsageError(f"occlip: default_queries must be >= 0 and chunk >= 1, not {default_queries} and {chunk}")
         self.seed, self.default_queries, self.lambda_rel, self.chunk = seed, default_queries, lambda_rel, chunk
-        self.lr = module_lr
+        self.lr, self.visual_layer = module_lr, layer
         self.binding: BindingModule | None = None
 
     def bind(self, model):
+        check_layer(model, self.visual_layer)
         with torch.no_grad():  # the joint embedding's width, whatever the towers
             dim = model.encode_text(torch.zeros(1, model.context_length, dtype=torch.long, device=model.logit_scale.device)).shape[-1]
         self.binding = BindingModule(dim, self.default_queries)
@@ -128,7 +130,7 @@ class OCCLIPLoss(LossPart):
     def scorer(self, model, preprocess, tokenizer, **kwargs):
         from ..eval.scorer import GraphScorer
 
-        return GraphScorer(self.binding, model, preprocess, tokenizer, chunk=self.chunk, **kwargs)
+        return GraphScorer(self.binding, model, preprocess, tokenizer, chunk=self.chunk, layer=self.visual_layer, **kwargs)
 
     def prepare(self, batch, samples, tokenizer):
         texts: dict[str, int] = {}
@@ -197,8 +199,9 @@ class Options:
     lambda_rel: float = option(1.0, "weight of L_rel (swapped and random relation ends); 0 turns it off")
     module_lr: float = option(2e-4, "learning rate of the binding module, trained from scratch (the paper's)")
     chunk: int = option(32, "images scored against all graphs at a time (bounds memory)")
+    layer: int = option(-1, "vision block whose patch tokens the module binds (-1: the last; the paper found earlier ones help)")
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     o = options
-    return [OCCLIPLoss(concepts, seed, o.default_queries, o.lambda_rel, o.module_lr, o.chunk)]
+    return [OCCLIPLoss(concepts, seed, o.default_queries, o.lambda_rel, o.module_lr, o.chunk, o.layer)]

@@ -17,38 +17,65 @@ from open_clip.transformer import TextTransformer, VisionTransformer, text_globa
 from ..errors import UsageError
 
 
-def visual_token_embeddings(model: torch.nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def visual_token_embeddings(model: torch.nn.Module, images: torch.Tensor, layer: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
     """`(pooled, tokens)`: `pooled` is exactly `model.encode_image(images)`, `tokens` is (B, M, D).
 
     With SigLIP's attention-pool (MAP) head every final-layer token goes through the head's
     value path: the `v` half of `kv`, `proj`, the head's residual MLP, then whatever the pooled
-    vector gets after the head. CLIP-style towers without that head send each patch token through
-    the final layer norm and the projection, as the class token is (our choice).
+    vector gets after the head. Other timm ViTs (a class token or average pooling: DINOv2,
+    DeiT, ...) send each patch token through what the pooled vector gets after pooling (`fc_norm`,
+    open_clip's projection); open_clip's own ViTs through the final layer norm and the projection,
+    as the class token is (our choices).
+
+    `layer` picks the block whose patch tokens are mapped (negative counts from the last, -1 is the
+    last): an earlier block's tokens take the same final norm and mapping as the last block's
+    (our choice; OC-CLIP reads earlier layers). Prefix tokens are left out there.
     """
     visual = model.visual
-    if isinstance(visual, TimmModel) and getattr(visual.trunk, "attn_pool", None) is not None:
+    if isinstance(visual, TimmModel) and hasattr(visual.trunk, "num_prefix_tokens"):  # the timm ViT family
         trunk = visual.trunk
-        features = trunk.forward_features(images)
+        if layer == -1:
+            features = trunk.forward_features(images)
+            x = features if trunk.pool_include_prefix else features[:, trunk.num_prefix_tokens:]
+        else:
+            check_layer(model, layer)
+            features, (inner,) = trunk.forward_intermediates(images, indices=[layer], output_fmt="NLC")
+            x = trunk.norm(inner)
         pooled = visual.head(trunk.forward_head(features))
-        x = features if trunk.pool_include_prefix else features[:, trunk.num_prefix_tokens:]
-        head = trunk.attn_pool
-        if head.pos_embed is not None:
-            x = x + head.pos_embed.unsqueeze(0).to(x.dtype)
-        width = x.shape[-1]
-        v = F.linear(x, head.kv.weight[width:], head.kv.bias[width:] if head.kv.bias is not None else None)
-        v = head.proj_drop(head.proj(v))
-        v = v + head.mlp(head.norm(v))
-        tokens = visual.head(trunk.head(trunk.head_drop(trunk.fc_norm(v))))
+        head = getattr(trunk, "attn_pool", None)
+        if head is not None:
+            if head.pos_embed is not None:
+                x = x + head.pos_embed.unsqueeze(0).to(x.dtype)
+            width = x.shape[-1]
+            v = F.linear(x, head.kv.weight[width:], head.kv.bias[width:] if head.kv.bias is not None else None)
+            v = head.proj_drop(head.proj(v))
+            x = v + head.mlp(head.norm(v))
+        tokens = visual.head(trunk.head(trunk.head_drop(trunk.fc_norm(x))))
         return pooled, tokens
     if isinstance(visual, VisionTransformer) and visual.attn_pool is None:
-        pooled, tokens = _forward_with_tokens(visual, images)
-        if visual.final_ln_after_pool:
-            tokens = visual.ln_post(tokens)
+        if layer == -1:
+            pooled, tokens = _forward_with_tokens(visual, images)
+            if visual.final_ln_after_pool:
+                tokens = visual.ln_post(tokens)
+        else:
+            check_layer(model, layer)
+            out = visual.forward_intermediates(images, indices=[layer], output_fmt="NLC")
+            pooled, tokens = out["image_features"], visual.ln_post(out["image_intermediates"][0])
         return pooled, tokens @ visual.proj if visual.proj is not None else tokens
     raise UsageError(
-        f"visual tokens are not available for {type(visual).__name__}: compclip supports open_clip "
-        "ViTs and timm ViTs with an attention-pool head"
+        f"visual tokens are not available for {type(visual).__name__}: compclip supports open_clip ViTs and timm ViTs"
     )
+
+
+def check_layer(model: torch.nn.Module, layer: int) -> None:
+    """A clear error for a block index the vision tower lacks (before a run starts, not at its first step)."""
+    visual = model.visual
+    blocks = getattr(getattr(visual, "trunk", None), "blocks", None) or getattr(getattr(visual, "transformer", None), "resblocks", None)
+    if blocks is None:
+        return  # not a ViT: visual_token_embeddings says so
+    depth = len(blocks)
+    if not -depth <= layer < depth:
+        raise UsageError(f"layer {layer} does not exist: the vision tower has {depth} blocks (layers -{depth}..{depth - 1})")
 
 
 def text_token_states(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Callable]:

@@ -1,0 +1,44 @@
+"""Intervals over seeds against references computed independently: Student's t by integrating its density, a
+Monte Carlo coverage check, and the paired interval as the interval of per-seed differences."""
+import math
+import random
+
+import numpy as np
+import pytest
+
+from compclip.eval.stats import binomial_se, fmt, fmt_difference, interval, paired, significant, t975
+
+
+def t_cdf(x: float, df: int) -> float:
+    """Student's t CDF by the trapezoid rule over its density (no statistics library)."""
+    grid = np.linspace(-60.0, x, 400_001)
+    c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
+    return float(np.trapezoid(c * (1 + grid**2 / df) ** (-(df + 1) / 2), grid))
+
+
+@pytest.mark.parametrize("df", [2, 3, 4, 9, 29])
+def test_quantile_table_matches_the_integrated_density(df):
+    assert t_cdf(t975(df), df) == pytest.approx(0.975, abs=2e-4)
+
+
+def test_interval_covers_the_true_mean_95_percent_of_the_time():
+    rng = random.Random(0)
+    hits = 0
+    for _ in range(4000):
+        mean, half = interval([rng.gauss(3.0, 2.0) for _ in range(3)])
+        hits += abs(mean - 3.0) <= half
+    assert hits / 4000 == pytest.approx(0.95, abs=0.012)
+
+
+def test_paired_is_the_interval_of_differences_and_significance_needs_zero_outside():
+    a, b = [50.0, 52.0, 51.0], [45.0, 48.0, 46.0]
+    mean, half = paired(a, b)
+    d = [5.0, 4.0, 5.0]
+    sd = math.sqrt(sum((x - sum(d) / 3) ** 2 for x in d) / 2)
+    assert mean == pytest.approx(14 / 3) and half == pytest.approx(4.303 * sd / math.sqrt(3))
+    assert significant(mean, half) and not significant(*paired([50.0, 40.0, 52.0], [45.0, 48.0, 46.0]))
+    assert math.isnan(interval([7.0])[1]) and not significant(*interval([7.0])) and fmt(*interval([7.0])) == "7.0"
+    assert fmt_difference(-2.0, 1.5) == "-2.0 ± 1.5 *" and fmt_difference(0.4, 1.5) == "+0.4 ± 1.5"
+    assert fmt(71.25, 2.14) == "71.2 ± 2.1" and binomial_se(0.5, 1112) < 0.015 < binomial_se(0.5, 1111)
+    with pytest.raises(ValueError, match="equal counts"):
+        paired([1.0], [1.0, 2.0])
