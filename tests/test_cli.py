@@ -79,6 +79,8 @@ def test_demo_runs_end_to_end(tmp_path):
                if line.startswith("| c2lip-ft − siglip-ft | unseen |"))
     assert row.split(" | ")[5] == fmt_difference(*paired(swap["c2lip-ft"], swap["siglip-ft"])), row
     assert json.loads((tmp_path / "demo" / "report" / "seeds.json").read_text())["seeds"] == [5, 6]
+    assert "](attention.png)" in (tmp_path / "demo" / "report" / "seeds.md").read_text()
+    assert Image.open(tmp_path / "demo" / "report" / "attention.png").size[0] > 224
     again = compclip(*args)  # everything is reused: nothing is trained again
     assert again.returncode == 0 and "initialized randomly" not in again.stderr
 

@@ -245,3 +245,19 @@ def test_bad_names_and_tags_are_clear_errors(tmp_path):
         load_model(str(tmp_path / "w.pt"))
     with pytest.raises(ValueError, match="no compclip spec"):
         save_checkpoint(open_clip.create_model("compclip-tiny-clip"), tmp_path / "y")
+
+
+def test_the_tokenizer_cache_returns_what_the_bpe_returns():
+    """Repeated, new, empty and over-capacity calls against open_clip's own tokenizer; a pickled copy (a DataLoader
+    worker's) starts empty; another context length bypasses the cache."""
+    _, _, tokenizer = load_model("compclip-tiny-siglip")
+    reference = open_clip.SimpleTokenizer(context_length=64)
+    calls = [CAPTIONS, [*CAPTIONS[::-1], "three cats"], [CAPTIONS[2]] * 4, "one string", []]
+    for texts in calls:
+        assert torch.equal(tokenizer(texts), reference(texts)), texts
+    assert len(tokenizer._rows) == 5 and len(pickle.loads(pickle.dumps(tokenizer))._rows) == 0
+    assert torch.equal(tokenizer(CAPTIONS, context_length=16), reference(CAPTIONS, context_length=16))
+    tokenizer.cache_size = 2
+    many = [f"caption {i}" for i in range(5)]
+    assert torch.equal(tokenizer(many), reference(many)) and len(tokenizer._rows) == 2
+    assert torch.equal(tokenizer([*many[-2:], CAPTIONS[0]]), reference([*many[-2:], CAPTIONS[0]]))

@@ -198,7 +198,8 @@ def test_a_timm_vit_with_a_class_token_is_a_backbone(tmp_path):
                                                                "edges": [["above", 0, 1]]}},
                "a green star": {"graph": {"nodes": [["a green star", 0, 0]], "edges": []}}}
     method = build_method("occlip", concepts=records, layer=-2).bind(model)
-    batch = method.collate([{"image": images[i], "caption": c} for i, c in enumerate(records)], open_clip.SimpleTokenizer(context_length=64))
+    tokenizer = open_clip.SimpleTokenizer(context_length=64)
+    batch = method.collate([{"image": images[i], "caption": c} for i, c in enumerate(records)], tokenizer)
     terms = method(method.outputs(model, batch))
     sum(terms.values()).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in method.parts[0].binding.q.parameters())

@@ -202,31 +202,14 @@ def attention(
     temperature: float = typer.Option(None, help="Attention temperature.  [default: √D, as in training]"),
 ) -> None:
     """Draw a concept's cross-attention over an image, and the difference between two models."""
-    from PIL import Image
-
-    from .data import decode_image
-    from .methods.c2lip import concept_attention
-    from .models import load_model
-    from .plots import attention_figure, model_label
+    from .plots import attention_comparison
 
     if not image.is_file():
         from .errors import MissingFileError
 
         raise MissingFileError(f"--image {image}: no such file")
-    picture = decode_image(image)
-    maps = {}
-    for name, tag in ((model, pretrained), (compare, None)):
-        if name is None:
-            continue
-        net, preprocess, tokenizer = load_model(name, tag)
-        label = model_label(name)
-        label = label if label not in maps else f"{label} (2)"
-        maps[label] = concept_attention(net, tokenizer, preprocess(picture).unsqueeze(0), concept, temperature)[0].numpy()
-    side = min(picture.size)
-    square = picture.crop(
-        ((picture.width - side) // 2, (picture.height - side) // 2, (picture.width + side) // 2, (picture.height + side) // 2)
-    )
-    typer.echo(f"wrote {attention_figure(square.resize((224, 224), Image.BICUBIC), maps, concept, out)}")
+    models = [(model, pretrained)] + ([(compare, None)] if compare is not None else [])
+    typer.echo(f"wrote {attention_comparison(image, concept, models, out, temperature)}")
 
 
 @app.command("eval")

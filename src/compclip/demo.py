@@ -109,10 +109,27 @@ def run_demo(
     title = f"binding world: accuracy / recall in %, mean ± 95 % interval over seeds {seeds} ({n_test} test scenes per split)"
     table, markdown = seed_table(numbers, title)
     console.print(table)
+    if {"c2lip-ft", "siglip-ft"} <= set(runs):
+        figure, concept = held_out_attention(world, runs["c2lip-ft"][seed], runs["siglip-ft"][seed], out / "report" / "attention.png")
+        markdown += f"\n![attention of {concept!r}, C2LIP vs SigLIP fine-tuning, on an unseen scene](attention.png)\n"
+        console.print(f"attention of the held-out {concept!r} on an unseen scene, C2LIP vs SigLIP fine-tuning: {figure}")
     (out / "report" / "seeds.md").write_text(markdown, encoding="utf-8")
     (out / "report" / "seeds.json").write_text(json.dumps({"seeds": seed_list, "results": numbers}, indent=1), encoding="utf-8")
     console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
     return numbers
+
+
+def held_out_attention(world: Path, c2lip: Path, siglip: Path, out: Path) -> tuple[Path, str]:
+    """`compclip attention --compare` on the first unseen test scene, for its held-out colour×shape pairing."""
+    from .plots import attention_comparison
+
+    held = {tuple(p) for p in json.loads((world / "manifest.json").read_text())["heldout"]}
+    with open(world / "test_unseen" / "scenes.jsonl", encoding="utf-8") as f:
+        record = json.loads(f.readline())
+    obj = next(o for o in record["scene"]["objects"] if (o["color"], o["shape"]) in held)
+    concept = f"{obj['color']} {obj['shape']}"
+    image = world / "test_unseen" / "coco" / "val2017" / f"test_unseen_{record['index']:06d}.png"
+    return attention_comparison(image, concept, [(str(c2lip), None), (str(siglip), None)], out), concept
 
 
 def _cell(values: list) -> str:

@@ -70,3 +70,25 @@ def attention_figure(image: Image.Image, maps: dict[str, np.ndarray], concept: s
         fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return out
+
+
+def attention_comparison(image: str | Path, concept: str, models: list[tuple[str, str | None]], out: str | Path,
+                         temperature: float | None = None) -> Path:
+    """`compclip attention`: each (model, pretrained tag) model's cross-attention map of `concept` over the image,
+    drawn side by side (with their difference for two models)."""
+    from .data import decode_image
+    from .methods.c2lip import concept_attention
+    from .models import load_model
+
+    picture = decode_image(image)
+    maps = {}
+    for name, tag in models:
+        net, preprocess, tokenizer = load_model(name, tag)
+        label = model_label(name)
+        label = label if label not in maps else f"{label} (2)"
+        maps[label] = concept_attention(net, tokenizer, preprocess(picture).unsqueeze(0), concept, temperature)[0].numpy()
+    side = min(picture.size)
+    square = picture.crop(
+        ((picture.width - side) // 2, (picture.height - side) // 2, (picture.width + side) // 2, (picture.height + side) // 2)
+    )
+    return attention_figure(square.resize((224, 224), Image.BICUBIC), maps, concept, out)

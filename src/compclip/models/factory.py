@@ -27,12 +27,17 @@ class LazyTokenizer:
     """Builds the tokenizer on first use, so a model whose tokenizer lives on the hub still loads offline.
 
     `source` is "clip_bpe" (the CLIP BPE open_clip ships) or an open_clip model name whose
-    tokenizer `open_clip.get_tokenizer` knows.
+    tokenizer `open_clip.get_tokenizer` knows. It remembers the rows of the last `cache_size`
+    distinct texts (per process: each DataLoader worker its own): training captions come back
+    every epoch, and BPE costs far more than a lookup.
     """
+
+    cache_size = 32_768
 
     def __init__(self, source: str, context_length: int):
         self.source, self.context_length = source, context_length
         self._tokenizer = None
+        self._rows: dict[str, torch.Tensor] = {}
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -54,7 +59,20 @@ class LazyTokenizer:
         return self._tokenizer
 
     def __call__(self, texts, context_length: int | None = None) -> torch.Tensor:
-        return self._build()(texts, context_length=context_length)
+        if context_length not in (None, self.context_length):
+            return self._build()(texts, context_length=context_length)
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        new = [t for t in dict.fromkeys(texts) if t not in self._rows]
+        if new:
+            self._rows.update(zip(new, self._build()(new).clone(), strict=True))
+            for old in list(self._rows)[: max(0, len(self._rows) - self.cache_size)]:  # the oldest first
+                del self._rows[old]
+        if any(t not in self._rows for t in texts):  # more new texts in one call than the cache holds
+            return self._build()(texts)
+        return torch.stack([self._rows[t] for t in texts]) if texts else self._build()(texts)
+
+    def __getstate__(self) -> dict[str, Any]:  # a DataLoader worker starts with an empty cache
+        return {**self.__dict__, "_rows": {}}
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
