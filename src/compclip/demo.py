@@ -23,6 +23,7 @@ from rich.table import Table
 
 from .errors import UsageError
 from .eval.stats import fmt, fmt_difference, interval, paired
+from .io import atomic_path, write_json
 
 MODEL = "compclip-tiny-siglip"
 BENCHMARKS = "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval"
@@ -113,8 +114,11 @@ def run_demo(
         figure, concept = held_out_attention(world, runs["c2lip-ft"][seed], runs["siglip-ft"][seed], out / "report" / "attention.png")
         markdown += f"\n![attention of {concept!r}, C2LIP vs SigLIP fine-tuning, on an unseen scene](attention.png)\n"
         console.print(f"attention of the held-out {concept!r} on an unseen scene, C2LIP vs SigLIP fine-tuning: {figure}")
-    (out / "report" / "seeds.md").write_text(markdown, encoding="utf-8")
-    (out / "report" / "seeds.json").write_text(json.dumps({"seeds": seed_list, "results": numbers}, indent=1), encoding="utf-8")
+    with atomic_path(out / "report" / "seeds.md") as tmp:
+        tmp.write_text(markdown, encoding="utf-8")
+    finite = {m: {sp: {h: [None if v != v else v for v in vs] for h, vs in cols.items()} for sp, cols in by.items()}
+              for m, by in numbers.items()}  # strict JSON: a metric a benchmark lacks (NaN) is null
+    write_json(out / "report" / "seeds.json", {"seeds": seed_list, "results": finite})
     console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
     return numbers
 
