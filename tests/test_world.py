@@ -224,3 +224,40 @@ def test_palette_and_objects_per_scene(tmp_path):
         assert len(objects) == 2
         assert {o["color"] for o in objects} <= set(list(COLORS)[:3]) and {o["shape"] for o in objects} <= set(SHAPES[:2])
     assert len(json.loads((world / "manifest.json").read_text())["heldout"]) == round(0.2 * 6)
+
+
+def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
+    """benchmarks/world_sweep.py at toy size: one world, base and fine-tune per knob value, each world made with
+    its value; a demo folder whose world matches a value is reused, not trained again; a folder whose models were
+    trained on another world is refused."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from compclip.demo import compare_methods
+    from compclip.errors import UsageError
+
+    script = Path(__file__).parents[1] / "benchmarks" / "world_sweep.py"
+    toy = ["--knob", "completeness", "--methods", "siglip", "--seeds", "4", "--n-train", "200", "--n-test", "30",
+           "--pretrain-steps", "2", "--steps", "2", "--batch-size", "16"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def sweep(*args):
+        result = subprocess.run([sys.executable, str(script), *toy, *args], capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result
+
+    sweep("--values", "1", "--out", str(tmp_path / "a"))
+    result = sweep("--values", "0.5,1", "--out", str(tmp_path / "b"), "--demo", str(tmp_path / "a" / "completeness-1"))
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["binding_curve_completeness.png", "completeness-0.5", "sweep.json"]
+    manifest = json.loads((tmp_path / "b" / "completeness-0.5" / "world" / "manifest.json").read_text())
+    assert manifest["config"]["completeness"] == 0.5 and manifest["config"]["n_train"] == 200
+    reused = json.loads((tmp_path / "a" / "completeness-1" / "results" / "siglip-ft" / "unseen" / "sugarcrepe.json").read_text())
+    points = json.loads((tmp_path / "b" / "sweep.json").read_text())["points"]
+    assert [p["value"] for p in points] == [0.5, 1.0] and set(points[0]["per_seed"]) == {"base", "siglip-ft"}
+    assert points[1]["per_seed"]["siglip-ft"] == [100 * reused["metrics"]["swap_att"]["acc"]]
+    assert "| 0.5 |" in result.stdout and "| 1 |" in result.stdout
+    assert Image.open(tmp_path / "b" / "binding_curve_completeness.png").size[0] > 400
+    with pytest.raises(UsageError, match="its world was made with other settings"):
+        compare_methods(tmp_path / "a" / "completeness-1", "siglip", 200, 30, 2, 2, 16, "4", 2, {"completeness": 0.5})

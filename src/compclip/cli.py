@@ -346,11 +346,13 @@ def demo(
     batch_size: int = typer.Option(128, help="Images per step."),
     seeds: str = typer.Option("0,1,2", help="Comma-separated fine-tuning seeds; the first also seeds the world and the base."),
     workers: int = typer.Option(2, help="DataLoader workers and rendering processes."),
+    world: list[str] = typer.Option([], help="A world setting KEY=VALUE other than its default, e.g. heldout=0.5, density=0.5, "
+                                    "completeness=0.5, saliency=true, colors=4 (repeatable; see `compclip world generate --help`)."),
 ) -> None:
     """The whole method on the binding world: pretrain, fine-tune per method, evaluate seen and unseen, report."""
-    from .demo import run_demo
+    from .demo import run_demo, world_options
 
-    run_demo(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds, workers)
+    run_demo(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds, workers, world_options(world))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -52,10 +54,65 @@ def run_demo(
     batch_size: int = 128,
     seeds: str = "0,1,2",
     workers: int = 2,
+    world: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, dict[str, list[float]]]]:
     """Returns {model: {split: {column: one value per seed}}}."""
+    from .eval import build_report
+
+    console, start = Console(), time.time()
+    out = Path(out)
+    numbers, runs, folders = compare_methods(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds, workers,
+                                             world, SPLITS, console)
+    report = build_report(folders, out / "report")
+    title = f"binding world: accuracy / recall in %, mean ± 95 % interval over seeds {seeds} ({n_test} test scenes per split)"
+    table, markdown = seed_table(numbers, title)
+    console.print(table)
+    if {"c2lip-ft", "siglip-ft"} <= set(runs):
+        seed = next(iter(runs["base"]))  # the first seed's models
+        figure, concept = held_out_attention(out / "world", runs["c2lip-ft"][seed], runs["siglip-ft"][seed],
+                                             out / "report" / "attention.png")
+        markdown += f"\n![attention of {concept!r}, C2LIP vs SigLIP fine-tuning, on an unseen scene](attention.png)\n"
+        console.print(f"attention of the held-out {concept!r} on an unseen scene, C2LIP vs SigLIP fine-tuning: {figure}")
+    with atomic_path(out / "report" / "seeds.md") as tmp:
+        tmp.write_text(markdown, encoding="utf-8")
+    finite = {m: {sp: {h: [None if v != v else v for v in vs] for h, vs in cols.items()} for sp, cols in by.items()}
+              for m, by in numbers.items()}  # strict JSON: a metric a benchmark lacks (NaN) is null
+    write_json(out / "report" / "seeds.json", {"seeds": [int(s) for s in seeds.split(",")], "results": finite})
+    console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
+    return numbers
+
+
+def world_options(pairs: list[str]) -> dict[str, Any]:
+    """`--world KEY=VALUE` pairs as `WorldConfig` fields, each parsed as its default's type."""
+    from .world import WorldConfig
+
+    fixed = {"seed": "--seeds", "n_train": "--n-train", "n_test": "--n-test", "size": "64 pixels"}
+    defaults = asdict(WorldConfig())
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in defaults or key in fixed:
+            known = ", ".join(k for k in defaults if k not in fixed)
+            raise UsageError(f"--world {pair!r}: expected KEY=VALUE with KEY one of {known}"
+                             + (f" ({key} is set by {fixed[key]})" if key in fixed else ""))
+        kind = type(defaults[key])
+        try:
+            options[key] = {"true": True, "false": False}[text.lower()] if kind is bool else kind(text)
+        except (KeyError, ValueError):
+            raise UsageError(f"--world {pair!r}: {key} takes {'true or false' if kind is bool else f'a {kind.__name__}'}") from None
+    return options
+
+
+def compare_methods(
+    out: Path, methods: str, n_train: int, n_test: int, pretrain_steps: int, steps: int, batch_size: int, seeds: str, workers: int,
+    world: dict[str, Any] | None = None, splits: tuple[str, ...] = SPLITS, console: Console | None = None,
+) -> tuple[dict[str, dict[str, dict[str, list[float]]]], dict[str, dict[int, Path]], list[Path]]:
+    """Stages 1-5 of the demo on one world (`world`: `WorldConfig` fields other than the defaults) in `out`:
+    returns the numbers {model: {split: {column: one value per seed}}}, the checkpoints {model: {seed: folder}}
+    and the result folders."""
     from .concepts import build_store, iter_captions
-    from .eval import build_report, evaluate
+    from .eval import evaluate
     from .eval.report import column_value
     from .methods import list_methods
     from .world import WorldConfig, generate
@@ -73,13 +130,17 @@ def run_demo(
     unknown = [m for m in methods.split(",") for part in m.split("+") if part not in list_methods()]
     if unknown:
         raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(list_methods())}")
-    console, start = Console(), time.time()
-    out = Path(out)
-    world = generate(out / "world", WorldConfig(seed=seed, n_train=n_train, n_test=n_test, size=64), workers)
-    console.print(f"[1/5] binding world in {world} ({n_train} training scenes, {n_test} per test split)")
-    images = world / "train" / "images.npy"
+    console = console or Console()
+    cfg = WorldConfig(**{**(world or {}), "seed": seed, "n_train": n_train, "n_test": n_test, "size": 64})
+    manifest = out / "world" / "manifest.json"
+    if (out / "train").is_dir() and manifest.is_file() and json.loads(manifest.read_text())["config"] != asdict(cfg):
+        raise UsageError(f"{out}: its world was made with other settings than these, and its models were trained on it; "
+                         "choose another --out (or delete this one)")
+    world_dir = generate(out / "world", cfg, workers)
+    console.print(f"[1/5] binding world in {world_dir} ({n_train} training scenes, {n_test} per test split)")
+    images = world_dir / "train" / "images.npy"
     # pos: negclip and clic; graph: occlip
-    build_store(iter_captions(world / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos,graph", workers=workers)
+    build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos,graph", workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
     common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "save_every": 10**9, "keep": 1}
     base = _train(out / "train" / "base", method="siglip", model=MODEL, steps=pretrain_steps, lr=1e-3, warmup=100,
@@ -97,30 +158,16 @@ def run_demo(
     folders, numbers = [], {}
     for name, by_seed in runs.items():
         for s, ckpt in by_seed.items():
-            for split in SPLITS:
+            for split in splits:
                 folder = out / "results" / (name if s == seed else f"{name}-s{s}") / split
                 if not all((folder / f"{b}.json").is_file() for b in BENCHMARKS.split(",")):
-                    evaluate(str(ckpt), BENCHMARKS, folder, data=world / f"test_{split}", workers=workers)
+                    evaluate(str(ckpt), BENCHMARKS, folder, data=world_dir / f"test_{split}", workers=workers)
                 records = {b: json.loads((folder / f"{b}.json").read_text()) for b in BENCHMARKS.split(",")}
                 for h in COLUMNS:
                     numbers.setdefault(name, {}).setdefault(split, {}).setdefault(h, []).append(column_value(records, h))
                 folders.append(folder)
-    report = build_report(folders, out / "report")
-    console.print("[5/5] evaluated every model on both splits")
-    title = f"binding world: accuracy / recall in %, mean ± 95 % interval over seeds {seeds} ({n_test} test scenes per split)"
-    table, markdown = seed_table(numbers, title)
-    console.print(table)
-    if {"c2lip-ft", "siglip-ft"} <= set(runs):
-        figure, concept = held_out_attention(world, runs["c2lip-ft"][seed], runs["siglip-ft"][seed], out / "report" / "attention.png")
-        markdown += f"\n![attention of {concept!r}, C2LIP vs SigLIP fine-tuning, on an unseen scene](attention.png)\n"
-        console.print(f"attention of the held-out {concept!r} on an unseen scene, C2LIP vs SigLIP fine-tuning: {figure}")
-    with atomic_path(out / "report" / "seeds.md") as tmp:
-        tmp.write_text(markdown, encoding="utf-8")
-    finite = {m: {sp: {h: [None if v != v else v for v in vs] for h, vs in cols.items()} for sp, cols in by.items()}
-              for m, by in numbers.items()}  # strict JSON: a metric a benchmark lacks (NaN) is null
-    write_json(out / "report" / "seeds.json", {"seeds": seed_list, "results": finite})
-    console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
-    return numbers
+    console.print(f"[5/5] evaluated every model on the {' and '.join(splits)} split{'s' * (len(splits) > 1)}")
+    return numbers, runs, folders
 
 
 def held_out_attention(world: Path, c2lip: Path, siglip: Path, out: Path) -> tuple[Path, str]:

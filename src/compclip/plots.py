@@ -1,4 +1,4 @@
-"""Figures: concept attention maps over an image (C2LIP's Figure 2)."""
+"""Figures: concept attention maps over an image (C2LIP's Figure 2) and binding curves (OC-CLIP's PUG figure)."""
 from __future__ import annotations
 
 import math
@@ -92,3 +92,30 @@ def attention_comparison(image: str | Path, concept: str, models: list[tuple[str
         ((picture.width - side) // 2, (picture.height - side) // 2, (picture.width + side) // 2, (picture.height + side) // 2)
     )
     return attention_figure(square.resize((224, 224), Image.BICUBIC), maps, concept, out)
+
+
+def binding_curve(curves: dict[str, list[tuple[float, float, float]]], knob: str, out: str | Path,
+                  metric: str = "unseen swap-attribute accuracy (%)", chance: float | None = 50.0) -> Path:
+    """One line per method through (knob value, mean), with its 95 % interval as error bars: how binding of unseen
+    pairings moves with one property of the training data (the OC-CLIP paper's PUG figure)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.6, 3.9), layout="constrained")
+    for name, points in curves.items():
+        x, mean, half = (np.array(column, dtype=float) for column in zip(*sorted(points), strict=True))
+        ax.errorbar(x, mean, yerr=half, marker="o", capsize=3, label=name)
+    if chance is not None:
+        ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label="chance")
+    ax.set_xlabel(knob)
+    ax.set_ylabel(metric)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return out
