@@ -6,7 +6,8 @@ the fraction of a scene's objects its caption mentions) this runs the demo's sta
 a world with that value, a base pretrained from scratch on it, every method fine-tuned from that base once
 per seed, and the unseen test split. It prints mean ± 95 % interval over seeds, writes `sweep.json` and
 draws the curve (one line per method, interval bars). Every stage is reused when its output exists.
-`--demo DIR` reuses a `compclip demo` folder for the value whose world it already has.
+`--demo DIR` reuses a `compclip demo` folder for the value whose world it already has, and draws the
+curve into its report too (`report/seeds.md` shows it from the demo's next run on).
 
 Run: .venv/bin/python benchmarks/world_sweep.py --knob heldout --values 0.1,0.25,0.5 \\
          [--methods siglip,c2lip] [--seeds 0,1,2] [--out runs/sweep] [--demo runs/demo] [--plot docs/binding_curve_heldout.png]
@@ -71,6 +72,8 @@ def main() -> None:
              "density": "attribute density (chance a mention names each attribute)",
              "completeness": "caption completeness (fraction of objects mentioned)"}[args.knob]
     print(binding_curve(curves, label, args.plot or args.out / f"binding_curve_{args.knob}.png"))
+    if args.demo is not None:  # the demo's report shows it from its next run on
+        print(binding_curve(curves, label, args.demo / "report" / f"binding_curve_{args.knob}.png"))
 
 
 if __name__ == "__main__":

@@ -259,5 +259,6 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     assert points[1]["per_seed"]["siglip-ft"] == [100 * reused["metrics"]["swap_att"]["acc"]]
     assert "| 0.5 |" in result.stdout and "| 1 |" in result.stdout
     assert Image.open(tmp_path / "b" / "binding_curve_completeness.png").size[0] > 400
+    assert (tmp_path / "a" / "completeness-1" / "report" / "binding_curve_completeness.png").is_file()  # for the demo's report
     with pytest.raises(UsageError, match="its world was made with other settings"):
         compare_methods(tmp_path / "a" / "completeness-1", "siglip", 200, 30, 2, 2, 16, "4", 2, {"completeness": 0.5})

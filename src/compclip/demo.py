@@ -8,7 +8,8 @@
    seeds with its 95 % interval, and each method's paired difference from the first, marked
    significant only when its interval excludes zero. It writes
    `results/<model>[-s<seed>]/<split>/<benchmark>.json`, `report/report.md`, `report/seeds.md`,
-   `report/seeds.json` and the plots under `--out`.
+   `report/seeds.json` and the plots under `--out`; `report/seeds.md` shows the attention figure and any
+   binding curve `benchmarks/world_sweep.py --demo OUT` drew there.
 The world and the base are made once, with the first seed; the seeds repeat the fine-tuning.
 Every stage is skipped when its output exists, so a re-run reuses what was done.
 """
@@ -73,6 +74,8 @@ def run_demo(
                                              out / "report" / "attention.png")
         markdown += f"\n![attention of {concept!r}, C2LIP vs SigLIP fine-tuning, on an unseen scene](attention.png)\n"
         console.print(f"attention of the held-out {concept!r} on an unseen scene, C2LIP vs SigLIP fine-tuning: {figure}")
+    for curve in sorted((out / "report").glob("binding_curve_*.png")):  # drawn by benchmarks/world_sweep.py --demo OUT
+        markdown += f"\n![unseen swap-attribute as the world's {curve.stem[14:]} moves]({curve.name})\n"
     with atomic_path(out / "report" / "seeds.md") as tmp:
         tmp.write_text(markdown, encoding="utf-8")
     finite = {m: {sp: {h: [None if v != v else v for v in vs] for h, vs in cols.items()} for sp, cols in by.items()}

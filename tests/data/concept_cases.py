@@ -82,6 +82,12 @@ CASES = [
     # copulas add nothing to the relation
     ("The book is on the shelf.", ["The book", "the shelf"], [("on", "The book", "the shelf")]),
     ("A lamp is beside the sofa.", ["A lamp", "the sofa"], [("beside", "A lamp", "the sofa")]),
+    # a personal pronoun stands for the nearest earlier subject (or "there is" noun) of its number
+    ("there is a brown star, and it is to the left of the black triangle", ["a brown star", "the black triangle"],
+     [("to the left of", "a brown star", "the black triangle")]),
+    ("the dogs sit on a mat and they are next to a cat", ["the dogs", "a mat", "a cat"],
+     [("sit on", "the dogs", "a mat"), ("next to", "the dogs", "a cat")]),
+    ("there are two cats and it is on a mat", ["two cats", "a mat"], []),
     # no noun at all
     ("running fast", [], []),
     ("very bright and colorful", [], []),

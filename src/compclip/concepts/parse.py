@@ -5,7 +5,8 @@ head noun, coordinated modifiers included), drop pronouns and the nouns of spati
 phrases ("the left" in "to the left of"), and optionally keep one prepositional modifier
 ("a man in a red shirt"). Scene-graph edges come from prepositions and spatial phrases
 ("on", "next to", "to the left of", "in front of") and from verbs with objects
-("a man riding a horse" -> (riding, man, horse)).
+("a man riding a horse" -> (riding, man, horse)); a personal pronoun stands for the nearest earlier
+subject that agrees in number ("there is a cup, and it is on a table" -> (on, cup, table)).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ SPATIAL_HEADS = frozenset(
     ["next", "close", "closer", "adjacent", "near", "nearer", "opposite", "away", "ahead", "out", "outside", "inside"]
 )
 RELATIVE_PRONOUNS = frozenset(["that", "which", "who", "whom", "whose"])
+ANAPHORS = frozenset(["it", "they", "them", "he", "she", "him", "her"])
 
 
 def _wordless(token: Token) -> bool:
@@ -91,15 +93,29 @@ class _Graph:
     """Scene-graph edges over the chunk nodes of one parse."""
 
     def __init__(self, chunks: list[Span]):
+        self.chunks = chunks
         self.node_by_root = {c.root.i: n for n, c in enumerate(chunks)}
         self.edges: list[tuple[str, int, int]] = []
 
     def node(self, token: Token) -> int | None:
-        """The node a token heads; a relative pronoun stands for the noun its clause modifies."""
+        """The node a token heads; a relative pronoun stands for the noun its clause modifies, a personal
+        pronoun for its antecedent."""
         if token.i in self.node_by_root:
             return self.node_by_root[token.i]
         if token.lower_ in RELATIVE_PRONOUNS and token.head.dep_ == "relcl":
             return self.node_by_root.get(token.head.head.i)
+        if token.lower_ in ANAPHORS:
+            return self.antecedent(token)
+        return None
+
+    def antecedent(self, pronoun: Token) -> int | None:
+        """The nearest earlier subject (or the noun of "there is") that agrees in number: "there is a red
+        square, and it is above the blue circle" relates the square; without it a paraphrase loses its edges."""
+        number = pronoun.morph.get("Number")
+        for n in range(len(self.chunks) - 1, -1, -1):
+            root = self.chunks[n].root
+            if root.i < pronoun.i and root.dep_ in ("nsubj", "nsubjpass", "attr", "ROOT") and root.morph.get("Number") == number:
+                return n
         return None
 
     def nodes(self, token: Token) -> list[int]:

