@@ -25,10 +25,17 @@ def graphs(rng, count):
     return out
 
 
+def layer_norm(x, norm):
+    """One vector's layer norm, written out."""
+    centred = x - x.mean()
+    return centred / torch.sqrt((centred**2).mean() + norm.eps) * norm.weight + norm.bias
+
+
 def brute_slots(module, tokens, nodes):
     """Slot i of one image for one graph, from the formula: softmax over queries for each patch, then a weighted mean."""
-    queries = [module.q(n) for n in nodes] + list(module.defaults)
-    keys, values = module.k(tokens), module.v(tokens)
+    queries = [module.q(layer_norm(n, module.norm_queries)) for n in list(nodes) + list(module.defaults)]
+    normed = torch.stack([layer_norm(t, module.norm_tokens) for t in tokens])
+    keys, values = module.k(normed), module.v(normed)
     weights = torch.zeros(len(queries), tokens.shape[0])
     for p in range(tokens.shape[0]):
         logits = torch.stack([q @ keys[p] / math.sqrt(q.shape[0]) for q in queries])
@@ -46,10 +53,13 @@ def brute_score(module, tokens, nodes, edges):
 
 
 def sharpen(module):
-    """Peaked attention, so that a wrong scale or softmax axis shows (at initialisation it is nearly uniform)."""
+    """Peaked attention and norms away from their initial identity, so that a wrong scale, softmax axis or norm shows."""
     with torch.no_grad():
-        module.q.weight.mul_(8)
-        module.k.weight.mul_(8)
+        module.q.weight.mul_(4)
+        module.k.weight.mul_(4)
+        for norm in (module.norm_queries, module.norm_tokens):
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.normal_(0, 0.1)
 
 
 def batched(gs):
@@ -67,6 +77,7 @@ def batched(gs):
 def test_binding_attention_and_structured_score_equal_a_loop_over_pairs():
     torch.manual_seed(0)
     module = BindingModule(D, default_queries=3)
+    sharpen(module)
     with torch.no_grad():
         module.log_alpha.fill_(0.3)
         module.log_beta.fill_(-0.4)
@@ -79,6 +90,19 @@ def test_binding_attention_and_structured_score_equal_a_loop_over_pairs():
     own = module.score(module.slots(tokens, nodes[:4], node_mask[:4], own=True), nodes[:4], node_mask[:4], relations[:4], ends[:4],
                        edge_mask[:4])
     torch.testing.assert_close(own[0], torch.diagonal(expected[:, :4]), rtol=1e-5, atol=1e-5)
+
+
+def test_slots_of_different_nodes_differ_from_the_start_whatever_the_embedding_scale():
+    """Unit node embeddings and patch tokens of norm 0.35 (a trained tiny SigLIP's) gave attention logits of std 0.03
+    without the layer norms: every slot was the image's mean (1 - cos between two nodes' slots: 5e-6), and stayed so
+    through 300 steps, so the module bound nothing. At initialisation slots must already differ, at any scale."""
+    torch.manual_seed(0)
+    module = BindingModule(64, default_queries=4)
+    nodes = F.normalize(torch.randn(1, 3, 64), dim=-1)
+    for scale in (0.35, 3.0):
+        slots = module.slots(scale * F.normalize(torch.randn(2, 49, 64), dim=-1), nodes, torch.ones(1, 3, dtype=torch.bool))[:, 0]
+        apart = 1 - F.cosine_similarity(slots[:, :, None], slots[:, None], dim=-1)
+        assert apart[:, [0, 0, 1], [1, 2, 2]].min() > 0.02, (scale, apart)
 
 
 def test_perturbed_graphs_are_what_they_claim():

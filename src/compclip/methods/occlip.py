@@ -37,7 +37,10 @@ class BindingModule(nn.Module):
     def __init__(self, dim: int, default_queries: int):
         super().__init__()
         self.q, self.k, self.v = (nn.Linear(dim, dim, bias=False) for _ in range(3))
-        self.defaults = nn.Parameter(torch.randn(default_queries, dim) / math.sqrt(dim))
+        # Layer norms before the projections, as slot attention has: node and token embeddings are unit or
+        # smaller vectors, whose logits start near 0.03 and stay there, so every slot would be the image mean.
+        self.norm_queries, self.norm_tokens = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.defaults = nn.Parameter(torch.randn(default_queries, dim) / math.sqrt(dim))  # learned node-like queries
         self.f_s = nn.Sequential(nn.Linear(2 * dim, dim), nn.GELU(), nn.Linear(dim, dim))
         self.f_o = nn.Sequential(nn.Linear(2 * dim, dim), nn.GELU(), nn.Linear(dim, dim))
         self.log_alpha, self.log_beta = nn.Parameter(torch.zeros(())), nn.Parameter(torch.zeros(()))
@@ -46,13 +49,15 @@ class BindingModule(nn.Module):
         """Slots (B, G, N, D) of every image's tokens (B, P, D) for every graph's nodes (G, N, D); with `own`,
         only image i with graph i, as (1, B, N, D).
 
-        Logits Q'Kᵀ/√D over the node queries and the default queries; a softmax over the *query* axis
-        (padding queries excluded), then each slot the attention-weighted mean of the values (the
-        weights renormalised over patches, as slot attention does: ours); default slots dropped.
+        Q = W_q LN(nodes and default queries), K, V = W_k LN(x), W_v LN(x); logits QKᵀ/√D; a softmax
+        over the *query* axis (padding queries excluded), then each slot the attention-weighted mean of
+        the values (the weights renormalised over patches, as slot attention does: ours); default slots
+        dropped.
         """
         g, n, d = nodes.shape
-        queries = torch.cat([self.q(nodes), self.defaults.expand(g, -1, -1)], 1)
+        queries = self.q(self.norm_queries(torch.cat([nodes, self.defaults.expand(g, -1, -1)], 1)))
         live = torch.cat([node_mask, node_mask.new_ones(g, self.defaults.shape[0])], 1)
+        tokens = self.norm_tokens(tokens)
         keys, values = self.k(tokens), self.v(tokens)
         if own:
             keys, values = keys[None], values[None]
