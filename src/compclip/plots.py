@@ -10,6 +10,18 @@ from PIL import Image
 from .io import atomic_path
 
 
+def _save(fig, out: str | Path) -> Path:
+    """Write a figure as PNG atomically (a reader never sees half a file) and close it."""
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return out
+
+
 def _grid(weights: np.ndarray) -> np.ndarray:
     side = math.isqrt(weights.size)
     if side * side != weights.size:
@@ -64,12 +76,7 @@ def attention_figure(image: Image.Image, maps: dict[str, np.ndarray], concept: s
         ax.set_xticks([])
         ax.set_yticks([])
     fig.suptitle(f"attention for “{concept}”", fontsize=11)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def attention_comparison(image: str | Path, concept: str, models: list[tuple[str, str | None]], out: str | Path,
@@ -113,9 +120,4 @@ def binding_curve(curves: dict[str, list[tuple[float, float, float]]], knob: str
     ax.set_ylabel(metric)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return out
+    return _save(fig, out)
