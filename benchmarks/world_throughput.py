@@ -8,6 +8,9 @@ base pretraining (SigLIP from scratch, compclip-tiny-siglip, batch 128, 2 DataLo
 --steps steps on each and prints images/s and the ratio. Each run includes building the model and
 the final checkpoint, the same on both sides. A third figure is the model alone: the same steps
 on one batch held in memory (no reader, no workers), the ceiling any reader can reach.
+Before the runs it times the tokenizer on batches of training captions: open_clip's BPE against
+compclip's tokenizer once its cache holds them (every epoch after the first); `--tokenizer-only`
+stops there.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 
 from compclip.train import TrainConfig, train
@@ -67,15 +71,44 @@ def model_only(data: Path, out: Path, steps: int, batch: int) -> float:
     return steps * batch / (time.perf_counter() - start)
 
 
+def tokenizer_ms(world: Path, batch: int, batches: int = 40) -> dict[str, float]:
+    """Milliseconds per batch of training captions: open_clip's tokenizer, and ours on a second pass (cached)."""
+    import open_clip
+
+    from compclip.models import load_model
+
+    lines = (world / "train" / "scenes.jsonl").read_text().splitlines()[: batch * batches]
+    captions = [json.loads(line)["caption"] for line in lines]
+    chunks = [captions[i : i + batch] for i in range(0, len(captions), batch)]
+    ours = load_model("compclip-tiny-siglip")[2]
+    plain = open_clip.SimpleTokenizer(context_length=ours.context_length)
+    for chunk in chunks:  # the first epoch fills the cache
+        ours(chunk)
+    times = {}
+    for name, tokenize in (("open_clip", plain), ("cached", ours)):
+        start = time.perf_counter()
+        for chunk in chunks:
+            tokenize(chunk)
+        times[name] = 1000 * (time.perf_counter() - start) / len(chunks)
+    assert all(torch.equal(plain(c), ours(c)) for c in chunks[:3])
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--root", default="/tmp/compclip-world-throughput")
+    parser.add_argument("--tokenizer-only", action="store_true")
     args = parser.parse_args()
     root = Path(args.root)
     world = generate(root / "world", WorldConfig(seed=0, n_train=20_000, n_test=500, size=64), workers=2)
+    ms = tokenizer_ms(world, args.batch)
+    print(json.dumps({"tokenizer_ms_per_batch": {k: round(v, 2) for k, v in ms.items()},
+                      "speedup": round(ms["open_clip"] / ms["cached"], 1)}))
+    if args.tokenizer_only:
+        return
     pngs = png_copy(world, root / "png")
     rates = {
         "png_csv": images_per_s(pngs, root / "run-png", args.steps, args.batch, args.workers),
