@@ -28,7 +28,8 @@ def graphs(rng, count):
 def layer_norm(x, norm):
     """One vector's layer norm, written out."""
     centred = x - x.mean()
-    return centred / torch.sqrt((centred**2).mean() + norm.eps) * norm.weight + norm.bias
+    shift = 0 if norm.bias is None else norm.bias
+    return centred / torch.sqrt((centred**2).mean() + norm.eps) * norm.weight + shift
 
 
 def brute_slots(module, tokens, nodes):
@@ -59,7 +60,7 @@ def sharpen(module):
         module.k.weight.mul_(4)
         for norm in (module.norm_queries, module.norm_tokens):
             norm.weight.uniform_(0.5, 1.5)
-            norm.bias.normal_(0, 0.1)
+        module.norm_tokens.bias.normal_(0, 0.1)
 
 
 def batched(gs):

@@ -39,7 +39,9 @@ class BindingModule(nn.Module):
         self.q, self.k, self.v = (nn.Linear(dim, dim, bias=False) for _ in range(3))
         # Layer norms before the projections, as slot attention has: node and token embeddings are unit or
         # smaller vectors, whose logits start near 0.03 and stay there, so every slot would be the image mean.
-        self.norm_queries, self.norm_tokens = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        # The queries' norm has no bias: one shared shift of every query moves a patch's logits alike for all
+        # queries, which the softmax over queries cancels, so its gradient is zero (float noise).
+        self.norm_queries, self.norm_tokens = nn.LayerNorm(dim, bias=False), nn.LayerNorm(dim)
         self.defaults = nn.Parameter(torch.randn(default_queries, dim) / math.sqrt(dim))  # learned node-like queries
         self.f_s = nn.Sequential(nn.Linear(2 * dim, dim), nn.GELU(), nn.Linear(dim, dim))
         self.f_o = nn.Sequential(nn.Linear(2 * dim, dim), nn.GELU(), nn.Linear(dim, dim))
