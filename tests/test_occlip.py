@@ -93,6 +93,21 @@ def test_binding_attention_and_structured_score_equal_a_loop_over_pairs():
     torch.testing.assert_close(own[0], torch.diagonal(expected[:, :4]), rtol=1e-5, atol=1e-5)
 
 
+def test_a_graph_without_nodes_scores_zero_and_leaves_the_others_alone():
+    """Without default queries every query of an empty graph is padding; its score was NaN, and zero-shot prompts
+    with no noun ('something red.') made every class NaN, a tie, so zero-shot colour read 0 %."""
+    torch.manual_seed(0)
+    module = BindingModule(D, default_queries=0)
+    gs = graphs(random.Random(1), 3)
+    tokens = torch.randn(2, 6, D)
+    with_empty = batched([*gs[:1], (torch.zeros(0, D), []), *gs[1:]])
+    scores = module.score(module.slots(tokens, *with_empty[:2]), *with_empty)
+    assert torch.equal(scores[:, 1], torch.zeros(2))
+    nodes, node_mask, relations, ends, edge_mask = batched(gs)
+    alone = module.score(module.slots(tokens, nodes, node_mask), nodes, node_mask, relations, ends, edge_mask)
+    torch.testing.assert_close(scores[:, [0, 2, 3]], alone, rtol=1e-6, atol=1e-6)
+
+
 def test_slots_of_different_nodes_differ_from_the_start_whatever_the_embedding_scale():
     """Unit node embeddings and patch tokens of norm 0.35 (a trained tiny SigLIP's) gave attention logits of std 0.03
     without the layer norms: every slot was the image's mean (1 - cos between two nodes' slots: 5e-6), and stayed so

@@ -64,7 +64,8 @@ class BindingModule(nn.Module):
         if own:
             keys, values = keys[None], values[None]
         logits = torch.einsum("gqd,bgpd->bgqp" if own else "gqd,bpd->bgqp", queries, keys) / math.sqrt(d)
-        attn = logits.masked_fill(~live[None, :, :, None], float("-inf")).softmax(dim=2)
+        # the lowest float, not -inf: a graph with no node and no default query would be 0/0 (NaN) for every image
+        attn = logits.masked_fill(~live[None, :, :, None], torch.finfo(logits.dtype).min).softmax(dim=2)
         attn = attn / attn.sum(-1, keepdim=True).clamp_min(1e-8)
         return torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn[:, :, :n], values)
 
