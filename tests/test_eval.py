@@ -24,6 +24,8 @@ def test_pairs_with_ties():
     neg = torch.tensor([0.4, 0.3, 0.5, 0.1])
     assert protocols.pair_accuracy(pos, neg, "strict").tolist() == [True, False, False, False]
     assert protocols.pair_accuracy(pos, neg, "clip_benchmark").tolist() == [True, True, False, True]
+    with pytest.raises(ValueError, match=r"1 of 4 rows .* row 2"):
+        protocols.pair_accuracy(pos, torch.tensor([0.4, 0.3, float("nan"), 0.1]))
 
 
 # The harness and a brute force run the same model on differently composed batches, so their
