@@ -6,11 +6,14 @@ the fraction of a scene's objects its caption mentions) this runs the demo's sta
 a world with that value, a base pretrained from scratch on it, every method fine-tuned from that base once
 per seed, and the unseen test split. It prints mean ± 95 % interval over seeds, writes `sweep.json` and
 draws the curve (one line per method, interval bars). Every stage is reused when its output exists.
+The world's draw (which pairings are held out, which scenes) follows `--world-seed`, by default the first
+of `--seeds`: the same knob value in another draw is `--world-seed 1`.
 `--demo DIR` reuses a `compclip demo` folder for the value whose world it already has, and draws the
 curve into its report too (`report/seeds.md` shows it from the demo's next run on).
 
 Run: .venv/bin/python benchmarks/world_sweep.py --knob heldout --values 0.1,0.25,0.5 \\
-         [--methods siglip,c2lip] [--seeds 0,1,2] [--out runs/sweep] [--demo runs/demo] [--plot docs/binding_curve_heldout.png]
+         [--methods siglip,c2lip] [--seeds 0,1,2] [--world-seed 0] [--out runs/sweep] [--demo runs/demo]
+         [--plot docs/binding_curve_heldout.png]
 """
 import argparse
 import json
@@ -29,7 +32,7 @@ METRIC = "SC swap-att"
 
 def folder(args: argparse.Namespace, value: float) -> Path:
     """The demo folder whose world has exactly this point's settings, or this point's own folder."""
-    cfg = WorldConfig(seed=int(args.seeds.split(",")[0]), n_train=args.n_train, n_test=args.n_test, size=64, **{args.knob: value})
+    cfg = WorldConfig(seed=args.world_seed, n_train=args.n_train, n_test=args.n_test, size=64, **{args.knob: value})
     if args.demo is not None:
         manifest = args.demo / "world" / "manifest.json"
         if manifest.is_file() and json.loads(manifest.read_text())["config"] == asdict(cfg):
@@ -43,6 +46,7 @@ def main() -> None:
     parser.add_argument("--values", default="0.1,0.25,0.5", help="comma-separated values of the knob")
     parser.add_argument("--methods", default="siglip,c2lip")
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--world-seed", type=int, default=None, help="the world's draw (default: the first of --seeds)")
     parser.add_argument("--out", type=Path, default=Path("runs/sweep"))
     parser.add_argument("--demo", type=Path, default=None, help="a `compclip demo` folder to reuse where its world matches")
     parser.add_argument("--plot", type=Path, default=None, help="the figure (default: OUT/binding_curve_KNOB.png)")
@@ -53,14 +57,18 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    if args.world_seed is None:
+        args.world_seed = int(args.seeds.split(",")[0])
     values = [float(v) for v in args.values.split(",")]
     points = {}  # value: {model: [swap-att per seed]}
     for value in values:
         numbers, _, _ = compare_methods(folder(args, value), args.methods, args.n_train, args.n_test, args.pretrain_steps, args.steps,
-                                        args.batch_size, args.seeds, args.workers, {args.knob: value}, ("unseen",))
+                                        args.batch_size, args.seeds, args.workers,
+                                        {args.knob: value, "seed": args.world_seed}, ("unseen",))
         points[value] = {model: by_split["unseen"][METRIC] for model, by_split in numbers.items()}
     models = list(points[values[0]])
-    write_json(args.out / "sweep.json", {"knob": args.knob, "metric": f"unseen {METRIC}", "seeds": args.seeds, "methods": args.methods,
+    write_json(args.out / "sweep.json", {"knob": args.knob, "metric": f"unseen {METRIC}", "seeds": args.seeds,
+                                         "world_seed": args.world_seed, "methods": args.methods,
                                          "points": [{"value": v, "per_seed": points[v]} for v in values]})
     print(f"unseen swap-attribute (%), mean ± 95 % interval over seeds {args.seeds}, by {args.knob}")
     print(f"| {args.knob} | " + " | ".join(models) + " |")

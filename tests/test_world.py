@@ -228,8 +228,8 @@ def test_palette_and_objects_per_scene(tmp_path):
 
 def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     """benchmarks/world_sweep.py at toy size: one world, base and fine-tune per knob value, each world made with
-    its value; a demo folder whose world matches a value is reused, not trained again; a folder whose models were
-    trained on another world is refused."""
+    its value and the world seed asked for; a demo folder whose world matches a value is reused, not trained
+    again; a folder whose models were trained on another world is refused."""
     import os
     import subprocess
     import sys
@@ -239,7 +239,7 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     from compclip.errors import UsageError
 
     script = Path(__file__).parents[1] / "benchmarks" / "world_sweep.py"
-    toy = ["--knob", "completeness", "--methods", "siglip", "--seeds", "4", "--n-train", "200", "--n-test", "30",
+    toy = ["--knob", "completeness", "--methods", "siglip", "--seeds", "4", "--world-seed", "7", "--n-train", "200", "--n-test", "30",
            "--pretrain-steps", "2", "--steps", "2", "--batch-size", "16"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
@@ -252,7 +252,7 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     result = sweep("--values", "0.5,1", "--out", str(tmp_path / "b"), "--demo", str(tmp_path / "a" / "completeness-1"))
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["binding_curve_completeness.png", "completeness-0.5", "sweep.json"]
     manifest = json.loads((tmp_path / "b" / "completeness-0.5" / "world" / "manifest.json").read_text())
-    assert manifest["config"]["completeness"] == 0.5 and manifest["config"]["n_train"] == 200
+    assert manifest["config"]["completeness"] == 0.5 and manifest["config"]["n_train"] == 200 and manifest["config"]["seed"] == 7
     reused = json.loads((tmp_path / "a" / "completeness-1" / "results" / "siglip-ft" / "unseen" / "sugarcrepe.json").read_text())
     points = json.loads((tmp_path / "b" / "sweep.json").read_text())["points"]
     assert [p["value"] for p in points] == [0.5, 1.0] and set(points[0]["per_seed"]) == {"base", "siglip-ft"}
@@ -261,4 +261,4 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     assert Image.open(tmp_path / "b" / "binding_curve_completeness.png").size[0] > 400
     assert (tmp_path / "a" / "completeness-1" / "report" / "binding_curve_completeness.png").is_file()  # for the demo's report
     with pytest.raises(UsageError, match="its world was made with other settings"):
-        compare_methods(tmp_path / "a" / "completeness-1", "siglip", 200, 30, 2, 2, 16, "4", 2, {"completeness": 0.5})
+        compare_methods(tmp_path / "a" / "completeness-1", "siglip", 200, 30, 2, 2, 16, "4", 2, {"completeness": 0.5, "seed": 7})

@@ -111,7 +111,8 @@ def compare_methods(
     out: Path, methods: str, n_train: int, n_test: int, pretrain_steps: int, steps: int, batch_size: int, seeds: str, workers: int,
     world: dict[str, Any] | None = None, splits: tuple[str, ...] = SPLITS, console: Console | None = None,
 ) -> tuple[dict[str, dict[str, dict[str, list[float]]]], dict[str, dict[int, Path]], list[Path]]:
-    """Stages 1-5 of the demo on one world (`world`: `WorldConfig` fields other than the defaults) in `out`:
+    """Stages 1-5 of the demo on one world (`world`: `WorldConfig` fields other than the defaults; its seed is the
+    first of `seeds` unless `world` names one) in `out`:
     returns the numbers {model: {split: {column: one value per seed}}}, the checkpoints {model: {seed: folder}}
     and the result folders."""
     from .concepts import build_store, iter_captions
@@ -134,7 +135,7 @@ def compare_methods(
     if unknown:
         raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(list_methods())}")
     console = console or Console()
-    cfg = WorldConfig(**{**(world or {}), "seed": seed, "n_train": n_train, "n_test": n_test, "size": 64})
+    cfg = WorldConfig(**{"seed": seed, **(world or {}), "n_train": n_train, "n_test": n_test, "size": 64})
     manifest = out / "world" / "manifest.json"
     if (out / "train").is_dir() and manifest.is_file() and json.loads(manifest.read_text())["config"] != asdict(cfg):
         raise UsageError(f"{out}: its world was made with other settings than these, and its models were trained on it; "
