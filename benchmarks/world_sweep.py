@@ -20,19 +20,18 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from compclip.demo import compare_methods
+from compclip.demo import compare_methods, world_config
 from compclip.eval.stats import fmt, interval
 from compclip.io import write_json
 from compclip.plots import binding_curve
-from compclip.world import WorldConfig
 
 KNOBS = ("heldout", "density", "completeness")
 METRIC = "SC swap-att"
 
 
-def folder(args: argparse.Namespace, value: float) -> Path:
+def folder(args: argparse.Namespace, value: float, world: dict) -> Path:
     """The demo folder whose world has exactly this point's settings, or this point's own folder."""
-    cfg = WorldConfig(seed=args.world_seed, n_train=args.n_train, n_test=args.n_test, size=64, **{args.knob: value})
+    cfg = world_config(world, args.world_seed, args.n_train, args.n_test)
     if args.demo is not None:
         manifest = args.demo / "world" / "manifest.json"
         if manifest.is_file() and json.loads(manifest.read_text())["config"] == asdict(cfg):
@@ -62,9 +61,9 @@ def main() -> None:
     values = [float(v) for v in args.values.split(",")]
     points = {}  # value: {model: [swap-att per seed]}
     for value in values:
-        numbers, _, _ = compare_methods(folder(args, value), args.methods, args.n_train, args.n_test, args.pretrain_steps, args.steps,
-                                        args.batch_size, args.seeds, args.workers,
-                                        {args.knob: value, "seed": args.world_seed}, ("unseen",))
+        world = {args.knob: value, "seed": args.world_seed}
+        numbers, _, _ = compare_methods(folder(args, value, world), args.methods, args.n_train, args.n_test, args.pretrain_steps,
+                                        args.steps, args.batch_size, args.seeds, args.workers, world, ("unseen",))
         points[value] = {model: by_split["unseen"][METRIC] for model, by_split in numbers.items()}
     models = list(points[values[0]])
     write_json(args.out / "sweep.json", {"knob": args.knob, "metric": f"unseen {METRIC}", "seeds": args.seeds,

@@ -107,6 +107,13 @@ def world_options(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
+def world_config(world: dict[str, Any] | None, seed: int, n_train: int, n_test: int):
+    """The demo's world: `world`'s settings (a seed there wins over `seed`) at the given sizes, 64 px."""
+    from .world import WorldConfig
+
+    return WorldConfig(**{"seed": seed, **(world or {}), "n_train": n_train, "n_test": n_test, "size": 64})
+
+
 def compare_methods(
     out: Path, methods: str, n_train: int, n_test: int, pretrain_steps: int, steps: int, batch_size: int, seeds: str, workers: int,
     world: dict[str, Any] | None = None, splits: tuple[str, ...] = SPLITS, console: Console | None = None,
@@ -119,7 +126,7 @@ def compare_methods(
     from .eval import evaluate
     from .eval.report import column_value
     from .methods import list_methods
-    from .world import WorldConfig, generate
+    from .world import generate
 
     for flag, value in (("--pretrain-steps", pretrain_steps), ("--steps", steps), ("--batch-size", batch_size)):
         if value < 1:
@@ -135,7 +142,7 @@ def compare_methods(
     if unknown:
         raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(list_methods())}")
     console = console or Console()
-    cfg = WorldConfig(**{"seed": seed, **(world or {}), "n_train": n_train, "n_test": n_test, "size": 64})
+    cfg = world_config(world, seed, n_train, n_test)
     manifest = out / "world" / "manifest.json"
     if (out / "train").is_dir() and manifest.is_file() and json.loads(manifest.read_text())["config"] != asdict(cfg):
         raise UsageError(f"{out}: its world was made with other settings than these, and its models were trained on it; "

@@ -22,8 +22,9 @@ def picks(scores: torch.Tensor, target: torch.Tensor | int, ties: str = "strict"
     """Whether each row's `target` option is the chosen one (rows of option scores)."""
     check_ties(ties)
     scores = torch.as_tensor(scores)
-    if torch.isnan(scores).any():  # NaN compares false with everything: it would read as a wrong answer, not as a bug
-        bad = torch.isnan(scores).any(dim=-1).nonzero()[:, 0]
+    nan_rows = torch.isnan(scores).any(dim=-1)
+    if nan_rows.any():  # NaN compares false with everything: it would read as a wrong answer, not as a bug
+        bad = nan_rows.nonzero()[:, 0]
         raise ValueError(f"{len(bad)} of {scores.shape[0]} rows of scores hold NaN (first: row {bad[0].item()}): the model's score "
                          "is undefined there")
     target = torch.as_tensor(target, device=scores.device).expand(scores.shape[0])
