@@ -11,8 +11,8 @@ with captions of one kind: `shape` ("a star"), `colour` ("something red"), `colo
 star"), `one` (shape or colour, alternating) or `mixed` (all three in turn). The remaining steps show
 the world's training scenes with their long captions (`--phase2 world`) or the same single objects with
 captions of another kind. Every `--eval-every` steps it prints zero-shot shape and colour on the world's
-seen split (its templates, the mean of the normalised template embeddings per class, as `compclip
-eval` does) and a linear probe of shape on frozen image features (2,000 fresh single objects of every
+seen split (its templates, the mean of the normalised template embeddings per class: `compclip eval`'s
+protocol, on this probe's pixels) and a linear probe of shape on frozen image features (2,000 fresh single objects of every
 pairing to fit, 1,000 to test), which says whether the image tower sees shape when zero-shot does not.
 """
 import argparse
@@ -60,7 +60,10 @@ def singles(pairs: list[tuple[str, str]], n: int, seed: int) -> tuple[torch.Tens
 
 
 def pixels(u8: torch.Tensor) -> torch.Tensor:
-    return u8.permute(0, 3, 1, 2).float() / 127.5 - 1  # the tiny models' mean and std of 0.5
+    """Mean and std 0.5 (timm's config of the bundled tower), in training and evaluation alike. The demo's
+    open_clip preprocessing uses CLIP's mean and std instead, so this probe's zero-shot is its own, not
+    `compclip eval`'s (the same protocol on differently normalised pixels)."""
+    return u8.permute(0, 3, 1, 2).float() / 127.5 - 1
 
 
 class Probe:
