@@ -3,16 +3,16 @@
     python benchmarks/world_curriculum_probe.py runs/demo/world --phase1 600 --phase1-captions shape \\
         --phase2 mixed --steps 1200
 
-SigLIP pretraining from scratch in one process: the demo's `compclip-tiny-siglip` with its linear patch
-embedding swapped for `world_shape_probe.py`'s convolutional stem (`--tower conv`; `patch` keeps the
-demo's), open_clip's `SigLipLoss`, AdamW 1e-3, 100 warm-up steps and a cosine over `--steps`, batch 128,
-captions tokenised once. The first `--phase1` steps show single-object scenes of the world's seen pairings
-with captions of one kind: `shape` ("a star"), `colour` ("something red"), `colour-shape` ("a red
-star"), `one` (shape or colour, alternating) or `mixed` (all three in turn). The remaining steps show
-the world's training scenes with their long captions (`--phase2 world`) or the same single objects with
-captions of another kind. Every `--eval-every` steps it prints zero-shot shape and colour on the world's
-seen split (its templates, the mean of the normalised template embeddings per class: `compclip eval`'s
-protocol, on this probe's pixels) and a linear probe of shape on frozen image features (2,000 fresh single objects of every
+SigLIP pretraining from scratch in one process: `compclip-tiny-siglip-conv` (`--tower conv`) or
+`compclip-tiny-siglip`, its linear patch embedding (`--tower patch`), open_clip's `SigLipLoss`, AdamW
+1e-3, 100 warm-up steps and a cosine over `--steps`, batch 128, captions tokenised once. The first
+`--phase1` steps show single-object scenes of the world's seen pairings with captions of one kind:
+`shape` ("a star"), `colour` ("something red"), `colour-shape` ("a red star"), `one` (shape or colour,
+alternating) or `mixed` (all three in turn). The remaining steps show the world's training scenes with
+their long captions (`--phase2 world`) or the same single objects with captions of another kind. Every
+`--eval-every` steps it prints zero-shot shape and colour on the world's seen split (its templates, the
+mean of the normalised template embeddings per class: `compclip eval`'s protocol, on this probe's
+pixels) and a linear probe of shape on frozen image features (2,000 fresh single objects of every
 pairing to fit, 1,000 to test), which says whether the image tower sees shape when zero-shot does not.
 """
 import argparse
@@ -27,12 +27,10 @@ import open_clip
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from timm.models import register_model
 from torch import nn
 
-from compclip.models.bundled import CONFIG_DIR, compclip_vit_tiny_patch8_siglip_64
+from compclip.models.bundled import CONFIG_DIR
 from compclip.world import scene as world
-from world_shape_probe import ConvStem
 
 CAPTIONS = {
     "shape": lambda i, color, shape: f"a {shape}",
@@ -41,12 +39,6 @@ CAPTIONS = {
     "one": lambda i, color, shape: f"a {shape}" if i % 2 else f"something {color}",
     "mixed": lambda i, color, shape: (f"a {color} {shape}", f"a {shape}", f"something {color}")[i % 3],
 }
-
-
-@register_model
-def compclip_vit_tiny_convstem_siglip_64(pretrained: bool = False, **kwargs):
-    """The demo's vision tower with a convolutional stem in place of the linear patch embedding."""
-    return compclip_vit_tiny_patch8_siglip_64(pretrained, embed_layer=ConvStem, **kwargs)
 
 
 def singles(pairs: list[tuple[str, str]], n: int, seed: int) -> tuple[torch.Tensor, list[tuple[str, str]]]:
@@ -134,10 +126,9 @@ def main() -> None:
     held = {tuple(p) for p in manifest["heldout"]}
     seen = [(c, s) for c in colors for s in shapes if (c, s) not in held]
 
-    config = json.loads((CONFIG_DIR / "compclip-tiny-siglip.json").read_text())
-    if args.tower == "conv":
-        config["vision_cfg"]["timm_model_name"] = "compclip_vit_tiny_convstem_siglip_64"
-    model = open_clip.create_model("compclip-tiny-siglip", pretrained=None, vision_cfg=config["vision_cfg"], output_dict=True)
+    name = {"conv": "compclip-tiny-siglip-conv", "patch": "compclip-tiny-siglip"}[args.tower]
+    config = json.loads((CONFIG_DIR / f"{name}.json").read_text())
+    model = open_clip.create_model(name, pretrained=None, output_dict=True)
     tokenizer = open_clip.SimpleTokenizer(context_length=config["text_cfg"]["context_length"])  # as compclip does: CLIP BPE
     loss_fn = open_clip.loss.SigLipLoss()
     probe = Probe(args.world, tokenizer, shapes, colors)

@@ -6,8 +6,8 @@ Single-object 64-px scenes (the zero-shot test's kind; 8,000 to train, 1,000 to 
 and plain cross-entropy on the shape, batch 128, AdamW 1e-3: the easiest form of what contrastive
 pretraining must learn from captions. Towers, all about the demo base's size:
 - `vit-patch8`: the demo's `compclip-tiny-siglip` vision tower (2 blocks, width 64, patch 8, MAP head);
-- `vit-convstem`: the same ViT with a convolutional stem (three 3×3 stride-2 convs with GroupNorm
-  instead of the linear patch embedding: the same 8×8 token grid);
+- `vit-convstem`: the same ViT with `compclip.models.bundled.ConvStem` (three 3×3 stride-2 convs with
+  GroupNorm instead of the linear patch embedding: the same 8×8 token grid), `compclip-tiny-siglip-conv`'s tower;
 - `cnn`: four 3×3 convolutions and global max pooling.
 Prints test accuracy every 200 steps. If a tower cannot learn shape here, no caption design will
 make it learn shape contrastively in the demo's budget.
@@ -22,31 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from compclip.models.bundled import ConvStem
 from compclip.world import scene as world
-
-
-class ConvStem(nn.Module):
-    """timm patch-embedding interface: 3×3 stride-2 convolutions down to the patch grid."""
-
-    def __init__(self, img_size=64, patch_size=8, in_chans=3, embed_dim=64, **_):
-        super().__init__()
-        chans, layers = [in_chans, 16, 32, 64], []
-        for i in range(3):
-            layers += [nn.Conv2d(chans[i], chans[i + 1], 3, 2, 1), nn.GroupNorm(8, chans[i + 1]), nn.GELU()]
-        self.proj = nn.Sequential(*layers, nn.Conv2d(64, embed_dim, 1))
-        self.img_size, self.patch_size = (img_size, img_size), (8, 8)
-        self.grid_size = (img_size // 8, img_size // 8)
-        self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.dynamic_img_pad = False
-
-    def feat_ratio(self, as_scalar=True):
-        return 8
-
-    def dynamic_feat_size(self, img_size):
-        return self.grid_size
-
-    def forward(self, x):
-        return self.proj(x).flatten(2).transpose(1, 2)
 
 
 def tower(name: str, classes: int) -> nn.Module:

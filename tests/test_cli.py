@@ -69,8 +69,15 @@ def test_demo_runs_end_to_end(tmp_path):
             record = json.loads((tmp_path / "demo" / "results" / model / split / "sugarcrepe.json").read_text())
             assert record["complete"] and record["metrics"]["swap_att"]["n"] > 0
     assert "| c2lip-ft/unseen |" in (tmp_path / "demo" / "report" / "report.md").read_text()
+    train_args = lambda run, step: json.loads((tmp_path / "demo" / "train" / run / "checkpoints" / f"step_{step:07d}" / "config.json")  # noqa: E731
+                                              .read_text())["train_args"]
+    shapes, base = train_args("base-shapes", 1), train_args("base", 2)  # 3 base steps: a quarter (at least 1) shapes first
+    assert shapes["model"] == "compclip-tiny-siglip-conv" and shapes["caption_key"] == "shape_caption" and base["caption_key"] == "caption"
+    assert shapes["train_data"] == base["train_data"] and shapes["train_data"].endswith("singles/images.npy")
+    assert base["model"] == str(tmp_path / "demo" / "train" / "base-shapes" / "checkpoints" / "step_0000001")
     config = json.loads((tmp_path / "demo" / "train" / "c2lip" / "checkpoints" / "step_0000002" / "config.json").read_text())
-    assert config["method"] == "c2lip" and config["train_args"]["model"].endswith("step_0000003") and config["train_args"]["seed"] == 5
+    assert config["method"] == "c2lip" and config["train_args"]["seed"] == 5
+    assert config["train_args"]["model"] == str(tmp_path / "demo" / "train" / "base" / "checkpoints" / "step_0000002")
     again_seed = json.loads((tmp_path / "demo" / "train" / "c2lip-s6" / "checkpoints" / "step_0000002" / "config.json").read_text())
     assert again_seed["train_args"]["seed"] == 6 and again_seed["train_args"]["model"] == config["train_args"]["model"]
     swap = {m: [column_value({"sugarcrepe": json.loads((tmp_path / "demo" / "results" / f / "unseen" / "sugarcrepe.json").read_text())},

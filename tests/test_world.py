@@ -10,7 +10,7 @@ from PIL import Image
 
 from compclip.world import COLORS, SHAPES, Scene, WorldConfig, generate, relation, render
 
-CFG = WorldConfig(seed=3, n_train=300, n_val=40, n_test=60, size=64)
+CFG = WorldConfig(seed=3, n_train=300, n_val=40, n_test=60, n_singles=90, size=64)
 NAME = r"(small|large) (\w+) (\w+)"
 RELS = "to the left of|to the right of|above|below|next to"
 
@@ -51,7 +51,7 @@ def claims(caption):
 def test_same_seed_same_bytes(world, tmp_path):
     again = generate(tmp_path / "again", CFG, workers=1)  # another worker count, too
     files = sorted(p.relative_to(world) for p in world.rglob("*") if p.is_file() and p.name != "manifest.json")
-    assert len(files) > 300 and {"train/images.npy", "val/images.npy"} <= {str(p) for p in files}
+    assert len(files) > 300 and {"train/images.npy", "val/images.npy", "singles/images.npy"} <= {str(p) for p in files}
     for rel in files:
         assert (world / rel).read_bytes() == (again / rel).read_bytes(), rel
 
@@ -186,6 +186,27 @@ def test_the_training_array_is_the_png_rendering_byte_for_byte(world, tmp_path):
     samples = list(reader)
     assert [s["caption"] for s in samples] == [r["caption"] for r in records]
     assert all(np.array_equal(np.asarray(s["image"]), images[i]) for i, s in enumerate(samples[:50]))
+
+
+def test_single_objects_name_their_shape_first(world):
+    """singles/: one object of a seen pairing per image, rendered as its record says; `shape_caption` names only
+    its shape, `caption` its colour and shape, its shape, or its colour, in turn."""
+    from compclip.data import open_reader
+
+    held = {tuple(p) for p in json.loads((world / "manifest.json").read_text())["heldout"]}
+    images, records = np.load(world / "singles" / "images.npy"), scenes(world / "singles")
+    assert images.shape == (CFG.n_singles, CFG.size, CFG.size, 3) and len(records) == CFG.n_singles
+    for rec in records:
+        (obj,) = rec["scene"]["objects"]
+        assert (obj["color"], obj["shape"]) not in held
+        assert rec["shape_caption"].split() == ["a", obj["shape"]]
+        expected = (["a", obj["color"], obj["shape"]], ["a", obj["shape"]], ["something", obj["color"]])[rec["index"] % 3]
+        assert rec["caption"].split() == expected
+    for i, rec in enumerate(records[:20]):
+        assert np.array_equal(np.asarray(render(Scene.from_dict(rec["scene"]), CFG.size)), images[i])
+    assert len({r["shape_caption"] for r in records}) == CFG.shapes
+    by_key = [s["caption"] for s in open_reader(world / "singles" / "images.npy", caption_key="shape_caption")]
+    assert by_key == [r["shape_caption"] for r in records]
 
 
 def test_knobs_change_what_the_captions_say():

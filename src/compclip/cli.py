@@ -314,6 +314,7 @@ def world_generate(
     n_train: int = typer.Option(20_000, help="Training scenes."),
     n_val: int = typer.Option(500, help="Validation scenes."),
     n_test: int = typer.Option(500, help="Scenes per test split (and as many single objects for zero-shot)."),
+    n_singles: int = typer.Option(0, help="Single objects of seen pairings with short captions (singles/), for a base's curriculum."),
     size: int = typer.Option(224, help="Image side in pixels (the demo uses 64)."),
     heldout: float = typer.Option(0.25, help="Fraction of colour×shape pairings never seen in training."),
     min_objects: int = typer.Option(1, help="Fewest objects in a training scene (test scenes have at least 2)."),
@@ -329,9 +330,9 @@ def world_generate(
     """Generate the binding world (re-running with the same settings reuses it)."""
     from .world import WorldConfig, generate
 
-    cfg = WorldConfig(seed=seed, n_train=n_train, n_val=n_val, n_test=n_test, size=size, heldout=heldout, min_objects=min_objects,
-                      max_objects=max_objects, colors=colors, shapes=shapes, density=density, completeness=completeness,
-                      saliency=saliency)
+    cfg = WorldConfig(seed=seed, n_train=n_train, n_val=n_val, n_test=n_test, n_singles=n_singles, size=size, heldout=heldout,
+                      min_objects=min_objects, max_objects=max_objects, colors=colors, shapes=shapes, density=density,
+                      completeness=completeness, saliency=saliency)
     typer.echo(f"world ready in {generate(out, cfg, workers)}")
 
 

@@ -1,7 +1,10 @@
 """`compclip demo` (what `make demo` runs): the whole method end to end on the binding world.
 
 1. generate the world (cached); 2. extract the training captions' concepts (cached): noun phrases, POS tags, scene graphs;
-3. pretrain a small SigLIP-style model from scratch with the plain SigLIP loss;
+3. pretrain a small SigLIP-style model (a conv stem under a 2-block ViT) from scratch with the plain SigLIP
+   loss on the world's single objects, shape first: a quarter of the steps with captions that name only the
+   shape ("a star"), the rest with "a red star", "a star" and "something red" in turn (colour alone would
+   win the contrastive task and starve shape, `docs/benchmarks.md`);
 4. fine-tune that base once per method and seed (by default SigLIP and C2LIP over seeds 0, 1, 2;
    `--methods` adds the peers: hardneg, negclip, clic, occlip) with equal steps and learning rate;
 5. evaluate every model on the seen and unseen test splits and print the comparison: the mean over
@@ -28,7 +31,8 @@ from .errors import UsageError
 from .eval.stats import fmt, fmt_difference, interval, paired
 from .io import atomic_path, write_json
 
-MODEL = "compclip-tiny-siglip"
+MODEL = "compclip-tiny-siglip-conv"
+SINGLES = 8000  # single objects for the base, fewer in a world of fewer training scenes
 BENCHMARKS = "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval"
 SPLITS = ("seen", "unseen")
 COLUMNS = ("SC add", "SC replace", "SC swap", "SC swap-att", "SC++ ITT", "SC++ TOT", "ZS shape", "ZS colour",
@@ -108,10 +112,12 @@ def world_options(pairs: list[str]) -> dict[str, Any]:
 
 
 def world_config(world: dict[str, Any] | None, seed: int, n_train: int, n_test: int):
-    """The demo's world: `world`'s settings (a seed there wins over `seed`) at the given sizes, 64 px."""
+    """The demo's world: `world`'s settings (a seed there wins over `seed`) at the given sizes, 64 px, with single
+    objects for the base."""
     from .world import WorldConfig
 
-    return WorldConfig(**{"seed": seed, **(world or {}), "n_train": n_train, "n_test": n_test, "size": 64})
+    return WorldConfig(**{"seed": seed, "n_singles": min(SINGLES, n_train), **(world or {}), "n_train": n_train, "n_test": n_test,
+                          "size": 64})
 
 
 def compare_methods(
@@ -149,14 +155,19 @@ def compare_methods(
                          "choose another --out (or delete this one)")
     world_dir = generate(out / "world", cfg, workers)
     console.print(f"[1/5] binding world in {world_dir} ({n_train} training scenes, {n_test} per test split)")
-    images = world_dir / "train" / "images.npy"
+    images, singles = world_dir / "train" / "images.npy", world_dir / "singles" / "images.npy"
+    if not singles.is_file():
+        raise UsageError("the base pretrains on the world's single objects: --world n_singles must be at least 1")
     # pos: negclip and clic; graph: occlip
     build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos,graph", workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
     common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "save_every": 10**9, "keep": 1}
-    base = _train(out / "train" / "base", method="siglip", model=MODEL, steps=pretrain_steps, lr=1e-3, warmup=100,
-                  optimizer="adamw", weight_decay=0.1, **common)
-    console.print(f"[3/5] base pretrained from scratch ({pretrain_steps} SigLIP steps): {base}")
+    shape_steps = max(1, pretrain_steps // 4)
+    pretrain = dict(common, method="siglip", train_data=str(singles), lr=1e-3, optimizer="adamw", weight_decay=0.1)
+    shapes = _train(out / "train" / "base-shapes", model=MODEL, steps=shape_steps, warmup=min(100, shape_steps), schedule="const",
+                    caption_key="shape_caption", **pretrain)
+    base = _train(out / "train" / "base", model=str(shapes), steps=max(1, pretrain_steps - shape_steps), warmup=20, **pretrain)
+    console.print(f"[3/5] base pretrained from scratch on single objects ({pretrain_steps} SigLIP steps, shapes first): {base}")
     runs = {"base": {seed: base}}  # model: {seed: checkpoint}
     for method in methods.split(","):
         for s in seed_list:

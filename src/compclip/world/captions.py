@@ -36,6 +36,13 @@ def short_phrases(scene: Scene) -> list[str]:
     return [f"a {_name(o)}" for o in scene.objects]
 
 
+def single_captions(scene: Scene, index: int) -> dict[str, str]:
+    """A single object's short captions: `shape_caption` names only its shape; `caption` names its colour
+    and shape, its shape or its colour, in turn by `index`."""
+    (o,) = scene.objects
+    return {"caption": (f"a {o.color} {o.shape}", f"a {o.shape}", f"something {o.color}")[index % 3], "shape_caption": f"a {o.shape}"}
+
+
 def mentioned(scene: Scene, rng: random.Random, completeness: float = 1.0, saliency: bool = False) -> list[Obj]:
     """The objects a caption describes, left to right: all of them; a `completeness` fraction (at least
     one); or, with `saliency`, only the most salient one (the largest; the first placed among equals)."""

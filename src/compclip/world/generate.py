@@ -3,6 +3,11 @@
 - `train/` and `val/`: `images.npy` (uint8, N × size × size × 3, read memory-mapped by
   `compclip.data.ArrayReader`: no image decoding while training) and `scenes.jsonl` (one record
   per image: scene, caption, phrases);
+- `singles/` (`n_singles` > 0): single objects of the seen pairings in the same format, with short
+  captions for a base's curriculum: `shape_caption` names only the shape ("a star"), `caption` cycles
+  through "a red star", "a star" and "something red". Colour alone finds a scene in a contrastive batch,
+  so a tower first shown colours never learns shape (`docs/benchmarks.md`); these captions let it
+  learn shape first;
 - `test_seen/`, `test_unseen/`: data roots laid out as `compclip eval` reads them
   (`coco/val2017/`, `sugarcrepe/`, `sugarcrepe_pp/`, `zeroshot/{shape,color}/`, `retrieval/world/`).
 
@@ -29,10 +34,10 @@ from ..eval.sugarcrepe import SPLITS as SC_SPLITS
 from ..eval.sugarcrepe_pp import SPLITS as SCPP_SPLITS
 from ..io import atomic_path, write_json
 from ..progress import progress
-from .captions import holds, long_caption, negatives, pair_statement, short_phrases
+from .captions import holds, long_caption, negatives, pair_statement, short_phrases, single_captions
 from .scene import COLORS, SHAPES, Scene, place, render
 
-SPLIT_CODES = {"train": 1, "val": 2, "test_seen": 3, "test_unseen": 4, "zs_seen": 5, "zs_unseen": 6}
+SPLIT_CODES = {"train": 1, "val": 2, "test_seen": 3, "test_unseen": 4, "zs_seen": 5, "zs_unseen": 6, "singles": 7}
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class WorldConfig:
     n_train: int = 20_000
     n_val: int = 500
     n_test: int = 500  # scenes per test split (seen and unseen), plus as many single objects for zero-shot
+    n_singles: int = 0  # single objects of seen pairings with short captions (`singles/`), for a base's curriculum
     size: int = 224
     heldout: float = 0.25
     min_objects: int = 1  # objects per training scene; test scenes have at least 2
@@ -55,6 +61,8 @@ class WorldConfig:
         for name in ("n_train", "n_val", "n_test"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
+        if self.n_singles < 0:
+            raise UsageError(f"--n-singles must be at least 0, not {self.n_singles}")
         if self.size < 32:
             raise UsageError(f"--size must be at least 32 pixels (shapes must stay legible), not {self.size}")
         if not 0 <= self.heldout < 1:
@@ -89,7 +97,7 @@ def _scene(cfg: WorldConfig, split: str, index: int, held: list[tuple[str, str]]
     rng = random.Random(seed)
     colors, shapes = cfg.palette
     seen = [(c, s) for c in colors for s in shapes if (c, s) not in held]
-    if split.startswith("zs"):
+    if split.startswith("zs") or split == "singles":
         return place(rng, seed, [rng.choice(held if split == "zs_unseen" else seen)])
     fewest = max(2, cfg.min_objects) if split.startswith("test") else cfg.min_objects
     n = rng.randint(fewest, cfg.max_objects)
@@ -105,8 +113,11 @@ def _work(task: tuple[WorldConfig, str, int, str | None, list]) -> tuple[dict[st
     image = render(scene, cfg.size)
     if path is not None:
         image.save(path, format="PNG")
-    caption = long_caption(scene, random.Random(scene.seed + 1), cfg.density, cfg.completeness, cfg.saliency)
-    record = {"index": index, "scene": scene.to_dict(), "caption": caption, "phrases": short_phrases(scene)}
+    if split == "singles":
+        record = {"index": index, "scene": scene.to_dict(), **single_captions(scene, index)}
+    else:
+        caption = long_caption(scene, random.Random(scene.seed + 1), cfg.density, cfg.completeness, cfg.saliency)
+        record = {"index": index, "scene": scene.to_dict(), "caption": caption, "phrases": short_phrases(scene)}
     return record, None if path is not None else image.tobytes()
 
 
@@ -196,7 +207,9 @@ def generate(out: str | Path, cfg: WorldConfig = WorldConfig(), workers: int = 2
     held = heldout_pairs(cfg.seed, cfg.heldout, *cfg.palette)
     pool = mp.get_context("fork").Pool(workers) if workers > 1 else None
     try:
-        for split, n in (("train", cfg.n_train), ("val", cfg.n_val)):
+        for split, n in (("train", cfg.n_train), ("val", cfg.n_val), ("singles", cfg.n_singles)):
+            if n == 0:
+                continue
             records = _render_all(cfg, split, n, out / split / "images.npy", held, pool)
             _write_lines(out / split / "scenes.jsonl", records)
         for name, zs in (("test_seen", "zs_seen"), ("test_unseen", "zs_unseen")):
