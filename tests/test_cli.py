@@ -71,13 +71,18 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "| c2lip-ft/unseen |" in (tmp_path / "demo" / "report" / "report.md").read_text()
     train_args = lambda run, step: json.loads((tmp_path / "demo" / "train" / run / "checkpoints" / f"step_{step:07d}" / "config.json")  # noqa: E731
                                               .read_text())["train_args"]
-    shapes, base = train_args("base-shapes", 1), train_args("base", 2)  # 3 base steps: a quarter (at least 1) shapes first
-    assert shapes["model"] == "compclip-tiny-siglip-conv" and shapes["caption_key"] == "shape_caption" and base["caption_key"] == "caption"
-    assert shapes["train_data"] == base["train_data"] and shapes["train_data"].endswith("singles/images.npy")
-    assert base["model"] == str(tmp_path / "demo" / "train" / "base-shapes" / "checkpoints" / "step_0000001")
+    # 3 base steps over the curriculum's 600 / 1,800 / 1,000 shares (at least 1 each): shapes, single objects, scenes and singles
+    shapes, singles, base = train_args("base-shapes", 1), train_args("base-singles", 2), train_args("base", 1)
+    world = tmp_path / "demo" / "world"
+    assert shapes["model"] == "compclip-tiny-siglip-conv"
+    assert shapes["caption_key"] == "shape_caption" and singles["caption_key"] == base["caption_key"] == "caption"
+    assert shapes["train_data"] == singles["train_data"] == str(world / "singles" / "images.npy")
+    assert base["train_data"] == f"{world / 'train' / 'images.npy'}::{world / 'singles' / 'images.npy'}"
+    assert singles["model"] == str(tmp_path / "demo" / "train" / "base-shapes" / "checkpoints" / "step_0000001")
+    assert base["model"] == str(tmp_path / "demo" / "train" / "base-singles" / "checkpoints" / "step_0000002")
     config = json.loads((tmp_path / "demo" / "train" / "c2lip" / "checkpoints" / "step_0000002" / "config.json").read_text())
     assert config["method"] == "c2lip" and config["train_args"]["seed"] == 5
-    assert config["train_args"]["model"] == str(tmp_path / "demo" / "train" / "base" / "checkpoints" / "step_0000002")
+    assert config["train_args"]["model"] == str(tmp_path / "demo" / "train" / "base" / "checkpoints" / "step_0000001")
     again_seed = json.loads((tmp_path / "demo" / "train" / "c2lip-s6" / "checkpoints" / "step_0000002" / "config.json").read_text())
     assert again_seed["train_args"]["seed"] == 6 and again_seed["train_args"]["model"] == config["train_args"]["model"]
     swap = {m: [column_value({"sugarcrepe": json.loads((tmp_path / "demo" / "results" / f / "unseen" / "sugarcrepe.json").read_text())},

@@ -215,3 +215,32 @@ def test_real_flickr8k_csv(tmp_path):
     samples = list(reader)
     assert reader.stats()["skipped"] == 0 and len(samples) == 5000
     assert len({s["key"] for s in samples}) == 5000
+
+
+def test_arrays_joined_by_double_colon_interleave_in_proportion(tmp_path):
+    """Two image arrays read as one: every record once, each with its own array's caption and pixels, the
+    smaller array spread evenly through the larger (6 and 3 records: a b a a b a a b a), under any worker count."""
+    import numpy as np
+
+    from compclip.errors import DataError, UsageError
+
+    paths = []
+    for name, n in (("a", 6), ("b", 3)):
+        (tmp_path / name).mkdir()
+        pixels = np.full((n, 4, 4, 3), ord(name), np.uint8) + np.arange(n, dtype=np.uint8)[:, None, None, None]
+        np.save(tmp_path / name / "images.npy", pixels)
+        (tmp_path / name / "scenes.jsonl").write_text("".join(json.dumps({"caption": f"{name} {i}"}) + "\n" for i in range(n)))
+        paths.append(str(tmp_path / name / "images.npy"))
+    joined = "::".join(paths)
+    samples = list(open_reader(joined))
+    assert [s["caption"] for s in samples] == ["a 0", "b 0", "a 1", "a 2", "b 1", "a 3", "a 4", "b 2", "a 5"]
+    for s in samples:
+        name, i = s["caption"].split()
+        assert (np.asarray(s["image"]) == ord(name) + int(i)).all()
+    loader = DataLoader(open_reader(joined), batch_size=None, num_workers=2)
+    assert sorted(s["caption"] for s in loader) == sorted(s["caption"] for s in samples)
+    with pytest.raises(UsageError, match="several arrays"):
+        open_reader(joined, captions=tmp_path / "a" / "scenes.jsonl")
+    (tmp_path / "b" / "scenes.jsonl").write_text('{"caption": "b 0"}\n')
+    with pytest.raises(DataError, match=r"1 captions for the 3 images"):
+        open_reader(joined)

@@ -112,7 +112,8 @@ def train(
     method: str = typer.Option(..., help=f"Method, or a '+'-joined combination (c2lip+hardneg): {METHODS}; options: `compclip methods`."),
     model: str = typer.Option(..., help=MODEL_HELP),
     train_data: str = typer.Option(
-        ..., help="CSV/TSV, webdataset .tar shards (brace patterns), a captions .json, or an image .npy (JSONL beside it)."
+        ..., help="CSV/TSV, webdataset .tar shards (brace patterns), a captions .json, or an image .npy (JSONL beside it; "
+                  "several joined by :: are interleaved)."
     ),
     out: Path = typer.Option(..., help="Run folder: checkpoints, log.jsonl, tensorboard; re-running resumes."),
     pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file for --model."),
@@ -342,7 +343,7 @@ def demo(
     methods: str = typer.Option("siglip,c2lip", help=f"Comma-separated fine-tuning methods compared from the same base: {METHODS}."),
     n_train: int = typer.Option(20_000, help="Training scenes."),
     n_test: int = typer.Option(1250, help="Scenes per test split (1,250: one seed's standard error on swap-attribute <= 1.5 points)."),
-    pretrain_steps: int = typer.Option(1000, help="SigLIP steps pretraining the base from scratch."),
+    pretrain_steps: int = typer.Option(3400, help="SigLIP steps of the base from scratch, over its curriculum (shapes first)."),
     steps: int = typer.Option(300, help="Fine-tuning steps per method."),
     batch_size: int = typer.Option(128, help="Images per step."),
     seeds: str = typer.Option("0,1,2", help="Comma-separated fine-tuning seeds; the first also seeds the world and the base."),

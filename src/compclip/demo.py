@@ -2,9 +2,10 @@
 
 1. generate the world (cached); 2. extract the training captions' concepts (cached): noun phrases, POS tags, scene graphs;
 3. pretrain a small SigLIP-style model (a conv stem under a 2-block ViT) from scratch with the plain SigLIP
-   loss on the world's single objects, shape first: a quarter of the steps with captions that name only the
-   shape ("a star"), the rest with "a red star", "a star" and "something red" in turn (colour alone would
-   win the contrastive task and starve shape, `docs/benchmarks.md`);
+   loss, shape first (`CURRICULUM`): single objects with captions that name only the shape ("a star"), then
+   with "a red star", "a star" and "something red" in turn, then the world's scenes with the single objects
+   interleaved (colour alone would win the contrastive task and starve shape, and scenes alone make it
+   forget shape, `docs/benchmarks.md`);
 4. fine-tune that base once per method and seed (by default SigLIP and C2LIP over seeds 0, 1, 2;
    `--methods` adds the peers: hardneg, negclip, clic, occlip) with equal steps and learning rate;
 5. evaluate every model on the seen and unseen test splits and print the comparison: the mean over
@@ -33,6 +34,12 @@ from .io import atomic_path, write_json
 
 MODEL = "compclip-tiny-siglip-conv"
 SINGLES = 8000  # single objects for the base, fewer in a world of fewer training scenes
+# The base's runs, in order: (run, training data, caption field, learning rate, schedule, steps of the default 3,400).
+CURRICULUM = (
+    ("base-shapes", "singles", "shape_caption", 1e-3, "const", 600),
+    ("base-singles", "singles", "caption", 1e-3, "cosine", 1800),
+    ("base", "train::singles", "caption", 5e-4, "cosine", 1000),
+)
 BENCHMARKS = "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval"
 SPLITS = ("seen", "unseen")
 COLUMNS = ("SC add", "SC replace", "SC swap", "SC swap-att", "SC++ ITT", "SC++ TOT", "ZS shape", "ZS colour",
@@ -54,7 +61,7 @@ def run_demo(
     methods: str = "siglip,c2lip",
     n_train: int = 20_000,
     n_test: int = 1250,
-    pretrain_steps: int = 1000,
+    pretrain_steps: int = 3400,
     steps: int = 300,
     batch_size: int = 128,
     seeds: str = "0,1,2",
@@ -155,19 +162,21 @@ def compare_methods(
                          "choose another --out (or delete this one)")
     world_dir = generate(out / "world", cfg, workers)
     console.print(f"[1/5] binding world in {world_dir} ({n_train} training scenes, {n_test} per test split)")
-    images, singles = world_dir / "train" / "images.npy", world_dir / "singles" / "images.npy"
-    if not singles.is_file():
+    images = world_dir / "train" / "images.npy"
+    if not (world_dir / "singles" / "images.npy").is_file():
         raise UsageError("the base pretrains on the world's single objects: --world n_singles must be at least 1")
     # pos: negclip and clic; graph: occlip
     build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos,graph", workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
     common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "save_every": 10**9, "keep": 1}
-    shape_steps = max(1, pretrain_steps // 4)
-    pretrain = dict(common, method="siglip", train_data=str(singles), lr=1e-3, optimizer="adamw", weight_decay=0.1)
-    shapes = _train(out / "train" / "base-shapes", model=MODEL, steps=shape_steps, warmup=min(100, shape_steps), schedule="const",
-                    caption_key="shape_caption", **pretrain)
-    base = _train(out / "train" / "base", model=str(shapes), steps=max(1, pretrain_steps - shape_steps), warmup=20, **pretrain)
-    console.print(f"[3/5] base pretrained from scratch on single objects ({pretrain_steps} SigLIP steps, shapes first): {base}")
+    base = MODEL
+    for i, (run, data, caption_key, lr, schedule, default_steps) in enumerate(CURRICULUM):
+        n = max(1, round(pretrain_steps * default_steps / 3400))
+        train_data = "::".join(str(world_dir / split / "images.npy") for split in data.split("::"))
+        base = str(_train(out / "train" / run, method="siglip", model=base, steps=n, warmup=min(n, 20 if i else 100), schedule=schedule,
+                          lr=lr, optimizer="adamw", weight_decay=0.1, caption_key=caption_key, **dict(common, train_data=train_data)))
+    base = Path(base)
+    console.print(f"[3/5] base pretrained from scratch, shapes first ({pretrain_steps} SigLIP steps over {len(CURRICULUM)} runs): {base}")
     runs = {"base": {seed: base}}  # model: {seed: checkpoint}
     for method in methods.split(","):
         for s in seed_list:

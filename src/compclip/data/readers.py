@@ -346,42 +346,55 @@ class ArrayReader(ImageTextReader):
     """Decoded images in a `.npy` array (uint8, N × H × W × 3), read memory-mapped, and their captions: the
     `caption` field of each line of a JSONL beside it (default `scenes.jsonl`), line i for image i.
 
-    What `compclip world generate` writes for training: nothing is decoded while training.
+    What `compclip world generate` writes for training: nothing is decoded while training. Several arrays
+    joined by `::` (open_clip's way of naming several sources) read as one, each with the JSONL beside it,
+    their records interleaved in proportion to their sizes, so that every batch mixes them alike.
     """
 
     def __init__(self, path: str | os.PathLike, transform: Callable | None = None, captions: str | os.PathLike | None = None,
                  caption_key: str = "caption"):
-        self.path = Path(path)
-        super().__init__(str(self.path), transform)
-        self.captions_path = Path(captions) if captions else self.path.with_name("scenes.jsonl")
-        for p in (self.path, self.captions_path):
-            if not p.is_file():
-                raise DataError(f"{p}: no such file (an image array needs its captions JSONL beside it)")
-        self.images = np.load(self.path, mmap_mode="r")
-        if self.images.dtype != np.uint8 or self.images.ndim != 4 or self.images.shape[-1] != 3:
-            raise DataError(f"{self.path}: expected uint8 images of shape (N, H, W, 3), found {self.images.dtype} {self.images.shape}")
-        self.captions = []
-        with open(self.captions_path, encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                try:
-                    item = json.loads(line)
-                except json.JSONDecodeError:
-                    item = None
-                self.captions.append(item.get(caption_key) if isinstance(item, dict) else None)
-        if len(self.captions) != len(self.images):
-            raise DataError(f"{self.captions_path}: {len(self.captions)} captions for the {len(self.images)} images of {self.path}")
+        self.paths = [Path(p) for p in str(path).split("::")]
+        super().__init__(str(path), transform)
+        if captions and len(self.paths) > 1:
+            raise UsageError(f"{path}: several arrays take their captions from the scenes.jsonl beside each, not from {captions}")
+        caption_paths = [Path(captions)] if captions else [p.with_name("scenes.jsonl") for p in self.paths]
+        self.images, self.captions = [], []
+        for array, lines in zip(self.paths, caption_paths, strict=True):
+            for p in (array, lines):
+                if not p.is_file():
+                    raise DataError(f"{p}: no such file (an image array needs its captions JSONL beside it)")
+            images = np.load(array, mmap_mode="r")
+            if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
+                raise DataError(f"{array}: expected uint8 images of shape (N, H, W, 3), found {images.dtype} {images.shape}")
+            captions_ = []
+            with open(lines, encoding="utf-8", errors="surrogateescape") as f:
+                for line in f:
+                    try:
+                        item = json.loads(line)
+                    except json.JSONDecodeError:
+                        item = None
+                    captions_.append(item.get(caption_key) if isinstance(item, dict) else None)
+            if len(captions_) != len(images):
+                raise DataError(f"{lines}: {len(captions_)} captions for the {len(images)} images of {array}")
+            self.images.append(images)
+            self.captions.append(captions_)
+        sizes = [len(c) for c in self.captions]
+        # record k of source s sits at (k + 0.5) / size: sorted together, the sources interleave evenly
+        at = np.concatenate([(np.arange(n) + 0.5) / n for n in sizes])
+        self.order = np.stack([np.repeat(np.arange(len(sizes)), sizes), np.concatenate([np.arange(n) for n in sizes])], 1)[
+            np.argsort(at, kind="stable")]
 
-    def __getstate__(self) -> dict[str, Any]:  # a DataLoader worker maps the array again
+    def __getstate__(self) -> dict[str, Any]:  # a DataLoader worker maps the arrays again
         return {k: v for k, v in self.__dict__.items() if k != "images"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.images = np.load(self.path, mmap_mode="r")
+        self.images = [np.load(p, mmap_mode="r") for p in self.paths]
 
     def records(self):
         index, count = self.shard()
-        for i in range(index, len(self.images), count):
-            yield f"{self.path}[{i}]", np.asarray(self.images[i]), self.captions[i], None
+        for source, i in self.order[index::count].tolist():
+            yield f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], None
 
 
 def is_tar_shards(path: str | os.PathLike) -> bool:

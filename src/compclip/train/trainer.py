@@ -92,8 +92,9 @@ class TrainConfig:
         out = Path(self.out)
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out} is a file; a run writes a folder")
-        if not is_tar_shards(self.train_data) and not Path(self.train_data).is_file():
-            raise MissingFileError(f"--train-data {self.train_data}: no such file")
+        for part in [] if is_tar_shards(self.train_data) else self.train_data.split("::"):
+            if not Path(part).is_file():
+                raise MissingFileError(f"--train-data {part}: no such file")
         for name in ("image_root", "concepts"):
             if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
                 raise MissingFileError(f"{_flag(name)} {getattr(self, name)}: no such folder")
