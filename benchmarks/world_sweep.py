@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from compclip.demo import compare_methods, world_config
+from compclip.demo import PRETRAIN_STEPS, compare_methods, world_config
 from compclip.eval.stats import fmt, interval
 from compclip.io import write_json
 from compclip.plots import binding_curve
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None, help="the figure (default: OUT/binding_curve_KNOB.png)")
     parser.add_argument("--n-train", type=int, default=20_000)
     parser.add_argument("--n-test", type=int, default=1250)
-    parser.add_argument("--pretrain-steps", type=int, default=3400)
+    parser.add_argument("--pretrain-steps", type=int, default=PRETRAIN_STEPS)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--workers", type=int, default=2)

@@ -234,7 +234,8 @@ def test_other_commands_check_their_options(capsys, tmp_path):
     assert_one_error(*run_main(capsys, "world", "generate", "--out", tmp_path / "w", "--n-train", "0")[::2], "--n-train must be at least 1")
     assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--methods", "siglip,c2lip+nope")[::2], "--methods: unknown")
     for setting, fragment in (("nope=1", "KEY one of n_val, n_singles, heldout,"), ("seed=3", "(seed is set by --seeds)"),
-                              ("saliency=maybe", "saliency takes true or false"), ("density", "expected KEY=VALUE")):
+                              ("saliency=maybe", "saliency takes true or false"), ("density", "expected KEY=VALUE"),
+                              ("n_singles=0", "--world n_singles must be at least 1")):
         assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--world", setting)[::2], fragment)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
 

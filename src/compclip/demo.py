@@ -34,12 +34,13 @@ from .io import atomic_path, write_json
 
 MODEL = "compclip-tiny-siglip-conv"
 SINGLES = 8000  # single objects for the base, fewer in a world of fewer training scenes
-# The base's runs, in order: (run, training data, caption field, learning rate, schedule, steps of the default 3,400).
+# The base's runs, in order: (run, training data, caption field, learning rate, schedule, warm-up, steps by default).
 CURRICULUM = (
-    ("base-shapes", "singles", "shape_caption", 1e-3, "const", 600),
-    ("base-singles", "singles", "caption", 1e-3, "cosine", 1800),
-    ("base", "train::singles", "caption", 5e-4, "cosine", 1000),
+    ("base-shapes", "singles", "shape_caption", 1e-3, "const", 100, 600),
+    ("base-singles", "singles", "caption", 1e-3, "cosine", 20, 1800),
+    ("base", "train::singles", "caption", 5e-4, "cosine", 20, 1000),
 )
+PRETRAIN_STEPS = sum(run[-1] for run in CURRICULUM)  # --pretrain-steps scales every run's share of it
 BENCHMARKS = "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval"
 SPLITS = ("seen", "unseen")
 COLUMNS = ("SC add", "SC replace", "SC swap", "SC swap-att", "SC++ ITT", "SC++ TOT", "ZS shape", "ZS colour",
@@ -61,7 +62,7 @@ def run_demo(
     methods: str = "siglip,c2lip",
     n_train: int = 20_000,
     n_test: int = 1250,
-    pretrain_steps: int = 3400,
+    pretrain_steps: int = PRETRAIN_STEPS,
     steps: int = 300,
     batch_size: int = 128,
     seeds: str = "0,1,2",
@@ -156,6 +157,8 @@ def compare_methods(
         raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(list_methods())}")
     console = console or Console()
     cfg = world_config(world, seed, n_train, n_test)
+    if cfg.n_singles < 1:
+        raise UsageError("the base pretrains on the world's single objects: --world n_singles must be at least 1")
     manifest = out / "world" / "manifest.json"
     if (out / "train").is_dir() and manifest.is_file() and json.loads(manifest.read_text())["config"] != asdict(cfg):
         raise UsageError(f"{out}: its world was made with other settings than these, and its models were trained on it; "
@@ -163,19 +166,16 @@ def compare_methods(
     world_dir = generate(out / "world", cfg, workers)
     console.print(f"[1/5] binding world in {world_dir} ({n_train} training scenes, {n_test} per test split)")
     images = world_dir / "train" / "images.npy"
-    if not (world_dir / "singles" / "images.npy").is_file():
-        raise UsageError("the base pretrains on the world's single objects: --world n_singles must be at least 1")
     # pos: negclip and clic; graph: occlip
     build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos,graph", workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
     common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "save_every": 10**9, "keep": 1}
-    base = MODEL
-    for i, (run, data, caption_key, lr, schedule, default_steps) in enumerate(CURRICULUM):
-        n = max(1, round(pretrain_steps * default_steps / 3400))
+    base: str | Path = MODEL
+    for run, data, caption_key, lr, schedule, warmup, default_steps in CURRICULUM:
+        n = max(1, round(pretrain_steps * default_steps / PRETRAIN_STEPS))
         train_data = "::".join(str(world_dir / split / "images.npy") for split in data.split("::"))
-        base = str(_train(out / "train" / run, method="siglip", model=base, steps=n, warmup=min(n, 20 if i else 100), schedule=schedule,
-                          lr=lr, optimizer="adamw", weight_decay=0.1, caption_key=caption_key, **dict(common, train_data=train_data)))
-    base = Path(base)
+        base = _train(out / "train" / run, method="siglip", model=str(base), steps=n, warmup=min(n, warmup), schedule=schedule, lr=lr,
+                      optimizer="adamw", weight_decay=0.1, caption_key=caption_key, **dict(common, train_data=train_data))
     console.print(f"[3/5] base pretrained from scratch, shapes first ({pretrain_steps} SigLIP steps over {len(CURRICULUM)} runs): {base}")
     runs = {"base": {seed: base}}  # model: {seed: checkpoint}
     for method in methods.split(","):
