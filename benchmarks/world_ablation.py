@@ -2,12 +2,14 @@
 
 Each variant trains 300 steps from the demo's base with the demo's data and learning rate, changing
 one thing: C2LIP's xac weight, xac temperature or separate phrase encoding; CLIC's learning rate;
-OC-CLIP's patch-token layer, default queries or L_rel. Every variant runs once per seed (SigLIP, C2LIP and
-OC-CLIP with the demo's settings reuse the demo's own fine-tunes where it has them); the table
-gives the mean ± 95 % interval over seeds and the paired difference from SigLIP fine-tuning with the
-same seeds (`*`: its interval excludes zero). Run `make demo` first (or pass its --out as --demo).
+OC-CLIP's patch-token layer, default queries, L_rel, a frozen image tower or a 10× lower backbone
+learning rate (its module keeps 2e-4); or the fine-tune's length (1,200 steps). Every variant runs once
+per seed (SigLIP, C2LIP and OC-CLIP with the demo's settings reuse the demo's own fine-tunes where it has
+them); the table gives the mean ± 95 % interval over seeds and the paired difference from the
+reference variant (SigLIP fine-tuning unless --reference) with the same seeds (`*`: its interval
+excludes zero). Run `make demo` first (or pass its --out as --demo).
 
-Run: .venv/bin/python benchmarks/world_ablation.py [--demo runs/demo] [--seeds 0,1,2] [NAME ...]
+Run: .venv/bin/python benchmarks/world_ablation.py [--demo runs/demo] [--seeds 0,1,2] [--reference siglip] [NAME ...]
 """
 import argparse
 import json
@@ -28,6 +30,10 @@ VARIANTS = {
     "occlip-layer0": {"method": "occlip", "method_options": {"layer": 0}},
     "occlip-no-defaults": {"method": "occlip", "method_options": {"default_queries": 0}},
     "occlip-no-rel": {"method": "occlip", "method_options": {"lambda_rel": 0.0}},
+    "occlip-lock-image": {"method": "occlip", "lock_image": True},
+    "occlip-lr1e-5": {"method": "occlip", "lr": 1e-5},
+    "siglip-1200": {"method": "siglip", "steps": 1200},
+    "c2lip-1200": {"steps": 1200},
 }
 DEMO_RUNS = ("siglip", "c2lip", "occlip")  # variants with the demo's exact settings
 COLUMNS = {"swap-att": ("sugarcrepe", "swap_att"), "replace": ("sugarcrepe", "replace"), "ITT": ("sugarcrepe_pp", "overall_itt"),
@@ -46,12 +52,13 @@ def scores(demo: Path, name: str, seed: int) -> dict[str, float]:
     if not (results / "retrieval.json").is_file():
         base = next((demo / "train" / "base" / "checkpoints").glob("step_*"))
         common = {"model": str(base), "train_data": str(demo / "world" / "train" / "images.npy"), "concepts": str(demo / "concepts"),
-                  "batch_size": 128, "seed": seed, "workers": 2, "save_every": 10**9, "keep": 1, "steps": 300, "lr": 1e-4, "warmup": 20,
-                  "optimizer": "adamw", "out": str(out)}
-        if not (out / "checkpoints" / "step_0000300").is_dir():
-            train(TrainConfig(**{"method": "c2lip", **common, **VARIANTS[name]}))
-        evaluate(str(out / "checkpoints" / "step_0000300"), "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval", results,
-                 data=demo / "world" / "test_unseen")
+                  "batch_size": 128, "seed": seed, "workers": 2, "shuffle": 0, "save_every": 10**9, "keep": 1, "steps": 300, "lr": 1e-4,
+                  "warmup": 20, "optimizer": "adamw", "out": str(out)}
+        cfg = TrainConfig(**{"method": "c2lip", **common, **VARIANTS[name]})
+        final = out / "checkpoints" / f"step_{cfg.steps:07d}"
+        if not final.is_dir():
+            train(cfg)
+        evaluate(str(final), "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval", results, data=demo / "world" / "test_unseen")
     row = {}
     for column, (bench, metric) in COLUMNS.items():
         value = json.loads((results / f"{bench}.json").read_text())["metrics"][metric]
@@ -64,20 +71,21 @@ def main() -> None:
     parser.add_argument("names", nargs="*", default=list(VARIANTS), help=f"variants: {', '.join(VARIANTS)}")
     parser.add_argument("--demo", type=Path, default=Path("runs/demo"))
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--reference", default="siglip", choices=list(VARIANTS), help="the variant the Δ columns subtract")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    names = ["siglip"] + [n for n in args.names if n != "siglip"]
+    names = [args.reference] + [n for n in args.names if n != args.reference]
     table = {n: [scores(args.demo, n, s) for s in seeds] for n in names}
-    print(f"unseen split, mean ± 95 % interval over seeds {args.seeds}; Δ: paired difference from siglip (* excludes 0)")
+    print(f"unseen split, mean ± 95 % interval over seeds {args.seeds}; Δ: paired difference from {args.reference} (* excludes 0)")
     print("| variant | " + " | ".join(COLUMNS) + " | " + " | ".join(f"Δ {c}" for c in COLUMNS) + " |")
     print("|" + " --- |" * (1 + 2 * len(COLUMNS)))
     for name, rows in table.items():
         cells = [fmt(*interval([r[c] for r in rows])) for c in COLUMNS]
         for c in COLUMNS:
-            if name == "siglip":
+            if name == args.reference:
                 cells.append("")
                 continue
-            cells.append(fmt_difference(*paired([r[c] for r in rows], [r[c] for r in table["siglip"]])))
+            cells.append(fmt_difference(*paired([r[c] for r in rows], [r[c] for r in table[args.reference]])))
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
 
 

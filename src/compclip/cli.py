@@ -144,6 +144,7 @@ def train(
     lock_image: bool = typer.Option(False, "--lock-image", help="Freeze the image tower."),
     lock_text: bool = typer.Option(False, "--lock-text", help="Freeze the text tower."),
     workers: int = typer.Option(2, help="DataLoader workers per process."),
+    shuffle: int = typer.Option(1000, help="Records in each worker's seeded shuffle buffer (new order each epoch); 0 reads in file order."),
     seed: int = typer.Option(0, help="Seed of the model's initialisation, data order, augmentation and negatives."),
     save_every: int = typer.Option(500, help="Checkpoint every N steps (and at the end)."),
     keep: int = typer.Option(2, help="Checkpoints to keep."),
@@ -160,7 +161,8 @@ def train(
         method_options=_key_values(method_opt), image_key=image_key, caption_key=caption_key, batch_size=batch_size,
         accum_freq=accum_freq, steps=steps, lr=lr, weight_decay=wd, optimizer=optimizer, betas=(beta1, beta2), eps=eps,
         warmup=warmup, schedule=schedule, precision=precision, grad_checkpointing=grad_checkpointing, lock_image=lock_image,
-        lock_text=lock_text, workers=workers, seed=seed, save_every=save_every, keep=keep, log_every=log_every, device=device,
+        lock_text=lock_text, workers=workers, shuffle=shuffle, seed=seed, save_every=save_every, keep=keep, log_every=log_every,
+        device=device,
     )
     terms = run(cfg)
     typer.echo(f"finished {steps} steps: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))

@@ -169,7 +169,9 @@ def compare_methods(
     # pos: negclip and clic; graph: occlip
     build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos,graph", workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
-    common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "save_every": 10**9, "keep": 1}
+    # the world's scenes are drawn at random, so file order is already shuffled (and `::` sources stay evenly mixed)
+    common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "shuffle": 0,
+              "save_every": 10**9, "keep": 1}
     base: str | Path = MODEL
     for run, data, caption_key, lr, schedule, warmup, default_steps in CURRICULUM:
         n = max(1, round(pretrain_steps * default_steps / PRETRAIN_STEPS))

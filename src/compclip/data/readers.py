@@ -12,6 +12,7 @@ import io
 import itertools
 import json
 import os
+import random
 import sys
 import tarfile
 from collections.abc import Callable, Iterator
@@ -73,6 +74,20 @@ def _bad_caption(caption: Any) -> str | None:
     return None
 
 
+def shuffled(items: Iterator[Any], size: int, rng: random.Random) -> Iterator[Any]:
+    """`items` through a buffer of `size`: each new item takes the place of a random one, which is yielded."""
+    buffer: list[Any] = []
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
+            continue
+        j = rng.randrange(size)
+        yield buffer[j]
+        buffer[j] = item
+    rng.shuffle(buffer)
+    yield from buffer
+
+
 class ImageTextReader(IterableDataset):
     """Shared machinery: sharding, decoding, skip accounting. Subclasses list raw records.
 
@@ -80,7 +95,10 @@ class ImageTextReader(IterableDataset):
     that part), so a trainer can record how far each part was consumed and resume there:
     set `resume_positions` ({shard: records to skip, undecoded}) and `worker_rotation` before
     iterating. With `sample_seed` set, each sample's random augmentation is seeded from
-    (seed + epoch, shard, pos), so it does not depend on where a run started.
+    (seed + epoch, shard, pos), so it does not depend on where a run started. With `shuffle` > 1, each
+    shard's records pass through a shuffle buffer of that many (webdataset's kind, as open_clip uses),
+    seeded from (seed, epoch, shard): a file sorted by class still trains mixed, and positions count the
+    shuffled order, so resuming stays exact.
 
     Each pass ends by moving the reader to the next epoch (resume positions and rotation
     cleared), so persistent DataLoader workers, which keep their own copy, need no word from
@@ -94,6 +112,7 @@ class ImageTextReader(IterableDataset):
         self.resume_positions: dict[int, int] = {}
         self.worker_rotation = 0
         self.sample_seed: int | None = None
+        self.shuffle = 0
         self.epoch = 0
 
     def records(self) -> Iterator[tuple[str, Any, Any, Any]]:
@@ -108,7 +127,10 @@ class ImageTextReader(IterableDataset):
         self.skips.reset()
         shard = self.shard()[0]
         skip = self.resume_positions.get(shard, 0)
-        for pos, (where, image, caption, concepts) in enumerate(self.records()):
+        records = self.records()
+        if self.shuffle > 1:
+            records = shuffled(records, self.shuffle, random.Random(((self.sample_seed or 0) + self.epoch) * 1_000_003 + shard))
+        for pos, (where, image, caption, concepts) in enumerate(records):
             if pos < skip:
                 continue
             if self.sample_seed is not None:

@@ -64,6 +64,7 @@ class TrainConfig:
     lock_image: bool = False
     lock_text: bool = False
     workers: int = 2
+    shuffle: int = 1000  # records in each reader process's shuffle buffer; 0 reads files in order
     seed: int = 0
     save_every: int = 500
     keep: int = 2
@@ -74,7 +75,8 @@ class TrainConfig:
     def validate(self) -> None:
         """Every value checked before a model is built or a file written; errors name the CLI option."""
         at_least = {"steps": 1, "batch_size": 1, "accum_freq": 1, "save_every": 1, "keep": 1, "log_every": 1,
-                    "warmup": 0, "workers": 0, "eval_every": 0, "weight_decay": 0}
+                    "warmup": 0, "workers": 0, "shuffle": 0, "eval_every": 0,
+                    "weight_decay": 0}
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 raise UsageError(f"{_flag(name)} must be at least {low}, not {getattr(self, name)}")
@@ -242,7 +244,7 @@ class Trainer:
         """One loader for the whole run: its workers persist across epochs, the reader moving itself on."""
         self.reader.resume_positions = dict(self.data.positions)
         self.reader.worker_rotation = self.data.batches % max(1, self.cfg.workers)
-        self.reader.sample_seed, self.reader.epoch = self.cfg.seed * 1000, self.data.epoch
+        self.reader.sample_seed, self.reader.epoch, self.reader.shuffle = self.cfg.seed * 1000, self.data.epoch, self.cfg.shuffle
         return torch.utils.data.DataLoader(
             self.reader,
             batch_size=self.cfg.batch_size,
