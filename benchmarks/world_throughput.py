@@ -4,7 +4,7 @@
 
 Generates the demo's world (64 px, 20,000 training scenes, cached under --root), writes its
 training split a second time as the PNG files + captions.csv it used to be, then runs the demo's
-base pretraining (SigLIP from scratch, compclip-tiny-siglip, batch 128, 2 DataLoader workers) for
+base pretraining (SigLIP from scratch, the demo's model unless --model, batch 128, 2 DataLoader workers) for
 --steps steps on each and prints images/s and the ratio. Each run includes building the model and
 the final checkpoint, the same on both sides. A third figure is the model alone: the same steps
 on one batch held in memory (no reader, no workers), the ceiling any reader can reach.
@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from compclip.demo import MODEL
 from compclip.train import TrainConfig, train
 from compclip.world import WorldConfig, generate
 
@@ -46,21 +47,21 @@ def png_copy(world: Path, out: Path) -> Path:
     return out / "captions.csv"
 
 
-def images_per_s(data: Path, out: Path, steps: int, batch: int, workers: int) -> float:
+def images_per_s(model: str, data: Path, out: Path, steps: int, batch: int, workers: int) -> float:
     shutil.rmtree(out, ignore_errors=True)
-    cfg = TrainConfig(method="siglip", model="compclip-tiny-siglip", train_data=str(data), out=str(out), steps=steps, batch_size=batch,
-                      lr=1e-3, warmup=10, optimizer="adamw", weight_decay=0.1, workers=workers, save_every=10**9, keep=1)
+    cfg = TrainConfig(method="siglip", model=model, train_data=str(data), out=str(out), steps=steps, batch_size=batch, lr=1e-3,
+                      warmup=10, optimizer="adamw", weight_decay=0.1, workers=workers, shuffle=0, save_every=10**9, keep=1)
     start = time.perf_counter()
     train(cfg)
     return steps * batch / (time.perf_counter() - start)
 
 
-def model_only(data: Path, out: Path, steps: int, batch: int) -> float:
+def model_only(model: str, data: Path, out: Path, steps: int, batch: int) -> float:
     from compclip.train.step import loss_step
     from compclip.train.trainer import Trainer
 
     shutil.rmtree(out, ignore_errors=True)
-    trainer = Trainer(TrainConfig(method="siglip", model="compclip-tiny-siglip", train_data=str(data), out=str(out), steps=steps,
+    trainer = Trainer(TrainConfig(method="siglip", model=model, train_data=str(data), out=str(out), steps=steps,
                                   batch_size=batch, lr=1e-3, optimizer="adamw", weight_decay=0.1, workers=0))
     held = next(trainer._batches())
     start = time.perf_counter()
@@ -99,6 +100,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--model", default=MODEL, help="the model pretrained from scratch (default: the demo's)")
     parser.add_argument("--root", default="/tmp/compclip-world-throughput")
     parser.add_argument("--tokenizer-only", action="store_true")
     args = parser.parse_args()
@@ -111,12 +113,12 @@ def main() -> None:
         return
     pngs = png_copy(world, root / "png")
     rates = {
-        "png_csv": images_per_s(pngs, root / "run-png", args.steps, args.batch, args.workers),
-        "npy_array": images_per_s(world / "train" / "images.npy", root / "run-npy", args.steps, args.batch, args.workers),
-        "model_only": model_only(world / "train" / "images.npy", root / "run-model", args.steps, args.batch),
+        "png_csv": images_per_s(args.model, pngs, root / "run-png", args.steps, args.batch, args.workers),
+        "npy_array": images_per_s(args.model, world / "train" / "images.npy", root / "run-npy", args.steps, args.batch, args.workers),
+        "model_only": model_only(args.model, world / "train" / "images.npy", root / "run-model", args.steps, args.batch),
     }
     print(json.dumps({**{k: round(v, 1) for k, v in rates.items()}, "ratio": round(rates["npy_array"] / rates["png_csv"], 2),
-                      "steps": args.steps, "batch": args.batch, "workers": args.workers}))
+                      "model": args.model, "steps": args.steps, "batch": args.batch, "workers": args.workers}))
 
 
 if __name__ == "__main__":

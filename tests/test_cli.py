@@ -156,6 +156,7 @@ TRAIN_CASES = {
     "negative steps": (["--steps", "-5"], ["--steps must be at least 1, not -5"]),
     "zero batch": (["--batch-size", "0"], ["--batch-size must be at least 1, not 0"]),
     "too many workers": (["--workers", "65"], ["--workers must be at most 64"]),
+    "negative shuffle buffer": (["--shuffle", "-1"], ["--shuffle must be at least 0, not -1"]),
     "unknown optimizer": (["--optimizer", "adamx"], ["--optimizer must be one of adam, adamw, sgd, not 'adamx'"]),
     "zero lr": (["--lr", "0"], ["--lr and --eps must be positive"]),
     "beta of one": (["--beta2", "1.0"], ["--beta1 and --beta2 must lie in [0, 1)"]),
