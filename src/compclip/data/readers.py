@@ -127,14 +127,15 @@ class ImageTextReader(IterableDataset):
         self.skips.reset()
         shard = self.shard()[0]
         skip = self.resume_positions.get(shard, 0)
+        part_seed = ((self.sample_seed or 0) + self.epoch) * 1_000_003 + shard  # this epoch's part of the data
         records = self.records()
         if self.shuffle > 1:
-            records = shuffled(records, self.shuffle, random.Random(((self.sample_seed or 0) + self.epoch) * 1_000_003 + shard))
+            records = shuffled(records, self.shuffle, random.Random(part_seed))
         for pos, (where, image, caption, concepts) in enumerate(records):
             if pos < skip:
                 continue
             if self.sample_seed is not None:
-                torch.manual_seed(((self.sample_seed + self.epoch) * 1_000_003 + shard) * 1_000_000_007 + pos)
+                torch.manual_seed(part_seed * 1_000_000_007 + pos)
             sample = self._make(where, image, caption, concepts)
             if sample is not None:
                 self.skips.ok()
