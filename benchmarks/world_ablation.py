@@ -3,7 +3,8 @@
 Each variant trains 300 steps from the demo's base with the demo's data and learning rate, changing
 one thing: C2LIP's xac weight, xac temperature or separate phrase encoding; CLIC's learning rate;
 OC-CLIP's patch-token layer, default queries, L_rel, a frozen image tower or a 10× lower backbone
-learning rate (its module keeps 2e-4); or the fine-tune's length (1,200 steps). Every variant runs once
+learning rate (its module keeps 2e-4), its module trained alone first (600 steps, both towers frozen) then
+with them; or the fine-tune's length (1,200 steps). Every variant runs once
 per seed (SigLIP, C2LIP and OC-CLIP with the demo's settings reuse the demo's own fine-tunes where it has
 them); the table gives the mean ± 95 % interval over seeds and the paired difference from the
 reference variant (SigLIP fine-tuning unless --reference) with the same seeds (`*`: its interval
@@ -15,6 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
+from compclip.demo import BENCHMARKS, FINE_TUNE, RUN_OPTIONS
 from compclip.eval import evaluate
 from compclip.eval.stats import fmt, fmt_difference, interval, paired
 from compclip.train import TrainConfig, train
@@ -23,6 +25,7 @@ VARIANTS = {
     "siglip": {"method": "siglip"},
     "c2lip": {},
     "xac0.1": {"method_options": {"lambda_xac": 0.1}},
+    "xac1": {"method_options": {"lambda_xac": 1.0}},
     "temp1": {"method_options": {"xac_temperature": 1.0}},
     "separate": {"method_options": {"concept_mode": "separate"}},
     "clic-lr1e-5": {"method": "clic", "lr": 1e-5},
@@ -32,6 +35,8 @@ VARIANTS = {
     "occlip-no-rel": {"method": "occlip", "method_options": {"lambda_rel": 0.0}},
     "occlip-lock-image": {"method": "occlip", "lock_image": True},
     "occlip-lr1e-5": {"method": "occlip", "lr": 1e-5},
+    "occlip-module": {"method": "occlip", "lock_image": True, "lock_text": True, "steps": 600},
+    "occlip-warm": {"method": "occlip", "after": "occlip-module"},
     "siglip-1200": {"method": "siglip", "steps": 1200},
     "c2lip-1200": {"steps": 1200},
 }
@@ -40,25 +45,32 @@ COLUMNS = {"swap-att": ("sugarcrepe", "swap_att"), "replace": ("sugarcrepe", "re
            "ZS shape": ("zeroshot", "shape"), "ZS colour": ("zeroshot", "color"), "R@1": ("retrieval", "mean_recall@1")}
 
 
+def trained(demo: Path, name: str, seed: int) -> Path:
+    """The variant's final checkpoint, trained unless it exists: from the demo's base, or from the final checkpoint of
+    the variant it comes `after` (a second stage: OC-CLIP's module keeps what it learnt, `Trainer`)."""
+    spec = dict(VARIANTS[name])
+    first = spec.pop("after", None)
+    start = trained(demo, first, seed) if first else next((demo / "train" / "base" / "checkpoints").glob("step_*"))
+    out = demo / "ablation" / name / f"seed{seed}"
+    common = {"model": str(start), "train_data": str(demo / "world" / "train" / "images.npy"), "concepts": str(demo / "concepts"),
+              "seed": seed, "workers": 2, "out": str(out), **FINE_TUNE, **RUN_OPTIONS}
+    cfg = TrainConfig(**{"method": "c2lip", **common, **spec})
+    final = out / "checkpoints" / f"step_{cfg.steps:07d}"
+    if not final.is_dir():
+        train(cfg)
+    return final
+
+
 def scores(demo: Path, name: str, seed: int) -> dict[str, float]:
     """One variant and seed: trained and evaluated unless its results exist; the columns in %."""
-    out = demo / "ablation" / name / f"seed{seed}"
-    results = out / "unseen"
+    results = demo / "ablation" / name / f"seed{seed}" / "unseen"
     if name in DEMO_RUNS:  # the demo's own fine-tune, when it ran this method with this seed
         first = json.loads((demo / "report" / "seeds.json").read_text())["seeds"][0] if (demo / "report" / "seeds.json").is_file() else 0
         demo_results = demo / "results" / (f"{name}-ft" if seed == first else f"{name}-ft-s{seed}") / "unseen"
         if (demo_results / "retrieval.json").is_file():
             results = demo_results
     if not (results / "retrieval.json").is_file():
-        base = next((demo / "train" / "base" / "checkpoints").glob("step_*"))
-        common = {"model": str(base), "train_data": str(demo / "world" / "train" / "images.npy"), "concepts": str(demo / "concepts"),
-                  "batch_size": 128, "seed": seed, "workers": 2, "shuffle": 0, "save_every": 10**9, "keep": 1, "steps": 300, "lr": 1e-4,
-                  "warmup": 20, "optimizer": "adamw", "out": str(out)}
-        cfg = TrainConfig(**{"method": "c2lip", **common, **VARIANTS[name]})
-        final = out / "checkpoints" / f"step_{cfg.steps:07d}"
-        if not final.is_dir():
-            train(cfg)
-        evaluate(str(final), "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval", results, data=demo / "world" / "test_unseen")
+        evaluate(str(trained(demo, name, seed)), BENCHMARKS, results, data=demo / "world" / "test_unseen")
     row = {}
     for column, (bench, metric) in COLUMNS.items():
         value = json.loads((results / f"{bench}.json").read_text())["metrics"][metric]

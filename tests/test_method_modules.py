@@ -103,6 +103,29 @@ def test_the_method_module_has_its_own_learning_rate(tmp_path):
     assert rates[id(trainer.model.logit_scale)] == pytest.approx(1e-4)
 
 
+def test_training_from_a_checkpoint_of_the_method_goes_on_with_its_modules(tmp_path):
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from compclip.train import Trainer, train
+
+    train(config(tmp_path, 2, "first"))
+    folder = tmp_path / "first" / "checkpoints" / "step_0000002"
+    saved = load_file(folder / "method.safetensors")["parts.0.gain"]
+    assert saved.item() != 0.0
+    again = Trainer(replace(config(tmp_path, 2, "second"), model=str(folder)))
+    assert torch.equal(again.method.parts[0].gain.detach(), saved)  # a second stage, not a fresh module
+    from compclip import methods
+
+    register_method("gain2", lambda o, *, concepts=None, seed=0: [GainLoss(o.lr)], GainOptions)  # same module, other method
+    try:
+        other = Trainer(replace(config(tmp_path, 2, "third"), model=str(folder), method="gain2"))
+    finally:
+        del methods._REGISTRY["gain2"]
+    assert other.method.parts[0].gain.item() == 0.0
+
+
 def test_a_method_checkpoint_evaluates_through_its_own_scorer(tmp_path):
     from compclip.train import train
 

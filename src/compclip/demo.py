@@ -41,6 +41,11 @@ CURRICULUM = (
     ("base", "train::singles", "caption", 5e-4, "cosine", 20, 1000),
 )
 PRETRAIN_STEPS = sum(run[-1] for run in CURRICULUM)  # --pretrain-steps scales every run's share of it
+# Every method's fine-tune from the base, here and in benchmarks/world_ablation.py (steps and batch: run_demo's defaults).
+FINE_TUNE = {"steps": 300, "batch_size": 128, "lr": 1e-4, "warmup": 20, "optimizer": "adamw"}
+# Every run's reading and saving: the world's scenes are drawn at random, so file order is already shuffled (and `::`
+# sources stay evenly mixed); only the final checkpoint is kept.
+RUN_OPTIONS = {"shuffle": 0, "save_every": 10**9, "keep": 1}
 BENCHMARKS = "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval"
 SPLITS = ("seen", "unseen")
 COLUMNS = ("SC add", "SC replace", "SC swap", "SC swap-att", "SC++ ITT", "SC++ TOT", "ZS shape", "ZS colour",
@@ -63,8 +68,8 @@ def run_demo(
     n_train: int = 20_000,
     n_test: int = 1250,
     pretrain_steps: int = PRETRAIN_STEPS,
-    steps: int = 300,
-    batch_size: int = 128,
+    steps: int = FINE_TUNE["steps"],
+    batch_size: int = FINE_TUNE["batch_size"],
     seeds: str = "0,1,2",
     workers: int = 2,
     world: dict[str, Any] | None = None,
@@ -169,9 +174,7 @@ def compare_methods(
     # pos: negclip and clic; graph: occlip
     build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos,graph", workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
-    # the world's scenes are drawn at random, so file order is already shuffled (and `::` sources stay evenly mixed)
-    common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "shuffle": 0,
-              "save_every": 10**9, "keep": 1}
+    common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, **RUN_OPTIONS}
     base: str | Path = MODEL
     for run, data, caption_key, lr, schedule, warmup, default_steps in CURRICULUM:
         n = max(1, round(pretrain_steps * default_steps / PRETRAIN_STEPS))
@@ -185,8 +188,8 @@ def compare_methods(
             # the first seed keeps the folder names of a single-seed run
             suffix = "" if s == seed else f"-s{s}"
             runs.setdefault(f"{method}-ft", {})[s] = _train(
-                out / "train" / f"{method}{suffix}", method=method, model=str(base), steps=steps, lr=1e-4, warmup=20,
-                optimizer="adamw", concepts=str(out / "concepts"), **dict(common, seed=s))
+                out / "train" / f"{method}{suffix}", method=method, model=str(base), concepts=str(out / "concepts"),
+                **{**FINE_TUNE, **common, "steps": steps, "seed": s})
     console.print(f"[4/5] fine-tuned {', '.join(methods.split(','))} from the base, {steps} steps each, seeds {seeds}")
     folders, numbers = [], {}
     for name, by_seed in runs.items():

@@ -28,7 +28,7 @@ from ..data import WebDatasetReader, is_tar_shards
 from ..data.skips import MAX_WORKERS
 from ..errors import DataError, MissingFileError, UsageError
 from ..io import atomic_path, write_json
-from ..models.checkpoint import STATE_NAME, load_module_weights
+from ..models.checkpoint import MODULES_NAME, STATE_NAME, load_module_weights, read_config
 from ..precision import PRECISIONS, autocast
 from ..progress import progress
 from .distributed import DistEnv, init_distributed
@@ -199,6 +199,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # the model's initialisation, where it is built from scratch
         model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device)
         self.method.bind(model)  # the method's own modules, sized by the model (seeded like it)
+        if (Path(cfg.model) / MODULES_NAME).is_file() and read_config(cfg.model).get("method") == cfg.method:
+            load_module_weights(self.method, cfg.model)  # a checkpoint of this method goes on with the modules it trained
         if cfg.lock_image or self.method.locks_image:
             model.lock_image_tower()
         if cfg.lock_text:
