@@ -1,4 +1,4 @@
-"""Method variants fine-tuned from `make demo`'s base on the binding world, over seeds, scored on the unseen split.
+"""Method variants fine-tuned from `make demo`'s base on the binding world, over seeds, scored on one test split.
 
 Each variant trains 300 steps from the demo's base with the demo's data and learning rate, changing
 one thing: C2LIP's xac weight, xac temperature or separate phrase encoding (also at λ_npc 0.3);
@@ -8,9 +8,10 @@ steps, both towers frozen) and then with them; or the fine-tune's length (1,200 
 variant runs once per seed (SigLIP, C2LIP and OC-CLIP with the demo's settings reuse the demo's own
 fine-tunes where it has them); the table gives the mean ± 95 % interval over seeds and the paired
 difference from the reference variant (SigLIP fine-tuning unless --reference) with the same seeds
-(`*`: its interval excludes zero). Run `make demo` first (or pass its --out as --demo).
+(`*`: its interval excludes zero). The unseen split unless --split seen. Run `make demo` first (or
+pass its --out as --demo).
 
-Run: .venv/bin/python benchmarks/world_ablation.py [--demo runs/demo] [--seeds 0,1,2] [--reference siglip] [NAME ...]
+Run: .venv/bin/python benchmarks/world_ablation.py [--demo runs/demo] [--seeds 0,1,2] [--reference siglip] [--split unseen] [NAME ...]
 """
 import argparse
 import json
@@ -62,16 +63,16 @@ def trained(demo: Path, name: str, seed: int) -> Path:
     return final
 
 
-def scores(demo: Path, name: str, seed: int) -> dict[str, float]:
-    """One variant and seed: trained and evaluated unless its results exist; the columns in %."""
-    results = demo / "ablation" / name / f"seed{seed}" / "unseen"
+def scores(demo: Path, name: str, seed: int, split: str) -> dict[str, float]:
+    """One variant and seed on one test split: trained and evaluated unless its results exist; the columns in %."""
+    results = demo / "ablation" / name / f"seed{seed}" / split
     if name in DEMO_RUNS:  # the demo's own fine-tune, when it ran this method with this seed
         first = json.loads((demo / "report" / "seeds.json").read_text())["seeds"][0] if (demo / "report" / "seeds.json").is_file() else 0
-        demo_results = demo / "results" / (f"{name}-ft" if seed == first else f"{name}-ft-s{seed}") / "unseen"
+        demo_results = demo / "results" / (f"{name}-ft" if seed == first else f"{name}-ft-s{seed}") / split
         if (demo_results / "retrieval.json").is_file():
             results = demo_results
     if not (results / "retrieval.json").is_file():
-        evaluate(str(trained(demo, name, seed)), BENCHMARKS, results, data=demo / "world" / "test_unseen")
+        evaluate(str(trained(demo, name, seed)), BENCHMARKS, results, data=demo / "world" / f"test_{split}")
     row = {}
     for column, (bench, metric) in COLUMNS.items():
         value = json.loads((results / f"{bench}.json").read_text())["metrics"][metric]
@@ -85,11 +86,12 @@ def main() -> None:
     parser.add_argument("--demo", type=Path, default=Path("runs/demo"))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--reference", default="siglip", choices=list(VARIANTS), help="the variant the Δ columns subtract")
+    parser.add_argument("--split", default="unseen", choices=["unseen", "seen"], help="the test split scored")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     names = [args.reference] + [n for n in args.names if n != args.reference]
-    table = {n: [scores(args.demo, n, s) for s in seeds] for n in names}
-    print(f"unseen split, mean ± 95 % interval over seeds {args.seeds}; Δ: paired difference from {args.reference} (* excludes 0)")
+    table = {n: [scores(args.demo, n, s, args.split) for s in seeds] for n in names}
+    print(f"{args.split} split, mean ± 95 % interval over seeds {args.seeds}; Δ: paired difference from {args.reference} (* excludes 0)")
     print("| variant | " + " | ".join(COLUMNS) + " | " + " | ".join(f"Δ {c}" for c in COLUMNS) + " |")
     print("|" + " --- |" * (1 + 2 * len(COLUMNS)))
     for name, rows in table.items():
