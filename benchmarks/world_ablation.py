@@ -4,14 +4,17 @@ Each variant trains 300 steps from the demo's base with the demo's data and lear
 one thing: C2LIP's xac weight, xac temperature or separate phrase encoding (also at λ_npc 0.3);
 CLIC's learning rate; OC-CLIP's patch-token layer, default queries, L_rel, a frozen image tower, a
 10× lower backbone learning rate (its module keeps 2e-4), or its module trained alone first (600
-steps, both towers frozen) and then with them; or the fine-tune's length (1,200 steps). Every
-variant runs once per seed (SigLIP, C2LIP and OC-CLIP with the demo's settings reuse the demo's own
-fine-tunes where it has them); the table gives the mean ± 95 % interval over seeds and the paired
-difference from the reference variant (SigLIP fine-tuning unless --reference) with the same seeds
-(`*`: its interval excludes zero). The unseen split unless --split seen. Run `make demo` first (or
-pass its --out as --demo).
+steps, both towers frozen) and then with them; or the fine-tune's length (1,200 or 3,000 steps;
+OC-CLIP's module alone for 3,000). Every variant runs once per seed (SigLIP, C2LIP and OC-CLIP with
+the demo's settings reuse the demo's own fine-tunes where it has them); the table gives the mean ±
+95 % interval over seeds and the paired difference from the reference variant (SigLIP fine-tuning
+unless --reference) with the same seeds (`*`: its interval excludes zero). The unseen split unless
+--split seen. Run `make demo` first (or pass its --out as --demo). `--device cuda` trains and scores
+on the GPU, in fp32 as on the CPU; one process per variant and seed can share one GPU, and a last
+run over all of them only reads their results (`docs/benchmarks.md`).
 
-Run: .venv/bin/python benchmarks/world_ablation.py [--demo runs/demo] [--seeds 0,1,2] [--reference siglip] [--split unseen] [NAME ...]
+Run: .venv/bin/python benchmarks/world_ablation.py [--demo runs/demo] [--seeds 0,1,2] [--reference siglip] [--split unseen]
+     [--device cpu|cuda] [--workers 2] [NAME ...]
 """
 import argparse
 import json
@@ -41,21 +44,25 @@ VARIANTS = {
     "occlip-warm": {"method": "occlip", "after": "occlip-module"},
     "siglip-1200": {"method": "siglip", "steps": 1200},
     "c2lip-1200": {"steps": 1200},
+    "siglip-3000": {"method": "siglip", "steps": 3000},
+    "c2lip-3000": {"steps": 3000},
+    "occlip-3000": {"method": "occlip", "steps": 3000},
+    "occlip-module-3000": {"method": "occlip", "lock_image": True, "lock_text": True, "steps": 3000},
 }
 DEMO_RUNS = ("siglip", "c2lip", "occlip")  # variants with the demo's exact settings
 COLUMNS = {"swap-att": ("sugarcrepe", "swap_att"), "replace": ("sugarcrepe", "replace"), "ITT": ("sugarcrepe_pp", "overall_itt"),
            "ZS shape": ("zeroshot", "shape"), "ZS colour": ("zeroshot", "color"), "R@1": ("retrieval", "mean_recall@1")}
 
 
-def trained(demo: Path, name: str, seed: int) -> Path:
+def trained(demo: Path, name: str, seed: int, device: str = "cpu", workers: int = 2) -> Path:
     """The variant's final checkpoint, trained unless it exists: from the demo's base, or from the final checkpoint of
     the variant it comes `after` (a second stage: OC-CLIP's module keeps what it learnt, `Trainer`)."""
     spec = dict(VARIANTS[name])
     first = spec.pop("after", None)
-    start = trained(demo, first, seed) if first else next((demo / "train" / "base" / "checkpoints").glob("step_*"))
+    start = trained(demo, first, seed, device, workers) if first else next((demo / "train" / "base" / "checkpoints").glob("step_*"))
     out = demo / "ablation" / name / f"seed{seed}"
     common = {"model": str(start), "train_data": str(demo / "world" / "train" / "images.npy"), "concepts": str(demo / "concepts"),
-              "seed": seed, "workers": 2, "out": str(out), **FINE_TUNE, **RUN_OPTIONS}
+              "seed": seed, "workers": workers, "device": device, "out": str(out), **FINE_TUNE, **RUN_OPTIONS}
     cfg = TrainConfig(**{"method": "c2lip", **common, **spec})
     final = out / "checkpoints" / f"step_{cfg.steps:07d}"
     if not final.is_dir():
@@ -63,7 +70,7 @@ def trained(demo: Path, name: str, seed: int) -> Path:
     return final
 
 
-def scores(demo: Path, name: str, seed: int, split: str) -> dict[str, float]:
+def scores(demo: Path, name: str, seed: int, split: str, device: str = "cpu", workers: int = 2) -> dict[str, float]:
     """One variant and seed on one test split: trained and evaluated unless its results exist; the columns in %."""
     results = demo / "ablation" / name / f"seed{seed}" / split
     if name in DEMO_RUNS:  # the demo's own fine-tune, when it ran this method with this seed
@@ -72,7 +79,8 @@ def scores(demo: Path, name: str, seed: int, split: str) -> dict[str, float]:
         if (demo_results / "retrieval.json").is_file():
             results = demo_results
     if not (results / "retrieval.json").is_file():
-        evaluate(str(trained(demo, name, seed)), BENCHMARKS, results, data=demo / "world" / f"test_{split}")
+        evaluate(str(trained(demo, name, seed, device, workers)), BENCHMARKS, results, data=demo / "world" / f"test_{split}",
+                 workers=workers, device=device, precision="fp32")
     row = {}
     for column, (bench, metric) in COLUMNS.items():
         value = json.loads((results / f"{bench}.json").read_text())["metrics"][metric]
@@ -87,10 +95,12 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--reference", default="siglip", choices=list(VARIANTS), help="the variant the Δ columns subtract")
     parser.add_argument("--split", default="unseen", choices=["unseen", "seen"], help="the test split scored")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where variants train and are scored (fp32 on both)")
+    parser.add_argument("--workers", type=int, default=2, help="data-loading processes of each run and evaluation")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     names = [args.reference] + [n for n in args.names if n != args.reference]
-    table = {n: [scores(args.demo, n, s, args.split) for s in seeds] for n in names}
+    table = {n: [scores(args.demo, n, s, args.split, args.device, args.workers) for s in seeds] for n in names}
     print(f"{args.split} split, mean ± 95 % interval over seeds {args.seeds}; Δ: paired difference from {args.reference} (* excludes 0)")
     print("| variant | " + " | ".join(COLUMNS) + " | " + " | ".join(f"Δ {c}" for c in COLUMNS) + " |")
     print("|" + " --- |" * (1 + 2 * len(COLUMNS)))

@@ -23,7 +23,8 @@ CAPTIONS = [
 OPTIONS = {"c2lip": {"lambda_xac": 1.0}, "hardneg": {"negatives": 2}, "negclip": {"negatives": 2}}  # every term weighs in
 
 
-def compute(env, accum: int = 1, method_name: str = "c2lip"):
+def compute(env, accum: int = 1, method_name: str = "c2lip", device: str = "cpu"):
+    """Loss terms and gradients (on the CPU) of one step on `device`."""
     from torch.nn.parallel import DistributedDataParallel
 
     from compclip.concepts import extract
@@ -34,6 +35,7 @@ def compute(env, accum: int = 1, method_name: str = "c2lip"):
 
     torch.manual_seed(0)
     model, _, tokenizer = load_model("compclip-tiny-siglip")
+    model.to(device)
     model.train()
     options = {k: v for part in method_name.split("+") for k, v in OPTIONS.get(part, {}).items()}
     records = {r["caption"]: r for r in extract(CAPTIONS, "noun-phrases,pos,graph")}
@@ -48,12 +50,13 @@ def compute(env, accum: int = 1, method_name: str = "c2lip"):
         method.collate([{"image": images[i], "caption": CAPTIONS[i]} for i in rows[k * size : (k + 1) * size]], tokenizer)
         for k in range(accum)
     ]
+    micro = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()} for batch in micro]
     module = _TrainModule(model, method)
     if env.distributed:
         module = DistributedDataParallel(module)
     terms = loss_step(module, method, micro, env)
     trained = [*model.named_parameters(), *(("method." + n, p) for n, p in method.named_parameters())]
-    return terms, {n: p.grad.clone() for n, p in trained if p.requires_grad}
+    return terms, {n: p.grad.cpu() for n, p in trained if p.requires_grad}
 
 
 if __name__ == "__main__":

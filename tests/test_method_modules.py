@@ -43,7 +43,8 @@ class GainLoss(LossPart):
         image, texts = out["image_features"], out.get("all_text_features", out["text_features"])
         logits = self.gain.exp() * out["logit_scale"] * image @ texts.T + out["logit_bias"]
         rows = image_rows(image.shape[0], image.device, out.get("image_offset", 0))
-        return {"gain": sigmoid_pairs_loss(logits, rows[:, None] == torch.arange(texts.shape[0])[None, :], texts.shape[0])}
+        positive = rows[:, None] == torch.arange(texts.shape[0], device=image.device)[None, :]
+        return {"gain": sigmoid_pairs_loss(logits, positive, texts.shape[0])}
 
     def scorer(self, model, preprocess, tokenizer, **kwargs):
         return GainScorer(DualEncoderScorer(model, preprocess, tokenizer, **kwargs), self.gain.detach())
@@ -115,7 +116,7 @@ def test_training_from_a_checkpoint_of_the_method_goes_on_with_its_modules(tmp_p
     saved = load_file(folder / "method.safetensors")["parts.0.gain"]
     assert saved.item() != 0.0
     again = Trainer(replace(config(tmp_path, 2, "second"), model=str(folder)))
-    assert torch.equal(again.method.parts[0].gain.detach(), saved)  # a second stage, not a fresh module
+    assert torch.equal(again.method.parts[0].gain.detach().cpu(), saved)  # a second stage, not a fresh module
     from compclip import methods
 
     register_method("gain2", lambda o, *, concepts=None, seed=0: [GainLoss(o.lr)], GainOptions)  # same module, other method

@@ -26,9 +26,9 @@ def assert_same(a, b):
     for k in terms_a:
         assert terms_a[k] == pytest.approx(terms_b[k], rel=1e-5), k
     assert grads_a.keys() == grads_b.keys()
-    for name in grads_a:  # 1e-5 of each gradient's own scale: float32 sums in another order
+    for name in grads_a:  # 3e-5 of each gradient's own scale: float32 sums in another order (more threads reorder more)
         scale = grads_a[name].abs().max().item()
-        assert (grads_a[name] - grads_b[name]).abs().max().item() <= 1e-5 * scale + 1e-8, name
+        assert (grads_a[name] - grads_b[name]).abs().max().item() <= 3e-5 * scale + 1e-8, name
     assert sum(g.abs().sum() for g in grads_a.values()) > 0
 
 
@@ -200,7 +200,7 @@ def test_torchrun_compclip_train_end_to_end(tmp_path, method):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            "-m", "compclip", "-q", "train", "--method", method, "--model", "compclip-tiny-siglip", "--train-data", str(data),
            "--concepts", str(tmp_path / "concepts"), "--out", str(tmp_path / "run"), "--steps", "4", "--batch-size", "4",
-           "--accum-freq", "2", "--save-every", "2", "--workers", "1", "--lr", "1e-4"]
+           "--accum-freq", "2", "--save-every", "2", "--workers", "1", "--lr", "1e-4", "--device", "cpu"]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
