@@ -1,7 +1,6 @@
 """The GPU paths, against the CPU as reference: loss terms and gradients of every method, training in each
 precision, exact resume with CUDA's random state, and scoring. Skipped where no GPU is (CI has none); run on
 a GPU machine with `pytest tests/test_cuda.py`."""
-import json
 import shutil
 
 import pytest
@@ -10,7 +9,7 @@ import torch
 import dist_grads
 from compclip.models import load_model
 from compclip.train import DistEnv
-from test_train import make_dataset
+from test_train import assert_same, losses, make_dataset
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -26,14 +25,9 @@ def _full_fp32():
 
 @pytest.mark.parametrize("method", ["siglip", "clip", "c2lip", "c2lip+hardneg", "negclip", "occlip"])
 def test_loss_terms_and_gradients_on_the_gpu_equal_the_cpu(method):
-    cpu_terms, cpu_grads = dist_grads.compute(DistEnv(), 1, method)
-    gpu_terms, gpu_grads = dist_grads.compute(DistEnv(device=torch.device("cuda")), 1, method, device="cuda")
-    assert gpu_terms.keys() == cpu_terms.keys()
-    for k in cpu_terms:
-        assert gpu_terms[k] == pytest.approx(cpu_terms[k], rel=1e-4, abs=1e-6), k
-    assert gpu_grads.keys() == cpu_grads.keys()
-    for name, g in cpu_grads.items():
-        assert (gpu_grads[name] - g).abs().max().item() <= 1e-4 * g.abs().max().item() + 1e-7, name
+    cpu = dist_grads.compute(DistEnv(), 1, method)
+    gpu = dist_grads.compute(DistEnv(device=torch.device("cuda")), 1, method, device="cuda")
+    assert_same(cpu, gpu, rel=1e-4, grad_rel=1e-4, term_abs=1e-6, grad_abs=1e-7)
 
 
 def _config(tmp_path, data, **kwargs):
@@ -42,10 +36,6 @@ def _config(tmp_path, data, **kwargs):
     options = {"method": "c2lip", "model": "compclip-tiny-siglip", "train_data": str(data), "concepts": str(tmp_path / "concepts"),
                "batch_size": 8, "steps": 8, "lr": 1e-3, "warmup": 2, "workers": 2, "save_every": 4, "keep": 3}
     return TrainConfig(**{**options, **kwargs})
-
-
-def _losses(out) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())}
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +54,7 @@ def cpu_run(dataset):
 
     root, data = dataset
     train(_config(root, data, out=str(root / "cpu"), device="cpu"))
-    return _losses(root / "cpu")
+    return losses(root / "cpu")
 
 
 @pytest.mark.parametrize("precision, rel", [("fp32", 1e-4), ("amp_bf16", 3e-2), ("amp", 1e-2)])
@@ -76,11 +66,11 @@ def test_training_on_the_gpu_in_each_precision(dataset, cpu_run, precision, rel)
     root, data = dataset
     out = root / precision
     train(_config(root, data, out=str(out), device="cuda", precision=precision))
-    losses = _losses(out)
-    assert losses[1] == pytest.approx(cpu_run[1], rel=rel)
-    assert losses[8] < losses[1]
+    gpu_run = losses(out)
+    assert gpu_run[1] == pytest.approx(cpu_run[1], rel=rel)
+    assert gpu_run[8] < gpu_run[1]
     if precision == "fp32":  # eight steps of Adam amplify rounding, but stay close in fp32
-        assert [losses[s] for s in range(1, 9)] == pytest.approx([cpu_run[s] for s in range(1, 9)], rel=1e-3)
+        assert [gpu_run[s] for s in range(1, 9)] == pytest.approx([cpu_run[s] for s in range(1, 9)], rel=1e-3)
     ckpt = str(out / "checkpoints" / "step_0000008")
     on_cpu, _, tokenizer = load_model(ckpt, device="cpu")
     on_gpu, _, _ = load_model(ckpt, device="cuda")
@@ -103,7 +93,7 @@ def test_a_gpu_run_resumes_exactly(dataset):
     shutil.rmtree(root / "resumed" / "checkpoints" / "step_0000008")
     (root / "resumed" / "checkpoints" / "latest").write_text("step_0000004")  # as if killed between steps 4 and 8
     train(_config(root, data, out=str(root / "resumed"), device="cuda"))
-    a, b = _losses(root / "straight"), _losses(root / "resumed")
+    a, b = losses(root / "straight"), losses(root / "resumed")
     assert sorted(b) == list(range(1, 9))
     assert [b[s] for s in range(5, 9)] == pytest.approx([a[s] for s in range(5, 9)], rel=1e-6)
 
