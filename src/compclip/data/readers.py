@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import random
+import re
 import sys
 import tarfile
 from collections.abc import Callable, Iterator
@@ -62,12 +63,15 @@ def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
         return img.convert("RGB")
 
 
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
 def _bad_caption(caption: Any) -> str | None:
     if caption is None:
         return "empty_caption"
     if not isinstance(caption, str):
         return "bad_record"
-    if any("\udc80" <= ch <= "\udcff" for ch in caption):  # surrogate-escaped bytes: not UTF-8
+    if _ESCAPED_BYTE.search(caption):  # surrogate-escaped bytes: not UTF-8
         return "undecodable_text"
     if not caption.strip():
         return "empty_caption"
@@ -134,8 +138,8 @@ class ImageTextReader(IterableDataset):
         for pos, (where, image, caption, concepts) in enumerate(records):
             if pos < skip:
                 continue
-            if self.sample_seed is not None:
-                torch.manual_seed(part_seed * 1_000_000_007 + pos)
+            if self.sample_seed is not None:  # the CPU generator alone: torch.manual_seed also queues lazy CUDA/XPU
+                torch.default_generator.manual_seed(part_seed * 1_000_000_007 + pos)  # seeding, 0.3 ms a sample
             sample = self._make(where, image, caption, concepts)
             if sample is not None:
                 self.skips.ok()
