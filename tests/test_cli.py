@@ -58,7 +58,8 @@ def test_demo_runs_end_to_end(tmp_path):
     from compclip.eval.stats import fmt_difference, paired
 
     args = ["--quiet", "demo", "--out", str(tmp_path / "demo"), "--n-train", "300", "--n-test", "40",
-            "--pretrain-steps", "3", "--steps", "2", "--batch-size", "16", "--methods", "siglip,c2lip,occlip", "--seeds", "5,6"]
+            "--pretrain-steps", "3", "--steps", "2", "--batch-size", "16", "--methods", "siglip,c2lip,occlip", "--seeds", "5,6",
+            "--device", "cpu"]
     result = compclip(*args)
     assert result.returncode == 0, result.stderr[-2000:]
     assert re.search(r"c2lip-ft\s+│ unseen", result.stdout) and "SC swap-att" in result.stdout
@@ -82,6 +83,8 @@ def test_demo_runs_end_to_end(tmp_path):
     assert base["model"] == str(tmp_path / "demo" / "train" / "base-singles" / "checkpoints" / "step_0000002")
     config = json.loads((tmp_path / "demo" / "train" / "c2lip" / "checkpoints" / "step_0000002" / "config.json").read_text())
     assert config["method"] == "c2lip" and config["train_args"]["seed"] == 5
+    assert shapes["device"] == config["train_args"]["device"] == "cpu"
+    assert json.loads((tmp_path / "demo" / "results" / "c2lip-ft" / "seen" / "zeroshot.json").read_text())["precision"] == "fp32"
     assert config["train_args"]["model"] == str(tmp_path / "demo" / "train" / "base" / "checkpoints" / "step_0000001")
     again_seed = json.loads((tmp_path / "demo" / "train" / "c2lip-s6" / "checkpoints" / "step_0000002" / "config.json").read_text())
     assert again_seed["train_args"]["seed"] == 6 and again_seed["train_args"]["model"] == config["train_args"]["model"]
@@ -234,6 +237,9 @@ def test_other_commands_check_their_options(capsys, tmp_path):
     assert_one_error(*run_main(capsys, "concepts", tmp_path / "c.csv", "--out", tmp_path / "s", "--workers", "0")[::2], "--workers")
     assert_one_error(*run_main(capsys, "world", "generate", "--out", tmp_path / "w", "--n-train", "0")[::2], "--n-train must be at least 1")
     assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--methods", "siglip,c2lip+nope")[::2], "--methods: unknown")
+    assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--device", "tpu")[::2], "--device must be cpu or cuda")
+    if not torch.cuda.is_available():
+        assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--device", "cuda")[::2], "torch sees no GPU")
     for setting, fragment in (("nope=1", "KEY one of n_val, n_singles, heldout,"), ("seed=3", "(seed is set by --seeds)"),
                               ("saliency=maybe", "saliency takes true or false"), ("density", "expected KEY=VALUE"),
                               ("n_singles=0", "--world n_singles must be at least 1")):

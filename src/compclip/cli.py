@@ -352,11 +352,13 @@ def demo(
     workers: int = typer.Option(2, help="DataLoader workers and rendering processes."),
     world: list[str] = typer.Option([], help="A world setting KEY=VALUE other than its default, e.g. heldout=0.5, density=0.5, "
                                     "completeness=0.5, saliency=true, colors=4 (repeatable; see `compclip world generate --help`)."),
+    device: str = typer.Option(None, help="cpu or cuda: where every model trains and is scored, in fp32.  "
+                                          "[default: cuda if a GPU is visible]"),
 ) -> None:
     """The whole method on the binding world: pretrain, fine-tune per method, evaluate seen and unseen, report."""
     from .demo import run_demo, world_options
 
-    run_demo(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds, workers, world_options(world))
+    run_demo(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds, workers, world_options(world), device)
 
 
 def main(argv: list[str] | None = None) -> None:

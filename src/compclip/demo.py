@@ -73,6 +73,7 @@ def run_demo(
     seeds: str = "0,1,2",
     workers: int = 2,
     world: dict[str, Any] | None = None,
+    device: str | None = None,
 ) -> dict[str, dict[str, dict[str, list[float]]]]:
     """Returns {model: {split: {column: one value per seed}}}."""
     from .eval import build_report
@@ -80,7 +81,7 @@ def run_demo(
     console, start = Console(), time.time()
     out = Path(out)
     numbers, runs, folders = compare_methods(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds, workers,
-                                             world, SPLITS, console)
+                                             world, SPLITS, console, device)
     report = build_report(folders, out / "report")
     title = f"binding world: accuracy / recall in %, mean ± 95 % interval over seeds {seeds} ({n_test} test scenes per split)"
     table, markdown = seed_table(numbers, title)
@@ -135,10 +136,11 @@ def world_config(world: dict[str, Any] | None, seed: int, n_train: int, n_test: 
 
 def compare_methods(
     out: Path, methods: str, n_train: int, n_test: int, pretrain_steps: int, steps: int, batch_size: int, seeds: str, workers: int,
-    world: dict[str, Any] | None = None, splits: tuple[str, ...] = SPLITS, console: Console | None = None,
+    world: dict[str, Any] | None = None, splits: tuple[str, ...] = SPLITS, console: Console | None = None, device: str | None = None,
 ) -> tuple[dict[str, dict[str, dict[str, list[float]]]], dict[str, dict[int, Path]], list[Path]]:
     """Stages 1-5 of the demo on one world (`world`: `WorldConfig` fields other than the defaults; its seed is the
-    first of `seeds` unless `world` names one) in `out`:
+    first of `seeds` unless `world` names one) in `out`, every model trained and scored in fp32 on `device` (cpu or cuda;
+    None: cuda where a GPU is visible):
     returns the numbers {model: {split: {column: one value per seed}}}, the checkpoints {model: {seed: folder}}
     and the result folders."""
     from .concepts import build_store, iter_captions
@@ -157,6 +159,7 @@ def compare_methods(
     if len(set(seed_list)) != len(seed_list):
         raise UsageError(f"--seeds: {seeds!r} repeats a seed")
     seed = seed_list[0]
+    device = run_device(device)
     unknown = [m for m in methods.split(",") for part in m.split("+") if part not in list_methods()]
     if unknown:
         raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(list_methods())}")
@@ -174,7 +177,7 @@ def compare_methods(
     # pos: negclip and clic; graph: occlip
     build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos,graph", workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
-    common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, **RUN_OPTIONS}
+    common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "device": device, **RUN_OPTIONS}
     base: str | Path = MODEL
     for run, data, caption_key, lr, schedule, warmup, default_steps in CURRICULUM:
         n = max(1, round(pretrain_steps * default_steps / PRETRAIN_STEPS))
@@ -197,13 +200,27 @@ def compare_methods(
             for split in splits:
                 folder = out / "results" / (name if s == seed else f"{name}-s{s}") / split
                 if not all((folder / f"{b}.json").is_file() for b in BENCHMARKS.split(",")):
-                    evaluate(str(ckpt), BENCHMARKS, folder, data=world_dir / f"test_{split}", workers=workers)
+                    evaluate(str(ckpt), BENCHMARKS, folder, data=world_dir / f"test_{split}", workers=workers, device=device,
+                             precision="fp32")
                 records = {b: json.loads((folder / f"{b}.json").read_text()) for b in BENCHMARKS.split(",")}
                 for h in COLUMNS:
                     numbers.setdefault(name, {}).setdefault(split, {}).setdefault(h, []).append(column_value(records, h))
                 folders.append(folder)
     console.print(f"[5/5] evaluated every model on the {' and '.join(splits)} split{'s' * (len(splits) > 1)}")
     return numbers, runs, folders
+
+
+def run_device(device: str | None) -> str:
+    """`--device` checked, or the default: cuda where a GPU is visible, else cpu."""
+    import torch
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"--device must be cpu or cuda, not {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no GPU here")
+    return device
 
 
 def held_out_attention(world: Path, c2lip: Path, siglip: Path, out: Path) -> tuple[Path, str]:
