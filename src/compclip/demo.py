@@ -211,16 +211,14 @@ def compare_methods(
 
 
 def run_device(device: str | None) -> str:
-    """`--device` checked, or the default: cuda where a GPU is visible, else cpu."""
+    """`--device` checked as `compclip train` checks it (before the world is made), or the default: cuda where a GPU
+    is visible, else cpu (evaluation needs a name)."""
     import torch
 
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise UsageError(f"--device must be cpu or cuda, not {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: torch sees no GPU here")
-    return device
+    from .train.trainer import check_device
+
+    check_device(device)
+    return device or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def held_out_attention(world: Path, c2lip: Path, siglip: Path, out: Path) -> tuple[Path, str]:

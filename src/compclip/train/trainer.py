@@ -89,8 +89,7 @@ class TrainConfig:
         for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", PRECISIONS)):
             if getattr(self, name) not in allowed:
                 raise UsageError(f"{_flag(name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
-        if self.device not in (None, "cpu", "cuda"):
-            raise UsageError(f"--device must be cpu or cuda (each process takes its local rank's GPU), not {self.device!r}")
+        check_device(self.device)
         out = Path(self.out)
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out} is a file; a run writes a folder")
@@ -100,6 +99,14 @@ class TrainConfig:
         for name in ("image_root", "concepts"):
             if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
                 raise MissingFileError(f"{_flag(name)} {getattr(self, name)}: no such folder")
+
+
+def check_device(device: str | None) -> None:
+    """`--device`: None (a GPU where torch sees one), cpu, or cuda where torch sees one (not a silent fall back to the CPU)."""
+    if device not in (None, "cpu", "cuda"):
+        raise UsageError(f"--device must be cpu or cuda (each process takes its local rank's GPU), not {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no GPU here")
 
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
