@@ -8,8 +8,8 @@ per seed, and the unseen test split. It prints mean ± 95 % interval over seeds,
 draws the curve (one line per method, interval bars). Every stage is reused when its output exists.
 The world's draw (which pairings are held out, which scenes) follows `--world-seed`, by default the first
 of `--seeds`: the same knob value in another draw is `--world-seed 1`.
-`--demo DIR` reuses a `compclip demo` folder for the value whose world it already has, and draws the
-curve into its report too (`report/seeds.md` shows it from the demo's next run on).
+`--demo DIR` reuses a `compclip demo` folder (or one of its `--world-seeds` worlds) for the value whose world it
+already has, and draws the curve into its report too (`report/seeds.md` shows it from the demo's next run on).
 
 Run: .venv/bin/python benchmarks/world_sweep.py --knob heldout --values 0.1,0.25,0.5 \\
          [--methods siglip,c2lip] [--seeds 0,1,2] [--world-seed 0] [--out runs/sweep] [--demo runs/demo]
@@ -30,12 +30,14 @@ METRIC = "SC swap-att"
 
 
 def folder(args: argparse.Namespace, value: float, world: dict) -> Path:
-    """The demo folder whose world has exactly this point's settings, or this point's own folder."""
+    """The demo folder (or one of its `--world-seeds` worlds) whose world has exactly this point's settings, or this
+    point's own folder."""
     cfg = world_config(world, args.world_seed, args.n_train, args.n_test)
     if args.demo is not None:
-        manifest = args.demo / "world" / "manifest.json"
-        if manifest.is_file() and json.loads(manifest.read_text())["config"] == asdict(cfg):
-            return args.demo
+        for candidate in (args.demo, args.demo / "worlds" / f"seed-{args.world_seed}"):
+            manifest = candidate / "world" / "manifest.json"
+            if manifest.is_file() and json.loads(manifest.read_text())["config"] == asdict(cfg):
+                return candidate
     return args.out / f"{args.knob}-{value:g}"
 
 

@@ -1,7 +1,9 @@
 """The command line, run as a user runs it: a real `compclip` process."""
 import json
+import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -98,6 +100,25 @@ def test_demo_runs_end_to_end(tmp_path):
     assert Image.open(tmp_path / "demo" / "report" / "attention.png").size[0] > 224
     again = compclip(*args)  # everything is reused: nothing is trained again
     assert again.returncode == 0 and "initialized randomly" not in again.stderr
+
+    # a second world (seed 7) with its own base; the first world (seed 5, the first of --seeds) is this folder's
+    two = compclip(*args[:-6], "--methods", "siglip,c2lip", "--seeds", "5,6", "--world-seeds", "5,7", "--device", "cpu")
+    assert two.returncode == 0, two.stderr[-2000:]
+    other = tmp_path / "demo" / "worlds" / "seed-7"
+    assert json.loads((other / "world" / "manifest.json").read_text())["config"]["seed"] == 7
+    differences = []  # per world: the mean over seeds of C2LIP minus the mean of SigLIP
+    for root in (tmp_path / "demo", other):
+        records = {f: {"sugarcrepe": json.loads((root / "results" / f / "unseen" / "sugarcrepe.json").read_text())}
+                   for m in ("siglip-ft", "c2lip-ft") for f in (m, f"{m}-s6")}
+        swap = {m: statistics.mean(column_value(records[f], "SC swap-att") for f in (m, f"{m}-s6")) for m in ("siglip-ft", "c2lip-ft")}
+        differences.append(swap["c2lip-ft"] - swap["siglip-ft"])
+    half = 12.706 * statistics.stdev(differences) / math.sqrt(2)  # Student's t, 1 degree of freedom
+    markdown = (tmp_path / "demo" / "report" / "seeds.md").read_text()
+    row = next(line for line in markdown.splitlines() if line.startswith("| c2lip-ft − siglip-ft | unseen |"))
+    assert row.split(" | ")[5] == fmt_difference(statistics.mean(differences), half), row
+    assert "binding worlds 5,7, each with its own base" in markdown and "# world 7 alone" in markdown
+    summary = json.loads((tmp_path / "demo" / "report" / "seeds.json").read_text())
+    assert summary["world_seeds"] == [5, 7] and len(summary["results"]["base"]["unseen"]["ZS shape"]) == 2
 
 
 def one_error_line(result) -> str:
@@ -239,9 +260,10 @@ def test_other_commands_check_their_options(capsys, tmp_path):
     assert_one_error(*run_main(capsys, "world", "generate", "--out", tmp_path / "w", "--n-train", "0")[::2], "--n-train must be at least 1")
     assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--methods", "siglip,c2lip+nope")[::2], "--methods: unknown")
     assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--device", "tpu")[::2], "--device must be cpu or cuda")
+    assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--world-seeds", "1,1")[::2], "--world-seeds: '1,1' repeats a seed")
     if not torch.cuda.is_available():
         assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--device", "cuda")[::2], "torch sees no GPU")
-    for setting, fragment in (("nope=1", "KEY one of n_val, n_singles, heldout,"), ("seed=3", "(seed is set by --seeds)"),
+    for setting, fragment in (("nope=1", "KEY one of n_val, n_singles, heldout,"), ("seed=3", "(seed is set by --seeds or --world-seeds)"),
                               ("saliency=maybe", "saliency takes true or false"), ("density", "expected KEY=VALUE"),
                               ("n_singles=0", "--world n_singles must be at least 1")):
         assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--world", setting)[::2], fragment)

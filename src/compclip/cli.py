@@ -348,17 +348,21 @@ def demo(
     pretrain_steps: int = typer.Option(3400, help="SigLIP steps of the base from scratch, over its curriculum (shapes first)."),
     steps: int = typer.Option(300, help="Fine-tuning steps per method."),
     batch_size: int = typer.Option(128, help="Images per step."),
-    seeds: str = typer.Option("0,1,2", help="Comma-separated fine-tuning seeds; the first also seeds the world and the base."),
+    seeds: str = typer.Option("0,1,2", help="Comma-separated fine-tuning seeds; the first also seeds the base and, without "
+                              "--world-seeds, the world."),
     workers: int = typer.Option(2, help="DataLoader workers and rendering processes."),
     world: list[str] = typer.Option([], help="A world setting KEY=VALUE other than its default, e.g. heldout=0.5, density=0.5, "
                                     "completeness=0.5, saliency=true, colors=4 (repeatable; see `compclip world generate --help`)."),
     device: str = typer.Option(None, help="cpu or cuda: where every model trains and is scored, in fp32.  "
                                           "[default: cuda if a GPU is visible]"),
+    world_seeds: str = typer.Option(None, help="Comma-separated world draws, each with its own base (the first in --out, the others "
+                                    "in OUT/worlds/seed-W): the table is then over worlds, each world's mean over --seeds.  "
+                                    "[default: one world, drawn with the first of --seeds]"),
 ) -> None:
     """The whole method on the binding world: pretrain, fine-tune per method, evaluate seen and unseen, report."""
     from .demo import run_demo, world_options
 
-    run_demo(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds, workers, world_options(world), device)
+    run_demo(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds, workers, world_options(world), device, world_seeds)
 
 
 def main(argv: list[str] | None = None) -> None:

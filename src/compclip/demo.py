@@ -14,7 +14,11 @@
    `results/<model>[-s<seed>]/<split>/<benchmark>.json`, `report/report.md`, `report/seeds.md`,
    `report/seeds.json` and the plots under `--out`; `report/seeds.md` shows the attention figure and any
    binding curve `benchmarks/world_sweep.py --demo OUT` drew there.
-The world and the base are made once, with the first seed; the seeds repeat the fine-tuning.
+The world and the base are made once, with the first seed; the seeds repeat the fine-tuning. So the intervals say
+what re-running the fine-tunes would show, not what a re-drawn world and a re-built base would: with `world_seeds`
+(`--world-seeds 0,1,2`) the demo draws each world and pretrains its own base on it (the first in `out`, the others
+in `out/worlds/seed-<w>/`), and its table is over the worlds, each world's mean over the seeds, differences paired
+world by world; each world's own table over seeds follows it in `report/seeds.md`.
 Every stage is skipped when its output exists, so a re-run reuses what was done.
 """
 from __future__ import annotations
@@ -74,17 +78,33 @@ def run_demo(
     workers: int = 2,
     world: dict[str, Any] | None = None,
     device: str | None = None,
+    world_seeds: str | None = None,
 ) -> dict[str, dict[str, dict[str, list[float]]]]:
-    """Returns {model: {split: {column: one value per seed}}}."""
+    """Returns {model: {split: {column: one value per seed}}}, or with several `world_seeds` one value per world
+    (the mean over its seeds)."""
     from .eval import build_report
 
     console, start = Console(), time.time()
     out = Path(out)
-    numbers, runs, folders = compare_methods(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds, workers,
-                                             world, SPLITS, console, device)
+    draws = world_draws(out, world_seeds, seeds, world)
+    by_world, runs, folders = {}, {}, []
+    for w, folder in draws.items():
+        numbers, world_runs, world_folders = compare_methods(folder, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds,
+                                                             workers, {**(world or {}), "seed": w}, SPLITS, console, device)
+        by_world[w] = numbers
+        if not runs:  # the report and the attention figure are the first world's
+            runs, folders = world_runs, world_folders
     report = build_report(folders, out / "report")
-    title = f"binding world: accuracy / recall in %, mean ± 95 % interval over seeds {seeds} ({n_test} test scenes per split)"
-    table, markdown = seed_table(numbers, title)
+    scope = f"{n_test} test scenes per split"
+    if len(draws) == 1:
+        numbers = by_world[next(iter(draws))]
+        table, markdown = seed_table(numbers, f"binding world: accuracy / recall in %, mean ± 95 % interval over seeds {seeds} ({scope})")
+    else:
+        numbers = world_means(by_world)
+        table, markdown = seed_table(numbers, f"binding worlds {world_seeds}, each with its own base: accuracy / recall in %, mean ± 95 % "
+                                              f"interval over the worlds of each world's mean over seeds {seeds} ({scope})")
+        for w, world_numbers in by_world.items():
+            markdown += "\n" + seed_table(world_numbers, f"world {w} alone: mean ± 95 % interval over seeds {seeds}")[1]
     console.print(table)
     if {"c2lip-ft", "siglip-ft"} <= set(runs):
         seed = next(iter(runs["base"]))  # the first seed's models
@@ -96,18 +116,58 @@ def run_demo(
         markdown += f"\n![unseen swap-attribute as the world's {curve.stem[14:]} moves]({curve.name})\n"
     with atomic_path(out / "report" / "seeds.md") as tmp:
         tmp.write_text(markdown, encoding="utf-8")
-    finite = {m: {sp: {h: [None if v != v else v for v in vs] for h, vs in cols.items()} for sp, cols in by.items()}
-              for m, by in numbers.items()}  # strict JSON: a metric a benchmark lacks (NaN) is null
-    write_json(out / "report" / "seeds.json", {"seeds": [int(s) for s in seeds.split(",")], "results": finite})
+    write_json(out / "report" / "seeds.json", {"seeds": parse_seeds(seeds, "--seeds"), "world_seeds": list(draws),
+                                               "results": _strict(numbers), "by_world": {str(w): _strict(n) for w, n in by_world.items()}})
     console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
     return numbers
+
+
+def _strict(numbers: dict) -> dict:
+    """Strict JSON: a metric a benchmark lacks (NaN) is null."""
+    return {m: {sp: {h: [None if v != v else v for v in vs] for h, vs in cols.items()} for sp, cols in by.items()}
+            for m, by in numbers.items()}
+
+
+def parse_seeds(text: str, flag: str) -> list[int]:
+    """Comma-separated distinct integers."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError(f"{flag}: expected comma-separated integers, not {text!r}") from None
+    if len(set(values)) != len(values):
+        raise UsageError(f"{flag}: {text!r} repeats a seed")
+    return values
+
+
+def world_draws(out: Path, world_seeds: str | None, seeds: str, world: dict[str, Any] | None) -> dict[int, Path]:
+    """{world seed: its folder}: the first world in `out` (so that a one-world demo folder is reused), each other in
+    `out/worlds/seed-<w>`. Without `world_seeds`, one world, seeded as `world` says or by the first of `seeds`."""
+    if world_seeds is None:
+        return {(world or {}).get("seed", parse_seeds(seeds, "--seeds")[0]): out}
+    if "seed" in (world or {}):
+        raise UsageError("--world-seeds and the world's own seed both set the draw: give one")
+    first, *others = parse_seeds(world_seeds, "--world-seeds")
+    return {first: out, **{w: out / "worlds" / f"seed-{w}" for w in others}}
+
+
+def world_means(by_world: dict[int, dict[str, dict[str, dict[str, list]]]]) -> dict[str, dict[str, dict[str, list]]]:
+    """{model: {split: {column: one value per world}}}: each world's mean over its seeds ("n/a" stays "n/a"), so that
+    an interval over them, and a paired difference world by world, speak for a re-drawn world and a re-built base."""
+    means: dict[str, dict[str, dict[str, list]]] = {}
+    for numbers in by_world.values():
+        for model, by_split in numbers.items():
+            for split, columns in by_split.items():
+                for column, values in columns.items():
+                    value = values[0] if any(isinstance(v, str) for v in values) else sum(values) / len(values)
+                    means.setdefault(model, {}).setdefault(split, {}).setdefault(column, []).append(value)
+    return means
 
 
 def world_options(pairs: list[str]) -> dict[str, Any]:
     """`--world KEY=VALUE` pairs as `WorldConfig` fields, each parsed as its default's type."""
     from .world import WorldConfig
 
-    fixed = {"seed": "--seeds", "n_train": "--n-train", "n_test": "--n-test", "size": "64 pixels"}
+    fixed = {"seed": "--seeds or --world-seeds", "n_train": "--n-train", "n_test": "--n-test", "size": "64 pixels"}
     defaults = asdict(WorldConfig())
     options: dict[str, Any] = {}
     for pair in pairs:
@@ -152,12 +212,7 @@ def compare_methods(
     for flag, value in (("--pretrain-steps", pretrain_steps), ("--steps", steps), ("--batch-size", batch_size)):
         if value < 1:
             raise UsageError(f"{flag} must be at least 1, not {value}")
-    try:
-        seed_list = [int(x) for x in seeds.split(",")]
-    except ValueError:
-        raise UsageError(f"--seeds: expected comma-separated integers, not {seeds!r}") from None
-    if len(set(seed_list)) != len(seed_list):
-        raise UsageError(f"--seeds: {seeds!r} repeats a seed")
+    seed_list = parse_seeds(seeds, "--seeds")
     seed = seed_list[0]
     device = run_device(device)
     unknown = [m for m in methods.split(",") for part in m.split("+") if part not in list_methods()]
