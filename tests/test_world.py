@@ -249,8 +249,8 @@ def test_palette_and_objects_per_scene(tmp_path):
 
 def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     """benchmarks/world_sweep.py at toy size: one world, base and fine-tune per knob value, each world made with
-    its value and the world seed asked for; a demo folder whose world matches a value is reused, not trained
-    again; a folder whose models were trained on another world is refused."""
+    its value and the world seed asked for; a demo folder (or one of its worlds) whose world matches a value is
+    reused, not trained again; a folder whose models were trained on another world is refused."""
     import os
     import subprocess
     import sys
@@ -281,5 +281,9 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     assert "| 0.5 |" in result.stdout and "| 1 |" in result.stdout
     assert Image.open(tmp_path / "b" / "binding_curve_completeness.png").size[0] > 400
     assert (tmp_path / "a" / "completeness-1" / "report" / "binding_curve_completeness.png").is_file()  # for the demo's report
+    (tmp_path / "c" / "worlds").mkdir(parents=True)  # a demo whose second world (`--world-seeds 0,7`) is that point
+    (tmp_path / "c" / "worlds" / "seed-7").symlink_to(tmp_path / "a" / "completeness-1")
+    sweep("--values", "1", "--out", str(tmp_path / "d"), "--demo", str(tmp_path / "c"))
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["binding_curve_completeness.png", "sweep.json"]
     with pytest.raises(UsageError, match="its world was made with other settings"):
         compare_methods(tmp_path / "a" / "completeness-1", "siglip", 200, 30, 2, 2, 16, "4", 2, {"completeness": 0.5, "seed": 7})
