@@ -242,9 +242,18 @@ def test_train_finds_images_in_an_images_folder_or_image_root(tmp_path):
 
 @pytest.mark.parametrize("args, fragments", [
     (["--batch-size", "0"], ["--batch-size must be at least 1, not 0"]),
-    (["--ties", "loose"], ["ties must be one of ('strict', 'clip_benchmark'), not 'loose'"]),
-    (["--benchmark", "sugarcrepe,wino"], ["unknown benchmarks ['wino']"]),
+    (["--ties", "loose"], ["--ties must be one of official, strict, clip_benchmark, not 'loose'"]),
+    (["--benchmark", "sugarcrepe,wino"], ["unknown benchmark 'wino'"]),
+    (["--benchmark", "sugarcrepe/swap"], ["--benchmark sugarcrepe/swap: sugarcrepe has no split 'swap'; its splits: add_obj"]),
+    (["--benchmark", "winoground/x"], ["winoground has no split 'x'; it has no splits"]),
+    (["--bench-opt", "vl_checklist.pairs=zip"], ["--bench-opt vl_checklist.*: vl_checklist is not among the benchmarks run (sugarcrepe)"]),
+    (["--benchmark", "vl_checklist", "--bench-opt", "vl_checklist.pair=zip"],
+     ["benchmark vl_checklist has no option pair (did you mean pairs?); its options: max_per_file, pairs (see `compclip benchmarks`)"]),
+    (["--benchmark", "vl_checklist", "--bench-opt", "vl_checklist.max_per_file=a"],
+     ["--bench-opt vl_checklist.max_per_file=a: expected int"]),
+    (["--benchmark", "vl_checklist", "--bench-opt", "pairs=zip"], ["--bench-opt 'pairs=zip': expected NAME.KEY=VALUE"]),
     (["--precision", "fp8"], ["--precision must be one of fp32, amp_bf16, amp, not 'fp8'"]),
+    (["--device", "cuda:x"], ["--device must be cpu, cuda or cuda:N, not 'cuda:x'"]),
 ])
 def test_eval_checks_options_before_loading_anything(capsys, tmp_path, args, fragments):
     base = {"--model": "compclip-tiny-clip", "--benchmark": "sugarcrepe", "--out": str(tmp_path / "out"), "--data-root": str(tmp_path)}
@@ -252,6 +261,22 @@ def test_eval_checks_options_before_loading_anything(capsys, tmp_path, args, fra
     code, _, err = run_main(capsys, "eval", *[x for kv in base.items() for x in kv])
     assert_one_error(code, err, *fragments)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bundled_model_gives_the_same_results_in_every_process(tmp_path):
+    folder = tmp_path / "data" / "retrieval" / "three"
+    folder.mkdir(parents=True)
+    for i, colour in enumerate(("red", "green", "blue")):
+        Image.new("RGB", (32, 32), colour).save(folder / f"{i}.png")
+    (folder / "captions.csv").write_text("image,caption\n0.png,a red square\n1.png,a green square\n2.png,a blue square\n")
+    records = []
+    for run in ("a", "b"):
+        result = compclip("-q", "eval", "--model", "compclip-tiny-siglip", "--benchmark", "retrieval", "--out", str(tmp_path / run),
+                          "--data-root", str(tmp_path / "data"), "--device", "cpu", "--workers", "0")
+        assert result.returncode == 0, result.stderr
+        record = json.loads((tmp_path / run / "retrieval.json").read_text())
+        records.append({k: v for k, v in record.items() if k != "seconds"})
+    assert records[0] == records[1] and records[0]["metrics"]["three"]["captions"] == 3
 
 
 def test_other_commands_check_their_options(capsys, tmp_path):

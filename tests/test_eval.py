@@ -256,16 +256,21 @@ def test_cli_eval_writes_clip_benchmark_records_and_report(data_root, tmp_path):
     save_checkpoint(model, tmp_path / "ckpt")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COMPCLIP_DATA": str(data_root)}
     run = lambda *a: subprocess.run([sys.executable, "-m", "compclip", "-q", *a], capture_output=True, text=True, env=env)  # noqa: E731
-    for label, ties in (("a", "strict"), ("b", "clip_benchmark")):
-        result = run("eval", "--model", str(tmp_path / "ckpt"), "--benchmark", "sugarcrepe,sugarcrepe_pp,winoground",
-                     "--out", str(tmp_path / label), "--ties", ties, "--cache", str(tmp_path / "cache"))
-        # winoground's file is missing: its result is written, incomplete, and the exit code says so
-        assert result.returncode == 1 and "winoground: nothing evaluated (missing " in result.stdout, result.stderr[-3000:]
+    for label, ties in (("a", "official"), ("b", "clip_benchmark")):
+        result = run("eval", "--model", str(tmp_path / "ckpt"), "--benchmark", "sugarcrepe,sugarcrepe_pp,winoground,sugarcrepe/swap_att",
+                     "--out", str(tmp_path / label), "--ties", ties, "--cache", str(tmp_path / "cache"), "--device", "cpu")
+        # winoground's files are missing: its result is written, incomplete, and the exit code says so
+        assert result.returncode == 1 and "winoground: nothing evaluated (looked for " in result.stdout, result.stderr[-3000:]
     record = json.loads((tmp_path / "a" / "sugarcrepe.json").read_text())
     assert {"dataset", "model", "pretrained", "task", "metrics"} <= set(record) and record["task"] == "image_caption_selection"
-    assert record["ties"] == "strict" and record["complete"] and set(record["metrics"]["add_att"]) == {"acc", "n", "n_missing"}
+    assert (record["ties"], record["ties_option"]) == ("strict", "official")  # sugar-crepe's own rule
+    assert record["complete"] and set(record["metrics"]["add_att"]) == {"acc", "n", "n_missing"}
+    one = json.loads((tmp_path / "a" / "sugarcrepe-swap_att.json").read_text())  # one split, as CLIP_benchmark's sugar_crepe/swap_att
+    assert one["dataset"] == "sugarcrepe/swap_att" and one["complete"] and one["metrics"]["swap_att"] == record["metrics"]["swap_att"]
+    assert set(one["metrics"]) == {"swap_att", "swap", "overall"} and one["metrics"]["swap"] == one["metrics"]["swap_att"]["acc"]
     missing = json.loads((tmp_path / "a" / "winoground.json").read_text())
-    assert missing["complete"] is False and missing["missing_files"][0].endswith("winoground/examples.jsonl")
+    assert missing["complete"] is False and "winoground/data/test-*.parquet" in missing["lacks"]
+    assert "huggingface-cli download facebook/winoground" in missing["lacks"]  # where the official download goes
     assert list((tmp_path / "cache").glob("*/images-*.safetensors"))  # the second run read these
     rep = run("report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "report"))
     assert rep.returncode == 0, rep.stderr[-2000:]
@@ -280,7 +285,7 @@ def test_cli_eval_writes_clip_benchmark_records_and_report(data_root, tmp_path):
     assert summary.loc["a", "SC add"] == pytest.approx(add, abs=0.01)
     assert summary["average of the 10"].isna().all()  # no zero-shot or retrieval results: no average
     check = run("data", "check")
-    assert "sugarcrepe: ready" in check.stdout and "winoground: missing winoground/examples.jsonl" in check.stdout
+    assert "sugarcrepe: ready" in check.stdout and "winoground: looked for " in check.stdout
 
 
 def test_summary_average_only_over_all_ten_columns():

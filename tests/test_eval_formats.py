@@ -1,22 +1,26 @@
-"""Every other benchmark on small data generated in its published layout, with answers known by
-construction: a model that sees the planted colour must score 100 %, its opposite 0 %."""
+"""Every benchmark on small data built in its official layout and record shape, scored by a stand-in model that
+gets some items right, some wrong and ties others, against counts made by hand from the benchmark's own rule."""
+import io
 import json
+import math
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 from PIL import Image
 
 from compclip.eval import REGISTRY, DualEncoderScorer, Scorer
 
-COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255)}
+COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "yellow": (255, 255, 0)}
+WORDS = ("red", "green", "blue")
 
 
 class ColourModel(torch.nn.Module):
-    """Embeds an image as its dominant colour channels and a text by the first colour word it names: a
-    stand-in "perfect" model whose right answers are known, so the harness's bookkeeping is what is tested.
-    Both embeddings are 0/1 vectors (a text naming no colour is all zeros), so every score is exactly
-    0 or ±1 after normalisation and ties are exact in any float arithmetic."""
+    """Embeds an image as its bright channels (red [1,0,0], yellow [1,1,0]) and a text as how often it names each of
+    red, green and blue (whole words): every score is a cosine of small integer vectors, so each answer can be counted
+    by hand, and equal scores are exactly equal in any float arithmetic."""
 
     def __init__(self, sign: float = 1.0):
         super().__init__()
@@ -35,8 +39,7 @@ def preprocess(image):
 
 
 def tokenizer(texts):
-    first = [next((w for w in t.lower().split() if w in COLOURS), None) for t in texts]
-    return torch.tensor([[c == "red", c == "green", c == "blue"] for c in first], dtype=torch.long)
+    return torch.tensor([[t.lower().split().count(w) for w in WORDS] for t in texts], dtype=torch.long)
 
 
 def scorer(sign=1.0):
@@ -48,157 +51,446 @@ def solid(path, colour, size=(16, 16)):
     Image.new("RGB", size, COLOURS[colour]).save(path)
 
 
-@pytest.mark.parametrize("sign,expected", [(1.0, 1.0), (-1.0, 0.0)])
-def test_winoground_and_inpaint(tmp_path, sign, expected):
-    root = tmp_path
-    (root / "winoground").mkdir()
+def png(colour) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), COLOURS[colour]).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def write_parquet(path, rows, images):
+    """Rows as the Hub writes a dataset with Image features: each image a struct of its bytes and path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    columns = {k: [r[k] for r in rows] for k in rows[0]}
+    fields = [pa.field(k, image if k in images else pa.infer_type(v)) for k, v in columns.items()]
+    arrays = [pa.array([{"bytes": png(c) if c else None, "path": None} for c in v], type=image) if k in images else pa.array(v)
+              for k, v in columns.items()]
+    pq.write_table(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), path)
+
+
+def run(name, root, ties=None, splits=(), **options):
+    bench = REGISTRY[name]
+    return bench.run(scorer(), root, ties or bench.ties, splits, bench.Options(**options))
+
+
+# ---- Winoground: the Hub's Parquet and the older JSONL --------------------------------------------------------------
+
+# (image_0, image_1, caption_0, caption_1, tag, secondary_tag, num_main_preds, collapsed_tag); scores s(c, i) by hand:
+WINOGROUND = [
+    ("red", "blue", "a red thing", "a blue thing", "Noun", "", 1, "Object"),  # text, image, group right
+    ("red", "blue", "a blue thing", "a red thing", "Verb", "Symbolic", 2, "Relation"),  # all wrong
+    # caption 0 names red and green: s(c0,i0) = s(c0,i1) = 1/√2, a tie: text right, image wrong (strict)
+    ("red", "green", "a red green thing", "a green thing", "Adjective-Color", "Pragmatics", 1, "Both"),
+    # image 1 is yellow: s(c0,i1) = s(c1,i1) = 1/√2, a tie: image right, text wrong
+    ("red", "yellow", "a red thing", "a green thing", "Noun", "Symbolic NonMinimal", 2, "Object"),
+]
+KEYS = ("image_0", "image_1", "caption_0", "caption_1", "tag", "secondary_tag", "num_main_preds", "collapsed_tag")
+
+
+def test_winoground_reads_the_hub_parquet_and_the_older_jsonl(tmp_path):
+    parquet = tmp_path / "hub"
+    rows = [{"id": i, **dict(zip(KEYS, ex, strict=True))} for i, ex in enumerate(WINOGROUND)]
+    write_parquet(parquet / "winoground" / "data" / "test-00000-of-00001.parquet", rows, images=("image_0", "image_1"))
+    legacy = tmp_path / "jsonl"
     lines = []
-    for i, (a, b) in enumerate([("red", "blue"), ("green", "red")]):
-        solid(root / "winoground" / "images" / f"ex_{i}_0.png", a)
-        solid(root / "winoground" / "images" / f"ex_{i}_1.png", b)
-        lines.append(
-            json.dumps({"id": i, "image_0": f"ex_{i}_0", "image_1": f"ex_{i}_1", "caption_0": f"a {a} thing", "caption_1": f"a {b} thing"})
-        )
-    (root / "winoground" / "examples.jsonl").write_text("\n".join(lines) + "\n")
-    result = REGISTRY["winoground"].run(scorer(sign), root, "strict")
-    assert result.metrics == {"text": expected, "image": expected, "group": expected, "n": 2}
+    for i, ex in enumerate(WINOGROUND):
+        record = {"id": i, **dict(zip(KEYS, ex, strict=True)), "image_0": f"ex_{i}_img_0", "image_1": f"ex_{i}_img_1"}
+        solid(legacy / "winoground" / "data" / "images" / f"ex_{i}_img_0.png", ex[0])
+        solid(legacy / "winoground" / "data" / "images" / f"ex_{i}_img_1.png", ex[1])
+        lines.append(json.dumps(record))
+    (legacy / "winoground" / "data" / "examples.jsonl").write_text("\n".join(lines) + "\n")
+    for root in (parquet, legacy):
+        strict = run("winoground", root)
+        assert strict.complete and {k: strict.metrics[k] for k in ("text", "image", "group", "n")} == {
+            "text": 0.5, "image": 0.5, "group": 0.25, "n": 4}
+        assert strict.metrics["collapsed_tag"] == {
+            "Object": {"text": 0.5, "image": 1.0, "group": 0.5, "n": 2},
+            "Relation": {"text": 0.0, "image": 0.0, "group": 0.0, "n": 1},
+            "Both": {"text": 1.0, "image": 0.0, "group": 0.0, "n": 1},
+        }
+        assert strict.metrics["num_main_preds"]["1"] == {"text": 1.0, "image": 0.5, "group": 0.5, "n": 2}
+        assert strict.metrics["secondary_tag"] == {  # a space-separated secondary tag counts in each of its tags
+            "NonMinimal": {"text": 0.0, "image": 1.0, "group": 0.0, "n": 1},
+            "Pragmatics": {"text": 1.0, "image": 0.0, "group": 0.0, "n": 1},
+            "Symbolic": {"text": 0.0, "image": 0.5, "group": 0.0, "n": 2},
+        }
+        assert strict.metrics["tag"]["Adjective-Color"] == {"text": 1.0, "image": 0.0, "group": 0.0, "n": 1}
+        first = run("winoground", root, "clip_benchmark")  # the tie on caption 0 of example 2 goes to image 0
+        assert {k: first.metrics[k] for k in ("text", "image", "group")} == {"text": 0.5, "image": 0.75, "group": 0.5}
 
-    base = root / "inpaint_coco"
-    solid(base / "orig.jpg", "red")
-    solid(base / "inp.jpg", "green")
-    (base / "annotations.jsonl").write_text(json.dumps({"coco_image": "orig.jpg", "inpaint_image": "inp.jpg", "coco_caption": "a red car",
-                                                        "inpaint_caption": "a green car", "category": "color"}) + "\n")
-    result = REGISTRY["inpaint_coco"].run(scorer(sign), root, "strict")
-    assert result.metrics["color"]["acc"] == expected and result.complete
+
+def test_winoground_parquet_without_a_column_names_the_file(tmp_path):
+    rows = [{"id": 0, "image_0": "red", "image_1": "blue", "caption_0": "a", "caption_1": "b"}]
+    write_parquet(tmp_path / "winoground" / "data" / "test-00000-of-00001.parquet", rows, images=("image_0", "image_1"))
+    with pytest.raises(ValueError, match=r"test-00000-of-00001.parquet: no column tag, secondary_tag, num_main_preds, collapsed_tag"):
+        run("winoground", tmp_path)
 
 
-def test_aro_relation_crops_the_region(tmp_path):
+# ---- InpaintCOCO: the Hub's Parquet shards ------------------------------------------------------------------------
+
+
+def test_inpaint_coco_reads_the_hub_parquet_per_concept(tmp_path):
+    def row(concept, orig, inpainted, t_orig, t_inp):
+        return {"concept": concept, "coco_caption": t_orig, "coco_image": orig, "inpaint_caption": t_inp, "inpaint_image": inpainted,
+                "mask": "m"}
+
+    data = tmp_path / "inpaint_coco" / "data"
+    write_parquet(data / "test-00000-of-00002.parquet", [
+        row("color", "red", "blue", "a red car", "a blue car"),  # right
+        row("color", "red", "blue", "a blue car", "a red car"),  # wrong
+        row("object", "red", "yellow", "a red cat", "a green dog"),  # s(i_o,t_o)=1 > 1/√2, s(i_i,t_i)=1/√2 > 0: right
+    ], images=("coco_image", "inpaint_image"))
+    write_parquet(data / "test-00001-of-00002.parquet", [
+        row("size", "green", "green", "a green box", "a big green box"),  # every score 1: a tie, wrong
+        row("size", "green", None, "a green box", "a small green box"),  # no inpainted image: missing, named
+    ], images=("coco_image", "inpaint_image"))
+    result = run("inpaint_coco", tmp_path)
+    assert result.metrics == {"acc": 0.5, "n": 4, "concept": {"color": {"acc": 0.5, "n": 2}, "object": {"acc": 1.0, "n": 1},
+                                                              "size": {"acc": 0.0, "n": 1}}}
+    assert result.missing.report() == {"count": 1, "examples": [f"{data / 'test-00001-of-00002.parquet'}::row 1, inpaint_image"]}
+
+
+# ---- VL-CheckList: the repository's data/ tree, images per source -------------------------------------------------
+
+
+def test_vl_checklist_scores_the_first_pair_and_averages_as_radar_py(tmp_path):
+    base = tmp_path / "vl_checklist"
+    solid(base / "images" / "vg" / "VG_100K" / "1.jpg", "red")
+    solid(base / "images" / "vg" / "VG_100K_2" / "2.jpg", "blue")
+    solid(base / "images" / "vg" / "VG_100K" / "3.jpg", "green")
+    solid(base / "images" / "swig" / "running_1.jpg", "green")
+    files = {
+        # VAW's images are VG's: image root vg
+        "Attribute/vaw/color.json": [["VG_100K/1.jpg", {"POS": ["red apple", "green apple"], "NEG": ["green apple", "red apple"]}],
+                                     ["VG_100K_2/2.jpg", {"POS": ["red sky"], "NEG": ["blue sky"]}]],
+        "Attribute/vg/color.json": [["VG_100K/1.jpg", {"POS": ["red car"], "NEG": ["blue car"]}]],
+        "Attribute/vg/material.json": [],
+        "Attribute/vg/state.json": [["VG_100K/1.jpg", {"POS": [], "NEG": []}],  # malformed: skipped and named
+                                    ["VG_100K/1.jpg", {"POS": ["red door"], "NEG": ["green door"]}],
+                                    ["VG_100K/9.jpg", {"POS": ["red"], "NEG": ["blue"]}]],  # image missing
+        "Relation/vg/spatial.json": [["VG_100K/3.jpg", {"POS": ["a green cup left of a box", "red"], "NEG": ["a red cup left of it"]}],
+                                     ["VG_100K/3.jpg", {"POS": ["blue cup"], "NEG": ["green cup"]}]],
+        "Object/Size/swig_size/swig_agent/swig_agent_large.json": [
+            ["running_1.jpg", {"POS": ["a green man", "a man"], "NEG": ["a blue man", "a woman"]}]],
+    }
+    for name, records in files.items():
+        (base / "data" / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / "data" / name).write_text(json.dumps(records))
+    result = run("vl_checklist", tmp_path)
+    m = result.metrics
+    assert m["files"] == {"Attribute/vaw/color": {"acc": 0.5, "n": 2}, "Attribute/vg/color": {"acc": 1.0, "n": 1},
+                          "Attribute/vg/state": {"acc": 1.0, "n": 1}, "Relation/vg/spatial": {"acc": 0.5, "n": 2},
+                          "Object/Size/swig_size/swig_agent/swig_agent_large": {"acc": 1.0, "n": 1}}
+    assert m["color"] == {"acc": 0.75, "vg": 1.0, "vaw": 0.5}  # the mean over sources of each source's mean over its files
+    assert math.isnan(m["material"]["acc"]) and m["state"] == {"acc": 1.0, "vg": 1.0}
+    assert (m["Attribute"], m["Relation"], m["Object"]) == (0.875, 0.5, 1.0)  # over the sub-dimensions with a score
+    assert m["overall"] == pytest.approx((0.875 + 0.5 + 1.0) / 3)
+    data = base / "data"
+    assert result.absent[str(data / "Attribute/vg/material.json")] == "empty: nothing to score"
+    assert result.absent[str(data / "Attribute/vaw/material.json")] == "absent: not scored"
+    assert "1 malformed records skipped" in result.absent[str(data / "Attribute/vg/state.json")]
+    assert result.missing.report()["examples"] == [str(base / "images" / "vg" / "VG_100K" / "9.jpg")] and not result.complete
+    assert len(REGISTRY["vl_checklist"].images(tmp_path)) == 5  # what `compclip data check` looks for, the missing one too
+    zipped = run("vl_checklist", tmp_path, pairs="zip").metrics  # every k-th POS against the k-th NEG
+    assert zipped["files"]["Attribute/vaw/color"] == {"acc": pytest.approx(1 / 3), "n": 3}
+    assert zipped["files"]["Object/Size/swig_size/swig_agent/swig_agent_large"] == {"acc": 0.5, "n": 2}  # "a man"/"a woman": a tie
+    capped = run("vl_checklist", tmp_path, max_per_file=1).metrics
+    assert capped["files"]["Attribute/vaw/color"] == {"acc": 1.0, "n": 1}
+    attribute = run("vl_checklist", tmp_path, splits=("Attribute",)).metrics
+    assert attribute["overall"] == attribute["Attribute"] == 0.875 and "Object" not in attribute
+    with pytest.raises(ValueError, match=r"vl_checklist\.pairs must be one of first, zip"):
+        REGISTRY["vl_checklist"].Options(pairs="all")
+
+
+def test_vl_checklist_corpus_names_every_file_of_the_official_summary():
+    from compclip.eval.vl_checklist import CATEGORIES, CORPUS
+
+    assert [d for c in CATEGORIES.values() for d in c] == list(CORPUS) and len(CORPUS) == 13
+    assert CORPUS["large"]["swig"][1] == ("Object/Size/swig_size/swig_destination/swig_destination_large.json", "swig")
+    assert CORPUS["mid"]["vg"] == [("Object/Location/vg_location/vg_obj_mid.json", "vg"),
+                                   ("Object/Location/vg_location/vg_subj_mid.json", "vg")]
+    assert CORPUS["action_a"]["vaw"] == [("Attribute/vaw/action.json", "vg")]
+    assert CORPUS["action_r"]["hake"] == [("Relation/hake_action.json", "hake")]
+    # corpus.json: 6 Object sub-dimensions of 2 VG, 4 SWiG and 1 HAKE files, 5 Attribute ones of 2, Relation 3 + 1
+    assert sum(len(entries) for sources in CORPUS.values() for entries in sources.values()) == 6 * 7 + 5 * 2 + 4
+
+
+# ---- What'sUp: the repository's data/ folder -----------------------------------------------------------------------
+
+
+def controlled(pair, relation, colour, right, tie=False):
+    """A subset-A record, the true caption first. Right: it names the image's colour and no distractor does; wrong: a
+    distractor does and it does not; tie: both do."""
+    a, b = pair
+    true = f"a {colour if right else 'blue'} {a} {relation.replace('_', ' ')} a {b}"
+    other = f"a {colour if tie or not right else 'green'} {a} near a {b}"
+    return {"image_path": f"data/controlled_images/{a}_{relation}_{b}.jpeg", "caption_options": [true, other, "a thing", "a thing too"]}
+
+
+def test_whatsup_reads_the_data_folder_with_pair_and_set_accuracy(tmp_path):
+    base = tmp_path / "whatsup"
+    records = []
+    right = {("mug", "plate"): {"left_of": 1, "right_of": 1, "on": 1, "under": 0},
+             ("cup", "table"): {"left_of": 1, "right_of": 0, "on": 1, "under": 1},
+             ("box", "chair"): {"left_of": 1, "right_of": 1, "on": 1, "under": 1}}
+    for pair, relations in right.items():
+        for relation, ok in relations.items():
+            tie = pair == ("box", "chair") and relation == "on"  # a distractor as good as the true caption: the tie goes to it
+            records.append(controlled(pair, relation, "red", ok, tie))
+            solid(base / "controlled_images" / f"{pair[0]}_{relation}_{pair[1]}.jpeg", "red")
+    (base / "controlled_images_dataset.json").write_text(json.dumps(records))
+    solid(base / "val2017" / "000000000042.jpg", "blue")
+    solid(base / "val2017" / "000000000043.jpg", "blue")
+    (base / "coco_qa_one_obj.json").write_text(json.dumps([[42, "a blue plate on the left", "a red plate on the right"],
+                                                           [43, "a red plate on the right", "a blue plate on the left"]]))
+    solid(base / "vg_images" / "7.jpg", "green")
+    (base / "vg_qa_one_obj.json").write_text(json.dumps([[7, "a green cup on the top", "a red cup on the bottom"]]))
+    result = run("whatsup", tmp_path)
+    a = result.metrics["controlled_a"]
+    assert (a["acc"], a["n"]) == (pytest.approx(10 / 12), 12)
+    assert (a["pair_acc"], a["pairs"], a["set_acc"], a["sets"]) == (pytest.approx(4 / 6), 6, pytest.approx(1 / 3), 3)
+    assert {p: v["acc"] for p, v in a["prepositions"].items()} == {"left_of": 1.0, "right_of": pytest.approx(2 / 3), "on": 1.0,
+                                                                   "under": pytest.approx(2 / 3)}
+    assert result.metrics["coco_one_obj"]["prepositions"] == {"left": {"acc": 1.0, "n": 1}, "right": {"acc": 0.0, "n": 1}}
+    assert (result.metrics["coco_spatial"], result.metrics["gqa_spatial"]) == (0.5, 1.0)  # each over its subsets present
+    assert result.metrics["overall"] == pytest.approx((10 / 12 + 0.5 + 1.0) / 3)  # the Table 1 figures present
+    assert set(result.absent) == {str(base / f) for f in ("controlled_clevr_dataset.json", "coco_qa_two_obj.json", "vg_qa_two_obj.json")}
+    assert not result.complete
+    strict = run("whatsup", tmp_path, "strict", splits=("controlled_a",)).metrics
+    assert strict["controlled_a"]["acc"] == pytest.approx(9 / 12) and set(strict) == {"controlled_a", "overall"}
+    (tmp_path / "coco").mkdir()
+    (base / "val2017").rename(tmp_path / "coco" / "val2017")  # COCO's images shared with the other benchmarks
+    assert run("whatsup", tmp_path, splits=("coco_one_obj",)).metrics["coco_one_obj"] == result.metrics["coco_one_obj"]
+
+
+def test_a_misplaced_download_is_named_with_where_it_goes(tmp_path):
+    (tmp_path / "whatsup" / "data").mkdir(parents=True)  # the repository cloned, not its data/ folder
+    (tmp_path / "whatsup" / "data" / "controlled_images_dataset.json").write_text("[]")
+    message = REGISTRY["whatsup"].lacks(tmp_path, ())
+    assert message.startswith(f"looked for {tmp_path / 'whatsup' / 'controlled_images_dataset.json'}, ")
+    assert "DATA_ROOT/whatsup is the repository's data/ folder itself" in message and "github.com/amitakamath/whatsup_vlms" in message
+    (tmp_path / "vl_checklist" / "Attribute" / "vg").mkdir(parents=True)  # the data/ tree's folders without data/
+    assert "go in vl_checklist/data/" in REGISTRY["vl_checklist"].lacks(tmp_path, ())
+    assert REGISTRY["winoground"].lacks(tmp_path, ()).endswith("with data/images.zip unzipped into data/images/")
+
+
+def test_whatsup_two_object_prepositions_follow_evaluate_scores():
+    from compclip.eval.whatsup import preposition
+
+    assert [preposition("coco_two_obj", [1, c, ""]) for c in ("a dog to the left of a cat", "a dog above a cat", "a dog below a cat")] == [
+        "left", "above", "below"]
+    assert [preposition("gqa_two_obj", [1, c, ""]) for c in ("a cup in front of a lamp", "a cup behind a lamp", "a cup on a lamp")] == [
+        "front", "behind", "top"]
+    assert preposition("controlled_b", {"image_path": "data/controlled_clevr/cube_in-front_of_sphere.jpeg"}) == "in-front_of"
+
+
+# ---- ARO: VG-Relation and VG-Attribution ---------------------------------------------------------------------------
+
+
+def vg_record(path, box, true, false, **group):
+    left = {"left": 0, "right": 20}[box]
+    return {"image_path": path, "bbox_x": left, "bbox_y": 0, "bbox_w": 20, "bbox_h": 20, "true_caption": true, "false_caption": false,
+            **group}
+
+
+def test_aro_relation_crops_the_region_and_leaves_symmetric_relations_out_of_the_macro(tmp_path):
     base = tmp_path / "aro"
     image = Image.new("RGB", (40, 20), COLOURS["blue"])
-    image.paste(COLOURS["red"], (0, 0, 20, 20))  # left half red
+    image.paste(COLOURS["red"], (0, 0, 20, 20))  # left half red, right half blue
     (base / "images").mkdir(parents=True)
     image.save(base / "images" / "1.png")
     records = [
-        {
-            "image_path": "1.png",
-            "bbox_x": 0,
-            "bbox_y": 0,
-            "bbox_w": 20,
-            "bbox_h": 20,
-            "true_caption": "the red left",
-            "false_caption": "the blue left",
-            "relation_name": "left of",
-        },
-        {
-            "image_path": "1.png",
-            "bbox_x": 20,
-            "bbox_y": 0,
-            "bbox_w": 20,
-            "bbox_h": 20,
-            "true_caption": "the blue right",
-            "false_caption": "the red right",
-            "relation_name": "right of",
-        },
-        {
-            "image_path": "missing.png",
-            "bbox_x": 0,
-            "bbox_y": 0,
-            "bbox_w": 5,
-            "bbox_h": 5,
-            "true_caption": "a",
-            "false_caption": "b",
-            "relation_name": "on",
-        },
+        vg_record("1.png", "left", "the red cup", "the blue cup", relation_name="on"),  # right
+        vg_record("1.png", "right", "the red cup", "the blue cup", relation_name="on"),  # wrong
+        vg_record("1.png", "left", "red", "blue", relation_name="next to"),  # right, symmetric
+        vg_record("1.png", "right", "blue", "red", relation_name="left of"),  # right
+        vg_record("1.png", "left", "green", "blue", relation_name="left of"),  # both score 0: a tie, wrong
+        vg_record("missing.png", "left", "a", "b", relation_name="on"),
     ]
     (base / "visual_genome_relation.json").write_text(json.dumps(records))
-    result = REGISTRY["aro_vg_relation"].run(scorer(), tmp_path, "strict")
-    assert result.metrics["acc"] == 1.0 and result.metrics["n"] == 2 and result.metrics["groups"] == 2
-    assert not result.complete and result.missing.report()["count"] == 1
+    result = run("aro_vg_relation", tmp_path)
+    m = result.metrics
+    assert m["relations"] == {"left of": {"acc": 0.5, "n": 2}, "next to": {"acc": 1.0, "n": 1}, "on": {"acc": 0.5, "n": 2}}
+    assert (m["macro"], m["macro_groups"], m["acc"], m["n"]) == (0.5, 2, 0.6, 5)
+    assert result.missing.report()["count"] == 1 and not result.complete
+    assert run("aro_vg_relation", tmp_path, exclude_symmetric=False).metrics["macro"] == pytest.approx(2 / 3)
+
+    attributes = [vg_record("1.png", "left", "red", "blue", attributes=["red", "blue"]),
+                  vg_record("1.png", "right", "blue", "red", attributes=["red", "blue"]),
+                  vg_record("1.png", "right", "red", "blue", attributes=["red", "blue"]),
+                  vg_record("1.png", "left", "red", "green", attributes=["green", "red"])]
+    (base / "visual_genome_attribution.json").write_text(json.dumps(attributes))
+    default = run("aro_vg_attribution", tmp_path).metrics  # no pair has 25 records: no macro
+    assert math.isnan(default["macro"]) and default["attribute_pairs"]["red_blue"] == {"acc": pytest.approx(2 / 3), "n": 3}
+    assert run("aro_vg_attribution", tmp_path, min_count=2).metrics["macro"] == pytest.approx(2 / 3)
+    assert run("aro_vg_attribution", tmp_path, min_count=1).metrics["macro"] == pytest.approx((2 / 3 + 1) / 2)
 
 
-def test_aro_order_shuffles_are_permutations_of_the_caption():
-    from compclip.concepts import extract
-    from compclip.eval.aro import shuffles
-
-    caption = "a small red bus parked next to a tall white building"
-    options = shuffles(caption, extract([caption], what="pos")[0]["pos"], seed=3)
-    assert len(options) == 4
-    for option in options:
-        assert sorted(option.split()) == sorted(caption.split())
-    assert len(set(options)) > 1
-    nouns_adjs = options[0].split()
-    for i, w in enumerate(caption.split()):
-        if w in ("a", "parked", "next", "to"):
-            assert nouns_adjs[i] == w  # only nouns and adjectives moved
+# ---- ARO: COCO- and Flickr30k-Order ---------------------------------------------------------------------------------
 
 
-def test_whatsup_and_vl_checklist(tmp_path):
-    base = tmp_path / "whatsup"
-    solid(base / "controlled_images" / "a.jpeg", "green")
-    (base / "controlled_images_dataset.json").write_text(json.dumps([
-        {"image_path": "data/controlled_images/a.jpeg", "caption_options": ["a green mug", "a red mug", "a blue mug", "a mug"]},
+def test_pre_caption_as_the_aro_repository_cleans_captions():
+    from compclip.eval.aro import pre_caption
+
+    assert pre_caption('A man: "riding" a (red) bike!  \n') == "a man riding a red bike"
+    assert pre_caption("Two dogs; one~brown, one #white.") == "two dogs one brown, one white"
+    assert pre_caption(" ".join(f"w{i}" for i in range(40))) == " ".join(f"w{i}" for i in range(30))
+
+
+def test_order_perturbations_move_what_text_shuffler_moves():
+    from compclip.concepts import load_nlp
+    from compclip.eval.aro import Shuffler
+
+    doc = load_nlp()("A small red bus parked next to a tall white building.")
+    tokens, tags = [t.text for t in doc], [t.tag_ for t in doc]
+    nouns_adj = {i for i, t in enumerate(tags) if t.startswith(("NN", "JJ"))}
+    first = Shuffler(1).perturb(doc)
+    assert first == Shuffler(1).perturb(doc) and first != Shuffler(2).perturb(doc)  # seeded
+    nouns, others, within, trigrams = (p.split(" ") for p in first)
+    assert sorted(nouns) == sorted(others) == sorted(within) == sorted(tokens)
+    assert [w for i, w in enumerate(nouns) if i not in nouns_adj] == [w for i, w in enumerate(tokens) if i not in nouns_adj]
+    noun_words = lambda words: sorted(w for i, w in enumerate(words) if tags[i].startswith("NN"))  # noqa: E731
+    assert noun_words(nouns) == noun_words(tokens)
+    assert [w for i, w in enumerate(others) if i in nouns_adj] == [w for i, w in enumerate(tokens) if i in nouns_adj]
+    assert [sorted(within[i : i + 3]) for i in range(0, len(tokens), 3)] == [sorted(tokens[i : i + 3]) for i in range(0, len(tokens), 3)]
+    units = [tuple(tokens[i : i + 3]) for i in range(0, len(tokens), 3)]
+    rebuilt, rest = [], trigrams
+    while rest:  # the shuffled sentence is the trigrams in some order
+        unit = next(u for u in units if tuple(rest[: len(u)]) == u and u not in rebuilt)
+        rebuilt.append(unit)
+        rest = rest[len(unit):]
+    assert sorted(rebuilt) == sorted(units)
+
+
+def test_order_sets_rank_the_caption_first_with_ties_to_it(tmp_path):
+    solid(tmp_path / "coco" / "val2014" / "COCO_val2014_000000000001.jpg", "red")
+    solid(tmp_path / "coco" / "val2014" / "COCO_val2014_000000000002.jpg", "blue")
+    (tmp_path / "coco" / "coco_karpathy_test.json").write_text(json.dumps([
+        {"image": "val2014/COCO_val2014_000000000001.jpg", "caption": ["A red car near a blue house.", "Red paint on a wall."]},
+        {"image": "val2014/COCO_val2014_000000000002.jpg", "caption": ["A red car near a blue house."]},
     ]))
-    solid(tmp_path / "coco" / "val2017" / "000000000042.jpg", "blue")
-    (base / "coco_qa_one_obj.json").write_text(json.dumps([[42, "a blue plate", "a red plate"]]))
-    result = REGISTRY["whatsup"].run(scorer(), tmp_path, "strict")
-    assert result.metrics["controlled_a"]["acc"] == 1.0 and result.metrics["coco_one_obj"]["acc"] == 1.0
+    solid(tmp_path / "flickr30k" / "flickr30k-images" / "10.jpg", "red")
+    (tmp_path / "flickr30k" / "flickr30k_test.json").write_text(json.dumps([
+        {"image": "flickr30k-images/10.jpg", "caption": ["A dog runs on green grass", "A man in a shirt that is red."]}]))
+    bench = REGISTRY["aro_order"]
+    # The colour model counts words, and a perturbation keeps a caption's words: every option ties the true caption, and
+    # the official rule gives the tie to it. Unless the options are not cleaned: the raw "red." is no colour word, while
+    # the perturbations split it off as spaCy's tokens ("red ."), and win.
+    for preprocess, expected in ((True, {"coco_order": 1.0, "flickr30k_order": 1.0}), (False, {"coco_order": 1.0, "flickr30k_order": 0.5})):
+        result = run("aro_order", tmp_path, preprocess=preprocess)
+        assert result.complete and {s: result.metrics[s]["acc"] for s in expected} == expected
+        for split in expected:  # and by brute force: the cosine of each option's colour counts with the image's colour
+            hits = []
+            for image, options in bench.examples(tmp_path, split, bench.Options(preprocess=preprocess)):
+                colour = np.asarray(Image.open(image).convert("RGB"))[0, 0] > 127
+                scores = [float(np.dot(colour, v) / (np.linalg.norm(v) * np.linalg.norm(colour))) if any(v) else 0.0
+                          for v in ([o.split().count(w) for w in WORDS] for o in options)]
+                hits.append(scores[0] >= max(scores[1:]))  # argmax, true caption first: a tie goes to it
+            assert expected[split] == sum(hits) / len(hits)
+    options = bench.examples(tmp_path, "flickr30k_order", bench.Options())[1][1]
+    assert options[0] == "a man in a shirt that is red" and all(o == o.lower() and "." not in o for o in options)  # pre_caption
+    assert run("aro_order", tmp_path, "strict").metrics["flickr30k_order"]["acc"] == 0.0  # strict: the ties are wrong
 
-    vl = tmp_path / "vl_checklist"
-    solid(vl / "images" / "x.jpg", "red")
-    (vl / "Attribute" / "color").mkdir(parents=True)
-    (vl / "Attribute" / "color" / "vaw.json").write_text(
-        json.dumps([["x.jpg", {"POS": ["red apple", "red car"], "NEG": ["green apple", "blue car"]}]])
-    )
-    (vl / "Object").mkdir()
-    (vl / "Object" / "size.json").write_text(json.dumps([["x.jpg", {"POS": ["red ball"], "NEG": ["red ball too"]}]]))  # a tie
-    strict = REGISTRY["vl_checklist"].run(scorer(), tmp_path, "strict")
-    lenient = REGISTRY["vl_checklist"].run(scorer(), tmp_path, "clip_benchmark")
-    assert strict.metrics["Attribute"] == 1.0 and strict.metrics["Object"] == 0.0 and lenient.metrics["Object"] == 1.0
-    assert strict.metrics["Attribute/color/vaw"] == {"acc": 1.0, "n": 2}
+
+# ---- zero-shot: prompt ensembles, CLIP_benchmark's files ----------------------------------------------------------
 
 
-def test_zeroshot_with_class_folders_and_templates(tmp_path):
+def ensemble(prompts_per_class):
+    """normalise(mean over prompts of normalise(text embedding)), written out with NumPy."""
+    rows = []
+    for prompts in prompts_per_class:
+        e = np.array([[p.lower().split().count(w) for w in WORDS] for p in prompts], dtype=np.float64)
+        e = e / np.linalg.norm(e, axis=1, keepdims=True)
+        rows.append(e.mean(0) / np.linalg.norm(e.mean(0)))
+    return np.stack(rows)
+
+
+def strict_accuracy(images, weights, labels) -> float:
+    """Top-1 accuracy of cosine scores where the right class must score strictly above every other."""
+    scores = (images / np.linalg.norm(images, axis=1, keepdims=True)) @ weights.T
+    return float(np.mean([all(row[y] > v for j, v in enumerate(row) if j != y) for row, y in zip(scores, labels, strict=True)]))
+
+
+def test_zeroshot_ensembles_prompts_that_embed_differently(tmp_path):
     base = tmp_path / "zeroshot" / "colours"
-    for i, colour in enumerate(COLOURS):
-        for k in range(2):
-            solid(base / f"{i}_{colour}" / f"{k}.png", colour)
+    images = {"0_red": ["red", "yellow"], "1_green": ["green", "yellow"], "2_blue": ["blue", "green"]}
+    for folder, colours in images.items():
+        for k, colour in enumerate(colours):
+            solid(base / folder / f"{k}.png", colour)
     (base / "classnames.txt").write_text("red\ngreen\nblue\n")
-    (base / "templates.txt").write_text("a photo of {}.\na {} thing.\n")
-    result = REGISTRY["zeroshot"].run(scorer(), tmp_path, "strict")
-    assert result.metrics["colours"] == {"acc": 1.0, "n": 6, "classes": 3, "templates": 2}
+    templates = ["a {} photo.", "a {c} photo with green green green paint.", "{} and red"]  # open_clip's {} and CLIP_benchmark's {c}
+    (base / "templates.txt").write_text("\n".join(templates) + "\n")
+    result = run("zeroshot", tmp_path)
+    names = ["red", "green", "blue"]
+    weights = ensemble([[t.replace("{c}", "{}").format(n) for t in templates] for n in names])
+    pixels = np.array([COLOURS[c] for cs in images.values() for c in cs], dtype=np.float64) > 127
+    labels = [0, 0, 1, 1, 2, 2]
+    expected = strict_accuracy(pixels, weights, labels)
+    assert 0 < expected < 1  # some right, some wrong
+    m = result.metrics["colours"]
+    assert (m["acc"], m["n"], m["classes"], m["prompts"]) == (pytest.approx(expected), 6, 3, 9)
+    assert m["templates_from"] == str(base / "templates.txt") and m["classnames_from"] == str(base / "classnames.txt")
+
+    cb = tmp_path / "cb"  # CLIP_benchmark's files as they are: keyed by dataset, {c} templates, class-specific (CuPL) prompts
+    cb.mkdir()
+    (cb / "classnames.json").write_text(json.dumps({"colours": ["red", "green", "blue"]}))
+    (cb / "templates.json").write_text(json.dumps({"imagenet1k": ["a {c} photo."]}))
+    cupl = {"colours": {"red": ["a red thing", "red red"], "green": ["green"], "blue": ["blue", "a blue and green thing"]}}
+    (cb / "cupl.json").write_text(json.dumps(cupl))
+    fallback = run("zeroshot", tmp_path, classnames=str(cb / "classnames.json"), templates=str(cb / "templates.json")).metrics["colours"]
+    assert fallback["templates_from"] == f"{cb / 'templates.json'}[imagenet1k]" and fallback["prompts"] == 3
+    assert fallback["acc"] == 3 / 6  # one prompt each: the yellow images tie red and green (strict: wrong), the green "blue" is green
+    per_class = run("zeroshot", tmp_path, templates=str(cb / "cupl.json")).metrics["colours"]
+    expected = strict_accuracy(pixels, ensemble(cupl["colours"].values()), labels)
+    assert per_class["acc"] == pytest.approx(expected) and per_class["prompts"] == 5
+    (base / "templates.txt").write_text("a {0} {x} photo\n")
+    with pytest.raises(ValueError, match=r"templates.txt: template 'a \{0\} \{x\} photo' has a placeholder other than"):
+        run("zeroshot", tmp_path)
     (base / "classnames.txt").write_text("red\ngreen\n")
     with pytest.raises(ValueError, match="3 class folders but 2 class names"):
-        REGISTRY["zeroshot"].run(scorer(), tmp_path, "strict")
+        run("zeroshot", tmp_path)
 
 
-def test_concept_ranking_permutes_one_keyword(tmp_path):
-    coco = tmp_path / "coco"
-    solid(coco / "val2017" / "1.jpg", "red")
-    solid(coco / "val2017" / "2.jpg", "blue")
-    (coco / "captions_val2017.json").write_text(json.dumps({
-        "images": [{"id": 1, "file_name": "1.jpg"}, {"id": 2, "file_name": "2.jpg"}],
-        "annotations": [{"image_id": 1, "caption": "A Red car on a road."}, {"image_id": 2, "caption": "a blue bus"}],
-    }))
-    bench = REGISTRY["concept_ranking"]
-    examples = bench.examples(tmp_path)
-    assert sorted(len(opts) for _, opts in examples["color"]) == [9, 9]  # the true caption and 8 other colours
-    first = next(opts for f, opts in examples["color"] if f == "1.jpg")
-    assert first[0] == "A Red car on a road." and "A Blue car on a road." in first  # case kept
-    assert sorted(o for _, opts in examples["object"] for o in opts[:1]) == ["A Red car on a road.", "a blue bus"]
-    result = bench.run(scorer(), tmp_path, "strict")
-    assert result.metrics["color"]["acc"] == 1.0
+# ---- retrieval: Karpathy JSON, CLIP_benchmark's files, long captions ------------------------------------------------
+
+# three images; the red one has a second caption that names blue: by hand, with strict ties,
+# text->image R@1 3/4 (the blue caption ranks the red image third), image->text R@1 2/3 (the blue image ties its
+# own caption with "a blue dog"); R@5 1 both ways; under CLIP_benchmark's ties image->text R@1 is 1
+CAPTIONS = {"red": ["a red dog", "a blue dog"], "green": ["a happy, green cat"], "blue": ["a blue car"]}
+EXPECTED = {"image_retrieval_recall@1": 0.75, "text_retrieval_recall@1": pytest.approx(2 / 3), "image_retrieval_recall@5": 1.0,
+            "text_retrieval_recall@5": 1.0, "images": 3, "captions": 4}
 
 
-def test_retrieval_karpathy_and_long_captions(tmp_path):
-    folder = tmp_path / "retrieval" / "coco"
-    for colour in COLOURS:
-        solid(folder / "val2014" / f"{colour}.jpg", colour)
-    images = [
-        {"filepath": "val2014", "filename": f"{c}.jpg", "split": "test", "sentences": [{"raw": f"a {c} wall"}, {"raw": f"{c} paint"}]}
-        for c in COLOURS
-    ]
-    images.append({"filepath": "val2014", "filename": "unused.jpg", "split": "train", "sentences": [{"raw": "x"}]})
-    (folder / "dataset_coco.json").write_text(json.dumps({"images": images}))
+def test_retrieval_reads_karpathy_and_clip_benchmark_layouts(tmp_path):
+    root = tmp_path / "retrieval"
+    # Flickr30k's Karpathy file (no filepath) with the images as its archive extracts them
+    images = [{"filename": f"{i}.jpg", "split": "test", "sentences": [{"raw": c} for c in CAPTIONS[colour]]} for i, colour in
+              enumerate(CAPTIONS)]
+    images.append({"filename": "9.jpg", "split": "train", "sentences": [{"raw": "unused"}]})
+    (root / "f30k").mkdir(parents=True)
+    (root / "f30k" / "dataset_flickr30k.json").write_text(json.dumps({"images": images}))
+    # CLIP_benchmark's mscoco_captions: COCO caption format beside val2014/
+    coco = {"images": [{"id": 10 + i, "file_name": f"COCO_val2014_{i}.jpg"} for i in range(3)],
+            "annotations": [{"image_id": 10 + i, "caption": c} for i, colour in enumerate(CAPTIONS) for c in CAPTIONS[colour]]}
+    (root / "coco").mkdir()
+    (root / "coco" / "coco_test_karpathy.json").write_text(json.dumps(coco))
+    # CLIP_benchmark's flickr8k: a header line, then name.jpg,caption (commas inside the caption)
+    lines = ["image,caption", *(f"{i}.jpg,{c}" for i, colour in enumerate(CAPTIONS) for c in CAPTIONS[colour])]
+    (root / "f8k").mkdir()
+    (root / "f8k" / "flickr8k_test_karpathy.txt").write_text("\n".join(lines) + "\n")
+    for i, colour in enumerate(CAPTIONS):
+        solid(root / "f30k" / "flickr30k-images" / f"{i}.jpg", colour)
+        solid(root / "coco" / "val2014" / f"COCO_val2014_{i}.jpg", colour)
+        solid(root / "f8k" / f"{i}.jpg", colour)
+    result = run("retrieval", tmp_path)
+    assert result.complete
+    for folder, layout in (("f30k", "dataset_flickr30k.json"), ("coco", "coco_test_karpathy.json"), ("f8k", "flickr8k_test_karpathy.txt")):
+        m = result.metrics[folder]
+        assert {k: m[k] for k in EXPECTED} == EXPECTED and m["layout"] == layout, folder
+    assert run("retrieval", tmp_path, "clip_benchmark").metrics["f8k"]["text_retrieval_recall@1"] == 1.0
+
+
+def test_retrieval_long_captions_are_split_into_sentences(tmp_path):
     docci = tmp_path / "retrieval" / "docci"
     for colour in ("red", "blue"):
         solid(docci / "images" / f"{colour}.png", colour)
@@ -208,25 +500,36 @@ def test_retrieval_karpathy_and_long_captions(tmp_path):
         )
         + "\n"
     )
-    result = REGISTRY["retrieval"].run(scorer(), tmp_path, "strict")
-    assert (result.metrics["coco"]["images"], result.metrics["coco"]["captions"]) == (3, 6)
-    assert result.metrics["coco"]["image_retrieval_recall@1"] == 1.0 and result.metrics["coco"]["text_retrieval_recall@1"] == 1.0
+    m = run("retrieval", tmp_path).metrics["docci"]
     # three sentences per description; "It fills the frame!" names no colour, and the tokenizer does not read
     # "red." in "Nothing else is red." as a colour: both tie every image, which `strict` counts as a miss
-    assert result.metrics["docci"]["captions"] == 6
-    assert result.metrics["docci"]["image_retrieval_recall@1"] == pytest.approx(2 / 6)  # a count of 2 in float32
+    assert m["captions"] == 6 and m["image_retrieval_recall@1"] == pytest.approx(2 / 6)
 
 
-def test_aro_order_runs_over_karpathy_records(tmp_path):
-    solid(tmp_path / "coco" / "val2014" / "a.jpg", "red")
-    (tmp_path / "aro").mkdir()
-    (tmp_path / "aro" / "coco_karpathy_test.json").write_text(
-        json.dumps([{"image": "val2014/a.jpg", "caption": ["a red car on a road", "red paint"]}])
-    )
-    strict = REGISTRY["aro_order"].run(scorer(), tmp_path, "strict")
-    lenient = REGISTRY["aro_order"].run(scorer(), tmp_path, "clip_benchmark")
-    # every shuffle keeps the one colour word, so the colour model ties all five options
-    assert strict.metrics["coco_order"] == {"acc": 0.0, "n": 2} and lenient.metrics["coco_order"] == {"acc": 1.0, "n": 2}
+# ---- concept ranking ---------------------------------------------------------------------------------------------
+
+
+def test_concept_ranking_permutes_one_keyword(tmp_path):
+    coco = tmp_path / "coco"
+    solid(coco / "val2017" / "1.jpg", "red")
+    solid(coco / "val2017" / "2.jpg", "blue")
+    solid(coco / "val2017" / "3.jpg", "green")
+    (coco / "captions_val2017.json").write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "1.jpg"}, {"id": 2, "file_name": "2.jpg"}, {"id": 3, "file_name": "3.jpg"}],
+        "annotations": [{"image_id": 1, "caption": "A Red car on a road."}, {"image_id": 2, "caption": "a blue bus"},
+                        {"image_id": 3, "caption": "a red truck"}],  # the green image's caption is wrong: "a green truck" wins
+    }))
+    bench = REGISTRY["concept_ranking"]
+    examples = bench.examples(tmp_path)
+    assert sorted(len(opts) for _, opts in examples["color"]) == [9, 9, 9]  # the true caption and 8 other colours
+    first = next(opts for f, opts in examples["color"] if f == "1.jpg")
+    assert first[0] == "A Red car on a road." and "A Blue car on a road." in first  # case kept
+    assert bench.examples(tmp_path, ("size", "color"))["color"] == examples["color"]  # one class draws alone what it draws in all
+    result = run("concept_ranking", tmp_path)
+    assert result.metrics["color"] == {"acc": pytest.approx(2 / 3), "n": 3, "options": 9}
+
+
+# ---- a scorer that is not a dual encoder -------------------------------------------------------------------------
 
 
 class PairwiseScorer(Scorer):
@@ -234,7 +537,7 @@ class PairwiseScorer(Scorer):
     (as OC-CLIP's graph-conditioned score does) and has no text-to-text score."""
 
     def __init__(self):
-        self.embed = scorer()  # the colour model's exact 0/1 embeddings, looked up one pair at a time
+        self.embed = scorer()  # the colour model's exact embeddings, looked up one pair at a time
         self.encoded = self.embed.encoded
 
     def pairs(self, images, texts, boxes=None):
@@ -263,3 +566,17 @@ def test_a_scorer_without_text_scores_gives_tot_na_and_the_same_image_text_answe
     (folder / "sugarcrepe_pp.json").write_text(json.dumps({"metrics": pairwise, "complete": True, "ties": "strict"}))
     report = build_report([folder], tmp_path / "report").read_text()
     assert "| pairwise | — | — | — | 100.0 | n/a | 100.0 | n/a | — | — | — | — |" in report
+
+
+def test_sugarcrepe_scores_the_split_files_present_and_names_the_others(tmp_path):
+    solid(tmp_path / "coco" / "val2017" / "1.jpg", "red")
+    (tmp_path / "sugarcrepe").mkdir()
+    rows = {"0": {"filename": "1.jpg", "caption": "a red car", "negative_caption": "a blue car"},
+            "2": {"filename": "1.jpg", "caption": "a blue car", "negative_caption": "a red car"}}  # keys may have gaps
+    (tmp_path / "sugarcrepe" / "swap_att.json").write_text(json.dumps(rows))
+    (tmp_path / "sugarcrepe" / "swap_obj.json").write_text(json.dumps({"0": rows["0"]}))
+    result = run("sugarcrepe", tmp_path)
+    assert result.metrics == {"swap_obj": {"acc": 1.0, "n": 1, "n_missing": 0}, "swap_att": {"acc": 0.5, "n": 2, "n_missing": 0},
+                              "swap": 0.75, "overall": 0.75}
+    assert len(result.absent) == 5 and not result.complete
+    assert REGISTRY["sugarcrepe"].lacks(tmp_path, ("add_obj",)).startswith(f"looked for {tmp_path / 'sugarcrepe' / 'add_obj.json'}")

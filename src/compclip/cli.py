@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from . import __version__, progress
+from .options import key_values
 
 # Names listed in the help; tests/test_cli.py checks them against the method and benchmark registries.
 METHODS = "siglip, clip, c2lip, hardneg, negclip, clic, occlip"
@@ -158,7 +159,8 @@ def train(
     cfg = TrainConfig(
         method=method, model=model, train_data=train_data, out=str(out), pretrained=pretrained,
         image_root=str(image_root) if image_root else None, concepts=str(concepts) if concepts else None,
-        method_options=_key_values(method_opt), image_key=image_key, caption_key=caption_key, batch_size=batch_size,
+        method_options=key_values(method_opt, "--method-opt", "lambda_npc=2"), image_key=image_key, caption_key=caption_key,
+        batch_size=batch_size,
         accum_freq=accum_freq, steps=steps, lr=lr, weight_decay=wd, optimizer=optimizer, betas=(beta1, beta2), eps=eps,
         warmup=warmup, schedule=schedule, precision=precision, grad_checkpointing=grad_checkpointing, lock_image=lock_image,
         lock_text=lock_text, workers=workers, shuffle=shuffle, seed=seed, save_every=save_every, keep=keep, log_every=log_every,
@@ -166,18 +168,6 @@ def train(
     )
     terms = run(cfg)
     typer.echo(f"finished {steps} steps: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))
-
-
-def _key_values(items: list[str]) -> dict[str, str]:
-    pairs = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            from .errors import UsageError
-
-            raise UsageError(f"--method-opt {item!r}: expected KEY=VALUE, e.g. lambda_npc=2")
-        pairs[key.strip()] = value.strip()
-    return pairs
 
 
 @app.command()
@@ -222,28 +212,37 @@ def eval_(
     out: Path = typer.Option(..., help="Folder for the <benchmark>.json results."),
     pretrained: str = typer.Option(None, help="open_clip pretrained tag or weights file for --model."),
     data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (docs/data.md), or COMPCLIP_DATA."),
-    ties: str = typer.Option("strict", help="strict (a tie is wrong, as sugar-crepe) or clip_benchmark (argmax: a tie goes to the first)."),
+    ties: str = typer.Option(
+        "official", help="official (each benchmark's own rule: `compclip benchmarks`), strict (a tie is wrong, as sugar-crepe) "
+                         "or clip_benchmark (argmax: a tie goes to the option listed first), for every benchmark."
+    ),
+    bench_opt: list[str] = typer.Option(
+        [], "--bench-opt", help="NAME.KEY=VALUE, repeatable: a benchmark's option, e.g. vl_checklist.pairs=zip (`compclip benchmarks`)."
+    ),
     batch_size: int = typer.Option(64, help="Images or captions per forward pass."),
     workers: int = typer.Option(2, help="DataLoader workers decoding images."),
     cache: Path = typer.Option(None, help="Embedding cache folder, keyed by checkpoint hash and file."),
-    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
+    device: str = typer.Option(None, help="cpu, cuda or cuda:N.  [default: cuda where torch sees a GPU, else cpu]"),
     precision: str = typer.Option(
         None, help="fp32, amp_bf16 or amp (fp16 autocast).  [default: amp on a GPU, as CLIP_benchmark; fp32 on the CPU]"
     ),
 ) -> None:
-    """Evaluate a model on benchmarks; each unique image and caption is encoded once for all of them.
+    """Evaluate a model on benchmarks (NAME, or NAME/SPLIT for one split); each unique image and caption is encoded
+    once for all of them.
 
     Exits 1 when a benchmark could score no example (its result is still written, marked incomplete).
     """
     from .eval import evaluate
-    from .eval.run import evaluated_nothing
+    from .eval.run import Job, evaluated_nothing, split_options
 
-    records = evaluate(model, benchmark, out, pretrained, data_root, ties, batch_size, workers, cache, device, precision)
+    records = evaluate(model, benchmark, out, pretrained, data_root, ties, batch_size, workers, cache, device, precision,
+                       split_options(bench_opt))
     empty = []
     for name, record in records.items():
         if evaluated_nothing(record):
             empty.append(name)
-            typer.echo(f"{name}: nothing evaluated ({_why_nothing(record)}); {out / (name + '.json')} is marked incomplete")
+            file = out / Job(name, name, ()).file
+            typer.echo(f"{name}: nothing evaluated ({_why_nothing(record)}); {file} is marked incomplete")
             continue
         headline = {k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}
         flag = "" if record["complete"] else "  (incomplete)"
@@ -254,12 +253,28 @@ def eval_(
 
 
 def _why_nothing(record: dict) -> str:
-    if record.get("missing_files"):
-        return f"missing {', '.join(record['missing_files'])}"
+    if record.get("lacks"):
+        return record["lacks"]
     missing = record.get("missing_images", {})
     if missing.get("count"):
         return f"all {missing['count']} images missing, e.g. {missing['examples'][0]}"
     return "no examples"
+
+
+@app.command()
+def benchmarks() -> None:
+    """List the benchmarks: their splits (--benchmark NAME/SPLIT), official tie rule, options (--bench-opt NAME.KEY=VALUE)
+    and where their data goes."""
+    import dataclasses
+
+    from .eval import REGISTRY
+
+    for name, bench in sorted(REGISTRY.items()):
+        splits = f"; splits: {', '.join(bench.splits)}" if bench.splits else ""
+        typer.echo(f"{name} (ties: {bench.ties}{splits})")
+        typer.echo(f"  data: {bench.layout}")
+        for f in dataclasses.fields(bench.Options):
+            typer.echo(f"  {name}.{f.name}={f.default}: {f.metadata['help']}")
 
 
 @app.command()
@@ -293,17 +308,18 @@ def data_download(
 @data_app.command("check")
 def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA).")) -> None:
     """List, per benchmark, the annotation files and images it still lacks."""
+    from .data.images import image_ref
     from .eval import REGISTRY
     from .eval.base import data_root as resolve_root
 
     root = resolve_root(data_root)
     for name, bench in sorted(REGISTRY.items()):
-        lacks = bench.lacks(root)
+        lacks = bench.lacks(root, ())
         if lacks:
-            typer.echo(f"{name}: missing {', '.join(str(p.relative_to(root)) for p in lacks)}")
+            typer.echo(f"{name}: {lacks}")
             continue
-        gone = [p for p in bench.images(root) if not p.is_file()]
-        shown = ", ".join(str(p.relative_to(root)) for p in gone[:3])
+        gone = [image_ref(p) for p in bench.images(root) if not image_ref(p).present()]
+        shown = ", ".join(str(p.file.relative_to(root)) for p in gone[:3])
         typer.echo(f"{name}: ready" if not gone else f"{name}: {len(gone)} images missing, e.g. {shown}")
 
 

@@ -45,14 +45,14 @@ def shard_position(rotation: int = 0) -> tuple[int, int]:
     return rank * nworkers + (wid + rotation) % nworkers, world * nworkers
 
 
-def image_path(root: Path, name: str) -> Path:
-    """`root/name`, or `root/images/name` where only that exists: the one rule by which every reader
-    and benchmark finds a dataset's images (Flickr, COCO and the retrieval sets ship an `images/` folder)."""
-    direct = root / name
-    if direct.exists():
-        return direct
-    nested = root / "images" / name
-    return nested if nested.exists() else direct
+def image_path(root: Path, name: str, folders: tuple[str, ...] = ("images",)) -> Path:
+    """`root/name`, or `root/<folder>/name` for the first of `folders` where only that exists: the one rule by which
+    every reader and benchmark finds a dataset's images (Flickr, COCO and the retrieval sets ship an `images/` folder,
+    Flickr30k's archive a `flickr30k-images/`)."""
+    for candidate in (root / name, *(root / folder / name for folder in folders)):
+        if candidate.exists():
+            return candidate
+    return root / name
 
 
 def decode_image(source: str | os.PathLike | bytes) -> Image.Image:

@@ -1,20 +1,24 @@
-"""What every benchmark shares: the data root, missing-image accounting, the result record.
+"""What every benchmark shares: the data root, its official layout, missing-image accounting, the result record.
 
-A benchmark reads its files from one data root (`--data-root` or `COMPCLIP_DATA`), asks the
-run's `Scorer` for scores of image–text pairs, decides with `protocols`, and returns metrics. Examples
-whose images are missing are left out *and reported*: the result is marked incomplete, with
-the count and the first missing files, so nothing leaves the denominator silently.
+A benchmark reads the files its official source hands a user, unpacked as that source says, under one data
+root (`--data-root` or `COMPCLIP_DATA`); asks the run's `Scorer` for scores; decides with `protocols` by the
+benchmark's own rule; and returns metrics. Nothing leaves a result silently: examples whose images are missing
+are counted and named (`Missing`), and a file, subset or column of the official layout that is absent or
+unreadable is named in `Result.absent`; either marks the result incomplete.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..data.images import ImageRef, image_ref
 from ..errors import DataError, MissingFileError, UsageError
-from .scorer import Scorer
+from ..options import NoOptions
+from .scorer import Image, Scorer
 
 MISSING_EXAMPLES = 5
 NOT_APPLICABLE = "n/a"  # a metric the model has no score for (SugarCrepe++ TOT without a text-to-text score)
@@ -29,17 +33,17 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
 
 def read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise MissingFileError(f"{path}: missing (see `compclip data check`)") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: unreadable JSON ({e})") from None
 
 
 def read_jsonl(path: Path) -> list[Any]:
     """One JSON value per non-empty line; a bad line is an error naming the file and line."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except FileNotFoundError:
         raise MissingFileError(f"{path}: missing (see `compclip data check`)") from None
     records = []
@@ -52,15 +56,39 @@ def read_jsonl(path: Path) -> list[Any]:
     return records
 
 
+def read_parquet(files: list[Path], columns: tuple[str, ...], images: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The rows of Hub Parquet shards, in file and row order, with `columns`; each column of `images` (a Hub Image
+    feature: a struct of `bytes` and `path`) as an `ImageRef` naming its shard, row and column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for file in files:
+        try:
+            table = pq.read_table(file)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise DataError(f"{file}: unreadable Parquet ({e})") from None
+        lacking = [c for c in (*columns, *images) if c not in table.column_names]
+        if lacking:
+            raise DataError(f"{file}: no column {', '.join(lacking)} (columns: {', '.join(table.column_names)})")
+        for i, row in enumerate(table.select([*columns, *images]).to_pylist()):
+            for column in images:
+                cell = row[column]
+                data = cell.get("bytes") if isinstance(cell, dict) else cell
+                row[column] = ImageRef(file, f"row {i}, {column}", data if isinstance(data, bytes) else None)
+            rows.append(row)
+    return rows
+
+
 @dataclass
 class Missing:
-    """Images a benchmark needed and did not find (each file once, in the order met)."""
+    """Images a benchmark needed and did not find (each once, in the order met)."""
 
     files: dict[str, None] = field(default_factory=dict)
 
-    def keep(self, paths: list[Path]) -> bool:
-        """True when every path exists; otherwise records the missing ones."""
-        gone = [str(p) for p in paths if not p.is_file()]
+    def keep(self, images: list[Image]) -> bool:
+        """True when every image is there; otherwise records the missing ones."""
+        gone = [image_ref(i).key for i in images if not image_ref(i).present()]
         self.files.update(dict.fromkeys(gone))
         return not gone
 
@@ -72,31 +100,53 @@ class Missing:
 class Result:
     metrics: dict[str, Any]
     missing: Missing
+    absent: dict[str, str] = field(default_factory=dict)  # a file, subset or column of the official layout: why it is not scored
 
     @property
     def complete(self) -> bool:
-        return not self.missing.files
+        return not self.missing.files and not self.absent
 
 
 class Benchmark:
-    """Subclasses set `name`, `task` (CLIP_benchmark's task name) and implement `required` and `run`."""
+    """One benchmark. Subclasses set the class attributes and implement `lacks` and `run`.
+
+    - `name`, `task` (CLIP_benchmark's task name);
+    - `ties`: the official tie rule (`protocols.TIES`), applied under `--ties official`;
+    - `splits`: the parts `--benchmark NAME/SPLIT` selects (none: the benchmark runs whole);
+    - `Options`: the benchmark's declared options (`compclip.options`), set with `--bench-opt NAME.KEY=VALUE`;
+    - `layout`: one line saying what the official download is and where it goes under the data root;
+    - `misplaced`: paths under the data root that show a download put in the wrong place, each with the fix.
+    """
 
     name = ""
     task = ""
+    ties = "strict"
+    splits: tuple[str, ...] = ()
+    Options: type = NoOptions
+    layout = ""
+    misplaced: tuple[tuple[str, str], ...] = ()
 
-    def required(self, root: Path) -> list[Path]:
-        """Annotation files the benchmark cannot run without (images are checked per example)."""
+    def lacks(self, root: Path, splits: tuple[str, ...]) -> str | None:
+        """None when the benchmark can run on `root`; otherwise one line naming what was looked for and where."""
         raise NotImplementedError
 
-    def run(self, scorer: Scorer, root: Path, ties: str) -> Result:
+    def run(self, scorer: Scorer, root: Path, ties: str, splits: tuple[str, ...] = (), options: Any = None) -> Result:
+        """Score `splits` (all of them when empty) under the tie rule `ties`, with `options` (None: the defaults)."""
         raise NotImplementedError
 
-    def images(self, root: Path) -> list[Path]:
+    def images(self, root: Path) -> list[Image]:
         """Every image the benchmark reads (for `compclip data check`); folder-based ones list what is there."""
         return []
 
-    def lacks(self, root: Path) -> list[Path]:
-        return [p for p in self.required(root) if not p.exists()]
+    def missing_files(self, root: Path, files: list[Path]) -> str | None:
+        """The usual `lacks`: the files not there, named with the official layout."""
+        gone = [str(f) for f in files if not f.exists()]
+        return self.not_found(root, f"looked for {', '.join(gone)}: not there") if gone else None
+
+    def not_found(self, root: Path, looked: str) -> str:
+        """`looked` ("looked for X: not there"), what the root shows was misplaced, and the official layout, in one line."""
+        found = [f"found {root / path}: {fix}" for path, fix in self.misplaced if (root / path).exists()]
+        return ". ".join([looked, *found, self.layout])
 
 
 REGISTRY: dict[str, Benchmark] = {}
@@ -113,7 +163,12 @@ def mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def first_option_wins(scorer: Scorer, images: list[Path], options: list[list[str]], ties: str):
+def mean_present(values) -> float:
+    """The mean of the values that are scores: a part with nothing scored (NaN) is left out, as its absence is named."""
+    return mean(v for v in values if not math.isnan(v))
+
+
+def first_option_wins(scorer: Scorer, images: list[Image], options: list[list[str]], ties: str):
     """For each image, whether its first caption option beats the others; every (image, option) pair scored in one call."""
     import torch
 
@@ -127,8 +182,23 @@ def first_option_wins(scorer: Scorer, images: list[Path], options: list[list[str
     return torch.stack(correct) if correct else torch.zeros(0, dtype=torch.bool)
 
 
-def accuracy(correct) -> dict[str, Any]:
+def rate(correct) -> float:
+    """The share of right answers, as the count over the total (NaN for none), exact rather than a float32 mean."""
     n = int(correct.numel())
-    return {"acc": correct.float().mean().item() if n else float("nan"), "n": n}
+    return int(correct.sum()) / n if n else float("nan")
 
 
+def accuracy(correct) -> dict[str, Any]:
+    return {"acc": rate(correct), "n": int(correct.numel())}
+
+
+def grouped(correct, groups: list[str], keep=lambda n: True) -> dict[str, dict[str, Any]]:
+    """`accuracy` per group label (sorted), of the groups whose size `keep` accepts."""
+    import torch
+
+    out = {}
+    for label in sorted(set(groups)):
+        mask = torch.tensor([g == label for g in groups], dtype=torch.bool)
+        if keep(int(mask.sum())):
+            out[label] = accuracy(correct[mask])
+    return out

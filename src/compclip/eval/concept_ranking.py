@@ -15,19 +15,22 @@ from .sugarcrepe import coco_image
 class ConceptRanking(Benchmark):
     name = "concept_ranking"
     task = "image_caption_selection"
+    splits = tuple(KEYWORDS)
     max_per_class = 500
     seed = 0
+    layout = ("concept ranking: COCO's captions_val2017.json in DATA_ROOT/coco/ (`compclip data download coco_captions`), "
+              "val2017/ beside it")
 
-    def required(self, root):
-        return [root / "coco" / "captions_val2017.json"]
+    def lacks(self, root, splits):
+        return self.missing_files(root, [root / "coco" / "captions_val2017.json"])
 
-    def examples(self, root) -> dict[str, list[tuple[str, list[str]]]]:
+    def examples(self, root, classes=KEYWORDS) -> dict[str, list[tuple[str, list[str]]]]:
         """Per class: (image file, [true caption, permutations...])."""
         coco = read_json(root / "coco" / "captions_val2017.json")
         files = {im["id"]: im["file_name"] for im in coco["images"]}
-        rng = random.Random(self.seed)
         out = {}
-        for cls in KEYWORDS:
+        for cls in classes:  # each class drawn from its own seeded generator, so one class alone draws what it draws in all
+            rng = random.Random(f"{self.seed}:{cls}")
             found = []
             for ann in coco["annotations"]:
                 caption = ann["caption"].strip()
@@ -39,12 +42,12 @@ class ConceptRanking(Benchmark):
             out[cls] = rng.sample(found, min(self.max_per_class, len(found)))
         return out
 
-    def run(self, scorer, root, ties):
+    def run(self, scorer, root, ties, splits=(), options=None):
         missing, metrics = Missing(), {}
-        for cls, examples in self.examples(root).items():
+        for cls, examples in self.examples(root, splits or self.splits).items():
             kept = [e for e in examples if missing.keep([coco_image(root, e[0])])]
             images = [coco_image(root, f) for f, _ in kept]
-            correct = first_option_wins(scorer, images, [options for _, options in kept], ties)
+            correct = first_option_wins(scorer, images, [opts for _, opts in kept], ties)
             metrics[cls] = {**accuracy(correct), "options": len(kept[0][1]) if kept else 0}
-        metrics["overall"] = mean(metrics[c]["acc"] for c in KEYWORDS)
+        metrics["overall"] = mean(m["acc"] for m in metrics.values())
         return Result(metrics, missing)

@@ -98,10 +98,10 @@ def split_tables(results) -> dict[str, pd.DataFrame]:
             for split, metric in record.get("metrics", {}).items():
                 if isinstance(metric, dict):
                     for key, value in metric.items():
-                        if key in ("acc", "itt", "tot", "text", "image", "group") or "recall@" in key:
+                        if key in ("acc", "itt", "tot", "text", "image", "group", "pair_acc", "set_acc") or "recall@" in key:
                             cell = split if key == "acc" else f"{split} {key}"
                             row[cell] = value if value == NOT_APPLICABLE else float("nan") if value is None else float(value) * 100
-                elif isinstance(metric, (int, float)) and split != "n":
+                elif isinstance(metric, float):  # a score; ints are counts
                     row[split] = float(metric) * 100
                 elif metric == NOT_APPLICABLE:
                     row[split] = metric

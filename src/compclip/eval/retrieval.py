@@ -1,10 +1,14 @@
-"""Image-text retrieval, Recall@1/5/10 both ways (CLIP_benchmark's metric names).
+"""Image-text retrieval, Recall@1/5/10 both ways (CLIP_benchmark's `zeroshot_retrieval` metric and names: a query
+counts at k when one of its matches ranks in the top k).
 
-Every folder under `retrieval/` is a dataset, given by one of:
-- `captions.csv`: `image,caption` rows (several per image), paths relative to the folder or its `images/`;
-- a Karpathy split file `dataset_*.json` (COCO 5k / Flickr30k 1k test): its `test` images;
-- `long_captions.jsonl`: `{"image", "caption"}` long descriptions (DOCCI, IIW), split into sentences,
-  each sentence a caption of its image.
+Every folder under `retrieval/` is a dataset, read from the first of these it holds:
+- `captions.csv`: `image,caption` rows (several per image);
+- a Karpathy split file `dataset_*.json` (COCO 5k / Flickr30k 1k test): its `test` images at `filepath/filename`,
+  COCO's beside `val2014/`, Flickr30k's in `flickr30k-images/` as its archive extracts;
+- CLIP_benchmark's files: `coco_test_karpathy.json` (COCO caption format) beside `val2014/` (`mscoco_captions`),
+  or `flickr30k_test_karpathy.txt` / `flickr8k_test_karpathy.txt` beside the images (`flickr30k`, `flickr8k`);
+- `long_captions.jsonl`: `{"image", "caption"}` long descriptions (DOCCI, IIW), split into sentences, each a caption.
+Image names are looked up in the folder, then in its `images/` and `flickr30k-images/`.
 """
 from __future__ import annotations
 
@@ -14,48 +18,72 @@ from pathlib import Path
 import torch
 
 from ..data import image_path
-from ..errors import MissingFileError
 from ..text import sentences
 from . import protocols
 from .base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
 
 KS = (1, 5, 10)
+IMAGE_FOLDERS = ("images", "flickr30k-images")
+LAYOUTS = ("captions.csv", "dataset_*.json", "coco_test_karpathy.json", "flickr30k_test_karpathy.txt", "flickr8k_test_karpathy.txt",
+           "long_captions.jsonl")
 
 
-def load_pairs(folder: Path) -> list[tuple[Path, str]]:
-    """(image path, caption) pairs of a retrieval dataset folder."""
-    if (folder / "captions.csv").is_file():
-        with open(folder / "captions.csv", newline="", encoding="utf-8") as f:
-            return [(image_path(folder, r["image"]), r["caption"]) for r in csv.DictReader(f)]
-    karpathy = sorted(folder.glob("dataset_*.json"))
-    if karpathy:
-        pairs = []
-        for im in read_json(karpathy[0])["images"]:
-            if im.get("split") == "test":
-                path = image_path(folder, str(Path(im.get("filepath", "")) / im["filename"]))
-                pairs += [(path, s["raw"]) for s in im["sentences"]]
-        return pairs
-    if (folder / "long_captions.jsonl").is_file():
-        return [(image_path(folder, r["image"]), r["caption"][a:b]) for r in read_jsonl(folder / "long_captions.jsonl")
-                for a, b in sentences(r["caption"]) if b > a]
-    raise MissingFileError(f"{folder}: no captions.csv, dataset_*.json or long_captions.jsonl")
+def locate(folder: Path, name: str) -> Path:
+    return image_path(folder, name, IMAGE_FOLDERS)
+
+
+def layout_file(folder: Path) -> Path | None:
+    """The first file of `LAYOUTS` the folder holds."""
+    return next((f for pattern in LAYOUTS for f in sorted(folder.glob(pattern))), None)
+
+
+def load_pairs(file: Path) -> list[tuple[Path, str]]:
+    """(image path, caption) pairs of a retrieval dataset, from its layout file."""
+    folder = file.parent
+    if file.name == "captions.csv":
+        with open(file, newline="", encoding="utf-8-sig") as f:
+            return [(locate(folder, r["image"]), r["caption"]) for r in csv.DictReader(f)]
+    if file.name.startswith("dataset_"):
+        return [(locate(folder, str(Path(im.get("filepath", "")) / im["filename"])), s["raw"])
+                for im in read_json(file)["images"] if im.get("split") == "test" for s in im["sentences"]]
+    if file.suffix == ".json":  # COCO caption format, read as torchvision's CocoCaptions: images by id, captions in order
+        coco = read_json(file)
+        captions: dict[int, list[str]] = {}
+        for ann in coco["annotations"]:
+            captions.setdefault(ann["image_id"], []).append(ann["caption"])
+        return [(locate(folder, str(Path("val2014") / im["file_name"])), c)
+                for im in sorted(coco["images"], key=lambda im: im["id"]) for c in captions.get(im["id"], [])]
+    if file.suffix == ".txt":  # CLIP_benchmark's Flickr: a header line, then "name.jpg,caption" (the caption may hold commas)
+        lines = file.read_text(encoding="utf-8-sig").splitlines()[1:]
+        rows = (line.strip().split(".jpg,", 1) for line in lines if line.strip())
+        return [(locate(folder, name + ".jpg"), caption) for name, caption in rows]
+    return [(locate(folder, r["image"]), r["caption"][a:b]) for r in read_jsonl(file) for a, b in sentences(r["caption"]) if b > a]
 
 
 @register
 class Retrieval(Benchmark):
     name = "retrieval"
     task = "zeroshot_retrieval"
+    layout = f"retrieval: DATA_ROOT/retrieval/<dataset>/ folders, each with one of {', '.join(LAYOUTS)}"
 
-    def required(self, root):
-        return [root / "retrieval"]
+    def datasets(self, root) -> list[Path]:
+        folder = root / "retrieval"
+        return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
-    def run(self, scorer, root, ties):
-        missing, metrics = Missing(), {}
-        for folder in sorted(p for p in (root / "retrieval").iterdir() if p.is_dir()):
-            pairs = [(p, c) for p, c in load_pairs(folder) if missing.keep([p])]
+    def lacks(self, root, splits):
+        return None if self.datasets(root) else f"looked for dataset folders in {root / 'retrieval'}: none. {self.layout}"
+
+    def run(self, scorer, root, ties, splits=(), options=None):
+        missing, metrics, absent = Missing(), {}, {}
+        for folder in self.datasets(root):
+            file = layout_file(folder)
+            if file is None:
+                absent[str(folder)] = f"no {', '.join(LAYOUTS)}: not scored"
+                continue
+            pairs = [(p, c) for p, c in load_pairs(file) if missing.keep([p])]
             if not pairs:  # every image missing: nothing to rank
                 recalls = {f"{d}_retrieval_recall@{k}": float("nan") for d in ("image", "text") for k in KS}
-                metrics[folder.name] = {**recalls, "images": 0, "captions": 0}
+                metrics[folder.name] = {**recalls, "images": 0, "captions": 0, "layout": file.name}
                 continue
             images = list(dict.fromkeys(p for p, _ in pairs))
             index = {p: i for i, p in enumerate(images)}
@@ -67,10 +95,10 @@ class Retrieval(Benchmark):
             metrics[folder.name] = {
                 **{f"image_retrieval_recall@{k}": v for k, v in t2i.items()},
                 **{f"text_retrieval_recall@{k}": v for k, v in i2t.items()},
-                "images": len(images), "captions": len(pairs),
+                "images": len(images), "captions": len(pairs), "layout": file.name,
             }
         for k in KS:
             metrics[f"mean_recall@{k}"] = mean(
-                (m[f"image_retrieval_recall@{k}"] + m[f"text_retrieval_recall@{k}"]) / 2 for n, m in metrics.items() if isinstance(m, dict)
+                (m[f"image_retrieval_recall@{k}"] + m[f"text_retrieval_recall@{k}"]) / 2 for m in metrics.values() if isinstance(m, dict)
             )
-        return Result(metrics, missing)
+        return Result(metrics, missing, absent)

@@ -1,29 +1,79 @@
 """`compclip eval`: one model, several benchmarks, one scorer shared by all of them."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..errors import MissingFileError, UsageError
 from ..io import write_json
-from ..precision import PRECISIONS
+from ..options import make_options
+from ..precision import PRECISIONS, resolve_device
 from . import protocols
 from .base import REGISTRY, data_root
 from .scorer import load_scorer
 
 log = logging.getLogger("compclip.eval")
 
+TIE_OPTIONS = ("official", *protocols.TIES)
 
-def resolve(names: str | list[str]) -> list[str]:
-    names = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
-    unknown = [n for n in names if n not in REGISTRY]
-    if unknown or not names:
-        raise UsageError(f"unknown benchmarks {unknown or names}; known: {', '.join(sorted(REGISTRY))}")
-    return names
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One `--benchmark` item: a benchmark, the splits it names (none: all), and where its result goes."""
+
+    label: str  # "sugarcrepe" or "sugarcrepe/swap_att"
+    name: str
+    splits: tuple[str, ...]
+
+    @property
+    def file(self) -> str:
+        return self.label.replace("/", "-") + ".json"
+
+
+def resolve(items: str | list[str]) -> list[Job]:
+    """`--benchmark` items as jobs: NAME or NAME/SPLIT (CLIP_benchmark's `sugar_crepe/swap_att`), each checked."""
+    items = [n.strip() for n in (items.split(",") if isinstance(items, str) else items) if n.strip()]
+    jobs = []
+    for item in items:
+        name, _, split = item.partition("/")
+        if name not in REGISTRY:
+            raise UsageError(f"unknown benchmark {name!r}; known: {', '.join(sorted(REGISTRY))} (`compclip benchmarks` lists them)")
+        splits = REGISTRY[name].splits
+        if split and split not in splits:
+            known = f"its splits: {', '.join(splits)}" if splits else "it has no splits"
+            raise UsageError(f"--benchmark {item}: {name} has no split {split!r}; {known}")
+        jobs.append(Job(item, name, (split,) if split else ()))
+    if not jobs:
+        raise UsageError(f"no benchmark given; known: {', '.join(sorted(REGISTRY))}")
+    return list(dict.fromkeys(jobs))
+
+
+def benchmark_options(jobs: list[Job], given: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
+    """Each job's benchmark options from `{benchmark: {key: value}}` (`--bench-opt NAME.KEY=VALUE`)."""
+    given = dict(given or {})
+    stray = sorted(set(given) - {j.name for j in jobs})
+    if stray:
+        raise UsageError(f"--bench-opt {stray[0]}.*: {stray[0]} is not among the benchmarks run ({', '.join(j.label for j in jobs)})")
+    return {j.name: make_options([REGISTRY[j.name].Options], given.get(j.name, {}), owner=f"benchmark {j.name}",
+                                 flag=f"--bench-opt {j.name}.{{key}}", listing="compclip benchmarks")[0] for j in jobs}
+
+
+def split_options(items: list[str]) -> dict[str, dict[str, str]]:
+    """`NAME.KEY=VALUE` command-line items as `{NAME: {KEY: VALUE}}`."""
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        head, sep, value = item.partition("=")
+        name, dot, key = head.partition(".")
+        if not sep or not dot or not name.strip() or not key.strip():
+            raise UsageError(f"--bench-opt {item!r}: expected NAME.KEY=VALUE, e.g. vl_checklist.pairs=zip")
+        out.setdefault(name.strip(), {})[key.strip()] = value.strip()
+    return out
 
 
 def null_nans(metrics: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], list[str]]:
@@ -55,21 +105,22 @@ def evaluated_nothing(record: dict[str, Any]) -> bool:
 
 
 def check_options(benchmarks: str | list[str], out: str | Path, data: str | Path | None, ties: str, batch_size: int,
-                  workers: int, precision: str) -> tuple[list[str], Path]:
-    """Every option checked before a model is built or a file written: the benchmark names and the data root."""
-    names, root = resolve(benchmarks), data_root(data)
+                  workers: int, precision: str | None, options: Mapping[str, Mapping[str, Any]] | None = None):
+    """Every option checked before a model is built or a file written: the benchmarks, their options, the data root."""
+    jobs, root = resolve(benchmarks), data_root(data)
     if not root.is_dir():
         raise MissingFileError(f"{root}: the data root is not a folder (--data-root or COMPCLIP_DATA)")
     if Path(out).exists() and not Path(out).is_dir():
         raise UsageError(f"--out {out} is a file; results go into a folder")
-    protocols.check_ties(ties)
+    if ties not in TIE_OPTIONS:
+        raise UsageError(f"--ties must be one of {', '.join(TIE_OPTIONS)}, not {ties!r}")
     if batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, not {batch_size}")
     if workers < 0:
         raise UsageError(f"--workers must be 0 or more, not {workers}")
-    if precision not in PRECISIONS:
+    if precision is not None and precision not in PRECISIONS:
         raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    return names, root
+    return jobs, root, benchmark_options(jobs, options)
 
 
 def evaluate(
@@ -78,44 +129,52 @@ def evaluate(
     out: str | Path,
     pretrained: str | None = None,
     data: str | Path | None = None,
-    ties: str = "strict",
+    ties: str = "official",
     batch_size: int = 64,
     workers: int = 2,
     cache_dir: str | Path | None = None,
-    device: str = "cpu",
+    device: str | None = None,
     precision: str | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run benchmarks and write `OUT/<benchmark>.json` (CLIP_benchmark's keys plus compclip's).
+    """Run benchmarks and write `OUT/<benchmark>.json` (CLIP_benchmark's keys plus compclip's), one per `--benchmark` item.
 
-    `precision` fp32, amp_bf16 or amp (fp16); by default amp on a GPU, as CLIP_benchmark, and fp32
-    on the CPU, where autocast is only faster on CPUs with bf16 units and moves the scores.
+    `ties`: official (each benchmark's own rule), strict or clip_benchmark for all. `device`: by default a GPU
+    where torch sees one. `precision` fp32, amp_bf16 or amp (fp16); by default amp on a GPU, as CLIP_benchmark,
+    and fp32 on the CPU, where autocast is only faster on CPUs with bf16 units and moves the scores.
+    `options`: `{benchmark: {key: value}}`, each benchmark's declared options.
     """
-    precision = precision or ("amp" if str(device).startswith("cuda") else "fp32")
-    names, root = check_options(benchmarks, out, data, ties, batch_size, workers, precision)
+    jobs, root, made = check_options(benchmarks, out, data, ties, batch_size, workers, precision, options)
+    device = resolve_device(device)
+    precision = precision or ("amp" if device.startswith("cuda") else "fp32")
     scorer = load_scorer(model, pretrained, device, batch_size, workers, cache_dir, precision)
     records = {}
-    for name in names:
-        bench = REGISTRY[name]
-        record: dict[str, Any] = {"dataset": name, "model": model, "pretrained": pretrained, "task": bench.task,
-                                  "ties": ties, "precision": precision, "compclip_version": __version__}
-        lacks = bench.lacks(root)
+    for job in jobs:
+        bench = REGISTRY[job.name]
+        rule = bench.ties if ties == "official" else ties
+        record: dict[str, Any] = {"dataset": job.label, "model": model, "pretrained": pretrained, "task": bench.task,
+                                  "ties": rule, "ties_option": ties, "precision": precision, "compclip_version": __version__,
+                                  "options": dataclasses.asdict(made[job.name])}
+        lacks = bench.lacks(root, job.splits)
         if lacks:
-            log.error("%s: cannot run, missing %s (see `compclip data check`)", name, ", ".join(map(str, lacks)))
-            record.update(metrics={}, complete=False, missing_files=[str(p) for p in lacks])
+            log.error("%s: cannot run: %s", job.label, lacks)
+            record.update(metrics={}, complete=False, lacks=lacks)
         else:
             start = time.perf_counter()
-            result = bench.run(scorer, root, ties)
+            result = bench.run(scorer, root, rule, job.splits, made[job.name])
             metrics, nulls = null_nans(result.metrics)
-            record.update(metrics=metrics, complete=result.complete, missing_images=result.missing.report(),
+            record.update(metrics=metrics, complete=result.complete, missing_images=result.missing.report(), absent=result.absent,
                           seconds=round(time.perf_counter() - start, 3))
             if nulls:
                 record["null_metrics"] = {"metrics": nulls, "why": "no example could be scored: its images are missing "
-                                          "(see missing_images) or the split has no examples"}
-            if not result.complete:
+                                          "(see missing_images), its files are absent (see absent) or the split has no examples"}
+            if result.missing.files:
                 report = result.missing.report()
                 log.warning("%s: %d images missing, e.g. %s: results cover the rest and are marked incomplete",
-                            name, report["count"], ", ".join(report["examples"]))
-        write_json(Path(out) / f"{name}.json", record)
-        records[name] = record
+                            job.label, report["count"], ", ".join(report["examples"]))
+            for part, why in result.absent.items():
+                log.warning("%s: %s %s: results cover the rest and are marked incomplete", job.label, part, why)
+        write_json(Path(out) / job.file, record)
+        records[job.label] = record
     log.info("encoded %d images and %d captions", scorer.encoded["images"], scorer.encoded["texts"])
     return records

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch.utils.data import DataLoader, Dataset
 
-from ..data import decode_image
+from ..data.images import ImageRef, image_ref
 from ..io import atomic_path
 from ..models.tokens import short_text_encoder
 from ..precision import autocast
@@ -34,27 +34,23 @@ log = logging.getLogger("compclip.eval")
 
 
 Box = tuple[float, float, float, float]  # left, top, right, bottom: a crop (ARO's regions)
+Image = ImageRef | str | Path  # what a benchmark hands a scorer: a file, or an image inside a data file
 
 
-def _image_key(path: str | Path, box: Box | None) -> str:
-    return str(Path(path)) if box is None else f"{Path(path)}#{','.join(map(str, box))}"
-
-
-def _split_key(key: str) -> tuple[Path, Box | None]:
-    path, _, box = key.partition("#")
-    return Path(path), tuple(float(v) for v in box.split(",")) if box else None
+def _image_key(image: ImageRef, box: Box | None) -> str:
+    return image.key if box is None else f"{image.key}#{','.join(map(str, box))}"
 
 
 class _Images(Dataset):
-    def __init__(self, keys: Sequence[str], preprocess: Callable):
-        self.keys, self.preprocess = list(keys), preprocess
+    def __init__(self, items: Sequence[tuple[ImageRef, Box | None]], preprocess: Callable):
+        self.items, self.preprocess = list(items), preprocess
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.items)
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        path, box = _split_key(self.keys[i])
-        image = decode_image(path)
+        ref, box = self.items[i]
+        image = ref.decode()
         return self.preprocess(image.crop(box) if box else image)
 
 
@@ -72,18 +68,22 @@ class Scorer:
 
     encoded: dict[str, int]  # what the scorer computed in this run, for the log
 
-    def pairs(self, images: Sequence[str | Path], texts: Sequence[str], boxes: Sequence[Box] | None = None) -> torch.Tensor:
+    def pairs(self, images: Sequence[Image], texts: Sequence[str], boxes: Sequence[Box] | None = None) -> torch.Tensor:
         """One score per (images[k], texts[k]), of the image or its `boxes[k]` crop."""
         raise NotImplementedError
 
-    def matrix(self, images: Sequence[str | Path], texts: Sequence[str]) -> torch.Tensor:
+    def matrix(self, images: Sequence[Image], texts: Sequence[str]) -> torch.Tensor:
         """Every image against every text: (len(images), len(texts)), computed in chunks."""
         raise NotImplementedError
 
-    def class_scores(self, images: Sequence[str | Path], classes: Sequence[str], templates: Sequence[str]) -> torch.Tensor:
-        """(images, classes) zero-shot scores: by default the mean score over the class's prompts."""
-        prompts = [t.format(c) for c in classes for t in templates]
-        return self.matrix(images, prompts).view(len(images), len(classes), len(templates)).mean(-1)
+    def class_scores(self, images: Sequence[Image], prompts: Sequence[Sequence[str]]) -> torch.Tensor:
+        """(images, classes) zero-shot scores from each class's prompts: by default the mean score over them."""
+        flat = [p for class_prompts in prompts for p in class_prompts]
+        scores, start, out = self.matrix(images, flat), 0, []
+        for class_prompts in prompts:
+            out.append(scores[:, start : start + len(class_prompts)].mean(-1))
+            start += len(class_prompts)
+        return torch.stack(out, dim=1) if out else torch.zeros(len(images), 0)
 
     def text_pairs(self, a: Sequence[str], b: Sequence[str]) -> torch.Tensor | None:
         """One text-to-text score per (a[k], b[k]), or None for a model that has no such score."""
@@ -122,6 +122,7 @@ class DualEncoderScorer(Scorer):
         self.cache = Path(cache_dir) / f"{model_key(model)}-{precision}" if cache_dir else None
         self._images: dict[str, torch.Tensor] = {}
         self._texts: dict[str, torch.Tensor] = {}
+        self._sources: dict[str, tuple[ImageRef, Box | None]] = {}  # each image key's image and crop, for encoding
         self.encoded = {"images": 0, "texts": 0}  # how many this scorer actually computed
 
     # -- scores -----------------------------------------------------------------------
@@ -131,18 +132,18 @@ class DualEncoderScorer(Scorer):
     def matrix(self, images, texts):
         return self.images(images) @ self.texts(texts).T
 
-    def class_scores(self, images, classes, templates):
-        """CLIP's prompt ensemble: each class is the normalised mean of its prompts' embeddings."""
-        weights = torch.stack([F.normalize(self.texts([t.format(c) for t in templates]).mean(0), dim=0) for c in classes])
+    def class_scores(self, images, prompts):
+        """CLIP's prompt ensemble: each class is the normalised mean of its prompts' normalised embeddings."""
+        weights = torch.stack([F.normalize(self.texts(list(class_prompts)).mean(0), dim=0) for class_prompts in prompts])
         return self.images(images) @ weights.T
 
     def text_pairs(self, a, b):
         return (self.texts(a) * self.texts(b)).sum(-1)
 
     # -- embeddings -------------------------------------------------------------------
-    def images(self, paths: Sequence[str | Path], boxes: Sequence[Box] | None = None) -> torch.Tensor:
-        """L2-normalised embeddings, one row per path (repeats allowed), of the image or its `boxes` crop."""
-        keys = [_image_key(p, b) for p, b in zip(paths, boxes or [None] * len(paths), strict=True)]
+    def images(self, images: Sequence[Image], boxes: Sequence[Box] | None = None) -> torch.Tensor:
+        """L2-normalised embeddings, one row per image (repeats allowed), of the image or its `boxes` crop."""
+        keys = self._image_keys(images, boxes)
         self._fill(self._images, keys, "images", self._encode_images)
         return torch.stack([self._images[k] for k in keys]) if keys else torch.empty(0, 0)
 
@@ -152,6 +153,14 @@ class DualEncoderScorer(Scorer):
         return torch.stack([self._texts[k] for k in keys]) if keys else torch.empty(0, 0)
 
     # -- internals --------------------------------------------------------------------
+    def _image_keys(self, images: Sequence[Image], boxes: Sequence[Box] | None) -> list[str]:
+        keys = []
+        for image, box in zip(images, boxes or [None] * len(images), strict=True):
+            ref = image_ref(image)
+            keys.append(_image_key(ref, box))
+            self._sources.setdefault(keys[-1], (ref, box))
+        return keys
+
     def _fill(self, memo: dict, keys: list[str], kind: str, encode: Callable[[list[str]], torch.Tensor]) -> None:
         todo = [k for k in dict.fromkeys(keys) if k not in memo]
         if not todo:
@@ -166,8 +175,8 @@ class DualEncoderScorer(Scorer):
         memo.update(zip(todo, embeddings, strict=True))
 
     def _cache_file(self, kind: str, keys: list[str]) -> Path:
-        if kind in ("images", "tokens"):  # a file's identity: its path (and crop), size and modification time
-            stats = [_split_key(k)[0].stat() for k in keys]
+        if kind in ("images", "tokens"):  # an image's identity: its key (path, place in its file, crop), the file's size and time
+            stats = [self._sources[k][0].file.stat() for k in keys]
             ids = [f"{k}|{st.st_size}|{st.st_mtime_ns}" for k, st in zip(keys, stats, strict=True)]
         else:
             ids = keys
@@ -193,7 +202,8 @@ class DualEncoderScorer(Scorer):
     @torch.no_grad()
     def _over_images(self, keys: list[str], desc: str, encode: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """`encode` over the images of `keys`, decoded and preprocessed in DataLoader workers, in batches."""
-        loader = DataLoader(_Images(keys, self.preprocess), batch_size=self.batch_size, num_workers=self.workers)
+        images = _Images([self._sources[k] for k in keys], self.preprocess)
+        loader = DataLoader(images, batch_size=self.batch_size, num_workers=self.workers)
         rows = []
         for batch in progress(loader, desc, total=len(loader), unit="batch"):
             with autocast(self.device, self.precision):
@@ -248,9 +258,9 @@ class GraphScorer(DualEncoderScorer):
             return torch.cat([self.binding.score(self.binding.slots(tokens[c : c + self.chunk], graph[0], graph[1]), *graph).cpu()
                               for c in range(0, len(tokens), self.chunk)])
 
-    def tokens(self, paths, boxes=None) -> torch.Tensor:
-        """Patch tokens in the joint space, (len(paths), P, D), each image encoded once."""
-        keys = [_image_key(p, b) for p, b in zip(paths, boxes or [None] * len(paths), strict=True)]
+    def tokens(self, images, boxes=None) -> torch.Tensor:
+        """Patch tokens in the joint space, (len(images), P, D), each image encoded once."""
+        keys = self._image_keys(images, boxes)
         self._fill(self._tokens, keys, "tokens", self._encode_tokens)
         return torch.stack([self._tokens[k] for k in keys]).to(self.device)
 

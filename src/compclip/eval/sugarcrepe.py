@@ -1,4 +1,10 @@
-"""SugarCrepe (Hsieh et al., 2023): one image, a true and a false caption; 7 splits in 3 families."""
+"""SugarCrepe (Hsieh et al., 2023): one image, a true and a false caption; 7 splits in 3 families.
+
+Layout: the 7 files of the sugar-crepe repository's `data/` in `sugarcrepe/` (`compclip data download
+sugarcrepe`), COCO val2017 in `coco/val2017/`. Rule: sugar-crepe's `main_eval.py` (`text_retrieval`): correct
+when s(I, true) > s(I, false), a tie wrong. Families and `overall` average the splits present; an absent
+split file is named.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,26 +25,45 @@ class SugarCrepe(Benchmark):
     name = "sugarcrepe"
     task = "image_caption_selection"
     splits = SPLITS
+    families = FAMILIES
+    layout = ("SugarCrepe: the 7 split files of github.com/RAIVNLab/sugar-crepe data/ in DATA_ROOT/sugarcrepe/ "
+              "(`compclip data download sugarcrepe`), COCO val2017 images in DATA_ROOT/coco/val2017/")
+
+    def file(self, root: Path, split: str) -> Path:
+        return root / self.name / f"{split}.json"
 
     def records(self, root: Path, split: str) -> list[dict]:
-        return list(read_json(root / self.name / f"{split}.json").values())  # keys "0".."N", maybe gapped
+        return list(read_json(self.file(root, split)).values())  # keys "0".."N", maybe gapped
 
-    def required(self, root):
-        return [root / self.name / f"{s}.json" for s in self.splits]
+    def lacks(self, root, splits):
+        present = [s for s in splits or self.splits if self.file(root, s).is_file()]
+        return None if present else self.missing_files(root, [self.file(root, s) for s in splits or self.splits])
+
+    def present(self, root: Path, splits: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
+        """The selected splits whose file is there, and the absent ones named."""
+        chosen = splits or self.splits
+        absent = {str(self.file(root, s)): "absent: split not scored" for s in chosen if not self.file(root, s).is_file()}
+        return [s for s in chosen if self.file(root, s).is_file()], absent
 
     def images(self, root):
-        return list(dict.fromkeys(coco_image(root, r["filename"]) for s in self.splits for r in self.records(root, s)))
+        return list(dict.fromkeys(coco_image(root, r["filename"]) for s in self.present(root, ())[0] for r in self.records(root, s)))
 
-    def run(self, scorer, root, ties):
+    def run(self, scorer, root, ties, splits=(), options=None):
         missing, metrics = Missing(), {}
-        for split in SPLITS:
+        present, absent = self.present(root, splits)
+        for split in present:
             records = self.records(root, split)
             kept = [r for r in records if missing.keep([coco_image(root, r["filename"])])]
             images = [coco_image(root, r["filename"]) for r in kept]
             pos = scorer.pairs(images, [r["caption"] for r in kept])
             neg = scorer.pairs(images, [r["negative_caption"] for r in kept])
             metrics[split] = {**accuracy(protocols.pair_accuracy(pos, neg, ties)), "n_missing": len(records) - len(kept)}
-        for family, splits in FAMILIES.items():
-            metrics[family] = mean(metrics[s]["acc"] for s in splits)
-        metrics["overall"] = mean(metrics[s]["acc"] for s in SPLITS)
-        return Result(metrics, missing)
+        self.average(metrics, "acc", present)
+        return Result(metrics, missing, absent)
+
+    def average(self, metrics: dict, key: str, present: list[str], suffix: str = "") -> None:
+        """Each family with a split present, and `overall`, as the mean of its present splits' `key`."""
+        for family, members in (*self.families.items(), ("overall", self.splits)):
+            values = [metrics[s][key] for s in members if s in present]
+            if values:
+                metrics[f"{family}{suffix}"] = values[0] if isinstance(values[0], str) else mean(values)

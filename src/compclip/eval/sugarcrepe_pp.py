@@ -1,8 +1,13 @@
-"""SugarCrepe++ (Dumpala et al., 2024): P1, a paraphrase P2, and a negative N; image-to-text and text-only."""
+"""SugarCrepe++ (Dumpala et al., 2024): P1, a paraphrase P2, and a negative N; image-to-text and text-only.
+
+Layout: the 5 files of the scpp repository's `data/` in `sugarcrepe_pp/` (`compclip data download
+sugarcrepe_pp`), images as SugarCrepe's. Rule: scpp's `VLMs/test_Variants_CLIP.py` (`correct_full`, `correct_text`):
+ITT correct when s(I,P1) > s(I,N) and s(I,P2) > s(I,N); TOT when s(P1,P2) > s(P1,N) and s(P1,P2) > s(P2,N); a tie wrong.
+"""
 from __future__ import annotations
 
 from . import protocols
-from .base import NOT_APPLICABLE, Missing, Result, mean, read_json, register
+from .base import NOT_APPLICABLE, Missing, Result, rate, read_json, register
 from .sugarcrepe import SPLITS as SUGARCREPE_SPLITS
 from .sugarcrepe import SugarCrepe, coco_image
 
@@ -16,13 +21,17 @@ class SugarCrepePP(SugarCrepe):
 
     name = "sugarcrepe_pp"
     splits = SPLITS
+    families = FAMILIES
+    layout = ("SugarCrepe++: the 5 split files of github.com/Sri-Harsha/scpp data/ in DATA_ROOT/sugarcrepe_pp/ "
+              "(`compclip data download sugarcrepe_pp`), COCO val2017 images in DATA_ROOT/coco/val2017/")
 
     def records(self, root, split):
-        return read_json(root / self.name / f"{split}.json")
+        return read_json(self.file(root, split))
 
-    def run(self, scorer, root, ties):
+    def run(self, scorer, root, ties, splits=(), options=None):
         missing, metrics = Missing(), {}
-        for split in SPLITS:
+        present, absent = self.present(root, splits)
+        for split in present:
             records = self.records(root, split)
             p1, p2, n = ([r[k] for r in records] for k in ("caption", "caption2", "negative_caption"))
             p1_p2 = scorer.text_pairs(p1, p2)
@@ -33,13 +42,11 @@ class SugarCrepePP(SugarCrepe):
                 p1k, p2k, nk = ([texts[i] for i in kept] for texts in (p1, p2, n))
                 itt = protocols.itt(scorer.pairs(images, p1k), scorer.pairs(images, p2k), scorer.pairs(images, nk), ties)
             metrics[split] = {
-                "itt": itt.float().mean().item() if kept else float("nan"),
-                "tot": NOT_APPLICABLE if tot is None else tot.float().mean().item(),
+                "itt": rate(itt) if kept else float("nan"),
+                "tot": NOT_APPLICABLE if tot is None else rate(tot),
                 "n": len(records),
                 "n_itt": len(kept),
             }
-        for family, splits in (*FAMILIES.items(), ("overall", SPLITS)):
-            for mode in ("itt", "tot"):
-                values = [metrics[s][mode] for s in splits]
-                metrics[f"{family}_{mode}"] = NOT_APPLICABLE if NOT_APPLICABLE in values else mean(values)
-        return Result(metrics, missing)
+        for mode in ("itt", "tot"):
+            self.average(metrics, mode, present, f"_{mode}")
+        return Result(metrics, missing, absent)

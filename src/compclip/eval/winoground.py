@@ -1,45 +1,84 @@
-"""Winoground (Thrush et al., 2022): 2 images × 2 captions with the same words; text, image, group scores.
+"""Winoground (Thrush et al., 2022): 2 images × 2 captions with the same words; text, image and group scores.
 
-Layout (the Hugging Face release, facebook/winoground): `winoground/examples.jsonl` with
-`id`, `image_0`, `image_1`, `caption_0`, `caption_1`, and `winoground/images/<image>.png`.
+Layout: the Hub dataset facebook/winoground downloaded into `winoground/` as it comes: today `data/test-*.parquet`
+(images inside, read from their bytes), earlier `data/examples.jsonl` with `data/images.zip` unzipped into
+`data/images/` (`examples.jsonl` and `images/` directly under `winoground/` are read too). Rule: the dataset
+card's and the paper's: text correct when each image scores its own caption higher, image when each caption
+scores its own image higher, group both; a tie wrong. Also per `collapsed_tag` (Object, Relation, Both), `tag`,
+`num_main_preds` and each `secondary_tag` (the paper's Tables 3-5).
 """
 from __future__ import annotations
 
 import torch
 
 from . import protocols
-from .base import Benchmark, Missing, Result, read_jsonl, register
+from .base import Benchmark, Missing, Result, rate, read_jsonl, read_parquet, register
+
+COLUMNS = ("id", "caption_0", "caption_1", "tag", "secondary_tag", "num_main_preds", "collapsed_tag")
+GROUPS = ("collapsed_tag", "tag", "num_main_preds", "secondary_tag")
 
 
 @register
 class Winoground(Benchmark):
     name = "winoground"
     task = "image_caption_selection"
+    layout = ("Winoground: the Hub dataset facebook/winoground downloaded into DATA_ROOT/winoground/ "
+              "(`huggingface-cli download facebook/winoground --repo-type dataset --local-dir DATA_ROOT/winoground`), "
+              "data/test-*.parquet, or the older data/examples.jsonl with data/images.zip unzipped into data/images/")
+    misplaced = (("winoground/test-00000-of-00001.parquet", "the Parquet shards go in winoground/data/, as the Hub lays them out"),)
 
-    def required(self, root):
-        return [root / "winoground" / "examples.jsonl"]
+    def parquet(self, root):
+        return sorted((root / "winoground" / "data").glob("test-*.parquet"))
 
-    @staticmethod
-    def records(root):
-        return read_jsonl(root / "winoground" / "examples.jsonl")
+    def jsonl(self, root):
+        return next((p for p in (root / "winoground" / "data" / "examples.jsonl", root / "winoground" / "examples.jsonl")
+                     if p.is_file()), None)
 
-    @staticmethod
-    def image(root, record, i):
-        return root / "winoground" / "images" / f"{record[f'image_{i}']}.png"
+    def lacks(self, root, splits):
+        if self.parquet(root) or self.jsonl(root):
+            return None
+        base = root / "winoground"
+        looked = f"looked for {base / 'data' / 'test-*.parquet'} and {base / 'data' / 'examples.jsonl'}: neither is there"
+        return self.not_found(root, looked)
+
+    def records(self, root) -> list[dict]:
+        """Each example with `image_0`, `image_1` as images (Parquet cells or files beside the JSONL)."""
+        shards = self.parquet(root)
+        if shards:
+            return read_parquet(shards, COLUMNS, images=("image_0", "image_1"))
+        file = self.jsonl(root)
+        records = read_jsonl(file)
+        for r in records:
+            for i in (0, 1):
+                r[f"image_{i}"] = file.parent / "images" / f"{r[f'image_{i}']}.png"
+        return records
 
     def images(self, root):
-        return [self.image(root, r, i) for r in self.records(root) for i in (0, 1)]
+        return [r[f"image_{i}"] for r in self.records(root) for i in (0, 1)]
 
-    def run(self, scorer, root, ties):
-        records = self.records(root)
-        image = lambda r, i: self.image(root, r, i)  # noqa: E731
+    def run(self, scorer, root, ties, splits=(), options=None):
         missing = Missing()
-        kept = [r for r in records if missing.keep([image(r, 0), image(r, 1)])]
+        kept = [r for r in self.records(root) if missing.keep([r["image_0"], r["image_1"]])]
         scores = torch.stack([  # (n, caption, image)
-            torch.stack([scorer.pairs([image(r, i) for r in kept], [r[f"caption_{c}"] for r in kept]) for i in (0, 1)], dim=-1)
+            torch.stack([scorer.pairs([r[f"image_{i}"] for r in kept], [r[f"caption_{c}"] for r in kept]) for i in (0, 1)], dim=-1)
             for c in (0, 1)
-        ], dim=1)
+        ], dim=1) if kept else torch.zeros(0, 2, 2)
         result = protocols.winoground(scores, ties)
-        metrics = {k: v.float().mean().item() for k, v in result.items()}
+        metrics = {k: rate(v) for k, v in result.items()}
         metrics["n"] = len(kept)
+        for group in GROUPS:
+            labels = [tags(r.get(group), group) for r in kept]
+            for label in sorted({t for ls in labels for t in ls}):
+                mask = torch.tensor([label in ls for ls in labels], dtype=torch.bool)
+                scored = {score: rate(v[mask]) for score, v in result.items()}
+                metrics.setdefault(group, {})[label] = {**scored, "n": int(mask.sum())}
         return Result(metrics, missing)
+
+
+def tags(value, group: str) -> list[str]:
+    """An example's labels in `group`: secondary tags are a space- or comma-separated list, the others one label."""
+    if value is None or value == "":
+        return []
+    if group == "secondary_tag":
+        return [t for t in str(value).replace(",", " ").split() if t]
+    return [str(value)]

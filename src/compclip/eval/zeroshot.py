@@ -1,21 +1,31 @@
-"""Zero-shot classification: prompt-ensembled class embeddings, top-1 accuracy.
+"""Zero-shot classification: prompt-ensembled class embeddings, top-1 accuracy (CLIP_benchmark's
+`zero_shot_classifier`: each class the normalised mean of its prompts' normalised embeddings).
 
-Every folder under `zeroshot/` is a dataset: one sub-folder of images per class (sorted names
-give the class order, as torchvision's ImageFolder), `classnames.txt` (one per line, in that
-order; default: the folder names, or ImageNet's names for a folder called `imagenet`) and
-`templates.txt` (one per line with `{}`; default: ImageNet's 80 templates).
+Every folder under `zeroshot/` is a dataset: one sub-folder of images per class (sorted names give the class
+order, as torchvision's ImageFolder). Class names and prompts, first found wins:
+- `--bench-opt zeroshot.classnames=FILE` / `zeroshot.templates=FILE`: CLIP_benchmark's files as they are
+  (`en_classnames.json`, `en_zeroshot_classification_templates.json`, `cupl_prompts.json`): JSON keyed by dataset
+  name, looked up by the folder's name (`imagenet` also as `imagenet1k`), templates falling back to `imagenet1k`'s
+  as CLIP_benchmark's builder does; a dataset's templates may be a list (`{c}` or `{}` for the class name) or
+  class-specific prompts (`{class name: [prompts]}`, CuPL);
+- the folder's `classnames.txt` (one per line, in class order) and `templates.txt` (one per line);
+- ImageNet's names for a folder called `imagenet` (else the folder names, `_` read as a space) and ImageNet's 80
+  templates.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from ..errors import DataError
+from ..errors import DataError, MissingFileError
+from ..options import option
 from . import protocols
-from .base import Benchmark, Missing, Result, accuracy, mean, register
+from .base import Benchmark, Missing, Result, accuracy, mean, read_json, register
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
 
@@ -26,35 +36,91 @@ def imagenet() -> dict:
 
 
 def _lines(path: Path) -> list[str] | None:
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] if path.is_file() else None
+    return [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()] if path.is_file() else None
+
+
+def fill(template: str, classname: str, where: str) -> str:
+    """A prompt: the class name in the template's `{}` (open_clip, compclip) or `{c}` (CLIP_benchmark)."""
+    try:
+        return template.format(classname, c=classname)
+    except (KeyError, IndexError, ValueError) as e:
+        raise DataError(f"{where}: template {template!r} has a placeholder other than {{}} or {{c}} ({type(e).__name__}: {e})") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    classnames: str | None = option(None, "CLIP_benchmark-style JSON of class names per dataset (--custom_classname_file)")
+    templates: str | None = option(None, "CLIP_benchmark-style JSON of templates or class-specific prompts per dataset "
+                                         "(--custom_template_file)")
+
+    def __post_init__(self):
+        for name in ("classnames", "templates"):
+            value = getattr(self, name)
+            if value is not None and not Path(value).is_file():
+                raise MissingFileError(f"--bench-opt zeroshot.{name}={value}: no such file")
 
 
 @register
 class ZeroShot(Benchmark):
     name = "zeroshot"
     task = "zeroshot_classification"
+    Options = Options
+    layout = "zero-shot: DATA_ROOT/zeroshot/<dataset>/<class>/<image> class folders, one folder per dataset"
 
-    def required(self, root):
-        return [root / "zeroshot"]
+    def lacks(self, root, splits):
+        return None if self.datasets(root) else f"looked for dataset folders in {root / 'zeroshot'}: none. {self.layout}"
 
     def datasets(self, root) -> list[Path]:
-        return sorted(p for p in (root / "zeroshot").iterdir() if p.is_dir())
+        folder = root / "zeroshot"
+        return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
-    def run(self, scorer, root, ties):
+    def run(self, scorer, root, ties, splits=(), options=None):
+        options = options or Options()
+        classnames, templates = (read_json(Path(f)) if f else {} for f in (options.classnames, options.templates))
         metrics = {}
         for folder in self.datasets(root):
             classes = sorted(p for p in folder.iterdir() if p.is_dir())
-            default = imagenet()["classnames"] if folder.name == "imagenet" else [c.name.replace("_", " ") for c in classes]
-            names = _lines(folder / "classnames.txt") or default
-            templates = _lines(folder / "templates.txt") or imagenet()["templates"]
+            names, names_from = self.classnames(folder, classes, classnames, options.classnames)
             if len(names) != len(classes):
-                raise DataError(f"{folder}: {len(classes)} class folders but {len(names)} class names")
+                raise DataError(f"{folder}: {len(classes)} class folders but {len(names)} class names (from {names_from})")
+            prompts, prompts_from = self.prompts(folder, names, templates, options.templates)
             files, labels = [], []
             for label, c in enumerate(classes):
                 found = sorted(p for p in c.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
                 files += found
                 labels += [label] * len(found)
-            correct = protocols.picks(scorer.class_scores(files, names, templates), torch.tensor(labels), ties)
-            metrics[folder.name] = {**accuracy(correct), "classes": len(classes), "templates": len(templates)}
+            correct = protocols.picks(scorer.class_scores(files, prompts), torch.tensor(labels, dtype=torch.long), ties)
+            metrics[folder.name] = {**accuracy(correct), "classes": len(classes), "prompts": sum(map(len, prompts)),
+                                    "classnames_from": names_from, "templates_from": prompts_from}
         metrics["overall"] = mean(m["acc"] for m in metrics.values())
         return Result(metrics, Missing())
+
+    @staticmethod
+    def keys(folder: Path) -> list[str]:
+        return [folder.name, "imagenet1k"] if folder.name == "imagenet" else [folder.name]
+
+    def classnames(self, folder: Path, classes: list[Path], table: dict[str, Any], file: str | None) -> tuple[list[str], str]:
+        key = next((k for k in self.keys(folder) if k in table), None)
+        if key is not None:
+            return table[key], f"{file}[{key}]"
+        if (folder / "classnames.txt").is_file():
+            return _lines(folder / "classnames.txt"), str(folder / "classnames.txt")
+        if folder.name == "imagenet":
+            return imagenet()["classnames"], "ImageNet's class names (bundled)"
+        return [c.name.replace("_", " ") for c in classes], "the class folders' names"
+
+    def prompts(self, folder: Path, names: list[str], table: dict[str, Any], file: str | None) -> tuple[list[list[str]], str]:
+        """Each class's prompts, and where they came from."""
+        key = next((k for k in [*self.keys(folder), "imagenet1k"] if k in table), None)
+        if key is not None:
+            chosen, where = table[key], f"{file}[{key}]"
+            if isinstance(chosen, dict):  # class-specific prompts (CuPL)
+                lacking = [n for n in names if n not in chosen]
+                if lacking:
+                    raise DataError(f"{where}: no prompts for classes {lacking[:5]}")
+                return [list(chosen[n]) for n in names], where
+        elif (folder / "templates.txt").is_file():
+            chosen, where = _lines(folder / "templates.txt"), str(folder / "templates.txt")
+        else:
+            chosen, where = imagenet()["templates"], "ImageNet's 80 templates (bundled)"
+        return [[fill(t, n, where) for t in chosen] for n in names], where

@@ -16,9 +16,7 @@ so the terms of all ranks add up to the full-batch loss (see `compclip.train.gat
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
-import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -28,6 +26,8 @@ from torch import nn
 
 from ..errors import UsageError
 from ..models.tokens import text_token_states, visual_token_embeddings
+from ..options import NoOptions, option  # noqa: F401  (re-exported: methods declare options with them)
+from ..options import make_options as _make_options
 
 log = logging.getLogger("compclip.methods")
 
@@ -249,50 +249,9 @@ def require_concept_fields(concepts, fields: tuple[str, ...], method: str) -> No
         raise UsageError(f"method {method} reads concept fields {missing} that the store {getattr(concepts, 'folder', '')} lacks: "
                          f"build a store with `compclip concepts --what {wanted}`")
 
-
-def option(default: Any, help: str) -> Any:
-    """A method option: a dataclass field with its default and the one-line help `compclip methods` shows."""
-    return dataclasses.field(default=default, metadata={"help": help})
-
-
-@dataclasses.dataclass(frozen=True)
-class NoOptions:
-    """A method without options."""
-
-
 MethodFactory = Callable[..., list[LossPart]]  # factory(options, *, concepts, seed) -> parts
 
 
-def _parse(text: str, kind: Any, key: str) -> Any:
-    """A command-line string as the option's declared type (int, float, bool, str, or one of them or None)."""
-    args = [a for a in typing.get_args(kind) if a is not type(None)]
-    if args and len(args) < len(typing.get_args(kind)):  # X | None
-        return None if text.lower() in ("none", "null", "") else _parse(text, args[0], key)
-    if kind is bool:
-        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise UsageError(f"--method-opt {key}={text}: expected true or false")
-        return text.lower() in ("true", "1", "yes")
-    try:
-        return kind(text)
-    except ValueError:
-        raise UsageError(f"--method-opt {key}={text}: expected {kind.__name__}") from None
-
-
 def make_options(method: str, declared: list[type], given: Mapping[str, Any]) -> list[Any]:
-    """One options instance per declared dataclass, from `given` ({key: value or command-line string}).
-
-    A key no part declares is an error listing the valid ones: a typo never vanishes silently.
-    """
-    valid = {f.name for cls in declared for f in dataclasses.fields(cls)}
-    unknown = sorted(set(given) - valid)
-    if unknown:
-        close = {k: difflib.get_close_matches(k, valid, n=1) for k in unknown}
-        hints = "".join(f" (did you mean {c[0]}?)" for c in close.values() if c)
-        known = ", ".join(sorted(valid)) or "none"
-        raise UsageError(f"method {method} has no option {', '.join(unknown)}{hints}; its options: {known} (see `compclip methods`)")
-    made = []
-    for cls in declared:
-        hints = typing.get_type_hints(cls)
-        values = {f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given}
-        made.append(cls(**{k: _parse(v, hints[k], k) if isinstance(v, str) and hints[k] is not str else v for k, v in values.items()}))
-    return made
+    """One options instance per declared dataclass of a method's parts (`compclip.options.make_options`)."""
+    return _make_options(declared, given, owner=f"method {method}", flag="--method-opt {key}", listing="compclip methods")

@@ -126,11 +126,15 @@ def load_model(
     force_quick_gelu: bool = False,
     force_context_length: int | None = None,
     force_image_size: int | None = None,
+    init_seed: int | None = 0,
 ) -> tuple[torch.nn.Module, Callable, LazyTokenizer]:
     """Build an open_clip model from a name, tag, file, hub id or checkpoint folder.
 
     `pretrained` is an open_clip tag (downloaded by open_clip) or a weights file
-    (`.pt`, `.bin`, `.safetensors`), loaded strictly and never unpickling code.
+    (`.pt`, `.bin`, `.safetensors`), loaded strictly and never unpickling code. A model built without
+    weights (a bundled config, an architecture to train from scratch) is initialised from `init_seed`, the
+    same weights on every load in every process, the caller's random state untouched; None draws them
+    from the caller's generator (a trainer that seeds it itself).
     Returns `(model, preprocess, tokenizer)`: the model in eval mode, the evaluation preprocessing.
     """
     name = str(name)
@@ -161,8 +165,9 @@ def load_model(
         else:
             tags = open_clip.list_pretrained_tags_by_model(name)
             raise UsageError(f"pretrained={pretrained!r} is neither a file nor a tag of {name} (tags: {tags})")
+    seeded = init_seed is not None and tag is None and not name.startswith("hf-hub:")
     try:
-        with _weights_follow(weights_file is not None):
+        with _weights_follow(weights_file is not None), _seeded(init_seed if seeded else None):
             model = open_clip.create_model(
                 name,
                 pretrained=tag,
@@ -184,6 +189,17 @@ def load_model(
     tokenizer = _tokenizer_for(name, cfg)
     _attach_spec(model, name, cfg, str(pretrained) if pretrained else None, tokenizer)
     return model.eval(), _preprocess(model), tokenizer
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None):
+    """The CPU generator seeded for the block and restored after it (None: untouched)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        yield
 
 
 def _load_checkpoint_folder(folder: Path, device, precision: str):

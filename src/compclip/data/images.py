@@ -1,0 +1,41 @@
+"""Where a benchmark's image lives: a file of its own, or bytes inside a data file (a Parquet cell of a Hub release).
+
+Benchmarks hand the scorer `ImageRef`s (or plain paths), so images released inside Parquet shards are read
+from their bytes, nothing extracted to disk, and are named, missed and cached like files.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PIL import Image
+
+from .readers import decode_image
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """`file` alone: an image file. With `member`: the image whose bytes (`data`) sit at `member` of `file`
+    (e.g. "row 12, image_0" of a Parquet shard); the file then names it and dates it for the embedding cache."""
+
+    file: Path
+    member: str = ""
+    data: bytes | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.file}::{self.member}" if self.member else str(self.file)
+
+    def __str__(self) -> str:
+        return self.key
+
+    def present(self) -> bool:
+        return bool(self.data) if self.member else self.file.is_file()
+
+    def decode(self) -> Image.Image:
+        return decode_image(self.data if self.member else self.file)
+
+
+def image_ref(image: ImageRef | str | os.PathLike) -> ImageRef:
+    return image if isinstance(image, ImageRef) else ImageRef(Path(image))

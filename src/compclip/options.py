@@ -1,0 +1,72 @@
+"""Declared options: a frozen dataclass per owner (a method, a benchmark), each field with its default and help.
+
+`compclip methods` and `compclip benchmarks` list them; `--method-opt KEY=VALUE` and `--bench-opt NAME.KEY=VALUE`
+set them, parsed here as the field's declared type. A key nobody declares is an error listing the valid ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import UsageError
+
+
+def option(default: Any, help: str) -> Any:
+    """An option: a dataclass field with its default and the one-line help the listing shows."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """An owner without options."""
+
+
+def parse_value(text: str, kind: Any, where: str) -> Any:
+    """A command-line string as the declared type (int, float, bool, str, or one of them or None); `where` names it in errors."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if args and len(args) < len(typing.get_args(kind)):  # X | None
+        return None if text.lower() in ("none", "null", "") else parse_value(text, args[0], where)
+    if kind is bool:
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise UsageError(f"{where}={text}: expected true or false")
+        return text.lower() in ("true", "1", "yes")
+    try:
+        return kind(text)
+    except ValueError:
+        raise UsageError(f"{where}={text}: expected {kind.__name__}") from None
+
+
+def make_options(declared: list[type], given: Mapping[str, Any], *, owner: str, flag: str, listing: str) -> list[Any]:
+    """One options instance per declared dataclass, from `given` ({key: value or command-line string}).
+
+    `owner` ("method c2lip"), `flag` (how the command line names a key: "--method-opt {key}") and `listing`
+    ("compclip methods") word the errors.
+    """
+    valid = {f.name for cls in declared for f in dataclasses.fields(cls)}
+    unknown = sorted(set(given) - valid)
+    if unknown:
+        close = {k: difflib.get_close_matches(k, valid, n=1) for k in unknown}
+        hints = "".join(f" (did you mean {c[0]}?)" for c in close.values() if c)
+        known = ", ".join(sorted(valid)) or "none"
+        raise UsageError(f"{owner} has no option {', '.join(unknown)}{hints}; its options: {known} (see `{listing}`)")
+    made = []
+    for cls in declared:
+        hints = typing.get_type_hints(cls)
+        values = {f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given}
+        made.append(cls(**{k: parse_value(v, hints[k], flag.format(key=k)) if isinstance(v, str) and hints[k] is not str else v
+                           for k, v in values.items()}))
+    return made
+
+
+def key_values(items: list[str], flag: str, example: str) -> dict[str, str]:
+    """`KEY=VALUE` command-line items as a dict; a malformed one is an error naming `flag`."""
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {example}")
+        pairs[key.strip()] = value.strip()
+    return pairs
