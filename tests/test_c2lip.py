@@ -234,3 +234,84 @@ def test_short_text_encoder_equals_encode_text():
         assert torch.allclose(short_text_encoder(model)(text), model.encode_text(text), atol=1e-5)
     siglip, _, _ = load_model("compclip-tiny-siglip")
     assert short_text_encoder(siglip) is None  # attends both ways: padding matters
+
+
+# ---- spans on the tokenizers the models use, and each loss term through the method's own outputs ---------------------
+
+TRICKY = [
+    'A Red couch, next to a "white" table; two dogs and 3 cats.',
+    "The man's hat: a tall, blue one -- near Café Über's door.",
+    "a red couch",
+    "Two CHILDREN play with a ball in the park , and a dog watches .",
+]
+
+
+@pytest.mark.parametrize("name", ["compclip-tiny-clip", "compclip-tiny-siglip-hf"])
+def test_every_phrase_is_found_in_the_tokens_the_model_sees(name):
+    """The CLIP BPE lower-cases; the SigLIP-style tokenizer (open_clip's HFTokenizer, clean="canonicalize") also drops
+    punctuation: each phrase's span must still be found, and hold the phrase's own tokens."""
+    from open_clip.tokenizer import HFTokenizer
+
+    _, _, tokenizer = load_model(name)
+    inner = tokenizer._build()
+    records = extract(TRICKY)
+    for caption, record in zip(TRICKY, records, strict=True):
+        tokens = tokenizer([caption])[0].tolist()
+        spans = concept_token_spans(tokenizer, caption, record["noun_phrases"], tokens)
+        assert record["noun_phrases"] and all(s is not None for s in spans), (caption, record["noun_phrases"], spans)
+        for (text, _, _), (a, b) in zip(record["noun_phrases"], spans, strict=True):
+            if isinstance(inner, HFTokenizer):  # the span holds what the tokenizer makes of the cleaned phrase
+                assert tokens[a:b] == inner.tokenizer(inner.clean_fn(text), add_special_tokens=False)["input_ids"], text
+            else:
+                assert open_clip.SimpleTokenizer().decode(tokens[a:b]).replace(" ", "") == text.lower().replace(" ", "")
+
+
+def test_the_siglip_style_model_tokenizes_as_open_clip_s_hf_tokenizer():
+    from open_clip.tokenizer import HFTokenizer
+
+    from compclip.models import bundled
+
+    _, _, tokenizer = load_model("compclip-tiny-siglip-hf")
+    reference = HFTokenizer(str(bundled.wordpiece_folder()), context_length=64, clean="canonicalize")
+    assert torch.equal(tokenizer(TRICKY), reference(TRICKY))
+    words = reference.tokenizer.convert_ids_to_tokens(reference(["A Red couch, next to a white-ish table!"])[0].tolist())
+    assert words[:12] == ["a", "red", "couch", "next", "to", "a", "white", "##i", "##s", "##h", "table", "</s>"]
+
+
+def brute_siglip(image, text, scale, bias):
+    return sum(math.log1p(math.exp(-(1.0 if i == j else -1.0) * (scale * float(image[i] @ text[j]) + bias)))
+               for i in range(image.shape[0]) for j in range(text.shape[0])) / text.shape[0]
+
+
+@pytest.mark.parametrize("xac_attention", ["scaled", "cosine"])
+def test_c2lip_terms_are_their_formulas_of_the_method_outputs(xac_attention):
+    """Each term recomputed from the same output tensors: SigLIP by open_clip's SigLipLoss and a double loop, L_npc and
+    L_xac by double loops, each times its own λ (swapped λs or features would not pass)."""
+    model, _, tokenizer = load_model("compclip-tiny-siglip-hf")
+    method = build_method("c2lip", concepts=concept_store(CAPTIONS), lambda_npc=2.0, lambda_xac=0.5, xac_attention=xac_attention)
+    batch = method.collate([{"image": torch.randn(3, 64, 64), "caption": c} for c in CAPTIONS], tokenizer)
+    assert batch["coverage"].tolist() == [3, 4] and batch["uncovered"] == "something nice"
+    with torch.no_grad():
+        out = method.outputs(model, batch)
+        terms = method(out)
+    scale, bias = out["logit_scale"].item(), out["logit_bias"].item()
+    image, text, concepts, owner = out["image_features"], out["text_features"], out["concept_features"], out["concept_image"]
+    reference = open_clip.loss.SigLipLoss()(image, text, out["logit_scale"], out["logit_bias"])
+    assert terms["siglip"].item() == pytest.approx(reference.item(), rel=1e-5)
+    assert terms["siglip"].item() == pytest.approx(brute_siglip(image, text, scale, bias), rel=1e-5)
+    assert terms["npc"].item() == pytest.approx(2.0 * brute_npc(image, concepts, owner, scale, bias), rel=1e-5)
+    tokens = F.normalize(out["visual_tokens"], dim=-1) if xac_attention == "cosine" else out["visual_tokens"]
+    temperature = 1.0 if xac_attention == "cosine" else math.sqrt(tokens.shape[-1])  # released code: smooth=1 on unit tokens
+    assert terms["xac"].item() == pytest.approx(0.5 * brute_xac(tokens, concepts, owner, scale, bias, temperature), rel=1e-5)
+
+
+def test_a_caption_without_a_noun_phrase_is_its_own_concept_when_asked():
+    _, _, tokenizer = load_model("compclip-tiny-siglip-hf")
+    samples = [{"image": torch.randn(3, 64, 64), "caption": c} for c in CAPTIONS]
+    for mode in ("span", "separate"):
+        method = build_method("c2lip", concepts=concept_store(CAPTIONS), concept_mode=mode, caption_concept=True)
+        batch = method.collate(samples, tokenizer)
+        assert batch["concept_image"].tolist() == [0, 0, 1, 1, 2, 3, 3] and batch["coverage"].tolist() == [4, 4]
+    assert torch.equal(batch["concept_text"][4], tokenizer(["something nice"])[0])  # separate: the whole caption as its own text
+    with pytest.raises(ValueError, match="xac_attention must be one of scaled, cosine"):
+        build_method("c2lip", concepts=concept_store(CAPTIONS), xac_attention="uniform")

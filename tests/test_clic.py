@@ -105,14 +105,44 @@ def test_positives_and_negative_follow_the_rule(setup):
     owners = batch["negative_image"].tolist()
     assert owners == [0, 1, 2, 3]
     for i, negative in zip(owners, batch["negatives"], strict=True):
-        p1 = batch["positives"][i][0]
-        assert negative != p1
-        old, new = p1.split(), negative.split()
-        changed = [k for k in range(len(old)) if old[k] != new[k]]
-        split = len(first[i].split())
-        assert len(changed) == 2 and changed[0] < split <= changed[1]  # one word in each sentence
-        assert new[changed[0]].strip(".").lower() == old[changed[1]].strip(".").lower()
-        assert new[changed[1]].strip(".").lower() == old[changed[0]].strip(".").lower()
+        new = negative.split()
+
+        def changed(positive, new=new):
+            old = positive.split()
+            return [j for j in range(len(old)) if old[j] != new[j]] if len(old) == len(new) else []
+
+        # the two sentences in random order: the negative is p1's or p2's order with one word of each exchanged
+        k = next(k for k, positive in enumerate(batch["positives"][i][:2]) if len(changed(positive)) == 2)
+        old, (a, b) = batch["positives"][i][k].split(), changed(batch["positives"][i][k])
+        m = next(x for x in batch["pair_order"][i].tolist() if x != i)
+        assert a < len((first[i] if k == 0 else first[m]).split()) <= b  # one word in each sentence
+        assert new[a].strip(".").lower() == old[b].strip(".").lower() and new[b].strip(".").lower() == old[a].strip(".").lower()
+
+
+def test_the_negative_joins_its_two_sentences_in_random_order():
+    """As the authors' get_hard_negative (random.shuffle of the two swapped sentences)."""
+    records = {r["caption"]: r for r in extract(CAPTIONS[:2], "noun-phrases,pos")}
+    loss = CLICLoss(records)
+    parsed = [([c[s:e] for s, e in sentences(c)], sentences(c)[0], records[c]) for c in CAPTIONS[:2]]
+    firsts = {loss.texts(0, 1, parsed, random.Random(seed))[2].split(".")[0].split()[-1] for seed in range(40)}
+    assert len(firsts) >= 2  # the last word of the negative's first sentence comes from either caption
+
+
+def test_a_batch_with_one_portrait_image_pairs_it_in_its_own_shape(setup):
+    """A micro-batch may hold a single image of an orientation: its partner, of the other, is joined in its shape."""
+    model, tokenizer, method, samples, _ = setup
+    one = [samples[0], samples[1], samples[3]]  # one portrait, two landscape
+    batch = method.collate(one, tokenizer)
+    cfg = model.visual.preprocess_cfg
+    mean, std = torch.tensor(cfg["mean"])[:, None, None], torch.tensor(cfg["std"])[:, None, None]
+    colours = [COLOURS[0], COLOURS[1], COLOURS[3]]
+    for i, (a, b) in enumerate(batch["pair_order"].tolist()):
+        portrait = a == 0  # the first image's shape decides
+        halves = batch["pair_image"][i].chunk(2, dim=2 if portrait else 1)
+        for half, k in zip(halves, (a, b), strict=True):
+            expected = (torch.tensor(colours[k], dtype=torch.float32)[:, None, None] / 255 - mean) / std
+            assert torch.allclose(half, expected.expand_as(half), atol=1e-5), (i, k)
+    assert 0 in batch["pair_order"][0].tolist() and sorted(batch["pair_order"][0].tolist()) != [0, 0]
 
 
 def brute_force_clic(image, positives, negatives, owners, scale):
@@ -132,7 +162,7 @@ def brute_force_clic(image, positives, negatives, owners, scale):
         for k in range(4):
             p, q = sim(image[i], positives[i][k]), sim(image[i], neg)
             sneg += -math.log(math.exp(p) / (math.exp(p) + math.exp(q))) / 4
-    uni = sum(math.dist(positives[i][0], positives[i][1]) for i in range(n))
+    uni = sum(math.dist(positives[i][0], positives[i][1]) ** 2 for i in range(n))  # squared, as the authors' losses.py
     return cont, sneg / n, uni / n
 
 
@@ -148,6 +178,8 @@ def test_losses_equal_brute_force():
     assert terms["cont"].item() == pytest.approx(0.5 * cont, rel=1e-12)
     assert terms["sneg"].item() == pytest.approx(0.5 * sneg, rel=1e-12)
     assert terms["uni"].item() == pytest.approx(uni, rel=1e-12)
+    plain = CLICLoss(uni_distance="l2")(out)["uni"].item()
+    assert plain == pytest.approx(sum(math.dist(*positives[i, :2].tolist()) for i in range(5)) / 5, rel=1e-12)
 
 
 def test_odd_steps_are_plain_clip_steps_on_single_images(setup):

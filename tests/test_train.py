@@ -2,6 +2,7 @@
 launches with gloo), exact resume after SIGKILL, and the trainer end to end."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -176,8 +177,17 @@ def test_captions_without_concepts_and_a_locked_image_tower(tmp_path):
     before, _, _ = load_model("compclip-tiny-siglip")
     cfg = TrainConfig(method="c2lip", model="compclip-tiny-siglip", train_data=str(data), out=str(tmp_path / "run"),
                       concepts=str(tmp_path / "concepts"), batch_size=8, steps=3, lr=1e-3, workers=0, lock_image=True)
+    with pytest.raises(ValueError) as stop:  # by default a concept method does not train on nothing under its name
+        train(cfg)
+    assert re.match(rf"c2lip: 0 of 8 captions of the first step have concepts it can use \(0\.0%\), from the concept store "
+                    rf"{re.escape(str(tmp_path / 'concepts'))}, below --min-concept-coverage 0\.5; e\.g\. '(very bright|so nice|running "
+                    rf"fast)' has none", str(stop.value))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    cfg.min_concept_coverage = 0.0
     terms = train(cfg)
     assert terms["npc"] == 0.0 and terms["xac"] == 0.0 and terms["siglip"] > 0
+    assert [json.loads(line)["concept_coverage"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()] == [0.0] * 3
+    assert "c2lip: 0 of 8 captions of the first step have concepts it can use" in (tmp_path / "run" / "train.log").read_text()
     after, _, _ = load_model(str(tmp_path / "run" / "checkpoints" / "step_0000003"))
     b, a = before.state_dict(), after.state_dict()
     assert all(torch.equal(b[k], a[k]) for k in b if k.startswith("visual."))

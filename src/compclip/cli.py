@@ -151,6 +151,9 @@ def train(
     keep: int = typer.Option(2, help="Checkpoints to keep."),
     log_every: int = typer.Option(1, help="Write log.jsonl and tensorboard every N steps."),
     device: str = typer.Option(None, help="cpu to stay off the GPU.  [default: each process takes the GPU of its local rank, if any]"),
+    min_concept_coverage: float = typer.Option(
+        0.5, help="A concept method stops when fewer of the first step's captions have concepts it can use (0 never stops)."
+    ),
 ) -> None:
     """Fine-tune a model (single process, or under torchrun / SLURM srun with one process per GPU)."""
     from .train import TrainConfig
@@ -164,7 +167,7 @@ def train(
         accum_freq=accum_freq, steps=steps, lr=lr, weight_decay=wd, optimizer=optimizer, betas=(beta1, beta2), eps=eps,
         warmup=warmup, schedule=schedule, precision=precision, grad_checkpointing=grad_checkpointing, lock_image=lock_image,
         lock_text=lock_text, workers=workers, shuffle=shuffle, seed=seed, save_every=save_every, keep=keep, log_every=log_every,
-        device=device,
+        device=device, min_concept_coverage=min_concept_coverage,
     )
     terms = run(cfg)
     typer.echo(f"finished {steps} steps: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))

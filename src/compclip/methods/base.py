@@ -96,7 +96,8 @@ class LossPart(nn.Module):
         return batch
 
     def prepare(self, batch: dict[str, Any], samples: list[dict[str, Any]], tokenizer) -> None:
-        """Add this part's fields to a collated batch (runs in DataLoader workers)."""
+        """Add this part's fields to a collated batch (runs in DataLoader workers). A part that reads concepts may narrow
+        `batch["covered"]` (per caption: its concept record was found) to the captions its terms could use."""
 
     def extend(self, model: nn.Module, batch: dict[str, Any], out: dict[str, Any]) -> None:
         """Add this part's outputs (with gradients) to `out`."""
@@ -174,8 +175,13 @@ class Method(nn.Module):
                 batch[key] = torch.tensor([s[key] for s in samples])
         if self.uses_concepts:
             batch["concepts"] = self.concept_records(samples)
+            batch["covered"] = [r is not None for r in batch["concepts"]]
         for part in self.parts:
             part.prepare(batch, samples, tokenizer)
+        if self.uses_concepts:  # what the trainer counts and reports: the captions the concept terms could use
+            covered = batch.pop("covered")
+            batch["coverage"] = torch.tensor([sum(covered), len(covered)])
+            batch["uncovered"] = next((c for c, ok in zip(batch["caption"], covered, strict=True) if not ok), "")
         return batch
 
     def concept_records(self, samples: list[dict[str, Any]]) -> list[dict[str, Any] | None]:

@@ -15,6 +15,7 @@ from typing import ClassVar
 import open_clip
 import torch
 import torch.nn.functional as F
+from open_clip.tokenizer import basic_clean, canonicalize_text
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import UsageError
@@ -133,12 +134,14 @@ def concept_attention(model, tokenizer, images: torch.Tensor, concept: str, temp
 
 
 def _content_ids(tokenizer, text: str) -> list[int]:
-    """Token ids of `text` without special tokens."""
+    """Token ids of `text` without special tokens, after the cleaning the tokenizer applies to a caption (CLIP's
+    lower-casing, SigLIP's canonicalisation: lower case and punctuation removed), so they are the caption's ids."""
     inner = tokenizer._build() if isinstance(tokenizer, LazyTokenizer) else tokenizer
     if isinstance(inner, open_clip.SimpleTokenizer):
-        return inner.encode(text)
+        return inner.encode(text)  # cleans as __call__ does
     if hasattr(inner, "tokenizer"):  # open_clip's HFTokenizer and SigLipTokenizer wrap a HF tokenizer
-        return inner.tokenizer(text, add_special_tokens=False)["input_ids"]
+        clean = getattr(inner, "clean_fn", None) or (lambda t: canonicalize_text(basic_clean(t)))  # SigLipTokenizer's own
+        return inner.tokenizer(clean(text), add_special_tokens=False)["input_ids"]
     raise UsageError(f"span pooling does not know how to tokenize with {type(inner).__name__}")
 
 
@@ -179,12 +182,17 @@ def span_embeddings(states: torch.Tensor, concept_image: torch.Tensor, spans: to
     return total / (end - start).unsqueeze(-1).to(states.dtype)
 
 
+XAC_ATTENTION = ("scaled", "cosine")
+
+
 class C2LIPLoss(LossPart):
     """λ_npc L_npc + λ_xac L_xac over the batch's noun-phrase concepts.
 
     `concepts` maps a caption to its noun phrases (a `compclip.concepts.ConceptStore`, or any
     mapping with `.get`); `mode` is "span" (pool the caption's own token states over the phrase,
     the paper's) or "separate" (encode each phrase as its own text, the released code's).
+    `xac_attention` "scaled" attends with the raw tokens at √D (ours), "cosine" with L2-normalised tokens at
+    temperature 1 (the released code's); `caption_concept` makes a caption without a noun phrase its own concept.
     """
 
     name = "c2lip"
@@ -194,30 +202,36 @@ class C2LIPLoss(LossPart):
     uses_concepts = True
     uses_logit_bias = True
 
-    def __init__(
-        self, concepts=None, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01, temperature: float | None = None
-    ):
+    def __init__(self, concepts=None, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01,
+                 temperature: float | None = None, xac_attention: str = "scaled", caption_concept: bool = False):
         super().__init__()
         if mode not in ("span", "separate"):
             raise UsageError(f"concept mode must be 'span' or 'separate', not {mode!r}")
+        if xac_attention not in XAC_ATTENTION:
+            raise UsageError(f"xac_attention must be one of {', '.join(XAC_ATTENTION)}, not {xac_attention!r}")
         require_concept_fields(concepts, ("noun_phrases",), self.name)
-        self.mode = mode
-        self.lambda_npc, self.lambda_xac, self.temperature = lambda_npc, lambda_xac, temperature
+        self.mode, self.xac_attention, self.caption_concept = mode, xac_attention, caption_concept
+        self.lambda_npc, self.lambda_xac = lambda_npc, lambda_xac
+        self.temperature = temperature if temperature is not None else 1.0 if xac_attention == "cosine" else None
         if mode == "separate":
             self.needs = frozenset({"visual_tokens"})
 
     def prepare(self, batch, samples, tokenizer):
-        images, spans, texts = [], [], []
+        images, spans, texts, covered = [], [], [], []
         for i, (caption, tokens, record) in enumerate(zip(batch["caption"], batch["text"].tolist(), batch["concepts"], strict=True)):
             phrases = list(record["noun_phrases"]) if record else []
+            if not phrases and self.caption_concept:
+                phrases = [(caption, 0, len(caption))]
             if self.mode == "separate":
                 texts += [p[0] for p in phrases]
                 images += [i] * len(phrases)
+                covered.append(bool(phrases))
                 continue
-            for span in concept_token_spans(tokenizer, caption, phrases, tokens):
-                if span is not None:
-                    images.append(i)
-                    spans.append(span)
+            found = [span for span in concept_token_spans(tokenizer, caption, phrases, tokens) if span is not None]
+            images += [i] * len(found)
+            spans += found
+            covered.append(bool(found))
+        batch["covered"] = covered  # captions that gave a concept (found in the store and, as spans, in the tokens)
         batch["concept_image"] = torch.tensor(images, dtype=torch.long)
         if self.mode == "span":
             batch["concept_span"] = torch.tensor(spans, dtype=torch.long).reshape(-1, 2)
@@ -238,20 +252,27 @@ class C2LIPLoss(LossPart):
         owners = out.get("all_concept_image", out["concept_image"])
         common = {"image_offset": out.get("image_offset", 0), "n_concepts": concepts.shape[0]}
         scale, bias = out["logit_scale"], out["logit_bias"]
+        tokens = F.normalize(out["visual_tokens"], dim=-1) if self.xac_attention == "cosine" else out["visual_tokens"]
         return {
             "npc": self.lambda_npc * npc_loss(out["image_features"], concepts, owners, scale, bias, **common),
-            "xac": self.lambda_xac * xac_loss(out["visual_tokens"], concepts, owners, scale, bias, self.temperature, **common),
+            "xac": self.lambda_xac * xac_loss(tokens, concepts, owners, scale, bias, self.temperature, **common),
         }
 
 
 @dataclass(frozen=True)
 class Options:
-    concept_mode: str = option("span", "span (pool the caption's own token states over the phrase) or separate (encode each phrase)")
+    concept_mode: str = option("span", "span (pool the caption's own token states over the phrase, the paper's) or separate "
+                                       "(encode each phrase as its own text, the released code's)")
     lambda_npc: float = option(1.0, "weight of the noun-phrase concept loss L_npc")
     lambda_xac: float = option(0.01, "weight of the cross-attention concept loss L_xac")
-    xac_temperature: float | None = option(None, "cross-attention temperature; none: √D")
+    xac_attention: str = option("scaled", "scaled: attend with the raw visual tokens at √D (ours); cosine: with L2-normalised "
+                                          "tokens at temperature 1 (the released code's func_attention)")
+    xac_temperature: float | None = option(None, "cross-attention temperature; none: √D (scaled) or 1 (cosine)")
+    caption_concept: bool = option(False, "a caption without a noun phrase is its own concept (the released code's data.py); "
+                                          "false: it adds none (the paper)")
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     o = options
-    return [SigLIPLoss(), C2LIPLoss(concepts, o.concept_mode, o.lambda_npc, o.lambda_xac, o.xac_temperature)]
+    return [SigLIPLoss(), C2LIPLoss(concepts, o.concept_mode, o.lambda_npc, o.lambda_xac, o.xac_temperature, o.xac_attention,
+                                    o.caption_concept)]

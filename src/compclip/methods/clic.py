@@ -5,7 +5,8 @@ joined in random order (portrait images side by side at half width, landscape on
 the other at half height, each resized with the model's own preprocessing). Its captions are
 p1 = s_i + s_m, p2 = s_m + s_i (first sentences) and p3, p4 (other sentences of each, joined in
 random order); the negative swaps one word of s_i with one word of s_m of the same universal
-POS tag inside p1. L = ½ L_Cont + ½ L_S-Neg + L_Uni; every second step is a plain CLIP step on
+POS tag and joins the two in random order. L = ½ L_Cont + ½ L_S-Neg + L_Uni (squared L2, as the
+authors' code); every second step is a plain CLIP step on
 single images with their first sentence. The vision tower is frozen unless asked otherwise.
 POS tags come from the concept store, so no spaCy runs in the data loader.
 """
@@ -28,6 +29,7 @@ from .base import ROWS, LossPart, Output, option, owned, require_concept_fields
 from .clip import clip_loss
 from .text import caption_rng, join_sentences, recase
 
+UNI_DISTANCES = ("squared", "l2")
 EXCLUDED_POS = frozenset({"AUX", "CCONJ", "DET", "INTJ", "PART", "PUNCT", "SCONJ", "SYM", "X", "SPACE"})
 
 Token = tuple[str, int, int, str]  # text, start, end, universal POS
@@ -48,13 +50,15 @@ class PairViews:
         self.wide = T.Compose([T.Resize((h // 2, w), interpolation=mode), *tail])  # landscape: one above the other
 
     def __call__(self, img) -> dict[str, Any]:
-        portrait = img.height > img.width
-        return {"image": self.full(img), "half": (self.tall if portrait else self.wide)(img.convert("RGB")), "portrait": portrait}
+        rgb = img.convert("RGB")  # both half views: a partner of the other orientation, where a batch has no other, takes this one's
+        return {"image": self.full(img), "tall": self.tall(rgb), "wide": self.wide(rgb), "portrait": img.height > img.width}
 
 
-def join_pair(first: torch.Tensor, second: torch.Tensor, portrait: bool) -> torch.Tensor:
-    """Two half-size views (C×H×W/2 or C×H/2×W) as one full-size image, `first` left or on top."""
-    return torch.cat([first, second], dim=2 if portrait else 1)
+def join_pair(first: dict[str, Any], second: dict[str, Any]) -> torch.Tensor:
+    """Two samples' half-size views as one full-size image, `first` left or on top: side by side at half width where
+    `first` is a portrait image, one above the other at half height otherwise (the authors' `transform_and_random_concat`)."""
+    view = "tall" if first["portrait"] else "wide"
+    return torch.cat([first[view], second[view]], dim=2 if first["portrait"] else 1)
 
 
 def cross_sentence_swap(a: str, a_tokens: Sequence[Token], b: str, b_tokens: Sequence[Token], rng: random.Random) -> tuple[str, str] | None:
@@ -109,9 +113,12 @@ class CLICLoss(LossPart):
     alone = True
 
     def __init__(self, concepts=None, train_image: bool = False, seed: int = 0,
-                 lambda_cont: float = 0.5, lambda_neg: float = 0.5, lambda_uni: float = 1.0):
+                 lambda_cont: float = 0.5, lambda_neg: float = 0.5, lambda_uni: float = 1.0, uni_distance: str = "squared"):
         super().__init__()
         require_concept_fields(concepts, ("pos",), self.name)
+        if uni_distance not in UNI_DISTANCES:
+            raise UsageError(f"uni_distance must be one of {', '.join(UNI_DISTANCES)}, not {uni_distance!r}")
+        self.uni_distance = uni_distance
         self.seed = seed
         self.locks_image = not train_image
         self.step = 0
@@ -136,13 +143,15 @@ class CLICLoss(LossPart):
         swapped = cross_sentence_swap(
             sents_i[0], sentence_tokens(record_i, first_span_i), sents_m[0], sentence_tokens(record_m, first_span_m), rng
         )
-        return sents_i[0], positives, join_sentences(*swapped) if swapped else None
+        if swapped is None:
+            return sents_i[0], positives, None
+        return sents_i[0], positives, join_sentences(*(swapped if rng.random() < 0.5 else swapped[::-1]))  # in random order
 
     def prepare(self, batch, samples, tokenizer):
         n = len(samples)
         if n < 2:
             raise UsageError("CLIC pairs images within a batch: the batch size must be at least 2")
-        if "half" not in samples[0]:
+        if "tall" not in samples[0]:
             raise ValueError("CLIC needs its own image transform (`CLICLoss.image_transform`): the reader gave plain images")
         rng = caption_rng(self.seed, *batch["caption"])  # the same batch pairs the same way after a resume
         parsed = []  # each caption split and looked up once, though it may serve as image and as partner
@@ -162,7 +171,7 @@ class CLICLoss(LossPart):
                 negatives.append(neg)
                 owners.append(i)
         batch["pair_order"] = torch.tensor(pairs, dtype=torch.long)
-        batch["pair_image"] = torch.stack([join_pair(samples[a]["half"], samples[b]["half"], portrait[a]) for a, b in pairs])
+        batch["pair_image"] = torch.stack([join_pair(samples[a], samples[b]) for a, b in pairs])
         batch["positives"], batch["negatives"] = positives, negatives
         batch["positive_text"] = tokenizer([p for pos in positives for p in pos]).view(n, 4, -1)
         batch["first_text"] = tokenizer(firsts)
@@ -207,7 +216,8 @@ class CLICLoss(LossPart):
         s_pos = scale * (image[owners, None] * positives[owners]).sum(-1)  # (negatives, 4)
         s_neg = scale * (image[owners] * out["negative_features"]).sum(-1, keepdim=True)
         sneg = F.softplus(s_neg - s_pos).mean(-1).sum() / n  # −log(e^p / (e^p + e^n)) = softplus(n − p)
-        uni = (positives[:, 0] - positives[:, 1]).norm(dim=-1).sum() / n
+        gap = positives[:, 0] - positives[:, 1]
+        uni = (gap.square().sum(-1) if self.uni_distance == "squared" else gap.norm(dim=-1)).sum() / n
         return {"cont": self.lambda_cont * cont, "sneg": self.lambda_neg * sneg, "uni": self.lambda_uni * uni}
 
 
@@ -216,9 +226,10 @@ class Options:
     train_image: bool = option(False, "train the vision tower too (frozen by default, as the paper)")
     lambda_cont: float = option(0.5, "weight of the contrastive loss over the four positives")
     lambda_neg: float = option(0.5, "weight of the swapped-negative loss L_S-Neg")
-    lambda_uni: float = option(1.0, "weight of the uni-modal loss ‖φ(p1) − φ(p2)‖")
+    lambda_uni: float = option(1.0, "weight of the uni-modal loss between φ(p1) and φ(p2)")
+    uni_distance: str = option("squared", "squared: ‖φ(p1) − φ(p2)‖², the authors' losses.py; l2: ‖φ(p1) − φ(p2)‖")
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     o = options
-    return [CLICLoss(concepts, o.train_image, seed, o.lambda_cont, o.lambda_neg, o.lambda_uni)]
+    return [CLICLoss(concepts, o.train_image, seed, o.lambda_cont, o.lambda_neg, o.lambda_uni, o.uni_distance)]

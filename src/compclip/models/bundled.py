@@ -4,11 +4,14 @@ They mirror the real architectures at toy size so that everything runs offline i
 `compclip-tiny-clip` is an open_clip ViT with a class token, `compclip-tiny-siglip` a timm
 ViT with SigLIP's attention-pool (`map`) head and sigmoid logit bias, and `compclip-tiny-siglip-conv`
 the same with a convolutional stem in place of the linear patch embedding (the binding world's demo
-model: at this size a linear 8×8 patch embedding does not learn shape, `docs/benchmarks.md`). All use
-the CLIP BPE tokenizer, which open_clip ships (SigLIP's own tokenizer lives on the hub).
+model: at this size a linear 8×8 patch embedding does not learn shape, `docs/benchmarks.md`). These use
+the CLIP BPE tokenizer, which open_clip ships. `compclip-tiny-siglip-hf` tokenizes as the SigLIP models
+do, through open_clip's `HFTokenizer` with `clean="canonicalize"` (lower case, punctuation removed), over a
+small WordPiece vocabulary built here on first use (SigLIP's own tokenizer lives on the hub).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import open_clip
@@ -18,6 +21,39 @@ from torch import nn
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 BUNDLED_MODELS = tuple(sorted(p.stem for p in CONFIG_DIR.glob("*.json")))
+HF_TOKENIZED = {"compclip-tiny-siglip-hf": "canonicalize"}  # bundled models tokenized by `HFTokenizer`, with its `clean`
+
+# The WordPiece vocabulary: special tokens, then whole words, then letters and digits alone and as word pieces, so that
+# every lower-case ASCII word tokenizes (into pieces where it is not a word here); any other character is [UNK].
+_SPECIALS = ("[PAD]", "[UNK]", "</s>")
+_WORDS = tuple("""a an the and or of in on at to with by from near next left right above below under over behind front
+back top bottom middle is are was were there it its this that these those one two three four five six seven eight nine ten
+red orange yellow green blue purple pink brown black white gray grey cyan large small big little tall short long round
+square circle triangle star cross diamond hexagon heart shape shapes object objects something we see you can man woman
+person people child boy girl dog cat horse bird car bus truck bike train boat plane table chair couch bed cup plate bowl
+house tree grass water street road shirt hat ball sky wall floor photo picture image""".split())  # noqa: SIM905
+_CHARACTERS = tuple("abcdefghijklmnopqrstuvwxyz0123456789")
+WORDPIECE_VOCAB = (*_SPECIALS, *_WORDS, *(c for c in _CHARACTERS if c not in _WORDS), *(f"##{c}" for c in _CHARACTERS))
+
+
+def wordpiece_folder() -> Path:
+    """The folder of `compclip-tiny-siglip-hf`'s tokenizer in Hugging Face's format (what `AutoTokenizer` loads),
+    written once under the user's cache (`$XDG_CACHE_HOME/compclip`, else `~/.cache/compclip`)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from ..io import atomic_dir
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "compclip" / "tokenizers"
+    folder = cache / f"compclip-wordpiece-{len(WORDPIECE_VOCAB)}"
+    if not (folder / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+        core = Tokenizer(models.WordPiece({t: i for i, t in enumerate(WORDPIECE_VOCAB)}, unk_token="[UNK]"))
+        core.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        core.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])  # SigLIP's T5: EOS last
+        with atomic_dir(folder) as tmp:
+            PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="</s>").save_pretrained(tmp)
+    return folder
 
 # timm looks up a model's default pretrained config in its module's `default_cfgs`.
 _TINY_CFG = {"input_size": (3, 64, 64), "mean": (0.5,) * 3, "std": (0.5,) * 3, "num_classes": 0}

@@ -16,6 +16,7 @@ from typing import Any
 
 import open_clip
 import torch
+from open_clip.tokenizer import HFTokenizer
 from open_clip.transform import PreprocessCfg, image_transform_v2
 
 from ..errors import DownloadError, UsageError
@@ -26,10 +27,10 @@ from .checkpoint import CONFIG_NAME, SPEC_ATTR, WEIGHTS_NAME, load_weights, read
 class LazyTokenizer:
     """Builds the tokenizer on first use, so a model whose tokenizer lives on the hub still loads offline.
 
-    `source` is "clip_bpe" (the CLIP BPE open_clip ships) or an open_clip model name whose
-    tokenizer `open_clip.get_tokenizer` knows. It remembers the rows of the last `cache_size`
-    distinct texts (per process: each DataLoader worker its own): training captions come back
-    every epoch, and BPE costs far more than a lookup.
+    `source` is "clip_bpe" (the CLIP BPE open_clip ships), a bundled model tokenized by `HFTokenizer`
+    (`bundled.HF_TOKENIZED`), or an open_clip model name whose tokenizer `open_clip.get_tokenizer` knows.
+    It remembers the rows of the last `cache_size` distinct texts (per process: each DataLoader worker its
+    own): training captions come back every epoch, and BPE costs far more than a lookup.
     """
 
     cache_size = 32_768
@@ -47,6 +48,9 @@ class LazyTokenizer:
         if self._tokenizer is None:
             if self.source == "clip_bpe":
                 self._tokenizer = open_clip.SimpleTokenizer(context_length=self.context_length)
+            elif self.source in bundled.HF_TOKENIZED:
+                folder = str(bundled.wordpiece_folder())
+                self._tokenizer = HFTokenizer(folder, self.context_length, clean=bundled.HF_TOKENIZED[self.source])
             else:
                 try:
                     self._tokenizer = open_clip.get_tokenizer(self.source, context_length=self.context_length)
@@ -81,9 +85,9 @@ class LazyTokenizer:
 
 
 def _tokenizer_for(name: str, cfg: dict[str, Any]) -> LazyTokenizer:
-    # bundled configs use the CLIP BPE whatever their name says ("siglip" names make
-    # open_clip reach for the hub's SigLIP tokenizer)
-    source = "clip_bpe" if name in bundled.BUNDLED_MODELS else name
+    # bundled configs use the CLIP BPE whatever their name says ("siglip" names make open_clip reach for the hub's
+    # SigLIP tokenizer), or their own Hugging Face tokenizer
+    source = name if name in bundled.HF_TOKENIZED else "clip_bpe" if name in bundled.BUNDLED_MODELS else name
     return LazyTokenizer(source, cfg["text_cfg"].get("context_length", open_clip.tokenizer.DEFAULT_CONTEXT_LENGTH))
 
 

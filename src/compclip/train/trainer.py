@@ -7,6 +7,7 @@ checkpoint left off. Logs go to `log.jsonl` and TensorBoard on rank 0.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -71,6 +72,7 @@ class TrainConfig:
     log_every: int = 1
     eval_every: int = 0
     device: str | None = None
+    min_concept_coverage: float = 0.5  # a concept method stops when fewer of the first step's captions have concepts it can use
 
     def validate(self) -> None:
         """Every value checked before a model is built or a file written; errors name the CLI option."""
@@ -84,6 +86,8 @@ class TrainConfig:
             raise UsageError(f"--workers must be at most {MAX_WORKERS}, not {self.workers}")
         if not self.lr > 0 or not self.eps > 0:
             raise UsageError(f"--lr and --eps must be positive, not {self.lr} and {self.eps}")
+        if not 0 <= self.min_concept_coverage <= 1:
+            raise UsageError(f"--min-concept-coverage must lie in [0, 1], not {self.min_concept_coverage}")
         if not all(0 <= b < 1 for b in self.betas):
             raise UsageError(f"--beta1 and --beta2 must lie in [0, 1), not {self.betas[0]} and {self.betas[1]}")
         for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", PRECISIONS)):
@@ -370,8 +374,32 @@ class Trainer:
         return autocast(self.env.device, self.cfg.precision)
 
     def run(self) -> dict[str, float]:
-        cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
+        with self._train_log():
+            return self._run()
+
+    @contextlib.contextmanager
+    def _train_log(self):
+        """compclip's log lines of the run (resume, concept coverage, skips, warnings) also go to OUT/train.log (rank 0)."""
+        if not self.env.is_main:
+            yield
+            return
+        handler = logging.FileHandler(self.out / "train.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger = logging.getLogger("compclip")
+        level = logger.level
+        if level == logging.NOTSET:  # a library call, not the CLI (which sets INFO, or WARNING under --quiet): log the run's INFO
+            logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            handler.close()
+
+    def _run(self) -> dict[str, float]:
+        cfg = self.cfg
         tb = None
         if self.env.is_main:
             write_json(self.out / "config.json", dataclasses.asdict(cfg))
@@ -383,9 +411,12 @@ class Trainer:
         steps = range(self.step, cfg.steps)
         bar = progress(steps, f"train {cfg.method}", total=len(steps), unit="step") if self.env.is_main else iter(steps)
         terms: dict[str, float] = {}
+        coverage = Coverage()
         for _ in bar:
             start = time.perf_counter()
             micro = [next(batches) for _ in range(cfg.accum_freq)]
+            if coverage.add(micro) and coverage.steps == 1:
+                self._check_coverage(coverage)
             self.method.begin_step(self.step)
             self.optimizer.zero_grad(set_to_none=True)
             terms = loss_step(self.module, self.method, micro, self.env, self._autocast, self._backward)
@@ -398,7 +429,7 @@ class Trainer:
             seconds = time.perf_counter() - start
             record = {"step": self.step, "epoch": self.data.epoch, "loss": sum(terms.values()), **terms,
                       "lr": self.scheduler.get_last_lr()[-1], "logit_scale": self.model.logit_scale.exp().item(),
-                      "images_per_s": per_step / seconds}
+                      "images_per_s": per_step / seconds, **coverage.record()}
             if cfg.eval_every and self.eval_hook and self.step % cfg.eval_every == 0:
                 self.model.eval()
                 record.update({f"eval/{k}": v for k, v in self.eval_hook(self.model, self.step).items()})
@@ -415,6 +446,47 @@ class Trainer:
 
     def _backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
+
+    def _check_coverage(self, coverage: Coverage) -> None:
+        """After the first step's batches: the share of captions that gave the method concepts, logged; below 90 % a
+        warning, below --min-concept-coverage a stop (a concept method that trains on nothing is another method)."""
+        where = f"the concept store {self.cfg.concepts}" if self.cfg.concepts else "the shards' concept records"
+        text = (f"{self.cfg.method}: {coverage.covered} of {coverage.total} captions of the first step have concepts it can use "
+                f"({coverage.share:.1%}), from {where}")
+        if coverage.share < self.cfg.min_concept_coverage:
+            raise DataError(f"{text}, below --min-concept-coverage {self.cfg.min_concept_coverage}; e.g. {coverage.example!r} has "
+                            "none: run `compclip concepts` over the training data (in span mode a phrase must also be found in "
+                            "the caption's tokens)")
+        if self.env.is_main:
+            log.info("%s", text)
+            if coverage.share < 0.9:
+                log.warning("only %.1f%% of the captions have concepts, e.g. %r", 100 * coverage.share, coverage.example)
+
+
+class Coverage:
+    """Counts of the captions whose concepts a concept method could use (`Method.collate`'s `coverage`), over the run."""
+
+    def __init__(self):
+        self.covered = self.total = self.steps = 0
+        self.example = ""
+
+    def add(self, micro: list[dict[str, Any]]) -> bool:
+        """Count one step's micro-batches; False for a method without concepts."""
+        if "coverage" not in micro[0]:
+            return False
+        for batch in micro:
+            covered, total = batch["coverage"].tolist()
+            self.covered, self.total = self.covered + covered, self.total + total
+            self.example = self.example or batch["uncovered"]
+        self.steps += 1
+        return True
+
+    @property
+    def share(self) -> float:
+        return self.covered / self.total if self.total else 1.0
+
+    def record(self) -> dict[str, float]:
+        return {"concept_coverage": self.share} if self.steps else {}
 
 
 class _TrainModule(torch.nn.Module):
