@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from compclip.concepts import extract
-from compclip.concepts.keywords import COCO_OBJECTS, COLORS, KEYWORDS, replacements
+from compclip.concepts.keywords import COCO_OBJECTS, COLORS, KEYWORDS, PAPER_OBJECTS, replacements, table
 from compclip.methods import build_method
 from compclip.methods.hardneg import hard_negative_infonce, keyword_negatives
 from compclip.methods.negclip import swap_negatives
@@ -26,8 +26,21 @@ def test_colour_negatives_are_every_other_colour_in_the_caption_case():
 
 def test_object_negatives_match_multi_word_names_whole():
     made = keyword_negatives("a hot dog on a plate", ("object",), k=100)
-    assert set(made) == {f"a {o} on a plate" for o in COCO_OBJECTS if o != "hot dog"}
+    assert set(made) == {f"a {o} on a plate" for o in PAPER_OBJECTS if o != "hot dog"}
     assert "a hot cat on a plate" not in made  # "dog" inside "hot dog" is not a keyword of its own
+
+
+def test_object_names_follow_the_papers_table_or_coco_s():
+    """The paper's Table 6 names four categories as PASCAL VOC does; `object_names=coco` keeps COCO's."""
+    made = set(keyword_negatives("a aeroplane parked", ("object",), k=100))
+    assert {"a motorbike parked", "a sofa parked", "a tv monitor parked"} <= made
+    assert keyword_negatives("a motorcycle parked", ("object",), k=3) == []  # not a keyword of the paper's table
+    coco = set(keyword_negatives("a motorcycle parked", ("object",), k=100, objects="coco"))
+    assert coco == {f"a {o} parked" for o in COCO_OBJECTS if o != "motorcycle"}
+    assert len(PAPER_OBJECTS) == len(COCO_OBJECTS) == 80 and sum(a != b for a, b in zip(PAPER_OBJECTS, COCO_OBJECTS, strict=True)) == 4
+    part = build_method("hardneg", negative_classes="color", keyword_captions_only=True).parts[0]
+    assert part.admits("a red couch") and not part.admits("a large couch")  # the reader skips the others
+    assert build_method("hardneg").parts[0].admits("a large couch")
 
 
 def test_location_and_size_swap_with_their_fixed_partner():
@@ -79,7 +92,7 @@ def _one_swap(caption: str, negative: str, allowed) -> bool:
 def test_real_coco_negatives_change_exactly_one_keyword_by_its_table():
     coco = json.loads(shared_data("coco", "captions_val2017.json").read_text())
     captions = [a["caption"].strip() for a in coco["annotations"][:1500]]
-    allowed = {(k, r) for cls, words in KEYWORDS.items() for k in words for r in replacements(cls, k)}
+    allowed = {(k, r) for cls in KEYWORDS for k in table(cls, "paper") for r in replacements(cls, k, "paper")}
     checked = 0
     for caption in captions:
         for negative in keyword_negatives(caption, k=3):
@@ -158,6 +171,52 @@ def test_combinations(records):
     assert [p.name for p in build_method("c2lip+negclip", concepts=records).parts] == ["c2lip", "negclip"]
     with pytest.raises(ValueError, match="cannot be combined"):
         build_method("c2lip+clic", concepts=records)
+
+
+def brute_force_batch_negatives(image, text, negatives, scale):
+    """NegCLIP: every negative is one more text of the batch, a column of every image's row; text->image unchanged."""
+    n = image.shape[0]
+    sim = lambda a, b: scale * sum(x * y for x, y in zip(a.tolist(), b.tolist(), strict=True))  # noqa: E731
+    total = 0.0
+    for i in range(n):
+        row = [sim(image[i], t) for t in text] + [sim(image[i], m) for m in negatives]
+        total += math.log(sum(math.exp(v) for v in row)) - row[i]
+        col = [sim(text[i], image[j]) for j in range(n)]
+        total += math.log(sum(math.exp(v) for v in col)) - col[i]
+    return total / (2 * n)
+
+
+def test_negclip_puts_every_swap_in_every_row_and_hardneg_in_its_own(records):
+    """Through each method's own batch transform and outputs: the collated negatives are the ones the public
+    functions make for each caption, and each loss is its formula of the method's output tensors."""
+    from compclip.models import load_model
+
+    model, _, tokenizer = load_model("compclip-tiny-clip")
+    captions = list(records)
+    samples = [{"image": torch.randn(3, 64, 64), "caption": c} for c in captions]
+    for name, make, formula in (("negclip", lambda c: swap_negatives(c, records[c], 2), brute_force_batch_negatives),
+                                ("hardneg", lambda c: keyword_negatives(c, k=2), None)):
+        method = build_method(name, concepts=records, negatives=2)
+        batch = method.collate(samples, tokenizer)
+        expected = [(i, neg) for i, c in enumerate(captions) for neg in make(c)]
+        assert expected and batch["negative_image"].tolist() == [i for i, _ in expected]
+        assert torch.equal(batch["negative_text"], tokenizer([neg for _, neg in expected]))
+        with torch.no_grad():
+            out = method.outputs(model, batch)
+            loss = method(out)[name].item()
+        image, text, negatives = out["image_features"], out["text_features"], out["negative_features"]
+        scale = out["logit_scale"].item()
+        if formula is None:
+            reference = brute_force_hn(image, text, negatives, out["negative_image"].tolist(), scale)
+        else:
+            reference = formula(image, text, negatives, scale)
+        assert loss == pytest.approx(reference, rel=1e-5), name
+    row = build_method("negclip", concepts=records, negatives=2, negatives_in="row")
+    with torch.no_grad():
+        out = row.outputs(model, row.collate(samples, tokenizer))
+        assert row(out)["negclip"].item() == pytest.approx(
+            brute_force_hn(out["image_features"], out["text_features"], out["negative_features"], out["negative_image"].tolist(),
+                           out["logit_scale"].item()), rel=1e-5)
 
 
 @pytest.mark.parametrize("method", ["negclip", "c2lip+hardneg"])

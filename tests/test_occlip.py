@@ -33,8 +33,9 @@ def layer_norm(x, norm):
 
 
 def brute_slots(module, tokens, nodes):
-    """Slot i of one image for one graph, from the formula: softmax over queries for each patch, then a weighted mean."""
-    queries = [module.q(layer_norm(n, module.norm_queries)) for n in list(nodes) + list(module.defaults)]
+    """Slot i of one image for one graph, from the formula: Q' = [W_q LN(nodes); defaults], softmax over queries for each
+    patch, then a weighted mean."""
+    queries = [module.q(layer_norm(n, module.norm_queries)) for n in nodes] + list(module.defaults)
     normed = torch.stack([layer_norm(t, module.norm_tokens) for t in tokens])
     keys, values = module.k(normed), module.v(normed)
     weights = torch.zeros(len(queries), tokens.shape[0])
@@ -165,7 +166,8 @@ def test_losses_equal_brute_force_and_captions_without_nodes_train_on_nothing():
         live = [i for i, (n, _) in enumerate(gs) if n]
         scale = model.logit_scale.exp()
         s = torch.stack([torch.stack([brute_score(part.binding, tokens[i], *gs[j]) for j in live]) for i in live]) * scale
-        itc = sum(-s[a, a] + torch.logsumexp(s[a], 0) - s[a, a] + torch.logsumexp(s[:, a], 0) for a in range(len(live))) / (2 * len(live))
+        # the paper's sums over the batch (both divided by one count, the graphs with nodes)
+        itc = sum(-s[a, a] + torch.logsumexp(s[a], 0) - s[a, a] + torch.logsumexp(s[:, a], 0) for a in range(len(live))) / len(live)
         ends = batch["relation_ends"].tolist()
         rel, k = [], 0
         for i, (n, e) in enumerate(gs):
@@ -177,7 +179,7 @@ def test_losses_equal_brute_force_and_captions_without_nodes_train_on_nothing():
             z = torch.stack([brute_score(part.binding, tokens[i], n, variant(v)) for v in (0, 2, 4)]) * scale
             rel.append(torch.logsumexp(z, 0) - z[0])
         assert torch.allclose(terms["itc"], itc, rtol=1e-5, atol=1e-5)
-        assert torch.allclose(terms["rel"], torch.stack(rel).mean(), rtol=1e-5, atol=1e-5)
+        assert torch.allclose(terms["rel"], torch.stack(rel).sum() / len(live), rtol=1e-5, atol=1e-5)
         without = method(method.outputs(model, method.collate([samples[i] for i in live], tokenizer)))
         assert torch.allclose(without["itc"], terms["itc"], rtol=1e-5, atol=1e-5), "a caption with no node changes nothing"
 

@@ -24,6 +24,11 @@ COCO_OBJECTS = (
     "teddy bear", "hair drier", "toothbrush",
 )
 
+# The paper's Table 6 names four COCO categories as PASCAL VOC does; hardneg and the concept ranking use its names by default.
+PAPER_NAMES = {"motorcycle": "motorbike", "airplane": "aeroplane", "couch": "sofa", "tv": "tv monitor"}
+PAPER_OBJECTS = tuple(PAPER_NAMES.get(o, o) for o in COCO_OBJECTS)
+OBJECT_TABLES = {"paper": PAPER_OBJECTS, "coco": COCO_OBJECTS}
+
 # Location and size swaps are fixed pairs; a one-way entry (long -> short) has no reverse.
 LOCATION_SWAPS = {
     "left": "right", "right": "left", "above": "below", "below": "above", "under": "over", "over": "under",
@@ -43,29 +48,36 @@ KEYWORDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def table(cls: str, objects: str = "coco") -> tuple[str, ...]:
+    """A class's keywords; `objects` picks the object names ("coco": COCO's categories, "paper": Rösch et al.'s Table 6)."""
+    if objects not in OBJECT_TABLES:
+        raise UsageError(f"object names must be one of {', '.join(OBJECT_TABLES)}, not {objects!r}")
+    return OBJECT_TABLES[objects] if cls == "object" else KEYWORDS[cls]
+
+
 @cache
-def _pattern(cls: str) -> re.Pattern:
+def _pattern(cls: str, objects: str) -> re.Pattern:
     # longest first, so "in front of" wins over "front" and "hot dog" over "dog"
-    words = sorted(KEYWORDS[cls], key=len, reverse=True)
+    words = sorted(table(cls, objects), key=len, reverse=True)
     return re.compile(r"(?<![\w-])(" + "|".join(re.escape(w) for w in words) + r")(?![\w-])", re.IGNORECASE)
 
 
-def find_keywords(caption: str, classes=tuple(KEYWORDS)) -> list[tuple[str, str, int, int]]:
+def find_keywords(caption: str, classes=tuple(KEYWORDS), objects: str = "coco") -> list[tuple[str, str, int, int]]:
     """Whole-word keyword hits as `(class, keyword, start, end)`, keyword in its table's (lower) case."""
     hits = []
     for cls in classes:
         if cls not in KEYWORDS:
             raise UsageError(f"unknown keyword class {cls!r}; known: {', '.join(KEYWORDS)}")
-        hits.extend((cls, m.group(1).lower(), m.start(1), m.end(1)) for m in _pattern(cls).finditer(caption))
+        hits.extend((cls, m.group(1).lower(), m.start(1), m.end(1)) for m in _pattern(cls, objects).finditer(caption))
     return sorted(hits, key=lambda h: (h[2], h[0]))
 
 
-def replacements(cls: str, keyword: str) -> list[str]:
-    """What a keyword may be swapped for: any other colour or COCO object; the fixed partner for
+def replacements(cls: str, keyword: str, objects: str = "coco") -> list[str]:
+    """What a keyword may be swapped for: any other colour or object of the table; the fixed partner for
     location and size (docs/methods.md §2)."""
     if cls in ("location", "size"):
         return [(LOCATION_SWAPS if cls == "location" else SIZE_SWAPS)[keyword]]
-    return [k for k in KEYWORDS[cls] if k != keyword]
+    return [k for k in table(cls, objects) if k != keyword]
 
 
 def with_case_of(word: str, template: str) -> str:

@@ -106,7 +106,8 @@ class ImageTextReader(IterableDataset):
 
     Each pass ends by moving the reader to the next epoch (resume positions and rotation
     cleared), so persistent DataLoader workers, which keep their own copy, need no word from
-    the main process between epochs.
+    the main process between epochs. With `admit` set, a caption it refuses is skipped (and counted) before its image
+    is decoded.
     """
 
     def __init__(self, name: str, transform: Callable | None = None):
@@ -118,6 +119,7 @@ class ImageTextReader(IterableDataset):
         self.sample_seed: int | None = None
         self.shuffle = 0
         self.epoch = 0
+        self.admit: Callable[[str], bool] | None = None  # a method that trains on some captions only (a keyword's subset)
 
     def records(self) -> Iterator[tuple[str, Any, Any, Any]]:
         """Yield `(where, image, caption, concepts)` for this shard: image a path or bytes (None if absent),
@@ -152,6 +154,9 @@ class ImageTextReader(IterableDataset):
         reason = _bad_caption(caption)
         if reason:
             self.skips.skip(reason, where, repr(caption)[:80])
+            return None
+        if self.admit is not None and not self.admit(caption.strip()):
+            self.skips.skip("not_admitted", where, repr(caption)[:80])
             return None
         record = None
         if concepts is not None:

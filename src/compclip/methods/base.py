@@ -86,6 +86,10 @@ class LossPart(nn.Module):
     def begin_step(self, step: int) -> None:
         """Called before each optimizer step, for a part whose behaviour depends on it (CLIC alternates)."""
 
+    def admits(self, caption: str) -> bool:
+        """Whether the part trains on this caption at all; the reader skips (and counts) the others."""
+        return True
+
     def scorer(self, model: nn.Module, preprocess: Callable, tokenizer, **kwargs: Any):
         """The evaluation scorer of a model trained with this part (`compclip.eval.Scorer`), or None when
         its score is the dual encoder's dot product. `kwargs` are `DualEncoderScorer`'s settings."""
@@ -140,6 +144,9 @@ class Method(nn.Module):
     def begin_step(self, step: int) -> None:
         for part in self.parts:
             part.begin_step(step)
+
+    def admits(self, caption: str) -> bool:
+        return all(p.admits(caption) for p in self.parts)
 
     def bind(self, model: nn.Module) -> Method:
         device = next(model.parameters()).device

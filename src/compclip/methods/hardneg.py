@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from ..concepts.keywords import KEYWORDS, find_keywords, replacements, with_case_of
+from ..concepts.keywords import KEYWORDS, find_keywords, replacements, table, with_case_of
 from ..errors import UsageError
 from .base import LossPart, Output, option, owned
 from .clip import clip_loss
@@ -23,15 +23,16 @@ from .text import caption_rng
 CLASSES = tuple(KEYWORDS)
 
 
-def keyword_negatives(caption: str, classes: Sequence[str] = CLASSES, k: int = 1, seed: int = 0) -> list[str]:
+def keyword_negatives(caption: str, classes: Sequence[str] = CLASSES, k: int = 1, seed: int = 0, objects: str = "paper") -> list[str]:
     """Up to `k` distinct negatives of `caption`, each with one keyword of `classes` swapped.
 
     Keywords match whole words, longest first ("in front of" before "front"); the replacement
     takes the keyword's case. Which keyword and which replacement are drawn from (seed, caption).
+    `objects` names the object table: "paper" (Table 6's names) or "coco" (COCO's categories).
     """
     by_hit: dict[tuple[int, int], list[str]] = {}  # a hit first, then its replacement: one colour cannot crowd out a location swap
-    for cls, keyword, start, end in find_keywords(caption, tuple(classes)):
-        made = (caption[:start] + with_case_of(w, caption[start:end]) + caption[end:] for w in replacements(cls, keyword))
+    for cls, keyword, start, end in find_keywords(caption, tuple(classes), objects):
+        made = (caption[:start] + with_case_of(w, caption[start:end]) + caption[end:] for w in replacements(cls, keyword, objects))
         by_hit.setdefault((start, end), []).extend(m for m in made if m != caption)
     rng, chosen = caption_rng(seed, caption), []
     while by_hit and len(chosen) < k:
@@ -79,18 +80,24 @@ class HardNegativeLoss(LossPart):
     # negatives stay on their rank: only their own image's row reads them
     outputs: ClassVar[Mapping[str, Output]] = {"negative_features": owned("negative_image", gather=False)}
 
-    def __init__(self, k: int = 1, seed: int = 0, classes: Sequence[str] = CLASSES):
+    def __init__(self, k: int = 1, seed: int = 0, classes: Sequence[str] = CLASSES, objects: str = "paper",
+                 keyword_captions_only: bool = False):
         super().__init__()
         if not 1 <= k <= 3:
             raise UsageError(f"hard negatives per image must be 1 to 3 (HN1-HN3), not {k}")
         unknown = set(classes) - set(CLASSES)
         if unknown or not classes:
             raise UsageError(f"unknown keyword classes {sorted(unknown) or list(classes)}; choose from {', '.join(CLASSES)}")
-        self.k, self.seed, self.classes = k, seed, tuple(classes)
+        table("object", objects)  # a clear error for an unknown table
+        self.k, self.seed, self.classes, self.objects = k, seed, tuple(classes), objects
+        self.keyword_captions_only = keyword_captions_only
 
     def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
         """The caption's negatives; `record` is its concept record when a part of the method reads concepts."""
-        return keyword_negatives(caption, self.classes, self.k, self.seed)
+        return keyword_negatives(caption, self.classes, self.k, self.seed, self.objects)
+
+    def admits(self, caption: str) -> bool:
+        return not self.keyword_captions_only or bool(find_keywords(caption, self.classes, self.objects))
 
     def prepare(self, batch, samples, tokenizer):
         owners, texts = [], []
@@ -126,7 +133,12 @@ def parse_classes(classes: str | Sequence[str]) -> tuple[str, ...]:
 class Options:
     negatives: int = option(1, "hard negatives per image, 1 to 3 (HN1-HN3)")
     negative_classes: str = option(",".join(CLASSES), "comma-separated keyword classes to permute")
+    object_names: str = option("paper", "object table: paper (Table 6: motorbike, aeroplane, sofa, tv monitor) or coco (COCO's "
+                                        "category names: motorcycle, airplane, couch, tv)")
+    keyword_captions_only: bool = option(False, "train only on captions with a keyword of negative_classes, as the paper's "
+                                                "per-class models (§3.3); the others are skipped by the reader")
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
-    return [HardNegativeLoss(options.negatives, seed, parse_classes(options.negative_classes))]
+    o = options
+    return [HardNegativeLoss(o.negatives, seed, parse_classes(o.negative_classes), o.object_names, o.keyword_captions_only)]

@@ -1,8 +1,10 @@
 """NegCLIP-style hard negatives: swap two noun phrases, or two adjectives, within the caption.
 
 The phrases and POS tags come from the concept store (`compclip concepts --what
-noun-phrases,pos`), so no spaCy runs in the data loader; the negatives feed the same
-InfoNCE as `hardneg` (each image's own negatives as extra columns).
+noun-phrases,pos`), so no spaCy runs in the data loader. As NegCLIP's loss (CLIC's Eq. 2 writes it
+so), every swapped caption of the global batch is one more text of the batch: an extra column of
+every image's image→text row; `negatives_in=row` gives each image its own negatives alone, as
+`hardneg` does.
 """
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import UsageError
 from ..text import sentences
-from .base import LossPart, option, require_concept_fields
+from .base import LossPart, option, owned, require_concept_fields
+from .clip import clip_loss
 from .hardneg import HardNegativeLoss
 from .text import caption_rng, recase
 
@@ -67,24 +71,45 @@ def swap_negatives(caption: str, record: dict[str, Any] | None, k: int = 1, seed
     return chosen
 
 
+NEGATIVES_IN = ("batch", "row")
+
+
 class SwapNegativeLoss(HardNegativeLoss):
-    """The hard-negative InfoNCE with noun-phrase and adjective swaps as the negatives."""
+    """The InfoNCE with noun-phrase and adjective swaps as negatives: texts of the whole batch (NegCLIP's) or of their
+    own image's row."""
 
     name = "negclip"
     uses_concepts = True
 
-    def __init__(self, concepts=None, k: int = 1, seed: int = 0):
+    def __init__(self, concepts=None, k: int = 1, seed: int = 0, negatives_in: str = "batch"):
         super().__init__(k, seed)
         require_concept_fields(concepts, ("noun_phrases", "pos"), self.name)
+        if negatives_in not in NEGATIVES_IN:
+            raise UsageError(f"negatives_in must be one of {', '.join(NEGATIVES_IN)}, not {negatives_in!r}")
+        self.negatives_in = negatives_in
+        if negatives_in == "batch":  # every rank's negatives are columns of every image's row
+            self.outputs = {"negative_features": owned("negative_image")}
 
     def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
         return swap_negatives(caption, record, self.k, self.seed)
 
+    def forward(self, out):
+        if self.negatives_in == "row":
+            return super().forward(out)
+        negatives = out.get("all_negative_features", out["negative_features"])
+        scale = out["logit_scale"]
+        loss = clip_loss(out["image_features"], out["text_features"], scale, all_image=out.get("all_image_features"),
+                         all_text=out.get("all_text_features"), image_offset=out.get("image_offset", 0),
+                         extra_i2t=scale * out["image_features"] @ negatives.T)
+        return {self.name: loss}
+
 
 @dataclass(frozen=True)
 class Options:
-    negatives: int = option(1, "swapped negatives per image, 1 to 3")
+    negatives: int = option(1, "swapped negatives per caption, 1 to 3")
+    negatives_in: str = option("batch", "batch: every swapped caption is a text of the batch, a column of every image's row "
+                                         "(NegCLIP's loss); row: only its own image's row (as hardneg)")
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> Sequence[LossPart]:
-    return [SwapNegativeLoss(concepts, options.negatives, seed)]
+    return [SwapNegativeLoss(concepts, options.negatives, seed, options.negatives_in)]

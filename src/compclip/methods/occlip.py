@@ -9,7 +9,8 @@ by inverted cross-attention (queries compete for patches), and scores the image 
 
 L_itc is the symmetric InfoNCE over τ·S(x_j, G_i) for every image-graph pair of the batch;
 L_rel = −log softmax over {G, Ḡ, G̃} of τ·S(x, ·), Ḡ with one relation's subject and object
-swapped and G̃ with that relation's ends drawn at random from the graph's nodes. Spec:
+swapped and G̃ with that relation's ends drawn at random from the graph's nodes; L = L_itc + L_rel,
+each summed over the batch as the paper writes them (divided by one shared count). Spec:
 `docs/methods.md` §4; the paper released no code, so every open choice is ours and an option.
 """
 from __future__ import annotations
@@ -39,10 +40,11 @@ class BindingModule(nn.Module):
         self.q, self.k, self.v = (nn.Linear(dim, dim, bias=False) for _ in range(3))
         # Layer norms before the projections, as slot attention has: node and token embeddings are unit or
         # smaller vectors, whose logits start near 0.03 and stay there, so every slot would be the image mean.
-        # The queries' norm has no bias: one shared shift of every query moves a patch's logits alike for all
-        # queries, which the softmax over queries cancels, so its gradient is zero (float noise).
+        # The nodes' norm has no bias: one shared shift of every node query moves a patch's logits alike for all
+        # of them, which the softmax over queries nearly cancels, so its gradient is float noise.
         self.norm_queries, self.norm_tokens = nn.LayerNorm(dim, bias=False), nn.LayerNorm(dim)
-        self.defaults = nn.Parameter(torch.randn(default_queries, dim) / math.sqrt(dim))  # learned node-like queries
+        # learned default queries, joined after the projection: Q' = [W_q N; Q_default] (the paper's)
+        self.defaults = nn.Parameter(torch.randn(default_queries, dim))
         self.f_s = nn.Sequential(nn.Linear(2 * dim, dim), nn.GELU(), nn.Linear(dim, dim))
         self.f_o = nn.Sequential(nn.Linear(2 * dim, dim), nn.GELU(), nn.Linear(dim, dim))
         self.log_alpha, self.log_beta = nn.Parameter(torch.zeros(())), nn.Parameter(torch.zeros(()))
@@ -51,13 +53,13 @@ class BindingModule(nn.Module):
         """Slots (B, G, N, D) of every image's tokens (B, P, D) for every graph's nodes (G, N, D); with `own`,
         only image i with graph i, as (1, B, N, D).
 
-        Q = W_q LN(nodes and default queries), K, V = W_k LN(x), W_v LN(x); logits QKᵀ/√D; a softmax
+        Q' = [W_q LN(nodes); default queries], K, V = W_k LN(x), W_v LN(x); logits Q'Kᵀ/√D; a softmax
         over the *query* axis (padding queries excluded), then each slot the attention-weighted mean of
         the values (the weights renormalised over patches, as slot attention does: ours); default slots
         dropped.
         """
         g, n, d = nodes.shape
-        queries = self.q(self.norm_queries(torch.cat([nodes, self.defaults.expand(g, -1, -1)], 1)))
+        queries = torch.cat([self.q(self.norm_queries(nodes)), self.defaults.expand(g, -1, -1)], 1)
         live = torch.cat([node_mask, node_mask.new_ones(g, self.defaults.shape[0])], 1)
         tokens = self.norm_tokens(tokens)
         keys, values = self.k(tokens), self.v(tokens)
@@ -119,7 +121,7 @@ class OCCLIPLoss(LossPart):
         "node_features": owned("node_image"), "relation_features": owned("relation_image"), "relation_ends": owned("relation_image"),
     }
 
-    def __init__(self, concepts=None, seed: int = 0, default_queries: int = 4, lambda_rel: float = 1.0, module_lr: float = 2e-4,
+    def __init__(self, concepts=None, seed: int = 0, default_queries: int = 1, lambda_rel: float = 1.0, module_lr: float = 2e-4,
                  chunk: int = 32, layer: int = -1):
         super().__init__()
         require_concept_fields(concepts, ("graph",), self.name)
@@ -188,7 +190,8 @@ class OCCLIPLoss(LossPart):
         itc = F.cross_entropy(logits[rows], rows, reduction="sum") + F.cross_entropy(logits.T[rows], rows, reduction="sum")
         # the pooled features take no part (S reads patch tokens), but DDP wants every trained parameter in the graph
         unused = 0 * (out["image_features"].sum() + out["text_features"].sum())
-        terms = {"itc": itc / (2 * has.sum().clamp_min(1)) + unused}
+        graphs = has.sum().clamp_min(1)  # the paper sums both terms over the batch: one count divides both
+        terms = {"itc": itc / graphs + unused}
         if self.lambda_rel:
             rel = edge_mask[mine].any(-1)
             own = module.slots(tokens, nodes[mine], node_mask[mine], own=True)
@@ -197,13 +200,14 @@ class OCCLIPLoss(LossPart):
                 for k in (2, 4)]
             z = scale * torch.stack(variants, -1)[rel]
             loss = F.cross_entropy(z, z.new_zeros(len(z), dtype=torch.long), reduction="sum")
-            terms["rel"] = self.lambda_rel * loss / edge_mask.any(-1).sum().clamp_min(1)
+            terms["rel"] = self.lambda_rel * loss / graphs
         return terms
 
 
 @dataclass(frozen=True)
 class Options:
-    default_queries: int = option(4, "learned default queries appended to the node queries (their slots dropped)")
+    default_queries: int = option(1, "learned default queries joined to the projected node queries, their slots dropped (the "
+                                     "paper's full model: 1)")
     lambda_rel: float = option(1.0, "weight of L_rel (swapped and random relation ends); 0 turns it off")
     module_lr: float = option(2e-4, "learning rate of the binding module, trained from scratch (the paper's)")
     chunk: int = option(32, "images scored against all graphs at a time (bounds memory)")

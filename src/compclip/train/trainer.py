@@ -234,6 +234,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(enabled=cfg.precision == "amp")
         transform = self.method.image_transform(model) or train_preprocess(model)
         self.reader = open_reader(cfg.train_data, transform=transform, **self._reader_kwargs())
+        self.reader.admit = self.method.admits
         self.step, self.data = 0, DataPosition()
         self._resume()
 
