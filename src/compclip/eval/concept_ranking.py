@@ -1,14 +1,27 @@
 """Fine-grained concept understanding (Rösch et al.; docs/methods.md §2): rank a caption against every
-permutation of one of its keywords (other colours, other COCO objects, the swapped location or
-size), top-1 accuracy per class. COCO val2017 captions and images; up to `max_per_class` captions
-per class, drawn with a fixed seed."""
+permutation of one of its keywords (other colours, other objects, the swapped location or size), top-1
+accuracy per class. COCO val2017 captions and images; up to `max_per_class` captions per class, drawn
+with a fixed seed; objects named as the paper's Table 6 (option `object_names`)."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
-from ..concepts.keywords import KEYWORDS, find_keywords, replacements, with_case_of
+from ..concepts.keywords import KEYWORDS, OBJECT_TABLES, find_keywords, replacements, with_case_of
+from ..errors import UsageError
+from ..options import option
 from .base import Benchmark, Missing, Result, accuracy, first_option_wins, mean, read_json, register
 from .sugarcrepe import coco_image
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    object_names: str = option("paper", "object table: paper (Table 6's names) or coco (COCO's category names)")
+
+    def __post_init__(self):
+        if self.object_names not in OBJECT_TABLES:
+            raise UsageError(f"--bench-opt concept_ranking.object_names must be one of {', '.join(OBJECT_TABLES)}, "
+                             f"not {self.object_names!r}")
 
 
 @register
@@ -16,6 +29,7 @@ class ConceptRanking(Benchmark):
     name = "concept_ranking"
     task = "image_caption_selection"
     splits = tuple(KEYWORDS)
+    Options = Options
     max_per_class = 500
     seed = 0
     layout = ("concept ranking: COCO's captions_val2017.json in DATA_ROOT/coco/ (`compclip data download coco_captions`), "
@@ -24,7 +38,7 @@ class ConceptRanking(Benchmark):
     def lacks(self, root, splits):
         return self.missing_files(root, [root / "coco" / "captions_val2017.json"])
 
-    def examples(self, root, classes=KEYWORDS) -> dict[str, list[tuple[str, list[str]]]]:
+    def examples(self, root, classes=KEYWORDS, objects: str = "paper") -> dict[str, list[tuple[str, list[str]]]]:
         """Per class: (image file, [true caption, permutations...])."""
         coco = read_json(root / "coco" / "captions_val2017.json")
         files = {im["id"]: im["file_name"] for im in coco["images"]}
@@ -34,17 +48,19 @@ class ConceptRanking(Benchmark):
             found = []
             for ann in coco["annotations"]:
                 caption = ann["caption"].strip()
-                hit = next((h for h in find_keywords(caption, (cls,))), None)
+                hit = next((h for h in find_keywords(caption, (cls,), objects)), None)
                 if hit is not None:
                     _, keyword, start, end = hit
-                    swaps = [caption[:start] + with_case_of(w, caption[start:end]) + caption[end:] for w in replacements(cls, keyword)]
+                    swaps = [caption[:start] + with_case_of(w, caption[start:end]) + caption[end:]
+                             for w in replacements(cls, keyword, objects)]
                     found.append((files[ann["image_id"]], [caption, *swaps]))
             out[cls] = rng.sample(found, min(self.max_per_class, len(found)))
         return out
 
     def run(self, scorer, root, ties, splits=(), options=None):
         missing, metrics = Missing(), {}
-        for cls, examples in self.examples(root, splits or self.splits).items():
+        options = options or Options()
+        for cls, examples in self.examples(root, splits or self.splits, options.object_names).items():
             kept = [e for e in examples if missing.keep([coco_image(root, e[0])])]
             images = [coco_image(root, f) for f, _ in kept]
             correct = first_option_wins(scorer, images, [opts for _, opts in kept], ties)
