@@ -50,7 +50,7 @@ def test_export_writes_a_file_open_clip_loads(tmp_path):
 def test_user_errors_are_one_line_not_a_traceback(tmp_path):
     result = compclip("export", str(tmp_path / "nothing"), str(tmp_path / "out.safetensors"))
     assert result.returncode == 2
-    assert result.stderr.strip() == f"error: {tmp_path / 'nothing' / 'config.json'}: not a compclip checkpoint folder (no config.json)"
+    assert result.stderr.strip() == f"error: {tmp_path / 'nothing'}: no such folder (a compclip checkpoint is a folder)"
 
 
 def test_demo_runs_end_to_end(tmp_path):
@@ -190,7 +190,7 @@ TRAIN_CASES = {
     "misspelled option": (["--lr-rate", "2"], ["No such option: --lr-rate"]),
     "misspelled method option": (["--method", "c2lip", "--method-opt", "lamda_npc=2"],
                                  ["method c2lip has no option lamda_npc (did you mean lambda_npc?)",
-                                  "its options: concept_mode, lambda_npc, lambda_xac, xac_temperature"]),
+                                  "its options: caption_concept, concept_mode, lambda_npc, lambda_xac, xac_attention, xac_temperature"]),
     "method option of another method": (["--method-opt", "negatives=2"], ["method siglip has no option negatives"]),
     "method option of the wrong type": (["--method", "hardneg", "--method-opt", "negatives=two"],
                                         ["--method-opt negatives=two: expected int"]),
@@ -298,7 +298,7 @@ def test_other_commands_check_their_options(capsys, tmp_path):
 def test_quiet_and_verbose_work_after_the_command(capsys, tmp_path):
     code, out, _ = run_main(capsys, "version", "--quiet")
     assert code == 0 and out.startswith("compclip ")
-    assert_one_error(*run_main(capsys, "export", tmp_path / "none", tmp_path / "x", "-v")[::2], "not a compclip checkpoint folder")
+    assert_one_error(*run_main(capsys, "export", tmp_path / "none", tmp_path / "x", "-v")[::2], "no such folder")
 
 
 def test_eval_with_every_image_missing_exits_1_and_writes_strict_json(tmp_path):

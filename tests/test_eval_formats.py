@@ -147,7 +147,8 @@ def test_inpaint_coco_reads_the_hub_parquet_per_concept(tmp_path):
     result = run("inpaint_coco", tmp_path)
     assert result.metrics == {"acc": 0.5, "n": 4, "concept": {"color": {"acc": 0.5, "n": 2}, "object": {"acc": 1.0, "n": 1},
                                                               "size": {"acc": 0.0, "n": 1}}}
-    assert result.missing.report() == {"count": 1, "examples": [f"{data / 'test-00001-of-00002.parquet'}::row 1, inpaint_image"]}
+    member = f"{data / 'test-00001-of-00002.parquet'}::row 1, inpaint_image"
+    assert result.missing.report() == {"count": 1, "unreadable": 0, "examples": [member]}
 
 
 # ---- VL-CheckList: the repository's data/ tree, images per source -------------------------------------------------

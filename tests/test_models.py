@@ -12,6 +12,7 @@ from compclip.errors import DataError, DownloadError, UsageError
 from compclip.models import (
     BUNDLED_MODELS,
     CheckpointMismatchError,
+    bundled,
     export_open_clip,
     load_model,
     save_checkpoint,
@@ -46,8 +47,11 @@ def test_bundled_config_builds_and_encodes_offline(name):
         img, txt, _scale = model(image, tokens)[:3]
     assert img.shape == (1, 64) and txt.shape == (3, 64)
     assert torch.allclose(img.norm(dim=-1), torch.ones(1)) and torch.allclose(txt.norm(dim=-1), torch.ones(3))
-    # the CLIP BPE encodes the caption's words (id 49406 starts, 49407 ends every text)
-    assert tokens[0, 0] == 49406 and 49407 in tokens[0].tolist()
+    if name in bundled.HF_TOKENIZED:  # the WordPiece tokenizer: the cleaned words, then </s> (id 2) as SigLIP's T5 ends a text
+        words = [bundled.WORDPIECE_VOCAB.index(w) for w in CAPTIONS[0].split()]
+        assert tokens[0, : len(words) + 1].tolist() == [*words, 2]
+    else:  # the CLIP BPE encodes the caption's words (id 49406 starts, 49407 ends every text)
+        assert tokens[0, 0] == 49406 and 49407 in tokens[0].tolist()
 
 
 def test_tiny_siglip_has_the_siglip_head_and_bias():
@@ -87,7 +91,8 @@ def test_checkpoint_roundtrip_is_bit_identical(tmp_path, name):
     assert config["model_name"] == name and config["method"] == "siglip" and config["step"] == 3
     assert config["train_args"] == {"lr": 1e-5} and config["compclip_version"] == compclip.__version__
     assert config["model_cfg"] == open_clip.get_model_config(name)
-    assert config["tokenizer"] == {"source": "clip_bpe", "context_length": tokenizer.context_length}
+    source = name if name in bundled.HF_TOKENIZED else "clip_bpe"
+    assert config["tokenizer"] == {"source": source, "context_length": tokenizer.context_length}
     reloaded, _, tok2 = load_model(str(folder))
     assert_same_outputs(model, reloaded, tokenizer, tok2)
     # open_clip's own local-dir loader reads the same folder
@@ -115,7 +120,8 @@ def test_export_loads_in_plain_open_clip_with_identical_embeddings(tmp_path, nam
     assert f"open_clip.create_model_and_transforms('{name}', pretrained='{tmp_path / 'plain.safetensors'}')" in usage
     scope = {"open_clip": open_clip}
     exec(usage, scope)  # the printed lines, run as a user pastes them: model and tokenizer from open_clip alone
-    assert isinstance(scope["tokenizer"], open_clip.SimpleTokenizer)  # get_tokenizer would reach for SigLIP's hub tokenizer
+    # get_tokenizer would reach for SigLIP's hub tokenizer: the line names the tokenizer class
+    assert isinstance(scope["tokenizer"], open_clip.tokenizer.HFTokenizer if name in bundled.HF_TOKENIZED else open_clip.SimpleTokenizer)
     assert_same_outputs(model, scope["model"].eval(), tokenizer, scope["tokenizer"])
 
 

@@ -37,7 +37,8 @@ def planted(tmp_path):
 
 
 def expected(**extra):
-    base = {"read": GOOD, "missing_image": 2, "corrupt_image": 2, "empty_caption": 2, "undecodable_text": 0, "bad_record": 0}
+    base = {"read": GOOD, "missing_image": 2, "corrupt_image": 2, "empty_caption": 2, "undecodable_text": 0, "bad_record": 0,
+            "image_too_large": 0, "not_admitted": 0}
     base.update(extra)
     base["skipped"] = sum(v for k, v in base.items() if k != "read")
     return base

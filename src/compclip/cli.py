@@ -55,13 +55,17 @@ def version() -> None:
 @app.command()
 def export(
     checkpoint: Path = typer.Argument(..., help="A compclip checkpoint folder."),
-    out: Path = typer.Argument(..., help="The .safetensors file to write."),
+    out: str = typer.Argument(..., help="The .safetensors file to write, or a folder to write CHECKPOINT_NAME.safetensors in."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a checkpoint as a plain open_clip state dict that open_clip and CLIP_benchmark load."""
     from .models import export_open_clip
+    from .models.checkpoint import check_checkpoint_folder, export_target
 
-    usage = export_open_clip(checkpoint, out)
-    typer.echo(f"wrote {out}; load it with open_clip alone:\n{usage}")
+    check_checkpoint_folder(checkpoint)
+    target = export_target(checkpoint, out, force)
+    usage = export_open_clip(checkpoint, target)
+    typer.echo(f"wrote {target}; load it with open_clip alone:\n{usage}")
 
 
 @app.command()

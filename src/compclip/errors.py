@@ -33,3 +33,7 @@ class MissingConceptError(CompclipError, KeyError):
 
 class DownloadError(CompclipError, OSError):
     """A download that failed or broke off; running again resumes it."""
+
+
+class NonFiniteError(CompclipError, FloatingPointError):
+    """A loss, gradient, weight or score that is NaN or infinite: training stops, a checkpoint or score is refused."""

@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..data.readers import undecodable
 from ..errors import DataError, MissingFileError, UsageError
+
+log = logging.getLogger("compclip.concepts")
 
 
 def iter_captions(path: str | Path, caption_key: str = "caption") -> Iterator[Any]:
@@ -36,10 +40,20 @@ def _raw_captions(path: str | Path, caption_key: str) -> Iterator[Any]:
     return _csv_captions(Path(text), caption_key)
 
 
+def _readable(caption: Any, where: str, seen: list[int]) -> Any:
+    """The trainer's rule for a caption whose bytes are not UTF-8: skipped (an empty record here), the first one named."""
+    if isinstance(caption, str) and undecodable(caption):
+        seen[0] += 1
+        if seen[0] == 1:
+            log.warning("%s: skipped a caption whose bytes are not UTF-8, as training skips it (more are counted, not named)", where)
+        return None
+    return caption
+
+
 def _csv_captions(path: Path, caption_key: str) -> Iterator[Any]:
     csv.field_size_limit(sys.maxsize)
     sep = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+    with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
         columns = csv.DictReader(f, delimiter=sep).fieldnames or []
     if caption_key not in columns:
         raise DataError(f"{path}: no column {caption_key!r} (columns: {columns}); set --caption-key")
@@ -47,14 +61,16 @@ def _csv_captions(path: Path, caption_key: str) -> Iterator[Any]:
 
 
 def _csv_column(path: Path, sep: str, caption_key: str) -> Iterator[Any]:
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        for row in csv.DictReader(f, delimiter=sep):
-            yield row.get(caption_key)
+    seen = [0]
+    with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
+        for number, row in enumerate(csv.DictReader(f, delimiter=sep), 2):
+            yield _readable(row.get(caption_key), f"{path}:{number}", seen)
 
 
 def _jsonl_captions(path: Path, caption_key: str) -> Iterator[Any]:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
+    seen = [0]
+    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
+        for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
@@ -62,4 +78,4 @@ def _jsonl_captions(path: Path, caption_key: str) -> Iterator[Any]:
             except json.JSONDecodeError:
                 yield None
                 continue
-            yield item.get(caption_key) if isinstance(item, dict) else item
+            yield _readable(item.get(caption_key) if isinstance(item, dict) else item, f"{path}:{number}", seen)

@@ -16,6 +16,7 @@ import random
 import re
 import sys
 import tarfile
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -55,10 +56,21 @@ def image_path(root: Path, name: str, folders: tuple[str, ...] = ("images",)) ->
     return root / name
 
 
+class ImageTooLarge(ValueError):
+    """An image of more pixels than PIL decodes without a decompression-bomb warning (`Image.MAX_IMAGE_PIXELS`)."""
+
+
 def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
-    """Fully decode an image (so truncated files fail here, not later) and convert to RGB."""
+    """Fully decode an image (so truncated files fail here, not later) and convert to RGB. One larger than PIL's
+    decompression-bomb limit is refused (`ImageTooLarge`) before it is decoded."""
     fp = io.BytesIO(source) if isinstance(source, bytes) else source
-    with Image.open(fp) as img:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            img = Image.open(fp)
+        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as e:
+            raise ImageTooLarge(f"larger than the {Image.MAX_IMAGE_PIXELS:,} pixels PIL decodes safely ({e})") from None
+    with img:
         img.load()
         return img.convert("RGB")
 
@@ -66,12 +78,17 @@ def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 
+def undecodable(text: str) -> bool:
+    """Text read with `errors="surrogateescape"` that held bytes which are not UTF-8: every reader skips it."""
+    return bool(_ESCAPED_BYTE.search(text))
+
+
 def _bad_caption(caption: Any) -> str | None:
     if caption is None:
         return "empty_caption"
     if not isinstance(caption, str):
         return "bad_record"
-    if _ESCAPED_BYTE.search(caption):  # surrogate-escaped bytes: not UTF-8
+    if undecodable(caption):  # surrogate-escaped bytes: not UTF-8
         return "undecodable_text"
     if not caption.strip():
         return "empty_caption"
@@ -175,6 +192,9 @@ class ImageTextReader(IterableDataset):
         except FileNotFoundError:
             self.skips.skip("missing_image", where, str(image))
             return None
+        except ImageTooLarge as e:
+            self.skips.skip("image_too_large", where, f"{'' if isinstance(image, bytes) else f'{image}: '}{e}")
+            return None
         except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
             name = "" if isinstance(image, bytes) else f"{image}: "
             self.skips.skip("corrupt_image", where, f"{name}{type(e).__name__}: {e}")
@@ -221,7 +241,7 @@ class CsvReader(ImageTextReader):
 
     def _open(self):
         # surrogateescape keeps undecodable bytes visible, so one bad row is skipped, not the file
-        return open(self.path, newline="", encoding="utf-8", errors="surrogateescape")
+        return open(self.path, newline="", encoding="utf-8-sig", errors="surrogateescape")  # a BOM is not part of the first column
 
     def records(self):
         index, count = self.shard()

@@ -13,7 +13,7 @@ from torch.utils.data import get_worker_info
 
 from ..errors import UsageError
 
-REASONS = ("missing_image", "corrupt_image", "empty_caption", "undecodable_text", "bad_record", "not_admitted")
+REASONS = ("missing_image", "corrupt_image", "image_too_large", "empty_caption", "undecodable_text", "bad_record", "not_admitted")
 MAX_WORKERS = 64
 EXAMPLES_PER_REASON = 3  # logged per process, with file and record
 

@@ -145,7 +145,7 @@ class _VGPairs(Benchmark):
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or self.Options()
         records = read_json(root / "aro" / self.file)
-        missing = Missing()
+        missing = Missing.of(scorer)
         kept = [r for r in records if missing.keep([root / "aro" / "images" / r["image_path"]])]
         boxes = [(r["bbox_x"], r["bbox_y"], r["bbox_x"] + r["bbox_w"], r["bbox_y"] + r["bbox_h"]) for r in kept]
         images = [root / "aro" / "images" / r["image_path"] for r in kept]
@@ -226,7 +226,7 @@ class AROOrder(Benchmark):
 
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or OrderOptions()
-        missing, metrics, absent = Missing(), {}, {}
+        missing, metrics, absent = Missing.of(scorer), {}, {}
         for split in splits or self.splits:
             if not self.file(root, split).is_file():
                 absent[str(self.file(root, split))] = f"absent: {split} not scored"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,18 +83,30 @@ def read_parquet(files: list[Path], columns: tuple[str, ...], images: tuple[str,
 
 @dataclass
 class Missing:
-    """Images a benchmark needed and did not find (each once, in the order met)."""
+    """Images a benchmark needed and could not score, each once in the order met: not there, or (from the scorer's
+    `unreadable`) there but not decodable, with why."""
 
-    files: dict[str, None] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    unreadable: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, scorer: Scorer) -> Missing:
+        """For a benchmark run with `scorer`: the images it found undecodable count as missing too."""
+        return cls(unreadable=getattr(scorer, "unreadable", {}))
 
     def keep(self, images: list[Image]) -> bool:
-        """True when every image is there; otherwise records the missing ones."""
-        gone = [image_ref(i).key for i in images if not image_ref(i).present()]
-        self.files.update(dict.fromkeys(gone))
+        """True when every image is there and decodable; otherwise records the others."""
+        refs = [image_ref(i) for i in images]
+        gone = {r.key: "not found" for r in refs if not r.present()}
+        gone.update({r.key: f"unreadable: {self.unreadable[r.key]}" for r in refs if r.key in self.unreadable})
+        for key, why in gone.items():
+            self.files.setdefault(key, why)
         return not gone
 
     def report(self) -> dict[str, Any]:
-        return {"count": len(self.files), "examples": list(self.files)[:MISSING_EXAMPLES]}
+        unreadable = [k for k, why in self.files.items() if why != "not found"]
+        examples = [k if self.files[k] == "not found" else f"{k} ({self.files[k]})" for k in list(self.files)[:MISSING_EXAMPLES]]
+        return {"count": len(self.files), "unreadable": len(unreadable), "examples": examples}
 
 
 @dataclass

@@ -58,7 +58,7 @@ class ConceptRanking(Benchmark):
         return out
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics = Missing(), {}
+        missing, metrics = Missing.of(scorer), {}
         options = options or Options()
         for cls, examples in self.examples(root, splits or self.splits, options.object_names).items():
             kept = [e for e in examples if missing.keep([coco_image(root, e[0])])]

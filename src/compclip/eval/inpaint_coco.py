@@ -38,7 +38,7 @@ class InpaintCOCO(Benchmark):
         return [r[k] for r in self.records(root) for k in ("coco_image", "inpaint_image")]
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing = Missing()
+        missing = Missing.of(scorer)
         kept = [r for r in self.records(root) if missing.keep([r["coco_image"], r["inpaint_image"]])]
         images, captions = ("coco_image", "inpaint_image"), ("coco_caption", "inpaint_caption")
         scores = torch.stack([  # (n, image, caption)

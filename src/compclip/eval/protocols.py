@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import UsageError
+from ..errors import NonFiniteError, UsageError
 
 TIES = ("strict", "clip_benchmark")
 
@@ -25,8 +25,8 @@ def picks(scores: torch.Tensor, target: torch.Tensor | int, ties: str = "strict"
     nan_rows = torch.isnan(scores).any(dim=-1)
     if nan_rows.any():  # NaN compares false with everything: it would read as a wrong answer, not as a bug
         bad = nan_rows.nonzero()[:, 0]
-        raise ValueError(f"{len(bad)} of {scores.shape[0]} rows of scores hold NaN (first: row {bad[0].item()}): the model's score "
-                         "is undefined there")
+        raise NonFiniteError(f"{len(bad)} of {scores.shape[0]} rows of scores hold NaN (first: row {bad[0].item()}): the model's "
+                             "score is undefined there; refused")
     target = torch.as_tensor(target, device=scores.device).expand(scores.shape[0])
     if ties == "clip_benchmark":
         return scores.argmax(dim=-1) == target
@@ -76,6 +76,8 @@ def recall_at_k(scores: torch.Tensor, positives: torch.Tensor, ks=(1, 5, 10), ti
     do (ties go to the match).
     """
     check_ties(ties)
+    if not torch.isfinite(scores).all():  # NaN ranks nowhere: every query would count as a hit
+        raise NonFiniteError("retrieval scores hold NaN or inf: the model's score is undefined there; refused")
     best = scores.masked_fill(~positives, float("-inf")).max(dim=1, keepdim=True).values
     above = (scores >= best) if ties == "strict" else (scores > best)
     rank = (above & ~positives).sum(dim=1) if ties == "strict" else above.sum(dim=1)

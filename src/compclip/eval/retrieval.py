@@ -74,7 +74,7 @@ class Retrieval(Benchmark):
         return None if self.datasets(root) else f"looked for dataset folders in {root / 'retrieval'}: none. {self.layout}"
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics, absent = Missing(), {}, {}
+        missing, metrics, absent = Missing.of(scorer), {}, {}
         for folder in self.datasets(root):
             file = layout_file(folder)
             if file is None:

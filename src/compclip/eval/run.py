@@ -4,19 +4,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import MissingFileError, UsageError
+from ..errors import DataError, MissingFileError, UsageError
 from ..io import write_json
 from ..options import make_options
 from ..precision import PRECISIONS, resolve_device
 from . import protocols
 from .base import REGISTRY, data_root
-from .scorer import load_scorer
+from .scorer import UnreadableImagesError, load_scorer
 
 log = logging.getLogger("compclip.eval")
 
@@ -120,7 +121,32 @@ def check_options(benchmarks: str | list[str], out: str | Path, data: str | Path
         raise UsageError(f"--workers must be 0 or more, not {workers}")
     if precision is not None and precision not in PRECISIONS:
         raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    return jobs, root, benchmark_options(jobs, options)
+    made = benchmark_options(jobs, options)
+    check_writable(Path(out))  # last: it makes the folder
+    return jobs, root, made
+
+
+def check_writable(out: Path) -> None:
+    """`--out` can take the results: checked before a model is loaded, so a long evaluation never ends unwritten."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-check-"):
+            pass
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write there ({type(e).__name__}: {e.strerror or e})") from None
+
+
+def run_skipping_unreadable(bench, label: str, scorer, root: Path, ties: str, splits, options):
+    """`bench.run`, again each time the scorer meets images that do not decode: the next run's `Missing` leaves them out
+    (and names them); what was encoded stays in the scorer, so a run again only re-scores."""
+    while True:
+        known = set(getattr(scorer, "unreadable", {}))
+        try:
+            return bench.run(scorer, root, ties, splits, options)
+        except UnreadableImagesError as e:
+            if set(e.images) <= known:  # the benchmark asked for them again: it does not check its images
+                raise DataError(f"{label}: {e}; the benchmark scores them without checking them first") from None
+            log.warning("%s: %s; scoring again without them", label, e)
 
 
 def evaluate(
@@ -144,8 +170,8 @@ def evaluate(
     and fp32 on the CPU, where autocast is only faster on CPUs with bf16 units and moves the scores.
     `options`: `{benchmark: {key: value}}`, each benchmark's declared options.
     """
-    jobs, root, made = check_options(benchmarks, out, data, ties, batch_size, workers, precision, options)
     device = resolve_device(device)
+    jobs, root, made = check_options(benchmarks, out, data, ties, batch_size, workers, precision, options)
     precision = precision or ("amp" if device.startswith("cuda") else "fp32")
     scorer = load_scorer(model, pretrained, device, batch_size, workers, cache_dir, precision)
     records = {}
@@ -161,7 +187,7 @@ def evaluate(
             record.update(metrics={}, complete=False, lacks=lacks)
         else:
             start = time.perf_counter()
-            result = bench.run(scorer, root, rule, job.splits, made[job.name])
+            result = run_skipping_unreadable(bench, job.label, scorer, root, rule, job.splits, made[job.name])
             metrics, nulls = null_nans(result.metrics)
             record.update(metrics=metrics, complete=result.complete, missing_images=result.missing.report(), absent=result.absent,
                           seconds=round(time.perf_counter() - start, 3))

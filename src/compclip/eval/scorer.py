@@ -21,10 +21,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from PIL import Image as PILImage
 from safetensors.torch import load_file, save_file
 from torch.utils.data import DataLoader, Dataset
 
 from ..data.images import ImageRef, image_ref
+from ..errors import DataError, NonFiniteError
 from ..io import atomic_path
 from ..models.tokens import short_text_encoder
 from ..precision import autocast
@@ -41,6 +43,16 @@ def _image_key(image: ImageRef, box: Box | None) -> str:
     return image.key if box is None else f"{image.key}#{','.join(map(str, box))}"
 
 
+class UnreadableImagesError(DataError):
+    """Images a benchmark asked to score that do not decode ({image: why}). `compclip.eval.evaluate` then runs the
+    benchmark again, and its `Missing` leaves them out and names them."""
+
+    def __init__(self, images: dict[str, str]):
+        self.images = images
+        first = next(iter(images))
+        super().__init__(f"{len(images)} images do not decode, e.g. {first}: {images[first]}")
+
+
 class _Images(Dataset):
     def __init__(self, items: Sequence[tuple[ImageRef, Box | None]], preprocess: Callable):
         self.items, self.preprocess = list(items), preprocess
@@ -48,10 +60,20 @@ class _Images(Dataset):
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, i: int) -> torch.Tensor:
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor | None, str]:
+        """(i, the preprocessed image, "") or (i, None, why it does not decode): a bad file is reported, not raised."""
         ref, box = self.items[i]
-        image = ref.decode()
-        return self.preprocess(image.crop(box) if box else image)
+        try:
+            image = ref.decode()
+        except (OSError, ValueError, SyntaxError, PILImage.DecompressionBombError) as e:  # not an image, truncated, too large
+            return i, None, f"{type(e).__name__}: {e}"
+        return i, self.preprocess(image.crop(box) if box else image), ""
+
+
+def _collate_images(items: list[tuple[int, torch.Tensor | None, str]]):
+    good = [(i, t) for i, t, _ in items if t is not None]
+    batch = torch.stack([t for _, t in good]) if good else None
+    return batch, [i for i, _ in good], [(i, why) for i, t, why in items if t is None]
 
 
 def model_key(model: torch.nn.Module) -> str:
@@ -123,6 +145,7 @@ class DualEncoderScorer(Scorer):
         self._images: dict[str, torch.Tensor] = {}
         self._texts: dict[str, torch.Tensor] = {}
         self._sources: dict[str, tuple[ImageRef, Box | None]] = {}  # each image key's image and crop, for encoding
+        self.unreadable: dict[str, str] = {}  # image (file or member) -> why it does not decode
         self.encoded = {"images": 0, "texts": 0}  # how many this scorer actually computed
 
     # -- scores -----------------------------------------------------------------------
@@ -145,6 +168,7 @@ class DualEncoderScorer(Scorer):
         """L2-normalised embeddings, one row per image (repeats allowed), of the image or its `boxes` crop."""
         keys = self._image_keys(images, boxes)
         self._fill(self._images, keys, "images", self._encode_images)
+        self._check_read(keys)
         return torch.stack([self._images[k] for k in keys]) if keys else torch.empty(0, 0)
 
     def texts(self, captions: Sequence[str]) -> torch.Tensor:
@@ -161,18 +185,32 @@ class DualEncoderScorer(Scorer):
             self._sources.setdefault(keys[-1], (ref, box))
         return keys
 
-    def _fill(self, memo: dict, keys: list[str], kind: str, encode: Callable[[list[str]], torch.Tensor]) -> None:
-        todo = [k for k in dict.fromkeys(keys) if k not in memo]
+    def _check_read(self, keys: list[str]) -> None:
+        bad = {self._sources[k][0].key: self.unreadable[self._sources[k][0].key] for k in keys
+               if self._sources[k][0].key in self.unreadable}
+        if bad:
+            raise UnreadableImagesError(bad)
+
+    def _fill(self, memo: dict, keys: list[str], kind: str, encode: Callable[[list[str]], tuple[list[str], torch.Tensor]]) -> None:
+        """Encode (or read from the cache) what `memo` lacks of `keys`; `encode` returns the keys it could encode and their rows."""
+        todo = [k for k in dict.fromkeys(keys) if k not in memo and (kind == "texts" or self._sources[k][0].key not in self.unreadable)]
         if not todo:
             return
         cached = self._load(kind, todo)
         if cached is None:
-            embeddings = encode(todo)
-            self.encoded[kind] += len(todo)
-            self._save(kind, todo, embeddings)
+            done, embeddings = encode(todo)
+            self.encoded[kind] += len(done)
+            if done:
+                finite = torch.isfinite(embeddings.flatten(1)).all(1)
+                if not finite.all():
+                    first = done[int((~finite).nonzero()[0])]
+                    raise NonFiniteError(f"the model gives a non-finite embedding (NaN or inf) for {kind[:-1]} {first!r}: its weights "
+                                         "or this input are broken; refused, no score is computed from it")
+            if len(done) == len(todo):
+                self._save(kind, todo, embeddings)
         else:
-            embeddings = cached
-        memo.update(zip(todo, embeddings, strict=True))
+            done, embeddings = todo, cached
+        memo.update(zip(done, embeddings, strict=True))
 
     def _cache_file(self, kind: str, keys: list[str]) -> Path:
         if kind in ("images", "tokens"):  # an image's identity: its key (path, place in its file, crop), the file's size and time
@@ -196,22 +234,27 @@ class DualEncoderScorer(Scorer):
         with atomic_path(self._cache_file(kind, keys)) as tmp:
             save_file({"embeddings": embeddings.contiguous()}, tmp)
 
-    def _encode_images(self, keys: list[str]) -> torch.Tensor:
+    def _encode_images(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
         return self._over_images(keys, "images", lambda batch: F.normalize(self.model.encode_image(batch).float(), dim=-1))
 
     @torch.no_grad()
-    def _over_images(self, keys: list[str], desc: str, encode: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """`encode` over the images of `keys`, decoded and preprocessed in DataLoader workers, in batches."""
+    def _over_images(self, keys: list[str], desc: str, encode: Callable[[torch.Tensor], torch.Tensor]) -> tuple[list[str], torch.Tensor]:
+        """`encode` over the images of `keys`, decoded and preprocessed in DataLoader workers, in batches: the keys of
+        the images that decoded and their rows; the others are recorded in `unreadable`."""
         images = _Images([self._sources[k] for k in keys], self.preprocess)
-        loader = DataLoader(images, batch_size=self.batch_size, num_workers=self.workers)
-        rows = []
-        for batch in progress(loader, desc, total=len(loader), unit="batch"):
-            with autocast(self.device, self.precision):
-                rows.append(encode(batch.to(self.device)).float().cpu())
-        return torch.cat(rows)
+        loader = DataLoader(images, batch_size=self.batch_size, num_workers=self.workers, collate_fn=_collate_images)
+        done, rows = [], []
+        for batch, indices, failed in progress(loader, desc, total=len(loader), unit="batch"):
+            for i, why in failed:
+                self.unreadable[self._sources[keys[i]][0].key] = why
+            if batch is not None:
+                with autocast(self.device, self.precision):
+                    rows.append(encode(batch.to(self.device)).float().cpu())
+                done += [keys[i] for i in indices]
+        return done, torch.cat(rows) if rows else torch.empty(0)
 
     @torch.no_grad()
-    def _encode_texts(self, keys: list[str]) -> torch.Tensor:
+    def _encode_texts(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
         """Texts in batches of similar length; causal towers then skip the padding (`short_text_encoder`)."""
         encode = short_text_encoder(self.model) or self.model.encode_text
         tokens = self.tokenizer(keys)
@@ -224,7 +267,7 @@ class DualEncoderScorer(Scorer):
         rows = torch.cat(rows)
         out = torch.empty_like(rows)
         out[order] = rows  # back to the callers' order
-        return out
+        return keys, out
 
 
 class GraphScorer(DualEncoderScorer):
@@ -262,6 +305,7 @@ class GraphScorer(DualEncoderScorer):
         """Patch tokens in the joint space, (len(images), P, D), each image encoded once."""
         keys = self._image_keys(images, boxes)
         self._fill(self._tokens, keys, "tokens", self._encode_tokens)
+        self._check_read(keys)
         return torch.stack([self._tokens[k] for k in keys]).to(self.device)
 
     def graphs(self, captions):
@@ -286,7 +330,7 @@ class GraphScorer(DualEncoderScorer):
         ends, _ = padded(torch.tensor([[s, o] for _, s, o, _ in edges], dtype=torch.long).reshape(-1, 2), owner(edges), len(captions))
         return tuple(t.to(self.device) for t in (node_rows, node_mask, relations, ends, edge_mask))
 
-    def _encode_tokens(self, keys: list[str]) -> torch.Tensor:
+    def _encode_tokens(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
         from ..models.tokens import visual_token_embeddings
 
         return self._over_images(keys, "image tokens", lambda batch: visual_token_embeddings(self.model, batch, self.layer)[1])

@@ -49,7 +49,7 @@ class SugarCrepe(Benchmark):
         return list(dict.fromkeys(coco_image(root, r["filename"]) for s in self.present(root, ())[0] for r in self.records(root, s)))
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics = Missing(), {}
+        missing, metrics = Missing.of(scorer), {}
         present, absent = self.present(root, splits)
         for split in present:
             records = self.records(root, split)

@@ -29,7 +29,7 @@ class SugarCrepePP(SugarCrepe):
         return read_json(self.file(root, split))
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics = Missing(), {}
+        missing, metrics = Missing.of(scorer), {}
         present, absent = self.present(root, splits)
         for split in present:
             records = self.records(root, split)

@@ -99,7 +99,7 @@ class VLCheckList(Benchmark):
 
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or Options()
-        base, missing, absent, files, metrics = root / "vl_checklist", Missing(), {}, {}, {}
+        base, missing, absent, files, metrics = root / "vl_checklist", Missing.of(scorer), {}, {}, {}
         for dim, sources in self.dimensions(splits).items():
             by_source = {}
             for source, entries in sources:

@@ -95,7 +95,7 @@ class WhatsUp(Benchmark):
         return [image for split in self.present(root, ()) for image, _, _ in self.examples(root, split)]
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics = Missing(), {}
+        missing, metrics = Missing.of(scorer), {}
         present = self.present(root, splits)
         absent = {str(root / "whatsup" / SUBSETS[s][0]): f"absent: subset {s} not scored"
                   for s in splits or self.splits if s not in present}

@@ -57,7 +57,7 @@ class Winoground(Benchmark):
         return [r[f"image_{i}"] for r in self.records(root) for i in (0, 1)]
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing = Missing()
+        missing = Missing.of(scorer)
         kept = [r for r in self.records(root) if missing.keep([r["image_0"], r["image_1"]])]
         scores = torch.stack([  # (n, caption, image)
             torch.stack([scorer.pairs([r[f"image_{i}"] for r in kept], [r[f"caption_{c}"] for r in kept]) for i in (0, 1)], dim=-1)

@@ -77,7 +77,7 @@ class ZeroShot(Benchmark):
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or Options()
         classnames, templates = (read_json(Path(f)) if f else {} for f in (options.classnames, options.templates))
-        metrics = {}
+        metrics, missing = {}, Missing.of(scorer)
         for folder in self.datasets(root):
             classes = sorted(p for p in folder.iterdir() if p.is_dir())
             names, names_from = self.classnames(folder, classes, classnames, options.classnames)
@@ -86,14 +86,14 @@ class ZeroShot(Benchmark):
             prompts, prompts_from = self.prompts(folder, names, templates, options.templates)
             files, labels = [], []
             for label, c in enumerate(classes):
-                found = sorted(p for p in c.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+                found = [p for p in sorted(c.iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES and missing.keep([p])]
                 files += found
                 labels += [label] * len(found)
             correct = protocols.picks(scorer.class_scores(files, prompts), torch.tensor(labels, dtype=torch.long), ties)
             metrics[folder.name] = {**accuracy(correct), "classes": len(classes), "prompts": sum(map(len, prompts)),
                                     "classnames_from": names_from, "templates_from": prompts_from}
         metrics["overall"] = mean(m["acc"] for m in metrics.values())
-        return Result(metrics, Missing())
+        return Result(metrics, missing)
 
     @staticmethod
     def keys(folder: Path) -> list[str]:

@@ -8,8 +8,9 @@ Nothing here ever unpickles code: safetensors, or `torch.load(weights_only=True)
 from __future__ import annotations
 
 import json
+import os
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .. import __version__
-from ..errors import DataError, MissingFileError
+from ..errors import DataError, MissingFileError, NonFiniteError, UsageError
 from ..io import atomic_dir, atomic_path, write_json
 
 CONFIG_NAME = "config.json"
@@ -86,6 +87,49 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     return config
 
 
+# What a checkpoint may change of its named architecture (open_clip's force_* arguments): everything else must agree.
+FORCEABLE = {"quick_gelu", "text_cfg.context_length", "vision_cfg.image_size"}
+
+
+def _flat(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in cfg.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_checkpoint_folder(folder: Path) -> dict[str, Any]:
+    """The folder's config.json, once every file a checkpoint needs is there and its parts agree; else one line naming
+    the file and what is wrong."""
+    if not folder.is_dir():
+        raise MissingFileError(f"{folder}: no such folder (a compclip checkpoint is a folder)")
+    if not (folder / CONFIG_NAME).is_file():
+        holds = f" (it holds {WEIGHTS_NAME}: the config.json written beside it is gone)" if (folder / WEIGHTS_NAME).is_file() else ""
+        raise MissingFileError(f"{folder}: a folder, but not a compclip checkpoint: no {CONFIG_NAME}{holds}")
+    config = read_config(folder)
+    for needed in (WEIGHTS_NAME, OPEN_CLIP_CONFIG_NAME):
+        if not (folder / needed).is_file():
+            raise MissingFileError(f"{folder / needed}: missing from the checkpoint folder (written with {CONFIG_NAME}; copy the "
+                                   "whole folder)")
+    try:
+        written = json.loads((folder / OPEN_CLIP_CONFIG_NAME).read_text(encoding="utf-8"))["model_cfg"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise DataError(f"{folder / OPEN_CLIP_CONFIG_NAME}: unreadable ({type(e).__name__}: {e})") from None
+    if written != config["model_cfg"]:
+        raise DataError(f"{folder}: {CONFIG_NAME} and {OPEN_CLIP_CONFIG_NAME} describe different architectures: one was edited")
+    named = open_clip.get_model_config(config["model_name"]) if ":" not in config["model_name"] else None
+    if named is not None:
+        ours, theirs = _flat(config["model_cfg"]), _flat(named)
+        differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k) and k not in FORCEABLE)
+        if differ:
+            raise DataError(f"{folder / CONFIG_NAME}: model_name {config['model_name']!r} does not match the folder's architecture "
+                            f"({', '.join(differ[:5])} differ): model_name was edited, or names another model")
+    return config
+
+
 def save_checkpoint(model: torch.nn.Module, folder: str | Path, state: dict[str, Any] | None = None,
                     modules: dict[str, torch.Tensor] | None = None, **metadata: Any) -> Path:
     """Write `model` to `folder` atomically, with `metadata` (method, training arguments, step...).
@@ -136,11 +180,14 @@ def read_state_dict(file: str | Path) -> dict[str, torch.Tensor]:
 
 def load_weights(model: torch.nn.Module, file: str | Path) -> None:
     """Load an open_clip state dict strictly, reading the file once; a mismatch names every
-    missing, unexpected and wrongly shaped key."""
+    missing, unexpected and wrongly shaped key, and a weight holding NaN or inf is refused."""
     file = Path(file)
     try:
         with _reading(file):
             open_clip.load_checkpoint(model, str(file), strict=True, weights_only=True)
+        bad = first_nonfinite(model.state_dict())
+        if bad is not None:
+            raise NonFiniteError(f"{file}: weight {bad} holds NaN or inf: refused (a model with it scores nothing)")
     except RuntimeError as e:
         if "Error(s) in loading state_dict" not in str(e):
             raise DataError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
@@ -157,6 +204,11 @@ def load_weights(model: torch.nn.Module, file: str | Path) -> None:
         ) from None
 
 
+def first_nonfinite(tensors: Mapping[str, torch.Tensor]) -> str | None:
+    """The name of the first tensor (of a state dict) that holds NaN or inf, or None."""
+    return next((name for name, tensor in tensors.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()), None)
+
+
 def load_module_weights(method: torch.nn.Module, folder: str | Path) -> None:
     """Restore the modules a method owns from a checkpoint folder, strictly (nothing to do for a method without any)."""
     file = Path(folder) / MODULES_NAME
@@ -168,12 +220,27 @@ def load_module_weights(method: torch.nn.Module, folder: str | Path) -> None:
         raise CheckpointMismatchError(file, sorted(missing), sorted(unexpected), [])
 
 
+def export_target(checkpoint: str | Path, out: str | Path, force: bool = False) -> Path:
+    """Where an export goes: `out`, or inside it when it is a folder (or ends with a slash); an existing file only with `force`."""
+    target = Path(out)
+    if target.is_dir() or str(out).endswith(("/", os.sep)):
+        target = target / f"{Path(checkpoint).resolve().name}.safetensors"
+    if target.is_dir():
+        raise UsageError(f"{target} is a folder: name the .safetensors file to write")
+    if target.exists() and not force:
+        raise UsageError(f"{target} exists: pass --force to overwrite it")
+    return target
+
+
 def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
-    """Write a plain open_clip state dict; returns the Python that loads it with open_clip alone."""
+    """Write a plain open_clip state dict to the file `out`; returns the Python that loads it with open_clip alone."""
     from .bundled import BUNDLED_MODELS
 
-    config = read_config(checkpoint)
+    config = check_checkpoint_folder(Path(checkpoint))
     tensors = load_file(Path(checkpoint) / WEIGHTS_NAME)
+    bad = first_nonfinite(tensors)
+    if bad is not None:
+        raise NonFiniteError(f"{Path(checkpoint) / WEIGHTS_NAME}: weight {bad} holds NaN or inf: not exported")
     name = config["model_name"]
     with atomic_path(out) as tmp:
         save_file(tensors, tmp, metadata={"format": "pt", "open_clip_model": name})
@@ -200,6 +267,11 @@ def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
 def _tokenizer_line(spec: dict[str, Any]) -> str:
     """The open_clip call that builds the checkpoint's tokenizer. The CLIP BPE one is named directly:
     `open_clip.get_tokenizer` picks SigLIP's hub tokenizer for any name containing "siglip"."""
+    from .bundled import HF_TOKENIZED, wordpiece_folder
+
     if spec["source"] == "clip_bpe":
         return f"tokenizer = open_clip.SimpleTokenizer(context_length={spec['context_length']})"
+    if spec["source"] in HF_TOKENIZED:
+        return (f"tokenizer = open_clip.tokenizer.HFTokenizer({str(wordpiece_folder())!r}, context_length={spec['context_length']}, "
+                f"clean={HF_TOKENIZED[spec['source']]!r})")
     return f"tokenizer = open_clip.get_tokenizer({spec['source']!r}, context_length={spec['context_length']})"

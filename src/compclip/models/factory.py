@@ -21,7 +21,7 @@ from open_clip.transform import PreprocessCfg, image_transform_v2
 
 from ..errors import DownloadError, UsageError
 from . import bundled
-from .checkpoint import CONFIG_NAME, SPEC_ATTR, WEIGHTS_NAME, load_weights, read_config
+from .checkpoint import SPEC_ATTR, WEIGHTS_NAME, check_checkpoint_folder, load_weights
 
 
 class LazyTokenizer:
@@ -143,7 +143,7 @@ def load_model(
     """
     name = str(name)
     folder = Path(name)
-    if (folder / CONFIG_NAME).is_file():
+    if folder.is_dir() and ":" not in name:
         if pretrained:
             raise UsageError(f"{name} is a compclip checkpoint folder: it brings its own weights, drop pretrained=")
         return _load_checkpoint_folder(folder, device, precision)
@@ -207,7 +207,7 @@ def _seeded(seed: int | None):
 
 
 def _load_checkpoint_folder(folder: Path, device, precision: str):
-    config = read_config(folder)
+    config = check_checkpoint_folder(folder)
     with _weights_follow():
         model = open_clip.create_model(f"local-dir:{folder}", load_weights=False, device=device, precision=precision)
     load_weights(model, folder / WEIGHTS_NAME)

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import math
+import pickle
 import random
 import shutil
 import time
@@ -25,14 +26,15 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import WebDatasetReader, is_tar_shards
+from ..data import WebDatasetReader, is_tar_shards, open_reader
 from ..data.skips import MAX_WORKERS
-from ..errors import DataError, MissingFileError, UsageError
+from ..errors import DataError, MissingFileError, NonFiniteError, UsageError
 from ..io import atomic_path, write_json
-from ..models.checkpoint import MODULES_NAME, STATE_NAME, load_module_weights, read_config
+from ..models.checkpoint import MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config
 from ..precision import PRECISIONS, autocast
 from ..progress import progress
 from .distributed import DistEnv, init_distributed
+from .run_folder import RunLock, changed_options
 from .step import loss_step
 
 log = logging.getLogger("compclip.train")
@@ -73,11 +75,12 @@ class TrainConfig:
     eval_every: int = 0
     device: str | None = None
     min_concept_coverage: float = 0.5  # a concept method stops when fewer of the first step's captions have concepts it can use
+    skip_nonfinite: int = 0  # steps with a non-finite loss or gradient skipped (no update) before training stops
 
     def validate(self) -> None:
         """Every value checked before a model is built or a file written; errors name the CLI option."""
         at_least = {"steps": 1, "batch_size": 1, "accum_freq": 1, "save_every": 1, "keep": 1, "log_every": 1,
-                    "warmup": 0, "workers": 0, "shuffle": 0, "eval_every": 0,
+                    "warmup": 0, "workers": 0, "shuffle": 0, "eval_every": 0, "skip_nonfinite": 0,
                     "weight_decay": 0}
         for name, low in at_least.items():
             if getattr(self, name) < low:
@@ -198,7 +201,6 @@ class DataPosition:
 class Trainer:
     def __init__(self, cfg: TrainConfig, eval_hook: Callable[[torch.nn.Module, int], dict[str, float]] | None = None):
         from ..concepts import ConceptStore
-        from ..data import open_reader
         from ..methods import build_method
         from ..models import load_model, train_preprocess
 
@@ -206,6 +208,7 @@ class Trainer:
         self.cfg, self.eval_hook = cfg, eval_hook
         self.env: DistEnv = init_distributed(cfg.device)
         self.out = Path(cfg.out)
+        self._check_same_run()  # reads OUT only: writing waits for `run` to own it
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else self._carried_concepts()
         self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)
         if concepts is None and self.method.uses_concepts:
@@ -296,6 +299,10 @@ class Trainer:
             where, path = missing
             text += (f"; the first missing image is {path} ({where}): images are looked up relative to the data "
                      "file's folder and its images/ subfolder, or to --image-root")
+        elif stats["read"] and self.cfg.workers > 1 and stats["read"] >= self.cfg.batch_size:
+            text += (f"; the {stats['read']} samples are split among the {self.cfg.workers} DataLoader workers, each making its own "
+                     f"batches from about {stats['read'] // self.cfg.workers}, fewer than --batch-size {self.cfg.batch_size}: "
+                     "lower --workers (or --batch-size)")
         elif stats["read"]:
             text += "; lower --batch-size"
         return text
@@ -311,6 +318,10 @@ class Trainer:
     def save(self) -> None:
         from ..models import save_checkpoint
 
+        bad = first_nonfinite(self.model.state_dict())  # never a checkpoint that cannot be used
+        if bad is not None:
+            raise NonFiniteError(f"step {self.step}: weight {bad} holds NaN or inf: not saved, training stopped; the last "
+                                 f"checkpoint under {self.out / 'checkpoints'} is intact. Lower --lr")
         ranks = self._gather_objects({"rng": _rng_state(), "data": self.data.state()})
         if self.env.is_main:
             state = {
@@ -330,28 +341,55 @@ class Trainer:
         if self.env.distributed:
             dist.barrier()
 
+    def _latest(self) -> Path | None:
+        pointer = self.out / "checkpoints" / "latest"
+        return pointer.parent / pointer.read_text().strip() if pointer.is_file() else None
+
+    def _check_same_run(self) -> None:
+        """A run resumes only under the options that made it; another run's are refused before anything is built."""
+        folder = self._latest()
+        if folder is None:
+            return
+        saved = read_config(folder).get("train_args", {})
+        changes = changed_options(saved, dataclasses.asdict(self.cfg))
+        if changes:
+            raise UsageError(f"--out {self.out} holds a run made with other options ({'; '.join(changes)}): resume it with its own "
+                             f"options, or start a second stage from its weights: --model {folder} --out ANOTHER_FOLDER")
+
     def _resume(self) -> None:
         from ..models import load_weights
 
-        pointer = self.out / "checkpoints" / "latest"
-        if not pointer.is_file():
+        folder = self._latest()
+        if folder is None:
             return
-        folder = pointer.parent / pointer.read_text().strip()
-        state = torch.load(folder / STATE_NAME, map_location="cpu", weights_only=True)
-        if len(state["ranks"]) != self.env.world_size:
-            raise UsageError(f"{folder} was written by {len(state['ranks'])} processes, this run has {self.env.world_size}")
+        try:
+            state = torch.load(folder / STATE_NAME, map_location="cpu", weights_only=True)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.scaler.load_state_dict(state["scaler"])
+            ranks, step = state["ranks"], state["step"]
+        except (RuntimeError, EOFError, OSError, KeyError, ValueError, pickle.UnpicklingError) as e:
+            raise DataError(f"{folder / STATE_NAME}: damaged, cannot resume ({type(e).__name__}: {e}); "
+                            f"{self._previous_complete(folder)}") from None
+        if len(ranks) != self.env.world_size:
+            raise UsageError(f"{folder} was written by {len(ranks)} processes, this run has {self.env.world_size}")
         load_weights(self.model, folder / "model.safetensors")
         load_module_weights(self.method, folder)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
-        mine = state["ranks"][self.env.rank]
+        mine = ranks[self.env.rank]
         _set_rng_state(mine["rng"])
         self.data = DataPosition(**mine["data"])
-        self.step = state["step"]
+        self.step = step
         if self.env.is_main:
-            self._truncate_log()
             log.info("resumed from %s at step %d", folder, self.step)
+
+    def _previous_complete(self, damaged: Path) -> str:
+        """Where to resume from instead of a damaged checkpoint."""
+        folders = sorted((self.out / "checkpoints").glob("step_*"), reverse=True)
+        earlier = [f for f in folders if f != damaged and (f / STATE_NAME).is_file()]
+        if earlier:
+            return (f"the previous checkpoint {earlier[0]} is complete: write {earlier[0].name} into {self.out / 'checkpoints' / 'latest'} "
+                    "to resume from it")
+        return f"no earlier checkpoint: remove {self.out / 'checkpoints'} to start the run again"
 
     # -- logging ----------------------------------------------------------------------
     def _truncate_log(self) -> None:
@@ -375,9 +413,17 @@ class Trainer:
         return autocast(self.env.device, self.cfg.precision)
 
     def run(self) -> dict[str, float]:
-        self.out.mkdir(parents=True, exist_ok=True)
-        with self._train_log():
-            return self._run()
+        """Train to `steps`, owning OUT meanwhile (`RunLock`, rank 0). Nothing is written before the lock is held and the
+        first step's data is read and checked; a new run that fails before that leaves no folder behind."""
+        lock = RunLock(self.out).acquire() if self.env.is_main else None
+        try:
+            if self.env.is_main and self.step:
+                self._truncate_log()
+            with self._train_log():
+                return self._run()
+        finally:
+            if lock is not None:
+                lock.release(keep_folder=(self.out / "config.json").exists())
 
     @contextlib.contextmanager
     def _train_log(self):
@@ -401,28 +447,47 @@ class Trainer:
 
     def _run(self) -> dict[str, float]:
         cfg = self.cfg
+        steps = range(self.step, cfg.steps)
+        if not steps:
+            return {}
+        batches = self._batches()
+        coverage = Coverage()
+        first = [next(batches) for _ in range(cfg.accum_freq)]  # read and checked before anything is written
+        if coverage.add(first):
+            self._check_coverage(coverage)
         tb = None
         if self.env.is_main:
             write_json(self.out / "config.json", dataclasses.asdict(cfg))
             from torch.utils.tensorboard import SummaryWriter
 
             tb = SummaryWriter(str(self.out / "tensorboard"))
-        batches = self._batches()
         per_step = cfg.batch_size * cfg.accum_freq * self.env.world_size
-        steps = range(self.step, cfg.steps)
         bar = progress(steps, f"train {cfg.method}", total=len(steps), unit="step") if self.env.is_main else iter(steps)
         terms: dict[str, float] = {}
-        coverage = Coverage()
+        skipped = 0
         for _ in bar:
             start = time.perf_counter()
-            micro = [next(batches) for _ in range(cfg.accum_freq)]
-            if coverage.add(micro) and coverage.steps == 1:
-                self._check_coverage(coverage)
+            if first is None:
+                micro = [next(batches) for _ in range(cfg.accum_freq)]
+                coverage.add(micro)
+            else:
+                micro, first = first, None
             self.method.begin_step(self.step)
             self.optimizer.zero_grad(set_to_none=True)
             terms = loss_step(self.module, self.method, micro, self.env, self._autocast, self._backward)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
+            problem = self._nonfinite(terms)
+            if problem is not None:
+                skipped += 1
+                if skipped > cfg.skip_nonfinite:
+                    raise NonFiniteError(f"step {self.step + 1}: {problem}: training stopped before the update; the last checkpoint "
+                                         f"under {self.out / 'checkpoints'} is intact. Lower --lr, or let --skip-nonfinite N skip "
+                                         "up to N such steps")
+                log.warning("step %d: %s: skipped, no update (%d of --skip-nonfinite %d)", self.step + 1, problem, skipped,
+                            cfg.skip_nonfinite)
+                self.optimizer.zero_grad(set_to_none=True)
+            else:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
             self.scheduler.step()
             with torch.no_grad():  # as open_clip does: keep the temperature in range
                 self.model.logit_scale.clamp_(0, math.log(100))
@@ -444,6 +509,22 @@ class Trainer:
         if tb is not None:
             tb.close()
         return terms
+
+    def _nonfinite(self, terms: dict[str, float]) -> str | None:
+        """What is NaN or inf in this step (a loss term, else a gradient), or None. Under fp16 loss scaling the scaler
+        itself skips steps whose gradients overflow."""
+        bad = next((k for k, v in terms.items() if not math.isfinite(v)), None)
+        if bad is not None:
+            return f"loss term {bad} is {terms[bad]}"
+        if self.scaler.is_enabled():
+            return None
+        params = [(n, p) for group in (self.model.named_parameters(), self.method.named_parameters()) for n, p in group
+                  if p.grad is not None]
+        norms = torch._foreach_norm([p.grad for _, p in params]) if params else []
+        finite = torch.isfinite(torch.stack(norms)) if norms else torch.ones(0, dtype=torch.bool)
+        if bool(finite.all()):
+            return None
+        return f"the gradient of {params[int((~finite).nonzero()[0])][0]} is not finite"
 
     def _backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
