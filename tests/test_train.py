@@ -1,6 +1,7 @@
 """Training: exact accumulation and multi-process equivalence (real torchrun and SLURM-style
 launches with gloo), exact resume after SIGKILL, and the trainer end to end."""
 import json
+import math
 import os
 import re
 import signal
@@ -261,3 +262,80 @@ def test_eval_hook_and_tensorboard(tmp_path):
     assert [r.get("eval/probe") for r in records] == [None, 2.0, None, 4.0]
     assert set(records[0]) >= {"siglip", "loss", "lr", "images_per_s", "logit_scale", "epoch"}
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+# ---- the loop's settings, on the CPU -------------------------------------------------------------------------------
+
+
+def settings_config(tmp_path, out, **changes):
+    from compclip.train import TrainConfig
+
+    data = tmp_path / "train.csv" if (tmp_path / "train.csv").is_file() else make_dataset(tmp_path, n=16)
+    base = {"method": "siglip", "model": "compclip-tiny-siglip", "train_data": str(data), "out": str(tmp_path / out), "batch_size": 8,
+            "steps": 4, "lr": 1e-3, "workers": 0}
+    return TrainConfig(**{**base, **changes})
+
+
+def logged(tmp_path, out, key):
+    return {r["step"]: r[key] for r in map(json.loads, (tmp_path / out / "log.jsonl").read_text().splitlines())}
+
+
+def test_the_learning_rate_warms_up_then_follows_the_cosine(tmp_path):
+    """open_clip's cosine_lr: base * (s + 1) / warmup during the warm-up, then ½ (1 + cos(π (s − w) / (steps − w))) base."""
+    from compclip.train import train
+
+    train(settings_config(tmp_path, "lr", steps=7, warmup=3))
+    for step, lr in logged(tmp_path, "lr", "lr").items():  # the rate after `step` updates: the next step's
+        expected = 1e-3 * (step + 1) / 3 if step < 3 else 0.5 * (1 + math.cos(math.pi * (step - 3) / (7 - 3))) * 1e-3
+        assert lr == pytest.approx(expected, abs=1e-12), step
+
+
+def test_weight_decay_leaves_gains_biases_and_the_logit_scale_alone(tmp_path):
+    from compclip.train import Trainer
+
+    trainer = Trainer(settings_config(tmp_path, "wd", weight_decay=0.1, optimizer="adamw"))
+    decay = {id(p) for g in trainer.optimizer.param_groups if g["weight_decay"] == 0.1 for p in g["params"]}
+    names = {n: id(p) in decay for n, p in trainer.model.named_parameters()}
+    assert names["visual.trunk.blocks.0.attn.qkv.weight"] and not names["visual.trunk.blocks.0.attn.qkv.bias"]
+    assert not names["logit_scale"] and not names["text.ln_final.weight"] and not names["visual.trunk.norm.weight"]
+    assert names["text.token_embedding.weight"] and names["text.positional_embedding"]  # matrices are decayed, as open_clip
+    assert all(decayed == (p.ndim >= 2 and not any(k in n for k in ("bias", "ln", "bn", "logit_scale")))
+               for (n, decayed), p in zip(names.items(), trainer.model.parameters(), strict=True))
+
+
+def test_the_logit_scale_is_clamped_to_100_after_every_step(tmp_path):
+    from compclip.train import Trainer
+
+    trainer = Trainer(settings_config(tmp_path, "clamp", steps=1))
+    with torch.no_grad():
+        trainer.model.logit_scale.fill_(math.log(1000.0))
+    trainer.run()
+    assert trainer.model.logit_scale.item() == pytest.approx(math.log(100.0))
+    assert logged(tmp_path, "clamp", "logit_scale")[1] == pytest.approx(100.0)
+
+
+def test_keep_log_every_and_a_locked_text_tower(tmp_path):
+    from compclip.train import train
+
+    train(settings_config(tmp_path, "keep", steps=5, save_every=1, keep=2, log_every=2, lock_text=True))
+    assert sorted(p.name for p in (tmp_path / "keep" / "checkpoints").glob("step_*")) == ["step_0000004", "step_0000005"]
+    assert (tmp_path / "keep" / "checkpoints" / "latest").read_text() == "step_0000005"
+    assert sorted(logged(tmp_path, "keep", "loss")) == [2, 4, 5]  # every second step, and the last
+    before, _, _ = load_model("compclip-tiny-siglip")
+    after, _, _ = load_model(str(tmp_path / "keep" / "checkpoints" / "step_0000005"))
+    b, a = before.state_dict(), after.state_dict()
+    assert all(torch.equal(b[k], a[k]) for k in b if k.startswith("text."))
+    assert any(not torch.equal(b[k], a[k]) for k in b if k.startswith("visual."))
+
+
+def test_bf16_autocast_on_the_cpu_resumes_exactly(tmp_path):
+    """amp_bf16 trains on a CPU, and a run stopped at step 2 and resumed gives steps 3-4 of the straight run."""
+    from compclip.train import train
+
+    straight = settings_config(tmp_path, "straight", precision="amp_bf16", schedule="const", save_every=2)
+    train(straight)
+    train(settings_config(tmp_path, "resumed", precision="amp_bf16", schedule="const", save_every=2, steps=2))
+    train(settings_config(tmp_path, "resumed", precision="amp_bf16", schedule="const", save_every=2))
+    a, b = logged(tmp_path, "straight", "loss"), logged(tmp_path, "resumed", "loss")
+    assert sorted(b) == [1, 2, 3, 4] and [b[s] for s in (3, 4)] == pytest.approx([a[s] for s in (3, 4)], rel=1e-6)
+    assert all(math.isfinite(v) for v in a.values()) and a[4] != a[1]
