@@ -64,6 +64,10 @@ def test_a_diverging_run_stops_and_never_saves_a_nan(work):
     for folder in sorted((out / "checkpoints").glob("step_*")) if (out / "checkpoints").exists() else []:
         weights = load_file(folder / "model.safetensors")
         assert all(torch.isfinite(t).all() for t in weights.values() if t.is_floating_point()), folder
+    # asked to skip such steps, the run goes on without updating on them, and says so at each
+    skipping = compclip(*TRAIN[:-2], "--lr", "1e6", "--train-data", data, "--out", root / "skipping", "--steps", 6, "--skip-nonfinite", 6)
+    text = one_line(skipping, 0)
+    assert "skipped, no update (1 of --skip-nonfinite 6)" in text
 
 
 def test_a_checkpoint_with_nan_weights_is_refused_not_scored(work):

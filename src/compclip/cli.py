@@ -158,6 +158,7 @@ def train(
     min_concept_coverage: float = typer.Option(
         0.5, help="A concept method stops when fewer of the first step's captions have concepts it can use (0 never stops)."
     ),
+    skip_nonfinite: int = typer.Option(0, help="Steps with a NaN or inf loss or gradient skipped (no update) before training stops."),
 ) -> None:
     """Fine-tune a model (single process, or under torchrun / SLURM srun with one process per GPU)."""
     from .train import TrainConfig
@@ -171,7 +172,7 @@ def train(
         accum_freq=accum_freq, steps=steps, lr=lr, weight_decay=wd, optimizer=optimizer, betas=(beta1, beta2), eps=eps,
         warmup=warmup, schedule=schedule, precision=precision, grad_checkpointing=grad_checkpointing, lock_image=lock_image,
         lock_text=lock_text, workers=workers, shuffle=shuffle, seed=seed, save_every=save_every, keep=keep, log_every=log_every,
-        device=device, min_concept_coverage=min_concept_coverage,
+        device=device, min_concept_coverage=min_concept_coverage, skip_nonfinite=skip_nonfinite,
     )
     terms = run(cfg)
     typer.echo(f"finished {steps} steps: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))

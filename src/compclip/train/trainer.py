@@ -320,8 +320,8 @@ class Trainer:
 
         bad = first_nonfinite(self.model.state_dict())  # never a checkpoint that cannot be used
         if bad is not None:
-            raise NonFiniteError(f"step {self.step}: weight {bad} holds NaN or inf: not saved, training stopped; the last "
-                                 f"checkpoint under {self.out / 'checkpoints'} is intact. Lower --lr")
+            raise NonFiniteError(f"step {self.step}: weight {bad} holds NaN or inf: not saved, training stopped (checkpoints "
+                                 f"under {self.out / 'checkpoints'} are untouched). Lower --lr")
         ranks = self._gather_objects({"rng": _rng_state(), "data": self.data.state()})
         if self.env.is_main:
             state = {
@@ -479,8 +479,8 @@ class Trainer:
             if problem is not None:
                 skipped += 1
                 if skipped > cfg.skip_nonfinite:
-                    raise NonFiniteError(f"step {self.step + 1}: {problem}: training stopped before the update; the last checkpoint "
-                                         f"under {self.out / 'checkpoints'} is intact. Lower --lr, or let --skip-nonfinite N skip "
+                    raise NonFiniteError(f"step {self.step + 1}: {problem}: training stopped before the update (checkpoints under "
+                                         f"{self.out / 'checkpoints'} are untouched). Lower --lr, or let --skip-nonfinite N skip "
                                          "up to N such steps")
                 log.warning("step %d: %s: skipped, no update (%d of --skip-nonfinite %d)", self.step + 1, problem, skipped,
                             cfg.skip_nonfinite)
