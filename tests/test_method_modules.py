@@ -144,12 +144,17 @@ def test_a_method_checkpoint_evaluates_through_its_own_scorer(tmp_path):
 
 
 def test_export_says_the_method_module_is_not_part_of_it(tmp_path):
-    from compclip.models import export_open_clip
+    from compclip.export import export
     from compclip.train import train
 
     train(config(tmp_path, 2))
-    usage = export_open_clip(tmp_path / "run" / "checkpoints" / "step_0000002", tmp_path / "plain.safetensors")
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_0000002"
+    _, usage, _ = export(checkpoint, tmp_path / "plain.safetensors")
     assert "not part of this export" in usage and "method.safetensors" in usage
+    for fmt in ("open_clip", "hf"):  # said on the command line and in the model card
+        out, _, notes = export(checkpoint, tmp_path / fmt, fmt)
+        assert any("method.safetensors" in n and "not part of this export" in n for n in notes)
+        assert "not part of this export" in (out / "README.md").read_text()
 
 
 def test_gain_loss_is_siglip_at_zero_gain():

@@ -226,18 +226,26 @@ def test_eval_on_a_gpu_that_is_not_there_is_one_line(work, tmp_path):
 # ---- export and checkpoint folders ---------------------------------------------------------------------------------
 
 
-def test_export_never_overwrites_unasked_and_writes_into_folders(work, tmp_path):
+def test_export_never_overwrites_unasked_or_replaces_what_it_did_not_write(work, tmp_path):
     root, _ = work
     ckpt = root / "run" / "checkpoints" / "step_0000002"
     (tmp_path / "taken.safetensors").write_text("keep me")
     one_line(compclip("export", ckpt, tmp_path / "taken.safetensors"), 2, "exists: pass --force to overwrite it")
     assert (tmp_path / "taken.safetensors").read_text() == "keep me"
     one_line(compclip("export", ckpt, tmp_path / "taken.safetensors", "--force"), 0)
-    (tmp_path / "dir").mkdir()
-    one_line(compclip("export", ckpt, tmp_path / "dir"), 0)
-    assert (tmp_path / "dir" / "step_0000002.safetensors").is_file()
-    one_line(compclip("export", ckpt, f"{tmp_path / 'newdir'}/"), 0)
-    assert (tmp_path / "newdir" / "step_0000002.safetensors").is_file()
+    (tmp_path / "empty").mkdir()
+    one_line(compclip("export", ckpt, tmp_path / "empty"), 0)
+    assert (tmp_path / "empty" / "open_clip_model.safetensors").is_file()
+    one_line(compclip("export", ckpt, tmp_path / "empty"), 2, "holds an earlier export: pass --force to replace it")
+    one_line(compclip("export", ckpt, tmp_path / "empty", "--format", "hf", "--force"), 0)
+    assert (tmp_path / "empty" / "model.safetensors").is_file() and not (tmp_path / "empty" / "open_clip_model.safetensors").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    for force in ((), ("--force",)):
+        one_line(compclip("export", ckpt, tmp_path / "mine", *force), 2, "holds files that no compclip export wrote")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+    one_line(compclip("export", ckpt, tmp_path / "x.safetensors", "--format", "hf"), 2, "--format hf writes a folder")
+    one_line(compclip("export", ckpt, tmp_path / "x", "--format", "onnx"), 2, "unknown export format 'onnx'")
 
 
 @pytest.mark.parametrize("damage, fragment", [

@@ -13,7 +13,6 @@ from compclip.models import (
     BUNDLED_MODELS,
     CheckpointMismatchError,
     bundled,
-    export_open_clip,
     load_model,
     save_checkpoint,
 )
@@ -110,29 +109,6 @@ def test_forced_quick_gelu_and_context_length_survive_a_roundtrip(tmp_path):
     assert isinstance(reloaded.transformer.resblocks[0].mlp.gelu, open_clip.transformer.QuickGELU)
     assert tok2(["a dog"]).shape == (1, 32)
     assert_same_outputs(model, reloaded, tokenizer, tok2)
-
-
-@pytest.mark.parametrize("name", BUNDLED_MODELS)
-def test_export_loads_in_plain_open_clip_with_identical_embeddings(tmp_path, name):
-    model, _, tokenizer = load_model(name)
-    folder = save_checkpoint(model, tmp_path / "ckpt")
-    usage = export_open_clip(folder, tmp_path / "plain.safetensors")
-    assert f"open_clip.create_model_and_transforms('{name}', pretrained='{tmp_path / 'plain.safetensors'}')" in usage
-    scope = {"open_clip": open_clip}
-    exec(usage, scope)  # the printed lines, run as a user pastes them: model and tokenizer from open_clip alone
-    # get_tokenizer would reach for SigLIP's hub tokenizer: the line names the tokenizer class
-    assert isinstance(scope["tokenizer"], open_clip.tokenizer.HFTokenizer if name in bundled.HF_TOKENIZED else open_clip.SimpleTokenizer)
-    assert_same_outputs(model, scope["model"].eval(), tokenizer, scope["tokenizer"])
-
-
-def test_export_names_the_forces_open_clip_needs(tmp_path):
-    model, _, _ = load_model("compclip-tiny-clip", force_quick_gelu=True, force_context_length=32)
-    usage = export_open_clip(save_checkpoint(model, tmp_path / "ckpt"), tmp_path / "x.safetensors")
-    assert "force_quick_gelu=True" in usage and "force_context_length=32" in usage
-    plain = open_clip.create_model(
-        "compclip-tiny-clip", pretrained=str(tmp_path / "x.safetensors"), force_quick_gelu=True, force_context_length=32
-    )
-    assert_same_outputs(model, plain.eval(), *[load_model("compclip-tiny-clip", force_context_length=32)[2]] * 2)
 
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".pt", ".bin"])

@@ -25,7 +25,9 @@ def test_the_readme_quick_tour_runs_as_written(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     tour = tmp_path / "runs" / "tour"
     for made in ("concepts/manifest.json", "c2lip/checkpoints/step_0000020/model.safetensors", "results/base/retrieval.json",
-                 "results/c2lip/retrieval.json", "report/report.md", "report/summary.csv", "attention.png", "c2lip.safetensors"):
+                 "results/c2lip/retrieval.json", "report/report.md", "report/summary.csv", "attention.png", "c2lip-hf/model.safetensors",
+                 "c2lip-hf/README.md"):
         assert (tour / made).is_file(), made
     assert "nothing evaluated" not in result.stdout and "retrieval: mean_recall@1" in result.stdout
-    assert "tokenizer = open_clip.SimpleTokenizer(context_length=64)" in result.stdout
+    assert "note: tokenizer:" in result.stdout and "open_clip.SimpleTokenizer(context_length=64)" in result.stdout
+    assert "| retrieval | mean_recall@1 |" in (tour / "c2lip-hf" / "README.md").read_text()  # the card found its scores

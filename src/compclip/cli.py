@@ -45,7 +45,7 @@ def version() -> None:
     import importlib.metadata as md
 
     typer.echo(f"compclip {__version__}")
-    for dist in ("torch", "open-clip-torch", "timm", "spacy", "webdataset"):
+    for dist in ("torch", "open-clip-torch", "timm", "spacy", "webdataset", "transformers"):
         try:
             typer.echo(f"{dist} {md.version(dist)}")
         except md.PackageNotFoundError:
@@ -55,17 +55,22 @@ def version() -> None:
 @app.command()
 def export(
     checkpoint: Path = typer.Argument(..., help="A compclip checkpoint folder."),
-    out: str = typer.Argument(..., help="The .safetensors file to write, or a folder to write CHECKPOINT_NAME.safetensors in."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+    out: str = typer.Argument(..., help="A folder to write (model, config, tokenizer, README.md model card), or for "
+                                        "--format open_clip a .safetensors file: the state dict alone."),
+    fmt: str = typer.Option("open_clip", "--format", help="open_clip (a local-dir: folder or a state dict file) or hf "
+                                                              "(transformers CLIPModel / SiglipModel, what LLaVA-style code loads)."),
+    results: list[Path] = typer.Option([], "--results", help="Folders searched for `compclip eval` results of these weights, for the "
+                                                              "model card (repeatable).  [default: the checkpoint's run folder]"),
+    license: str = typer.Option("other", help="The license the model card declares: your base model's (e.g. mit, apache-2.0)."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier export at OUT."),
 ) -> None:
-    """Write a checkpoint as a plain open_clip state dict that open_clip and CLIP_benchmark load."""
-    from .models import export_open_clip
-    from .models.checkpoint import check_checkpoint_folder, export_target
+    """Write a checkpoint where users take it: open_clip and CLIP_benchmark, or Hugging Face transformers."""
+    from .export import export as write
 
-    check_checkpoint_folder(checkpoint)
-    target = export_target(checkpoint, out, force)
-    usage = export_open_clip(checkpoint, target)
-    typer.echo(f"wrote {target}; load it with open_clip alone:\n{usage}")
+    target, usage, notes = write(checkpoint, out, fmt, force=force, results=results, license=license)
+    typer.echo(f"wrote {target}; load it with:\n{usage}")
+    for note in notes:
+        typer.echo(f"note: {note}")
 
 
 @app.command()

@@ -13,6 +13,7 @@ from typing import Any
 from .. import __version__
 from ..errors import DataError, MissingFileError, UsageError
 from ..io import write_json
+from ..models.checkpoint import weights_sha256
 from ..options import make_options
 from ..precision import PRECISIONS, resolve_device
 from . import protocols
@@ -174,11 +175,12 @@ def evaluate(
     jobs, root, made = check_options(benchmarks, out, data, ties, batch_size, workers, precision, options)
     precision = precision or ("amp" if device.startswith("cuda") else "fp32")
     scorer = load_scorer(model, pretrained, device, batch_size, workers, cache_dir, precision)
-    records = {}
+    records, weights = {}, weights_sha256(model, pretrained)
     for job in jobs:
         bench = REGISTRY[job.name]
         rule = bench.ties if ties == "official" else ties
-        record: dict[str, Any] = {"dataset": job.label, "model": model, "pretrained": pretrained, "task": bench.task,
+        record: dict[str, Any] = {"dataset": job.label, "model": model, "pretrained": pretrained, "weights_sha256": weights,
+                                  "task": bench.task,
                                   "ties": rule, "ties_option": ties, "precision": precision, "compclip_version": __version__,
                                   "options": dataclasses.asdict(made[job.name])}
         lacks = bench.lacks(root, job.splits)

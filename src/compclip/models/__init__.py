@@ -1,9 +1,8 @@
-"""Models: open_clip factory, bundled tiny configs, checkpoints and export."""
+"""Models: open_clip factory, bundled tiny configs, checkpoints."""
 from . import bundled
 from .bundled import BUNDLED_MODELS
 from .checkpoint import (
     CheckpointMismatchError,
-    export_open_clip,
     load_weights,
     model_spec,
     read_state_dict,
@@ -17,7 +16,6 @@ __all__ = [
     "CheckpointMismatchError",
     "LazyTokenizer",
     "bundled",
-    "export_open_clip",
     "load_model",
     "load_weights",
     "model_spec",

@@ -7,9 +7,11 @@ Nothing here ever unpickles code: safetensors, or `torch.load(weights_only=True)
 """
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import pickle
+import warnings
+import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,12 +20,12 @@ from typing import Any
 import open_clip
 import torch
 from open_clip.factory import load_state_dict as open_clip_load_state_dict
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .. import __version__
-from ..errors import DataError, MissingFileError, NonFiniteError, UsageError
-from ..io import atomic_dir, atomic_path, write_json
+from ..errors import DataError, MissingFileError, NonFiniteError
+from ..io import atomic_dir, write_json
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -168,14 +170,69 @@ def _reading(file: Path) -> Iterator[None]:
         raise DataError(f"{file}: not a readable weights file ({type(e).__name__}: {e})") from None
 
 
+# What OpenAI's TorchScript archives hold besides weights; open_clip's attention mask is a buffer a scripted model keeps
+OPENAI_EXTRAS = ("input_resolution", "context_length", "vocab_size")
+_BUFFERS_NOT_WEIGHTS = ("attn_mask",)
+
+
+def is_torchscript(file: Path) -> bool:
+    """A TorchScript archive (OpenAI's CLIP files, `torch.jit.save`): a zip holding compiled code."""
+    try:
+        with zipfile.ZipFile(file) as z:
+            return any("/code/__torch__/" in n for n in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def _torchscript_code(file: Path) -> str:
+    with zipfile.ZipFile(file) as z:
+        return "\n".join(z.read(n).decode("utf-8", "replace") for n in z.namelist() if "/code/__torch__/" in n and n.endswith(".py"))
+
+
 def read_state_dict(file: str | Path) -> dict[str, torch.Tensor]:
-    """Tensors of a `.safetensors`, `.pt`, `.pth` or `.bin` file, refusing pickled code."""
+    """Tensors of a `.safetensors`, `.pt`, `.pth` or `.bin` file, refusing pickled code, or of a TorchScript archive
+    (its weights only: OpenAI's extras and buffers that are not weights are dropped)."""
     file = Path(file)
     try:
         with _reading(file):
+            if is_torchscript(file):
+                with warnings.catch_warnings():  # torch.jit is deprecated, and OpenAI's archives are still TorchScript
+                    warnings.simplefilter("ignore", FutureWarning)
+                    state = torch.jit.load(str(file), map_location="cpu").state_dict()
+                return {k: v for k, v in state.items() if k not in OPENAI_EXTRAS and k.rsplit(".", 1)[-1] not in _BUFFERS_NOT_WEIGHTS}
             return open_clip_load_state_dict(str(file), weights_only=True)
     except RuntimeError as e:
         raise DataError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
+
+
+def trained_activation(file: str | Path) -> tuple[bool | None, str]:
+    """Whether the weights in `file` were trained with QuickGELU (True) or GELU (False), and how that is known; None
+    where the file does not say (a plain state dict carries no activation)."""
+    file = Path(file)
+    if is_torchscript(file):
+        code = _torchscript_code(file)
+        if "QuickGELU" in code:
+            return True, "an OpenAI-format TorchScript archive (its code runs QuickGELU)"
+        if "gelu" in code:
+            return False, "a TorchScript archive whose code runs GELU"
+        return None, ""
+    if file.suffix == ".safetensors":
+        try:
+            with safe_open(str(file), "pt") as f:
+                named = (f.metadata() or {}).get("open_clip_model")
+        except (SafetensorError, OSError):
+            return None, ""
+        cfg = open_clip.get_model_config(named) if named and ":" not in named else None
+        if cfg is not None:
+            return bool(cfg.get("quick_gelu", False)), f"written from {named} (its metadata says)"
+        return None, ""
+    try:
+        keys = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True).keys()
+    except Exception:  # unreadable files are reported by the loader, with their reason
+        return None, ""
+    if any(k in keys for k in OPENAI_EXTRAS):
+        return True, "an OpenAI-format state dict (it holds input_resolution, context_length, vocab_size: OpenAI's models run QuickGELU)"
+    return None, ""
 
 
 def load_weights(model: torch.nn.Module, file: str | Path) -> None:
@@ -183,8 +240,11 @@ def load_weights(model: torch.nn.Module, file: str | Path) -> None:
     missing, unexpected and wrongly shaped key, and a weight holding NaN or inf is refused."""
     file = Path(file)
     try:
-        with _reading(file):
-            open_clip.load_checkpoint(model, str(file), strict=True, weights_only=True)
+        if is_torchscript(file):
+            model.load_state_dict(read_state_dict(file), strict=True)
+        else:
+            with _reading(file):
+                open_clip.load_checkpoint(model, str(file), strict=True, weights_only=True)
         bad = first_nonfinite(model.state_dict())
         if bad is not None:
             raise NonFiniteError(f"{file}: weight {bad} holds NaN or inf: refused (a model with it scores nothing)")
@@ -204,6 +264,19 @@ def load_weights(model: torch.nn.Module, file: str | Path) -> None:
         ) from None
 
 
+def weights_sha256(model: str | Path, pretrained: str | None = None) -> str | None:
+    """The SHA-256 of the weights file behind a model name (a checkpoint folder's, or a `pretrained` file), which
+    names these exact weights in results and model cards; None for open_clip tags and hub ids."""
+    file = Path(model) / WEIGHTS_NAME if (Path(model) / WEIGHTS_NAME).is_file() else Path(pretrained) if pretrained else None
+    if file is None or not file.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(file, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def first_nonfinite(tensors: Mapping[str, torch.Tensor]) -> str | None:
     """The name of the first tensor (of a state dict) that holds NaN or inf, or None."""
     return next((name for name, tensor in tensors.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()), None)
@@ -218,60 +291,3 @@ def load_module_weights(method: torch.nn.Module, folder: str | Path) -> None:
         missing, unexpected = method.load_state_dict(load_file(file), strict=False)
     if missing or unexpected:
         raise CheckpointMismatchError(file, sorted(missing), sorted(unexpected), [])
-
-
-def export_target(checkpoint: str | Path, out: str | Path, force: bool = False) -> Path:
-    """Where an export goes: `out`, or inside it when it is a folder (or ends with a slash); an existing file only with `force`."""
-    target = Path(out)
-    if target.is_dir() or str(out).endswith(("/", os.sep)):
-        target = target / f"{Path(checkpoint).resolve().name}.safetensors"
-    if target.is_dir():
-        raise UsageError(f"{target} is a folder: name the .safetensors file to write")
-    if target.exists() and not force:
-        raise UsageError(f"{target} exists: pass --force to overwrite it")
-    return target
-
-
-def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
-    """Write a plain open_clip state dict to the file `out`; returns the Python that loads it with open_clip alone."""
-    from .bundled import BUNDLED_MODELS
-
-    config = check_checkpoint_folder(Path(checkpoint))
-    tensors = load_file(Path(checkpoint) / WEIGHTS_NAME)
-    bad = first_nonfinite(tensors)
-    if bad is not None:
-        raise NonFiniteError(f"{Path(checkpoint) / WEIGHTS_NAME}: weight {bad} holds NaN or inf: not exported")
-    name = config["model_name"]
-    with atomic_path(out) as tmp:
-        save_file(tensors, tmp, metadata={"format": "pt", "open_clip_model": name})
-    builtin = open_clip.get_model_config(name) if ":" not in name else None
-    tokenizer = _tokenizer_line(config["tokenizer"])
-    if config.get("method_weights"):
-        tokenizer += (f"\n# note: the modules the {config.get('method')} method trained ({config['method_weights']}) are not part "
-                      "of this export; compclip.eval.load_scorer(CHECKPOINT) evaluates with them")
-    if builtin is None:
-        return f"model, _, preprocess = open_clip.create_model_and_transforms('local-dir:{Path(checkpoint)}')\n{tokenizer}"
-    forces = []
-    cfg = config["model_cfg"]
-    if cfg.get("quick_gelu", False) != builtin.get("quick_gelu", False):
-        forces.append("force_quick_gelu=True")
-    if cfg["text_cfg"].get("context_length") != builtin["text_cfg"].get("context_length"):
-        forces.append(f"force_context_length={cfg['text_cfg']['context_length']}")
-    if cfg["vision_cfg"].get("image_size") != builtin["vision_cfg"].get("image_size"):
-        forces.append(f"force_image_size={cfg['vision_cfg']['image_size']!r}")
-    args = ", ".join([repr(name), f"pretrained={str(out)!r}", *forces])
-    call = f"model, _, preprocess = open_clip.create_model_and_transforms({args})\n{tokenizer}"
-    return f"import compclip.models  # registers {name}\n{call}" if name in BUNDLED_MODELS else call
-
-
-def _tokenizer_line(spec: dict[str, Any]) -> str:
-    """The open_clip call that builds the checkpoint's tokenizer. The CLIP BPE one is named directly:
-    `open_clip.get_tokenizer` picks SigLIP's hub tokenizer for any name containing "siglip"."""
-    from .bundled import HF_TOKENIZED, wordpiece_folder
-
-    if spec["source"] == "clip_bpe":
-        return f"tokenizer = open_clip.SimpleTokenizer(context_length={spec['context_length']})"
-    if spec["source"] in HF_TOKENIZED:
-        return (f"tokenizer = open_clip.tokenizer.HFTokenizer({str(wordpiece_folder())!r}, context_length={spec['context_length']}, "
-                f"clean={HF_TOKENIZED[spec['source']]!r})")
-    return f"tokenizer = open_clip.get_tokenizer({spec['source']!r}, context_length={spec['context_length']})"

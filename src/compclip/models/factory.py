@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
+import importlib.util
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from open_clip.transform import PreprocessCfg, image_transform_v2
 
 from ..errors import DownloadError, UsageError
 from . import bundled
-from .checkpoint import SPEC_ATTR, WEIGHTS_NAME, check_checkpoint_folder, load_weights
+from .checkpoint import SPEC_ATTR, WEIGHTS_NAME, check_checkpoint_folder, load_weights, trained_activation
 
 
 class LazyTokenizer:
@@ -49,11 +50,15 @@ class LazyTokenizer:
             if self.source == "clip_bpe":
                 self._tokenizer = open_clip.SimpleTokenizer(context_length=self.context_length)
             elif self.source in bundled.HF_TOKENIZED:
+                _need_transformers(self.source)
                 folder = str(bundled.wordpiece_folder())
                 self._tokenizer = HFTokenizer(folder, self.context_length, clean=bundled.HF_TOKENIZED[self.source])
             else:
                 try:
                     self._tokenizer = open_clip.get_tokenizer(self.source, context_length=self.context_length)
+                except ImportError:
+                    _need_transformers(self.source)
+                    raise
                 except Exception as e:
                     raise DownloadError(
                         f"the tokenizer of {self.source} could not be loaded ({type(e).__name__}: {e}); "
@@ -82,6 +87,11 @@ class LazyTokenizer:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._build(), name)
+
+
+def _need_transformers(source: str) -> None:
+    if importlib.util.find_spec("transformers") is None:
+        raise UsageError(f"the tokenizer of {source} is a Hugging Face one: pip install 'compclip[hf]' (transformers)")
 
 
 def _tokenizer_for(name: str, cfg: dict[str, Any]) -> LazyTokenizer:
@@ -169,6 +179,7 @@ def load_model(
         else:
             tags = open_clip.list_pretrained_tags_by_model(name)
             raise UsageError(f"pretrained={pretrained!r} is neither a file nor a tag of {name} (tags: {tags})")
+        _check_activation(name, cfg, weights_file, tag)
     seeded = init_seed is not None and tag is None and not name.startswith("hf-hub:")
     try:
         with _weights_follow(weights_file is not None), _seeded(init_seed if seeded else None):
@@ -193,6 +204,29 @@ def load_model(
     tokenizer = _tokenizer_for(name, cfg)
     _attach_spec(model, name, cfg, str(pretrained) if pretrained else None, tokenizer)
     return model.eval(), _preprocess(model), tokenizer
+
+
+def _check_activation(name: str, cfg: dict[str, Any], file: Path | None, tag: str | None) -> None:
+    """Refuse weights trained with QuickGELU under a GELU config, or the reverse, where the file or tag says which:
+    the model would run and score, every number quietly wrong (an OpenAI checkpoint under ViT-B-32 rather than
+    ViT-B-32-quickgelu)."""
+    if file is not None:
+        quick, how = trained_activation(file)
+        source = f"{file}: {how}"
+    else:
+        quick = open_clip.get_pretrained_cfg(name, tag).get("quick_gelu") if tag else None
+        source = f"pretrained={tag!r} of {name} was trained with {'QuickGELU' if quick else 'GELU'}"
+    runs = bool(cfg.get("quick_gelu", False))
+    if quick is None or quick == runs:
+        return
+    models = open_clip.list_models()
+    if quick:
+        twin = f"{name}-quickgelu" if f"{name}-quickgelu" in models else None
+        fix = f"load it as {twin}" if twin else "load it with force_quick_gelu=True"
+    else:
+        twin = name.removesuffix("-quickgelu") if name.endswith("-quickgelu") and name.removesuffix("-quickgelu") in models else None
+        fix = f"load it as {twin}" if twin else "load it under a config without quick_gelu"
+    raise UsageError(f"{source}, but {name} runs {'GELU' if quick else 'QuickGELU'}: {fix} (every score would change otherwise)")
 
 
 @contextlib.contextmanager

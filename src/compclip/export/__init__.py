@@ -1,0 +1,98 @@
+"""Exports of a compclip checkpoint where users take it: open_clip (a state dict file, or a `local-dir:` folder that
+CLIP_benchmark and the hub read too) and Hugging Face transformers (`CLIPModel`, `SiglipModel`: what LLaVA-style
+code loads), each folder with a model card."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from ..errors import UsageError
+from ..io import atomic_dir
+from ..models.checkpoint import check_checkpoint_folder, weights_sha256
+from .card import CARD_MARK, find_results, model_card
+from .openclip import export_open_clip, method_notes, write_open_clip_folder
+
+FORMATS = ("open_clip", "hf")
+CARD_NAME = "README.md"
+
+
+def export_target(out: str | Path, force: bool = False) -> Path:
+    """The single `.safetensors` file an open_clip export writes; an existing file only with `force`."""
+    target = Path(out)
+    if target.is_dir():
+        raise UsageError(f"{target} is a folder: name the .safetensors file to write")
+    if target.exists() and not force:
+        raise UsageError(f"{target} exists: pass --force to overwrite it")
+    return target
+
+
+def _check_folder(out: Path, force: bool) -> None:
+    """An export folder is new or empty; with `force`, an earlier export (its card says so) is replaced; nothing else is."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UsageError(f"{out} is a file: an export folder goes there (name a .safetensors file for the single-file open_clip export)")
+    if not any(out.iterdir()):
+        return
+    card = out / CARD_NAME
+    earlier = card.is_file() and CARD_MARK in card.read_text(encoding="utf-8", errors="replace")
+    if not earlier:
+        raise UsageError(f"{out} holds files that no compclip export wrote: choose a new or empty folder")
+    if not force:
+        raise UsageError(f"{out} holds an earlier export: pass --force to replace it")
+
+
+def _results_roots(checkpoint: Path, results: list[Path]) -> list[Path]:
+    """Where eval results are looked for: `results`, else the run folder that holds the checkpoint."""
+    if results:
+        return results
+    return [checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent]
+
+
+def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, force: bool = False, results: list[Path] | None = None,
+           license: str = "other") -> tuple[Path, str, list[str]]:
+    """Write `checkpoint` for `fmt` at `out`; returns what was written, the Python that loads it, and what a user must know.
+
+    `fmt` open_clip with `out` a `.safetensors` file writes the state dict alone; any other `out` is a folder with the
+    weights, their config, the tokenizer (where it has a counterpart) and `README.md`, the model card.
+    """
+    checkpoint = Path(checkpoint)
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown export format {fmt!r}: {', '.join(FORMATS)}")
+    config = check_checkpoint_folder(checkpoint)
+    if str(out).endswith(".safetensors"):
+        if fmt != "open_clip":
+            raise UsageError(f"{out}: --format {fmt} writes a folder, not a .safetensors file")
+        target = export_target(out, force)
+        return target, export_open_clip(checkpoint, target), []
+    out = Path(out)
+    _check_folder(out, force)
+    if fmt == "hf" and importlib.util.find_spec("transformers") is None:
+        raise UsageError("--format hf writes for transformers, which is not installed: pip install 'compclip[hf]'")
+    from ..models import load_model
+
+    model, _, tokenizer = load_model(str(checkpoint))
+    notes = method_notes(config)
+    with atomic_dir(out) as tmp:
+        if fmt == "hf":
+            from . import hf
+
+            kind, hf_notes = hf.save(model, config, tokenizer, tmp)
+            cls = "CLIPModel" if kind == "clip" else "SiglipModel"
+            processor = "AutoProcessor" if (tmp / "tokenizer_config.json").is_file() else "AutoImageProcessor"
+            usage = (f"from transformers import {processor}, {cls}\nmodel = {cls}.from_pretrained({str(out)!r})\n"
+                     f"processor = {processor}.from_pretrained({str(out)!r}, backend='pil')  # PIL: open_clip's exact pixels")
+            if kind == "clip":
+                usage += (f"\n# LLaVA-style: CLIPVisionModel.from_pretrained({str(out)!r}) and its hidden_states[-2], "
+                          f"CLIPImageProcessor.from_pretrained({str(out)!r})")
+            notes += hf_notes
+            library = "transformers"
+        else:
+            kind = "clip" if config["model_cfg"].get("init_logit_bias") is None else "siglip"
+            usage, oc_notes = write_open_clip_folder(checkpoint, tmp, out, tokenizer)
+            notes += oc_notes
+            library = "open_clip"
+        found = find_results(weights_sha256(checkpoint), _results_roots(checkpoint, list(results or [])))
+        card = model_card(config, library=library, kind=kind, license=license, usage=usage, notes=notes, results=found)
+        (tmp / CARD_NAME).write_text(card, encoding="utf-8")
+    return out, usage, notes

@@ -1,0 +1,343 @@
+"""Exports, checked against open_clip itself: the open_clip file and `local-dir:` folder, the transformers folder
+(CLIPModel, SiglipModel, CLIPVisionModel as LLaVA reads it, the processors), the model card, and the QuickGELU guard."""
+import copy
+import inspect
+import json
+import subprocess
+import sys
+
+import numpy as np
+import open_clip
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+from open_clip.model import CLIP, CustomTextCLIP
+from PIL import Image
+from safetensors.torch import save_file
+
+from compclip.errors import UsageError
+from compclip.export import export, export_open_clip
+from compclip.export import hf as to_hf
+from compclip.models import BUNDLED_MODELS, bundled, load_model, save_checkpoint
+from test_models import assert_same_outputs
+from test_train import make_dataset
+
+CAPTIONS = ["a red couch next to a white table.", "A white couch, next to a red table!", "two dogs & a cat"]
+ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+
+
+def run(*args):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "compclip", "-q", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **ENV}, timeout=300)
+
+
+# ---- open_clip -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", BUNDLED_MODELS)
+def test_export_loads_in_plain_open_clip_with_identical_embeddings(tmp_path, name):
+    model, _, tokenizer = load_model(name)
+    folder = save_checkpoint(model, tmp_path / "ckpt")
+    usage = export_open_clip(folder, tmp_path / "plain.safetensors")
+    assert f"open_clip.create_model_and_transforms('{name}', pretrained='{tmp_path / 'plain.safetensors'}')" in usage
+    scope = {"open_clip": open_clip}
+    exec(usage, scope)  # the printed lines, run as a user pastes them: model and tokenizer from open_clip alone
+    # get_tokenizer would reach for SigLIP's hub tokenizer: the line names the tokenizer class
+    assert isinstance(scope["tokenizer"], open_clip.tokenizer.HFTokenizer if name in bundled.HF_TOKENIZED else open_clip.SimpleTokenizer)
+    assert_same_outputs(model, scope["model"].eval(), tokenizer, scope["tokenizer"])
+
+
+def test_export_names_the_forces_open_clip_needs(tmp_path):
+    model, _, _ = load_model("compclip-tiny-clip", force_quick_gelu=True, force_context_length=32)
+    usage = export_open_clip(save_checkpoint(model, tmp_path / "ckpt"), tmp_path / "x.safetensors")
+    assert "force_quick_gelu=True" in usage and "force_context_length=32" in usage
+    plain = open_clip.create_model(
+        "compclip-tiny-clip", pretrained=str(tmp_path / "x.safetensors"), force_quick_gelu=True, force_context_length=32
+    )
+    assert_same_outputs(model, plain.eval(), *[load_model("compclip-tiny-clip", force_context_length=32)[2]] * 2)
+
+
+@pytest.mark.parametrize("name", [n for n in BUNDLED_MODELS if n != "compclip-tiny-siglip-conv"])
+def test_the_open_clip_folder_loads_by_local_dir_with_its_tokenizer(tmp_path, name):
+    model, _, tokenizer = load_model(name, init_seed=3)
+    out, usage, _ = export(save_checkpoint(model, tmp_path / "ckpt"), tmp_path / "out")
+    assert "local-dir:" in usage and (out / "open_clip_config.json").is_file() and (out / "README.md").is_file()
+    scope = {"open_clip": open_clip}
+    exec(usage, scope)
+    assert torch.equal(scope["tokenizer"](CAPTIONS), tokenizer(CAPTIONS))  # the HF tokenizer from the folder's own files
+    assert_same_outputs(model, scope["model"].eval(), tokenizer, scope["tokenizer"])
+
+
+# ---- transformers: every open_clip architecture maps, or says which part does not ----------------------------------
+
+
+def _toy(name: str) -> torch.nn.Module:
+    """`name`'s architecture with every flag it sets (activation, norms, pooling, head, patch and image size), at
+    2 blocks of width 64: the same open_clip and timm classes, built in a second."""
+    cfg = copy.deepcopy(open_clip.get_model_config(name))
+    cfg["text_cfg"].update(layers=2, width=64, heads=2)
+    cfg["text_cfg"].pop("hf_tokenizer_name", None)
+    cfg["embed_dim"] = 64
+    if not cfg["vision_cfg"].get("timm_model_name"):
+        cfg["vision_cfg"].update(layers=2, width=64, head_width=32)
+    cls = CustomTextCLIP if cfg.get("custom_text") else CLIP
+    create = timm.create_model
+
+    def small_timm(model_name, pretrained=False, **kwargs):
+        return create(model_name, pretrained=False, **kwargs, depth=2, embed_dim=64, num_heads=2)
+
+    open_clip.timm_model.timm.create_model = small_timm
+    try:
+        torch.manual_seed(0)
+        return cls(**{k: v for k, v in cfg.items() if k in inspect.signature(cls).parameters}).eval()
+    finally:
+        open_clip.timm_model.timm.create_model = create
+
+
+def _is_vit(name: str) -> bool:
+    cfg = open_clip.get_model_config(name)
+    vision, timm_name = cfg.get("vision_cfg", {}), cfg.get("vision_cfg", {}).get("timm_model_name") or ""
+    plain_vit = not timm_name and isinstance(vision.get("layers"), int)
+    return (plain_vit or "siglip" in timm_name) and "multimodal_cfg" not in cfg and not cfg["text_cfg"].get("hf_model_name") and \
+        not timm_name.startswith("compclip")
+
+
+VITS = [n for n in open_clip.list_models() if _is_vit(n)]
+# what transformers' CLIPModel / SiglipModel cannot hold, and the part the refusal names
+UNMAPPABLE = {"CLIPA": "pool_type 'avg'", "ViT-M-16-alt": "layer scale", "SO400M-16-SigLIP-i18n": "no biased linear projection",
+              "H-14-worldwide": "end-of-text id 2", "bigG-14-worldwide": "end-of-text id 2"}
+
+
+def _expected_refusal(name: str) -> str | None:
+    return next((part for key, part in UNMAPPABLE.items() if key in name), None)
+
+
+@pytest.mark.parametrize("name", VITS)
+def test_every_open_clip_vit_config_converts_to_equal_embeddings_or_names_what_does_not_map(name):
+    model = _toy(name)
+    refusal = _expected_refusal(name)
+    if refusal:
+        with pytest.raises(to_hf.UnmappableError, match=refusal):
+            to_hf.convert(model)
+        return
+    hf, kind = to_hf.convert(model)
+    assert kind == ("siglip" if "SigLIP" in name else "clip")
+    size = hf.config.vision_config.image_size
+    images = torch.rand(3, 3, size, size, generator=torch.Generator().manual_seed(5)) * 4 - 2
+    ids = torch.randint(0, hf.config.text_config.vocab_size - 1, (3, hf.config.text_config.max_position_embeddings))
+    if kind == "clip":  # each caption ends in the end-of-text id, padded with 0 after it, as open_clip tokenizes
+        for row, end in zip(ids, (5, 20, ids.shape[1] - 1), strict=True):
+            row[end], row[end + 1 :] = hf.config.text_config.eos_token_id, 0
+    with torch.no_grad():
+        ours = model.encode_image(images), model.encode_text(ids)
+        theirs = hf.get_image_features(pixel_values=images), hf.get_text_features(input_ids=ids)
+    for a, b in zip(ours, theirs, strict=True):
+        b = getattr(b, "pooler_output", b)
+        assert a.shape == b.shape and (F.normalize(a, dim=-1) - F.normalize(b, dim=-1)).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("name, part", [("RN50", "ModifiedResNet is not a ViT"), ("compclip-tiny-siglip-conv", "patch embedding ConvStem")])
+def test_an_architecture_transformers_cannot_hold_is_one_error_line_naming_the_part(tmp_path, name, part):
+    model, _, _ = load_model(name)
+    ckpt = save_checkpoint(model, tmp_path / "ckpt")
+    result = run("export", ckpt, tmp_path / "hf", "--format", "hf")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2 and len(errors) == 1 and part in errors[0] and "Traceback" not in result.stderr
+    assert not (tmp_path / "hf").exists()
+
+
+# ---- transformers: the folder as its users load it -------------------------------------------------------------------
+
+
+SIZES = [(300, 400), (333, 501), (64, 64), (90, 100)]  # at 64 px: long sides 85, 96, 64 and 71, a crop margin of 7 for the last
+
+
+def _photos(tmp_path):
+    """Real photos of odd sizes, saved as JPEG or PNG and decoded."""
+    rng, files = np.random.default_rng(0), []
+    for i, (h, w) in enumerate(SIZES):
+        file = tmp_path / f"{i}.{'jpg' if i % 2 else 'png'}"
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(file)
+        files.append(file)
+    return [Image.open(f).convert("RGB") for f in files]
+
+
+def _floored_crop(preprocess, photo):
+    """open_clip's preprocessing with the centre crop's offset floored, as transformers' processors place it
+    (torchvision rounds half to even: a margin of 3 mod 4 pixels puts the crop one pixel further)."""
+    import torchvision.transforms.functional as TF
+
+    resize, _, *rest = preprocess.transforms
+    image = resize(photo)
+    size = 64
+    top, left = (image.height - size) // 2, (image.width - size) // 2
+    cropped = TF.crop(image, top, left, size, size)
+    for t in rest:
+        cropped = t(cropped)
+    return cropped
+
+
+@pytest.fixture(scope="module")
+def clip_export(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("clip")
+    model, preprocess, tokenizer = load_model("compclip-tiny-clip", force_quick_gelu=True, init_seed=4)
+    out, _, notes = export(save_checkpoint(model, tmp / "ckpt"), tmp / "hf", "hf")
+    return model, preprocess, tokenizer, out, notes
+
+
+def test_clip_model_embeds_as_open_clip_and_the_processor_makes_its_pixels(clip_export, tmp_path):
+    from transformers import AutoProcessor, CLIPModel
+
+    model, preprocess, tokenizer, out, notes = clip_export
+    assert json.loads((out / "config.json").read_text())["text_config"]["hidden_act"] == "quick_gelu"
+    hf = CLIPModel.from_pretrained(out).eval()
+    photos = _photos(tmp_path)
+    exact = AutoProcessor.from_pretrained(out, backend="pil")
+    pixels = exact(images=photos, return_tensors="pt")["pixel_values"]
+    assert torch.equal(pixels[:3], torch.stack([preprocess(p) for p in photos[:3]]))  # resize, crop, scale: open_clip's to the bit
+    assert not torch.equal(pixels[3], preprocess(photos[3])) and torch.equal(pixels[3], _floored_crop(preprocess, photos[3]))
+    assert any("centre crop" in n for n in notes)  # the one difference, said where users read
+    default = AutoProcessor.from_pretrained(out)(images=photos, return_tensors="pt")["pixel_values"]
+    assert (default - pixels).abs().max() <= 1 / 255 / min(open_clip.OPENAI_DATASET_STD) + 1e-6  # its own uint8 rounding
+    ids = exact(text=CAPTIONS, padding="max_length", max_length=77, truncation=True, return_tensors="pt")["input_ids"]
+    ours = tokenizer(CAPTIONS)
+    assert torch.equal(ids[ours != 0], ours[ours != 0])  # the same ids; transformers pads with end-of-text, open_clip with 0
+    with torch.no_grad():
+        a = model.encode_image(pixels, normalize=True), model.encode_text(ours, normalize=True)
+        b = hf.get_image_features(pixel_values=pixels), hf.get_text_features(input_ids=ids)
+    for x, y in zip(a, b, strict=True):
+        assert (x - F.normalize(getattr(y, "pooler_output", y), dim=-1)).abs().max() < 1e-5
+    assert hf.logit_scale.item() == pytest.approx(model.logit_scale.item())
+    assert any("checked: image and text embeddings equal open_clip's" in n for n in notes)
+
+
+def test_llava_reads_the_penultimate_layer_of_clip_vision_model(clip_export, tmp_path):
+    from transformers import CLIPImageProcessor, CLIPVisionModel
+
+    model, _, _, out, _ = clip_export
+    photos = _photos(tmp_path)
+    pixels = CLIPImageProcessor.from_pretrained(out)(images=photos, return_tensors="pt")["pixel_values"]  # as LLaVA loads it
+    blocks = model.visual.transformer.resblocks
+    seen = {}
+    hook = blocks[len(blocks) - 2].register_forward_hook(lambda m, i, o: seen.setdefault("penultimate", o))
+    with torch.no_grad():
+        model.encode_image(pixels)
+        states = CLIPVisionModel.from_pretrained(out).eval()(pixel_values=pixels, output_hidden_states=True).hidden_states
+    hook.remove()
+    assert len(states) == len(blocks) + 1
+    assert (states[-2] - seen["penultimate"]).abs().max() < 1e-5  # what LLaVA's CLIPVisionTower feeds its projector
+
+
+def test_siglip_model_embeds_as_open_clip_through_its_tokenizer_and_processor(tmp_path):
+    from transformers import AutoProcessor, SiglipModel
+
+    model, preprocess, tokenizer = load_model("compclip-tiny-siglip-hf", init_seed=5)
+    out, _, notes = export(save_checkpoint(model, tmp_path / "ckpt"), tmp_path / "hf", "hf")
+    assert any("canonicalize_text" in n for n in notes) and any("padding='max_length'" in n for n in notes)
+    hf, processor = SiglipModel.from_pretrained(out).eval(), AutoProcessor.from_pretrained(out, backend="pil")
+    photos = _photos(tmp_path)
+    cleaned = [open_clip.tokenizer.canonicalize_text(c) for c in CAPTIONS]  # as the notes say
+    batch = processor(text=cleaned, images=photos, padding="max_length", max_length=64, truncation=True, return_tensors="pt")
+    assert set(batch) == {"input_ids", "pixel_values"}  # no attention mask: SigLIP attends to its padding
+    assert torch.equal(batch["input_ids"], tokenizer(CAPTIONS))
+    assert torch.equal(batch["pixel_values"][:3], torch.stack([preprocess(p) for p in photos[:3]]))
+    with torch.no_grad():
+        ours = model(batch["pixel_values"], tokenizer(CAPTIONS))
+        theirs = hf(**batch)
+    assert (ours[0] - theirs.image_embeds).abs().max() < 1e-5 and (ours[1] - theirs.text_embeds).abs().max() < 1e-5
+    logits = ours[2] * ours[0] @ ours[1].T + ours[3]  # open_clip's sigmoid logits, image by text
+    assert (logits - theirs.logits_per_image).abs().max() < 1e-4
+
+
+# ---- a fine-tuned checkpoint, end to end on the command line -----------------------------------------------------------
+
+
+def test_a_fine_tuned_checkpoint_goes_through_the_cli_into_transformers_with_its_scores_in_the_card(tmp_path):
+    from transformers import CLIPModel
+
+    data = make_dataset(tmp_path, n=16)
+    trained = run("train", "--method", "clip", "--model", "compclip-tiny-clip", "--train-data", data, "--out", tmp_path / "run",
+                  "--batch-size", 8, "--steps", 2, "--save-every", 1, "--workers", 0, "--lr", "1e-3")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    ckpt = tmp_path / "run" / "checkpoints" / "step_0000002"
+    world = run("world", "generate", "--out", tmp_path / "world", "--n-train", 8, "--n-val", 2, "--n-test", 8, "--size", 64, "--workers", 1)
+    assert world.returncode == 0, world.stderr[-2000:]
+    evaluated = run("eval", "--model", ckpt, "--benchmark", "zeroshot", "--data-root", tmp_path / "world" / "test_seen",
+                    "--out", tmp_path / "run" / "eval", "--workers", 0, "--device", "cpu")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    record = json.loads((tmp_path / "run" / "eval" / "zeroshot.json").read_text())
+
+    exported = run("export", ckpt, tmp_path / "hf", "--format", "hf", "--license", "mit")
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    assert "CLIPModel.from_pretrained" in exported.stdout and "note: tokenizer:" in exported.stdout
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: transformers\nlicense: mit\n") and "- clip\n" in card
+    assert "| method | clip |" in card and "| steps | 2 |" in card and f"| training data | {data} |" in card
+    for metric, value in record["metrics"].items():  # the run folder's eval results for these weights, with their protocol
+        if not isinstance(value, dict):
+            assert f"| zeroshot | {metric} | {value:.4f} | ties {record['ties']}, fp32" in card
+
+    model, _, tokenizer = load_model(str(ckpt))
+    hf = CLIPModel.from_pretrained(tmp_path / "hf").eval()
+    images = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ours = model.encode_image(images, normalize=True), model.encode_text(tokenizer(CAPTIONS), normalize=True)
+        theirs = hf.get_image_features(pixel_values=images), hf.get_text_features(input_ids=tokenizer(CAPTIONS))
+    for a, b in zip(ours, theirs, strict=True):
+        assert (a - F.normalize(getattr(b, "pooler_output", b), dim=-1)).abs().max() < 1e-5
+    # other weights, other card: nothing evaluated the first step's
+    assert run("export", ckpt.parent / "step_0000001", tmp_path / "first", "--format", "hf").returncode == 0
+    assert "No `compclip eval` result was found" in (tmp_path / "first" / "README.md").read_text()
+
+
+# ---- the QuickGELU guard -----------------------------------------------------------------------------------------------
+
+
+def _scripted(tmp_path, quick_gelu: bool):
+    """A TorchScript archive of a small CLIP, as OpenAI ships theirs (`torch.jit.save` of the scripted model)."""
+    import warnings
+
+    model = open_clip.create_model("compclip-tiny-clip", force_quick_gelu=quick_gelu)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        scripted = torch.jit.script(model.eval())
+    file = tmp_path / f"tiny-{'quickgelu' if quick_gelu else 'gelu'}.pt"
+    scripted.save(str(file))
+    return scripted, file
+
+
+def test_an_openai_format_torchscript_archive_is_refused_under_a_gelu_config_and_loads_under_quickgelu(tmp_path):
+    scripted, file = _scripted(tmp_path, quick_gelu=True)
+    with pytest.raises(UsageError, match=r"OpenAI-format TorchScript archive .* runs GELU: load it with force_quick_gelu=True"):
+        load_model("compclip-tiny-clip", pretrained=str(file))
+    model, _, tokenizer = load_model("compclip-tiny-clip", pretrained=str(file), force_quick_gelu=True)
+    images = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for a, b in zip(model(images, tokenizer(CAPTIONS))[:2], scripted(images, tokenizer(CAPTIONS))[:2], strict=True):
+            assert torch.allclose(a, b, atol=1e-6)
+    # and the reverse: GELU weights under a QuickGELU config
+    _, gelu = _scripted(tmp_path, quick_gelu=False)
+    with pytest.raises(UsageError, match="runs GELU, but compclip-tiny-clip runs QuickGELU"):
+        load_model("compclip-tiny-clip", pretrained=str(gelu), force_quick_gelu=True)
+
+
+def test_the_guard_names_the_right_config_and_reads_what_files_say(tmp_path):
+    with pytest.raises(UsageError, match=r"pretrained='openai' of ViT-B-32 was trained with QuickGELU.*load it as ViT-B-32-quickgelu"):
+        load_model("ViT-B-32", "openai")  # refused before any download
+    model, _, _ = load_model("compclip-tiny-clip")
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    openai = tmp_path / "openai-state.pt"  # OpenAI's state dict as its loader returns it: the extras say where it comes from
+    extras = {"input_resolution": torch.tensor(64), "context_length": torch.tensor(77), "vocab_size": torch.tensor(49408)}
+    torch.save({**state, **extras}, openai)
+    with pytest.raises(UsageError, match="an OpenAI-format state dict"):
+        load_model("compclip-tiny-clip", pretrained=str(openai))
+    named = tmp_path / "named.safetensors"  # compclip's export names the config it was written from
+    save_file(state, named, metadata={"format": "pt", "open_clip_model": "compclip-tiny-clip"})
+    with pytest.raises(UsageError, match=r"written from compclip-tiny-clip .* runs QuickGELU: load it under a config without quick_gelu"):
+        load_model("compclip-tiny-clip", pretrained=str(named), force_quick_gelu=True)
+    plain = tmp_path / "plain.safetensors"  # a plain state dict says nothing: loaded as asked
+    save_file(state, plain)
+    load_model("compclip-tiny-clip", pretrained=str(plain), force_quick_gelu=True)
