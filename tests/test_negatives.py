@@ -12,7 +12,7 @@ from compclip.concepts import extract
 from compclip.concepts.keywords import COCO_OBJECTS, COLORS, KEYWORDS, PAPER_OBJECTS, replacements, table
 from compclip.methods import build_method
 from compclip.methods.hardneg import hard_negative_infonce, keyword_negatives
-from compclip.methods.negclip import swap_negatives
+from compclip.methods.negclip import swap_candidates, swap_negatives
 from conftest import shared_data
 
 OTHER_COLORS = [c for c in COLORS if c != "red"]
@@ -119,6 +119,35 @@ def test_negclip_swaps_two_phrases_or_two_adjectives(records):
     # never across sentences, and nothing without a record
     assert swap_negatives("A red car. A blue bus.", records["A red car. A blue bus."], k=5) == []
     assert swap_negatives("unknown", None, k=3) == []
+
+
+LISTS = ["A cat and a dog.", "a red and white bus", "We see a large red triangle, a small orange cross, a large black diamond and a "
+         "small yellow hexagon.", "Two men, a woman or a child on a bench", "a black cross above a white star"]
+
+
+def test_negclip_never_swaps_two_members_of_a_list_into_a_paraphrase():
+    records = {r["caption"]: r for r in extract(LISTS, "noun-phrases,pos")}  # real spaCy parses
+    negatives = {c: swap_negatives(c, records[c], k=20) for c in LISTS}
+    assert negatives["A cat and a dog."] == []  # "A dog and a cat." says the same
+    assert negatives["a red and white bus"] == []
+    world = negatives[LISTS[2]]  # the binding world's caption: attributes trade places between objects, the objects never do
+    assert world and all(n.count(",") == 2 and " and a " in n for n in world)
+    for n in world:
+        words, original = n.split(), LISTS[2].split()
+        changed = [k for k, (x, y) in enumerate(zip(words, original, strict=True)) if x != y]
+        assert len(changed) == 2 and {words[k] for k in changed} == {original[k] for k in changed}, n  # two adjectives swapped
+    assert "A man, two women or a child on a bench" not in negatives[LISTS[3]]
+    assert set(negatives["a black cross above a white star"]) == {"a white star above a black cross", "a white cross above a black star"}
+    # on real captions: no negative of a COCO caption reorders a list
+    captions = [a["caption"].strip() for a in json.loads(shared_data("coco", "captions_val2017.json").read_text())["annotations"][:3000]]
+    listed = [c for c in captions if " and a " in c or ", a " in c]
+    pairs = 0
+    for r in extract(listed, "noun-phrases,pos"):
+        for a, b in swap_candidates(r["caption"], r).get("noun_phrase", []):
+            gap = r["caption"][min(a[1], b[1]) : max(a[0], b[0])].strip().lower()  # the words between the two phrases
+            assert gap not in {"and", "or", ",", ", and", ", or", "&"}, (r["caption"], a, b)
+            pairs += 1
+    assert len(listed) > 200 and pairs > 200, (len(listed), pairs)  # lists are common, and their captions keep their other swaps
 
 
 def test_negclip_needs_pos_in_the_store(tmp_path):

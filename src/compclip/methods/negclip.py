@@ -8,6 +8,7 @@ every image's image→text row; `negatives_in=row` gives each image its own nega
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +32,26 @@ def swap_spans(caption: str, a: Span, b: Span, starts: frozenset[int] = frozense
     return caption[:s1] + moved_second + caption[e1:s2] + moved_first + caption[e2:]
 
 
+# What separates the members of one list: ", ", " and ", ", and ", " or ", " & "
+_LIST_GAP = re.compile(r"\s*(?:,\s*(?:(?:and|or|&)\s+)?|(?:and|or|&)\s+)", re.IGNORECASE)
+
+
+def coordinated(caption: str, spans: Sequence[Span], a: Span, b: Span) -> bool:
+    """Whether `a` and `b` are members of one list ("a cat and a dog", "A, B, C and D", "red and white"), linked by list
+    separators alone through the spans between them: exchanging them says the same thing, a true caption."""
+    first, second = sorted((a, b))
+    chain, end, s2 = [], first[1], second[0]
+    for s, e in sorted(spans):
+        if s >= end and e <= s2:
+            chain.append((end, s))
+            end = e
+    chain.append((end, s2))
+    return all(_LIST_GAP.fullmatch(caption[x:y]) for x, y in chain)
+
+
 def swap_candidates(caption: str, record: dict[str, Any]) -> dict[str, list[tuple[Span, Span]]]:
-    """Pairs of spans in one sentence whose exchange changes the caption: noun phrases (non-overlapping), adjectives."""
+    """Pairs of spans in one sentence whose exchange changes what the caption says: noun phrases (non-overlapping),
+    adjectives; never two members of one list, whose exchange is a paraphrase."""
     phrases = [(s, e) for _, s, e in record.get("noun_phrases", ())]
     adjectives = [(s, e) for _, s, e, tag in record.get("pos", ()) if tag == "ADJ"]
     bounds = sentences(caption)
@@ -42,7 +61,7 @@ def swap_candidates(caption: str, record: dict[str, Any]) -> dict[str, list[tupl
         pairs = [
             (a, b) for i, a in enumerate(spans) for b in spans[i + 1 :]
             if (a[1] <= b[0] or b[1] <= a[0]) and sentence_of(a) == sentence_of(b) != -1
-            and caption[a[0]:a[1]].lower() != caption[b[0]:b[1]].lower()
+            and caption[a[0]:a[1]].lower() != caption[b[0]:b[1]].lower() and not coordinated(caption, spans, a, b)
         ]
         if pairs:
             out[kind] = pairs
