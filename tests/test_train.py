@@ -1,6 +1,7 @@
 """Training: exact accumulation and multi-process equivalence (real torchrun and SLURM-style
 launches with gloo), exact resume after SIGKILL, and the trainer end to end."""
 import json
+import logging
 import math
 import os
 import re
@@ -167,7 +168,7 @@ def test_a_killed_run_resumes_exactly(tmp_path):
     assert final.compclip_spec["model_name"] == "compclip-tiny-siglip"
 
 
-def test_captions_without_concepts_and_a_locked_image_tower(tmp_path):
+def test_captions_without_concepts_and_a_locked_image_tower(tmp_path, capsys):
     from compclip.train import TrainConfig, train
 
     data = make_dataset(tmp_path, n=16, nouns=False)
@@ -185,7 +186,15 @@ def test_captions_without_concepts_and_a_locked_image_tower(tmp_path):
                     rf"fast)' has none", str(stop.value))
     assert not (tmp_path / "run" / "checkpoints").exists()
     cfg.min_concept_coverage = 0.0
-    terms = train(cfg)
+    from compclip.progress import configure
+
+    configure(quiet=True)  # as `compclip -q train`: the console hides INFO lines, the run's train.log keeps them
+    try:
+        terms = train(cfg)
+    finally:
+        configure()
+        logging.getLogger("compclip").setLevel(logging.NOTSET)
+    assert "have concepts it can use" not in capsys.readouterr().err
     assert terms["npc"] == 0.0 and terms["xac"] == 0.0 and terms["siglip"] > 0
     assert [json.loads(line)["concept_coverage"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()] == [0.0] * 3
     assert "c2lip: 0 of 8 captions of the first step have concepts it can use" in (tmp_path / "run" / "train.log").read_text()

@@ -20,6 +20,8 @@ def configure(quiet: bool = False, verbose: bool = False) -> None:
     # open_clip logs every step of a model build at INFO on the root logger: keep that at
     # WARNING unless --verbose, and give compclip's own loggers the chosen level.
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
+    for handler in logging.getLogger().handlers:  # the console shows the chosen level, whatever a run's log file records
+        handler.setLevel(level)
     logging.getLogger("compclip").setLevel(level)
 
 

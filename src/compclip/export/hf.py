@@ -51,8 +51,15 @@ def _layer_norms(modules: list[nn.Module], where: str) -> float:
     return _one({m.eps for m in modules}, "LayerNorm eps", where)
 
 
-def _split3(weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    return tuple(t.clone() for t in weight.chunk(3, dim=0))
+def _encoder_layer(p: str, qkv: nn.Linear | nn.MultiheadAttention, out: nn.Linear, norm1: nn.Module, norm2: nn.Module,
+                   fc1: nn.Linear, fc2: nn.Linear) -> dict[str, torch.Tensor]:
+    """One transformers encoder layer (CLIP's and SigLIP's name theirs alike) at prefix `p`, its fused q, k, v split."""
+    weight, bias = (qkv.in_proj_weight, qkv.in_proj_bias) if isinstance(qkv, nn.MultiheadAttention) else (qkv.weight, qkv.bias)
+    tensors = {f"{p}.self_attn.{n}_proj.weight": w.clone() for n, w in zip("qkv", weight.chunk(3), strict=True)}
+    tensors |= {f"{p}.self_attn.{n}_proj.bias": b.clone() for n, b in zip("qkv", bias.chunk(3), strict=True)}
+    for name, module in (("self_attn.out_proj", out), ("layer_norm1", norm1), ("layer_norm2", norm2), ("mlp.fc1", fc1), ("mlp.fc2", fc2)):
+        tensors |= {f"{p}.{name}.weight": module.weight, f"{p}.{name}.bias": module.bias}
+    return tensors
 
 
 def _open_clip_layers(blocks: nn.ModuleList, prefix: str, where: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -71,18 +78,7 @@ def _open_clip_layers(blocks: nn.ModuleList, prefix: str, where: str) -> tuple[d
         acts.add(_act(b.mlp.gelu, f"{here}.mlp"))
         heads.add(b.attn.num_heads)
         norms += [b.ln_1, b.ln_2]
-        p = f"{prefix}.{i}"
-        q, k, v = _split3(b.attn.in_proj_weight)
-        qb, kb, vb = _split3(b.attn.in_proj_bias)
-        out.update({
-            f"{p}.self_attn.q_proj.weight": q, f"{p}.self_attn.k_proj.weight": k, f"{p}.self_attn.v_proj.weight": v,
-            f"{p}.self_attn.q_proj.bias": qb, f"{p}.self_attn.k_proj.bias": kb, f"{p}.self_attn.v_proj.bias": vb,
-            f"{p}.self_attn.out_proj.weight": b.attn.out_proj.weight, f"{p}.self_attn.out_proj.bias": b.attn.out_proj.bias,
-            f"{p}.layer_norm1.weight": b.ln_1.weight, f"{p}.layer_norm1.bias": b.ln_1.bias,
-            f"{p}.layer_norm2.weight": b.ln_2.weight, f"{p}.layer_norm2.bias": b.ln_2.bias,
-            f"{p}.mlp.fc1.weight": b.mlp.c_fc.weight, f"{p}.mlp.fc1.bias": b.mlp.c_fc.bias,
-            f"{p}.mlp.fc2.weight": b.mlp.c_proj.weight, f"{p}.mlp.fc2.bias": b.mlp.c_proj.bias,
-        })
+        out |= _encoder_layer(f"{prefix}.{i}", b.attn, b.attn.out_proj, b.ln_1, b.ln_2, b.mlp.c_fc, b.mlp.c_proj)
     config = {"num_hidden_layers": len(blocks), "num_attention_heads": _one(heads, "heads", where),
               "hidden_act": _one(acts, "activation", where), "intermediate_size": blocks[0].mlp.c_fc.out_features}
     return out, {**config, "layer_norm_eps": _layer_norms(norms, where)}
@@ -180,17 +176,7 @@ def _siglip(model: nn.Module, special: dict[str, int]) -> tuple[dict[str, torch.
         acts.add(_act(b.mlp.act, f"{here}.mlp"))
         heads.add(b.attn.num_heads)
         norms += [b.norm1, b.norm2]
-        q, k, v = _split3(b.attn.qkv.weight)
-        qb, kb, vb = _split3(b.attn.qkv.bias)
-        vis.update({
-            f"{p}.self_attn.q_proj.weight": q, f"{p}.self_attn.k_proj.weight": k, f"{p}.self_attn.v_proj.weight": v,
-            f"{p}.self_attn.q_proj.bias": qb, f"{p}.self_attn.k_proj.bias": kb, f"{p}.self_attn.v_proj.bias": vb,
-            f"{p}.self_attn.out_proj.weight": b.attn.proj.weight, f"{p}.self_attn.out_proj.bias": b.attn.proj.bias,
-            f"{p}.layer_norm1.weight": b.norm1.weight, f"{p}.layer_norm1.bias": b.norm1.bias,
-            f"{p}.layer_norm2.weight": b.norm2.weight, f"{p}.layer_norm2.bias": b.norm2.bias,
-            f"{p}.mlp.fc1.weight": b.mlp.fc1.weight, f"{p}.mlp.fc1.bias": b.mlp.fc1.bias,
-            f"{p}.mlp.fc2.weight": b.mlp.fc2.weight, f"{p}.mlp.fc2.bias": b.mlp.fc2.bias,
-        })
+        vis |= _encoder_layer(p, b.attn.qkv, b.attn.proj, b.norm1, b.norm2, b.mlp.fc1, b.mlp.fc2)
     inner = {trunk.blocks[0].mlp.fc1.out_features, pool.mlp.fc1.out_features}
     h = "vision_model.head"
     vis.update({

@@ -435,8 +435,8 @@ class Trainer:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger = logging.getLogger("compclip")
         level = logger.level
-        if level == logging.NOTSET:  # a library call, not the CLI (which sets INFO, or WARNING under --quiet): log the run's INFO
-            logger.setLevel(logging.INFO)
+        if level == logging.NOTSET or level > logging.INFO:  # the file holds the run's INFO lines, under --quiet too (the
+            logger.setLevel(logging.INFO)                      # console's handler keeps the CLI's level)
         logger.addHandler(handler)
         try:
             yield
