@@ -35,6 +35,19 @@ def test_version():
     assert f"open-clip-torch {open_clip.__version__}" in result.stdout
 
 
+def test_progress_writes_lines_not_bars_where_stderr_is_a_file(capsys, monkeypatch):
+    """A log (here pytest's capture, not a terminal) gets one line at the end, or one a minute; never a bar's redraws."""
+    from compclip import progress
+
+    assert list(progress.progress(range(5), "scoring", unit="batch")) == list(range(5))
+    err = capsys.readouterr().err
+    assert "\r" not in err and len(err.splitlines()) == 1 and err.startswith("scoring: 5batch ")
+    monkeypatch.setattr(progress, "LINE_EVERY", 0.0)
+    assert list(progress.progress(range(3), "training", total=3, unit="step")) == [0, 1, 2]
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("|")[0] for line in lines] == ["training:  33%", "training:  67%", "training: 100%", "training: 100%"]
+
+
 def test_export_writes_a_file_open_clip_loads(tmp_path):
     model, _, tokenizer = load_model("compclip-tiny-clip")
     save_checkpoint(model, tmp_path / "ckpt")
@@ -98,8 +111,11 @@ def test_demo_runs_end_to_end(tmp_path):
     assert json.loads((tmp_path / "demo" / "report" / "seeds.json").read_text())["seeds"] == [5, 6]
     assert "](attention.png)" in (tmp_path / "demo" / "report" / "seeds.md").read_text()
     assert Image.open(tmp_path / "demo" / "report" / "attention.png").size[0] > 224
-    again = compclip(*args)  # everything is reused: nothing is trained again
+    assert "](seeds.png)" in (tmp_path / "demo" / "report" / "seeds.md").read_text()
+    assert Image.open(tmp_path / "demo" / "report" / "seeds.png").size[0] > 800
+    again = compclip(*args[1:])  # everything is reused: nothing is trained again; into a pipe, progress comes as lines
     assert again.returncode == 0 and "initialized randomly" not in again.stderr
+    assert "\r" not in again.stderr and re.fullmatch(r"concepts: 300caption \[.*\]\n", again.stderr), again.stderr[-2000:]
 
     # a second world (seed 7) with its own base; the first world (seed 5, the first of --seeds) is this folder's
     two = compclip(*args[:-6], "--methods", "siglip,c2lip", "--seeds", "5,6", "--world-seeds", "5,7", "--device", "cpu")

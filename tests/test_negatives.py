@@ -2,6 +2,7 @@
 by its rule, and the hard-negative InfoNCE against a brute-force loop and open_clip's ClipLoss."""
 import json
 import math
+import random
 import re
 
 import pytest
@@ -13,9 +14,13 @@ from compclip.concepts.keywords import COCO_OBJECTS, COLORS, KEYWORDS, PAPER_OBJ
 from compclip.methods import build_method
 from compclip.methods.hardneg import hard_negative_infonce, keyword_negatives
 from compclip.methods.negclip import swap_candidates, swap_negatives
+from compclip.world.captions import long_caption
+from compclip.world.scene import COLORS as WORLD_COLORS
+from compclip.world.scene import SHAPES, place
 from conftest import shared_data
 
 OTHER_COLORS = [c for c in COLORS if c != "red"]
+COLORS_OF_WORLD = tuple(WORLD_COLORS)
 
 
 def test_colour_negatives_are_every_other_colour_in_the_caption_case():
@@ -136,6 +141,10 @@ def test_negclip_never_swaps_two_members_of_a_list_into_a_paraphrase():
         words, original = n.split(), LISTS[2].split()
         changed = [k for k, (x, y) in enumerate(zip(words, original, strict=True)) if x != y]
         assert len(changed) == 2 and {words[k] for k in changed} == {original[k] for k in changed}, n  # two adjectives swapped
+        assert changed[1] - changed[0] > 1, n  # of two objects: "a red large triangle" says the same
+    # two listed phrases that differ by one adjective: swapping it turns each into the other
+    stars = "a large blue star and a large purple star"
+    assert "a large purple star and a large blue star" not in swap_negatives(stars, extract([stars], "noun-phrases,pos")[0], k=20)
     assert "A man, two women or a child on a bench" not in negatives[LISTS[3]]
     assert set(negatives["a black cross above a white star"]) == {"a white star above a black cross", "a white cross above a black star"}
     # on real captions: no negative of a COCO caption reorders a list
@@ -148,6 +157,33 @@ def test_negclip_never_swaps_two_members_of_a_list_into_a_paraphrase():
             assert gap not in {"and", "or", ",", ", and", ", or", "&"}, (r["caption"], a, b)
             pairs += 1
     assert len(listed) > 200 and pairs > 200, (len(listed), pairs)  # lists are common, and their captions keep their other swaps
+
+
+def test_attswap_exchanges_the_attributes_of_two_objects_and_nothing_else(records):
+    """The positive control's negatives are the swap-attribute test's own kind; on the world's captions each one is
+    false of its scene, names the scene's colours and shapes, and binds them otherwise."""
+
+    caption = "a red couch next to a white table"
+    assert swap_negatives(caption, records[caption], k=5, kinds=("attribute",)) == ["a white couch next to a red table"]
+    orange = "A small orange cross sits above a large white star."  # spaCy tags this "orange cross" PROPN PROPN
+    assert swap_negatives(orange, extract([orange], "noun-phrases,pos")[0], k=5, kinds=("attribute",)) == [
+        "A small white cross sits above a large orange star."]
+    assert swap_negatives("A cat and a dog.", extract(["A cat and a dog."], "noun-phrases,pos")[0], k=5, kinds=("attribute",)) == []
+    rng, pairs, colours = random.Random(0), [(c, s) for c in COLORS_OF_WORLD for s in SHAPES], []
+    scenes = [place(rng, i, rng.sample(pairs, rng.randint(2, 4))) for i in range(120)]
+    captions = [long_caption(scene, random.Random(i)) for i, scene in enumerate(scenes)]
+    name = re.compile(rf"(small|large) ({'|'.join(COLORS_OF_WORLD)}) ({'|'.join(SHAPES)})")
+    for scene, r in zip(scenes, extract(captions, "noun-phrases,pos"), strict=True):
+        objects = {(o.size, o.color, o.shape) for o in scene.objects}
+        for negative in swap_negatives(r["caption"], r, k=3, kinds=("attribute",)):
+            changed = [(x, y) for x, y in zip(r["caption"].split(), negative.split(), strict=True) if x != y]
+            assert len(changed) == 2 and changed[0] == changed[1][::-1], negative  # two words exchanged
+            colours.append(all(x.strip(".,") in COLORS_OF_WORLD for x, _ in changed))
+            named = name.findall(negative)  # spaCy's rare misparse ("the small purple" as a phrase) swaps a size instead
+            if colours[-1] and set(named) <= objects:  # two objects of one size and shape traded places: the relation turns
+                a, b = sorted({(x, y) for x, y in zip(name.findall(r["caption"]), named, strict=True) if x != y})
+                assert a == b[::-1] and a[0][::2] == a[1][::2] and negative.split(".")[0] == r["caption"].split(".")[0], negative
+    assert len(colours) > 250 and sum(colours) >= 0.98 * len(colours), (len(colours), sum(colours))  # 308 of 310
 
 
 def test_negclip_needs_pos_in_the_store(tmp_path):
@@ -246,6 +282,22 @@ def test_negclip_puts_every_swap_in_every_row_and_hardneg_in_its_own(records):
         assert row(out)["negclip"].item() == pytest.approx(
             brute_force_hn(out["image_features"], out["text_features"], out["negative_features"], out["negative_image"].tolist(),
                            out["logit_scale"].item()), rel=1e-5)
+
+
+def test_a_swap_past_the_context_is_no_negative():
+    """Tokenized, a change the context cuts off is the caption itself: it must not train as its own negative."""
+    from compclip.models import load_model
+
+    _, _, tokenizer = load_model("compclip-tiny-clip")
+    short = "a red couch next to a white table"
+    long = "A dog. " * 40 + short
+    records = {r["caption"]: r for r in extract([short, long], "noun-phrases,pos")}
+    assert swap_negatives(long, records[long], k=2) and tokenizer([long]).count_nonzero() == tokenizer.context_length
+    for name in ("negclip", "attswap"):
+        method = build_method(name, concepts=records, negatives=2)
+        batch = method.collate([{"image": torch.zeros(3, 64, 64), "caption": c} for c in (long, short)], tokenizer)
+        assert batch["negative_image"].tolist() == [1] * len(swap_negatives(short, records[short], 2, kinds=method.parts[0].swaps))
+        assert batch["negative_text"].shape[0] == batch["negative_image"].shape[0] > 0
 
 
 @pytest.mark.parametrize("method", ["negclip", "c2lip+hardneg"])

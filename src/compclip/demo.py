@@ -35,6 +35,7 @@ from rich.table import Table
 from .errors import UsageError
 from .eval.stats import fmt, fmt_difference, interval, paired
 from .io import atomic_path, write_json
+from .plots import interval_bars
 
 MODEL = "compclip-tiny-siglip-conv"
 SINGLES = 8000  # single objects for the base, fewer in a world of fewer training scenes
@@ -98,14 +99,19 @@ def run_demo(
     scope = f"{n_test} test scenes per split"
     if len(draws) == 1:
         numbers = by_world[next(iter(draws))]
-        table, markdown = seed_table(numbers, f"binding world: accuracy / recall in %, mean ± 95 % interval over seeds {seeds} ({scope})")
+        title, figure = f"binding world: accuracy / recall in %, mean ± 95 % interval over seeds {seeds} ({scope})", f"seeds {seeds}"
     else:
         numbers = world_means(by_world)
-        table, markdown = seed_table(numbers, f"binding worlds {world_seeds}, each with its own base: accuracy / recall in %, mean ± 95 % "
-                                              f"interval over the worlds of each world's mean over seeds {seeds} ({scope})")
+        title = (f"binding worlds {world_seeds}, each with its own base: accuracy / recall in %, mean ± 95 % interval over the worlds "
+                 f"of each world's mean over seeds {seeds} ({scope})")
+        figure = f"worlds {world_seeds} (each the mean of seeds {seeds})"
+    table, markdown = seed_table(numbers, title)
+    if len(draws) > 1:
         for w, world_numbers in by_world.items():
             markdown += "\n" + seed_table(world_numbers, f"world {w} alone: mean ± 95 % interval over seeds {seeds}")[1]
     console.print(table)
+    interval_bars(numbers, list(COLUMNS), out / "report" / "seeds.png", f"binding world: mean ± 95 % interval over {figure}")
+    markdown += "\n![each model's mean and 95 % interval, seen (solid) beside unseen (hatched)](seeds.png)\n"
     if {"c2lip-ft", "siglip-ft"} <= set(runs):
         seed = next(iter(runs["base"]))  # the first seed's models
         figure, concept = held_out_attention(out / "world", runs["c2lip-ft"][seed], runs["siglip-ft"][seed],

@@ -121,3 +121,41 @@ def binding_curve(curves: dict[str, list[tuple[float, float, float]]], knob: str
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, out)
+
+
+def interval_bars(numbers: dict[str, dict[str, dict[str, list]]], columns: list[str], out: str | Path, title: str) -> Path:
+    """Each model's mean with its 95 % interval per column, seen (solid) beside unseen (hatched), the legend below the
+    axes: {model: {split: {column: one value per seed or world}}}; a column a model lacks ("n/a") is left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .eval.stats import interval
+
+    models = list(numbers)
+    splits = sorted({s for by in numbers.values() for s in by}, key=lambda s: (s != "seen", s))
+    colours = plt.get_cmap("tab10" if len(models) <= 10 else "tab20").colors
+    width = 0.84 / (len(models) * len(splits))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * len(columns) + 1), 4.4), layout="constrained")
+    for m, model in enumerate(models):
+        for k, split in enumerate(splits):
+            xs, means, halves = [], [], []
+            for c, column in enumerate(columns):
+                values = numbers[model].get(split, {}).get(column, [])
+                if not values or any(isinstance(v, str) or v != v for v in values):
+                    continue
+                mean, half = interval(values)
+                xs.append(c - 0.42 + (m * len(splits) + k + 0.5) * width)
+                means.append(mean)
+                halves.append(0.0 if half != half else half)
+            ax.bar(xs, means, width, yerr=halves, capsize=2, color=colours[m % len(colours)], edgecolor="black", linewidth=0.4,
+                   hatch="//" if k else None, alpha=0.55 if k else 0.95, label=f"{model}, {split}", error_kw={"linewidth": 0.8})
+    ax.set_xticks(range(len(columns)))
+    ax.set_xticklabels(columns, rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 100)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    fig.legend(loc="outside lower center", ncol=min(len(models), 6), fontsize=8)  # filled down: a column per model
+    return _save(fig, out)

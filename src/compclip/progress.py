@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
@@ -29,6 +31,25 @@ def is_quiet() -> bool:
     return _QUIET
 
 
+LINE_EVERY = 60.0  # seconds between progress lines where stderr is not a terminal
+
+
 def progress(iterable: Iterable[T], desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:
-    """A tqdm bar unless `--quiet`; rates show in `unit`/s."""
-    return iter(tqdm(iterable, desc=desc, total=total, unit=unit, disable=_QUIET, dynamic_ncols=True))
+    """A tqdm bar unless `--quiet`; rates show in `unit`/s. Where stderr is a file or a pipe (a log, a batch job), a
+    bar's every redraw would be one more line of it: there, one line a minute and one at the end."""
+    if _QUIET:
+        return iter(iterable)
+    if sys.stderr.isatty():
+        return iter(tqdm(iterable, desc=desc, total=total, unit=unit, dynamic_ncols=True))
+    return _lines(iterable, desc, total, unit)
+
+
+def _lines(iterable: Iterable[T], desc: str, total: int | None, unit: str) -> Iterator[T]:
+    start = last = time.monotonic()
+    done = 0
+    for done, item in enumerate(iterable, 1):
+        yield item
+        if time.monotonic() - last >= LINE_EVERY:
+            last = time.monotonic()
+            print(tqdm.format_meter(done, total, last - start, prefix=desc, unit=unit), file=sys.stderr, flush=True)
+    print(tqdm.format_meter(done, total, time.monotonic() - start, prefix=desc, unit=unit), file=sys.stderr, flush=True)

@@ -137,13 +137,14 @@ def _plot(df: pd.DataFrame, title: str, out: Path) -> None:
     df = df.apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")  # "n/a" is not drawn
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(df.columns) + 2), 3.6))
     width = 0.8 / max(1, len(df))
+    colours = plt.get_cmap("tab10" if len(df) <= 10 else "tab20").colors  # no colour repeats up to 20 models
     for i, (model, row) in enumerate(df.iterrows()):
-        ax.bar([x + i * width for x in range(len(df.columns))], row.values, width, label=str(model))
+        ax.bar([x + i * width for x in range(len(df.columns))], row.values, width, label=str(model), color=colours[i % len(colours)])
     ax.set_xticks([x + width * (len(df) - 1) / 2 for x in range(len(df.columns))])
     ax.set_xticklabels([_short(c) for c in df.columns], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("%")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the data, never over it
     fig.tight_layout()
     with atomic_path(out) as tmp:
         fig.savefig(tmp, dpi=110, format="png")

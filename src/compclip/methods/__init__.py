@@ -10,13 +10,15 @@
 | hardneg | InfoNCE + keyword negatives | | c2lip |
 | negclip | InfoNCE + phrase/adjective swaps | | c2lip |
 | clic | CLIC on image pairs / CLIP | | nothing: it changes the inputs |
+| occlip | OC-CLIP's structured similarity | binding module | nothing |
+| attswap | InfoNCE + attribute swaps (the positive control) | | c2lip |
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import UsageError
-from . import c2lip, clic, clip, hardneg, negclip, occlip, siglip
+from . import attswap, c2lip, clic, clip, hardneg, negclip, occlip, siglip
 from .base import LossPart, Method, MethodFactory, NoOptions, make_options, option
 
 _REGISTRY: dict[str, tuple[MethodFactory, type]] = {}
@@ -68,5 +70,6 @@ register_method("hardneg", hardneg.build, hardneg.Options)
 register_method("negclip", negclip.build, negclip.Options)
 register_method("clic", clic.build, clic.Options)
 register_method("occlip", occlip.build, occlip.Options)
+register_method("attswap", attswap.build, attswap.Options)
 
 __all__ = ["LossPart", "Method", "NoOptions", "build_method", "list_methods", "method_options", "option", "register_method"]

@@ -106,8 +106,10 @@ class HardNegativeLoss(LossPart):
             made = self.negatives(caption, record)
             texts += made
             owners += [i] * len(made)
-        batch["negative_text"] = tokenizer(texts) if texts else batch["text"][:0]
-        batch["negative_image"] = torch.tensor(owners, dtype=torch.long)
+        tokens, owners = tokenizer(texts) if texts else batch["text"][:0], torch.tensor(owners, dtype=torch.long)
+        # a change past the context's end leaves the caption's own tokens: that would be the positive, trained as a negative
+        seen = (tokens != batch["text"][owners]).any(dim=1)
+        batch["negative_text"], batch["negative_image"] = tokens[seen], owners[seen]
 
     def extend(self, model, batch, out):
         texts = batch["negative_text"]

@@ -1,4 +1,5 @@
-"""NegCLIP-style hard negatives: swap two noun phrases, or two adjectives, within the caption.
+"""NegCLIP-style hard negatives: swap two noun phrases, or two adjectives, within the caption (or, as the binding world's
+positive control `attswap`, the modifiers nearest the nouns of two noun phrases).
 
 The phrases and POS tags come from the concept store (`compclip concepts --what
 noun-phrases,pos`), so no spaCy runs in the data loader. As NegCLIP's loss (CLIC's Eq. 2 writes it
@@ -49,34 +50,61 @@ def coordinated(caption: str, spans: Sequence[Span], a: Span, b: Span) -> bool:
     return all(_LIST_GAP.fullmatch(caption[x:y]) for x, y in chain)
 
 
-def swap_candidates(caption: str, record: dict[str, Any]) -> dict[str, list[tuple[Span, Span]]]:
-    """Pairs of spans in one sentence whose exchange changes what the caption says: noun phrases (non-overlapping),
-    adjectives; never two members of one list, whose exchange is a paraphrase."""
+SWAPS = ("noun_phrase", "adjective", "attribute")
+
+
+def swap_candidates(caption: str, record: dict[str, Any], kinds: Sequence[str] = SWAPS[:2]) -> dict[str, list[tuple[Span, Span]]]:
+    """Pairs of spans in one sentence whose exchange changes what the caption says, by kind: `noun_phrase` (two
+    non-overlapping noun phrases), `adjective` (two adjectives, never of one noun phrase), `attribute` (the modifiers
+    nearest the nouns of two noun phrases: "a white couch next to a red table"). Never two members of one list, nor
+    adjectives that turn one listed phrase into the other: either exchange is a paraphrase."""
     phrases = [(s, e) for _, s, e in record.get("noun_phrases", ())]
-    adjectives = [(s, e) for _, s, e, tag in record.get("pos", ()) if tag == "ADJ"]
+    tokens = [(s, e, tag) for _, s, e, tag in record.get("pos", ())]
+    adjectives = [(s, e) for s, e, tag in tokens if tag == "ADJ"]
+    attributes = []  # the word before each noun phrase's last: an adjective, or a noun as one (spaCy tags "orange cross" PROPN PROPN)
+    for p in phrases:
+        inside = [t for t in tokens if p[0] <= t[0] and t[1] <= p[1]]
+        if len(inside) >= 2 and inside[-2][2] in ("ADJ", "NOUN", "PROPN"):
+            attributes.append(inside[-2][:2])
+    phrase_of = {a: next((p for p in phrases if p[0] <= a[0] and a[1] <= p[1]), None) for a in adjectives + attributes}
     bounds = sentences(caption)
     sentence_of = lambda span: next((k for k, (s, e) in enumerate(bounds) if s <= span[0] and span[1] <= e), -1)  # noqa: E731
+    text = lambda span: caption[span[0]:span[1]].lower()  # noqa: E731
+
+    def paraphrase(a: Span, b: Span) -> bool:
+        """Adjectives of two listed phrases whose exchange turns each phrase into the other ("a blue star and a red star")."""
+        pa, pb = phrase_of[a], phrase_of[b]
+        if pa is None or pb is None:
+            return False
+        if pa == pb:
+            return True  # "a large red star" -> "a red large star"
+        moved = lambda p, old, new: text(p)[: old[0] - p[0]] + text(new) + text(p)[old[1] - p[0]:]  # noqa: E731
+        return coordinated(caption, phrases, pa, pb) and sorted((moved(pa, a, b), moved(pb, b, a))) == sorted((text(pa), text(pb)))
+
     out = {}
-    for kind, spans in (("noun_phrase", phrases), ("adjective", adjectives)):
+    for kind, spans in (("noun_phrase", phrases), ("adjective", adjectives), ("attribute", sorted(set(attributes)))):
+        if kind not in kinds:
+            continue
         pairs = [
             (a, b) for i, a in enumerate(spans) for b in spans[i + 1 :]
-            if (a[1] <= b[0] or b[1] <= a[0]) and sentence_of(a) == sentence_of(b) != -1
-            and caption[a[0]:a[1]].lower() != caption[b[0]:b[1]].lower() and not coordinated(caption, spans, a, b)
+            if (a[1] <= b[0] or b[1] <= a[0]) and sentence_of(a) == sentence_of(b) != -1 and text(a) != text(b)
+            and not coordinated(caption, spans, a, b) and (kind == "noun_phrase" or not paraphrase(a, b))
         ]
         if pairs:
             out[kind] = pairs
     return out
 
 
-def swap_negatives(caption: str, record: dict[str, Any] | None, k: int = 1, seed: int = 0) -> list[str]:
-    """Up to `k` distinct negatives, each one swap of two noun phrases or two adjectives of `caption`.
+def swap_negatives(caption: str, record: dict[str, Any] | None, k: int = 1, seed: int = 0,
+                   kinds: Sequence[str] = SWAPS[:2]) -> list[str]:
+    """Up to `k` distinct negatives, each one swap of `kinds` (`swap_candidates`) in `caption`.
 
     `record` is the caption's concept record (`noun_phrases` and `pos`). The kind of swap is
     drawn first, then the pair, from (seed, caption).
     """
     if not record:
         return []
-    candidates = swap_candidates(caption, record)
+    candidates = swap_candidates(caption, record, kinds)
     starts = frozenset(s for s, _ in sentences(caption))
     rng, chosen = caption_rng(seed, caption), []
     while candidates and len(chosen) < k:
@@ -100,17 +128,22 @@ class SwapNegativeLoss(HardNegativeLoss):
     name = "negclip"
     uses_concepts = True
 
-    def __init__(self, concepts=None, k: int = 1, seed: int = 0, negatives_in: str = "batch"):
+    def __init__(self, concepts=None, k: int = 1, seed: int = 0, negatives_in: str = "batch", swaps: Sequence[str] = SWAPS[:2],
+                 name: str = "negclip"):
         super().__init__(k, seed)
+        self.name = name
         require_concept_fields(concepts, ("noun_phrases", "pos"), self.name)
         if negatives_in not in NEGATIVES_IN:
             raise UsageError(f"negatives_in must be one of {', '.join(NEGATIVES_IN)}, not {negatives_in!r}")
-        self.negatives_in = negatives_in
+        unknown = [k for k in swaps if k not in SWAPS]
+        if unknown or not swaps:
+            raise UsageError(f"swaps must be some of {', '.join(SWAPS)}, not {','.join(swaps)!r}")
+        self.negatives_in, self.swaps = negatives_in, tuple(swaps)
         if negatives_in == "batch":  # every rank's negatives are columns of every image's row
             self.outputs = {"negative_features": owned("negative_image")}
 
     def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
-        return swap_negatives(caption, record, self.k, self.seed)
+        return swap_negatives(caption, record, self.k, self.seed, self.swaps)
 
     def forward(self, out):
         if self.negatives_in == "row":
