@@ -1,10 +1,10 @@
 """OC-CLIP's cost: a training step against a CLIP step on the same backbone and batch, and scoring throughput.
 
-    python benchmarks/occlip_speed.py [--model compclip-tiny-siglip] [--batch 128]
+    python benchmarks/occlip_speed.py [--model compclip-tiny-siglip-conv] [--batch 128] [--train-only]
 
 Data: the binding world at 64 px (1,000 test scenes, generated under --root). Training: one
 collated batch of training scenes held in memory, then --steps optimizer steps of each method
-(forward, backward, AdamW), median step time. Scoring: `GraphScorer` (OC-CLIP) and
+(forward, backward, AdamW), median step time; then OC-CLIP's step taken apart (`occlip_parts`). Scoring: `GraphScorer` (OC-CLIP) and
 `DualEncoderScorer` (the same model as CLIP) on SugarCrepe-style pairs (each test scene with its
 caption) and on a 1,000 × 5,000 retrieval matrix (every scene against 5,000 captions); images
 and texts are encoded first and timed apart, so the figures are the scoring itself.
@@ -26,6 +26,7 @@ from compclip.concepts import extract
 from compclip.eval import DualEncoderScorer, GraphScorer
 from compclip.methods import build_method
 from compclip.models import load_model, train_preprocess
+from compclip.models.tokens import visual_token_embeddings
 from compclip.train import DistEnv, loss_step
 from compclip.train.trainer import _TrainModule
 from compclip.world import WorldConfig, generate
@@ -48,6 +49,50 @@ def step_seconds(method_name: str, model_name: str, images: torch.Tensor, captio
     return statistics.median(times[1:])
 
 
+def median_seconds(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat + 1):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def occlip_parts(model_name: str, images: torch.Tensor, captions: list[str], records: dict, repeat: int) -> dict[str, float]:
+    """Where an OC-CLIP step goes, each part forward and backward alone: the image tower to its patch tokens, the
+    text tower over the captions and over the graphs' node and relation texts, the binding module's loss (every image
+    against every graph, from the towers' outputs held fixed), and the optimizer's update."""
+    torch.manual_seed(0)
+    model, _, tokenizer = load_model(model_name)
+    method = build_method("occlip", concepts=records).bind(model)
+    batch = method.collate([{"image": im, "caption": c} for im, c in zip(images, captions, strict=True)], tokenizer)
+    model.train()
+    params = [p for p in [*model.parameters(), *method.parameters()] if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    with torch.no_grad():
+        fixed = method.outputs(model, batch)
+
+    def backward_of(fn):
+        return lambda: fn().float().sum().backward()
+
+    def module_loss():
+        out = {k: v.detach().requires_grad_(v.is_floating_point()) if torch.is_tensor(v) else v for k, v in fixed.items()}
+        return sum(method(out).values())
+
+    parts = {
+        "image_tower": backward_of(lambda: visual_token_embeddings(model, batch["image"], -1)[1]),
+        "text_tower_captions": backward_of(lambda: model.encode_text(batch["text"])),
+        "text_tower_graph_texts": backward_of(lambda: model.encode_text(batch["graph_text"])),
+        "binding_module_loss": backward_of(module_loss),
+        "optimizer_update": optimizer.step,
+    }
+    seconds = {name: median_seconds(fn, repeat) for name, fn in parts.items()}
+    seconds["graph_texts"] = batch["graph_text"].shape[0]
+    return seconds
+
+
 def timed(fn) -> tuple[float, object]:
     start = time.perf_counter()
     value = fn()
@@ -56,7 +101,8 @@ def timed(fn) -> tuple[float, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="compclip-tiny-siglip")
+    parser.add_argument("--model", default="compclip-tiny-siglip-conv", help="the demo's model by default")
+    parser.add_argument("--train-only", action="store_true", help="time the training step and its parts, not the scorers")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--root", default="/tmp/compclip-occlip-speed")
@@ -69,8 +115,14 @@ def main() -> None:
     view = train_preprocess(model)
     pixels = np.load(world / "train" / "images.npy")
     images = torch.stack([view(Image.fromarray(p)) for p in pixels])
-    steps = {m: step_seconds(m, args.model, images, captions, records, args.steps) for m in ("clip", "occlip")}
-    print(json.dumps({"step_s": {k: round(v, 4) for k, v in steps.items()}, "occlip_over_clip": round(steps["occlip"] / steps["clip"], 2)}))
+    steps = {m: step_seconds(m, args.model, images, captions, records, args.steps) for m in ("siglip", "clip", "occlip")}
+    print(json.dumps({"step_s": {k: round(v, 4) for k, v in steps.items()},
+                      "occlip_over_siglip": round(steps["occlip"] / steps["siglip"], 2),
+                      "occlip_over_clip": round(steps["occlip"] / steps["clip"], 2)}))
+    parts = occlip_parts(args.model, images, captions, records, args.steps)
+    print(json.dumps({"occlip_parts_s": {k: round(v, 4) for k, v in parts.items()}}))
+    if args.train_only:
+        return
 
     test = [json.loads(line) for line in (world / "test_seen" / "scenes.jsonl").read_text().splitlines()]
     files = [world / "test_seen" / "coco" / "val2017" / f"test_seen_{r['index']:06d}.png" for r in test]

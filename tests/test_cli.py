@@ -211,7 +211,8 @@ TRAIN_CASES = {
     "method option of the wrong type": (["--method", "hardneg", "--method-opt", "negatives=two"],
                                         ["--method-opt negatives=two: expected int"]),
     "method option without a value": (["--method-opt", "negatives"], ["--method-opt 'negatives': expected KEY=VALUE"]),
-    "unknown method": (["--method", "c3lip"], ["unknown method 'c3lip'; known: c2lip, clic, clip, hardneg, negclip, occlip, siglip"]),
+    "unknown method": (["--method", "c3lip"],
+                       ["unknown method 'c3lip'; known: attswap, c2lip, clic, clip, hardneg, negclip, occlip, siglip"]),
     **({} if torch.cuda.is_available() else {"cuda without a GPU": (["--device", "cuda"], ["--device cuda: torch sees no GPU here"])}),
 }
 

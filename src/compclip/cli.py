@@ -14,7 +14,7 @@ from . import __version__, progress
 from .options import key_values
 
 # Names listed in the help; tests/test_cli.py checks them against the method and benchmark registries.
-METHODS = "siglip, clip, c2lip, hardneg, negclip, clic, occlip"
+METHODS = "siglip, clip, c2lip, hardneg, negclip, clic, occlip, attswap (the binding world's positive control)"
 BENCHMARKS = ("sugarcrepe, sugarcrepe_pp, winoground, aro_vg_relation, aro_vg_attribution, aro_order, whatsup, vl_checklist, "
               "inpaint_coco, concept_ranking, zeroshot, retrieval")
 MODEL_HELP = "open_clip name (e.g. ViT-B-16-SigLIP, compclip-tiny-siglip), hf-hub: id, or compclip checkpoint folder."
@@ -131,7 +131,8 @@ def train(
         None, help="Folder the CSV/JSON image paths are relative to. Default: the data file's folder, or its images/."
     ),
     concepts: Path = typer.Option(
-        None, help="Concept store from `compclip concepts`: c2lip, negclip and clic need it (negclip and clic with pos)."
+        None, help="Concept store from `compclip concepts`: c2lip, negclip, attswap, clic and occlip need it (negclip, attswap "
+                   "and clic with pos, occlip with graph)."
     ),
     method_opt: list[str] = typer.Option(
         [], "--method-opt", help="KEY=VALUE, repeatable: an option of the method, e.g. lambda_npc=2 (`compclip methods` lists them)."

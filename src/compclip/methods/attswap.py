@@ -17,7 +17,10 @@ from .negclip import SwapNegativeLoss
 @dataclass(frozen=True)
 class Options:
     negatives: int = option(3, "attribute swaps per caption, 1 to 3; every one is a text of the batch (NegCLIP's loss)")
+    everywhere: bool = option(True, "swap the two phrases' modifiers at every mention of them, so that a negative is a coherent "
+                                    "false description; false: at one mention, which the caption's other sentences contradict")
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> Sequence[LossPart]:
-    return [SwapNegativeLoss(concepts, options.negatives, seed, "batch", swaps=("attribute",), name="attswap")]
+    return [SwapNegativeLoss(concepts, options.negatives, seed, "batch", swaps=("attribute",), name="attswap",
+                             everywhere=options.everywhere)]

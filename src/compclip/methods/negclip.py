@@ -95,9 +95,31 @@ def swap_candidates(caption: str, record: dict[str, Any], kinds: Sequence[str] =
     return out
 
 
+def swap_everywhere(caption: str, record: dict[str, Any], a: Span, b: Span) -> str:
+    """`caption` with modifiers `a` and `b` exchanged wherever their phrases' text from the modifier on recurs: "a large
+    red triangle, a small orange cross ... the red triangle" -> "a large orange triangle, a small red cross ... the
+    orange triangle". One swap alone leaves the other sentences saying the opposite: a negative the text betrays by
+    itself. The recurrences are found by their words, not by the parse, which misses some phrases."""
+    tails = {}  # modifier span: the rest of its phrase's text, from the modifier on ("red triangle")
+    for _, s, e in record.get("noun_phrases", ()):
+        for span in (a, b):
+            if s <= span[0] and span[1] <= e:
+                tails[span] = caption[span[0]:e]
+    if len(tails) < 2:
+        return swap_spans(caption, a, b)
+    changes = {}  # start of a mention: (its modifier's end, the other modifier)
+    for span, other in ((a, b), (b, a)):
+        for m in re.finditer(rf"(?<![\w-]){re.escape(tails[span])}(?![\w-])", caption, re.IGNORECASE):
+            changes.setdefault(m.start(), (m.start() + span[1] - span[0], caption[other[0]:other[1]]))
+    for start, (end, text) in sorted(changes.items(), reverse=True):
+        caption = caption[:start] + text + caption[end:]
+    return caption
+
+
 def swap_negatives(caption: str, record: dict[str, Any] | None, k: int = 1, seed: int = 0,
-                   kinds: Sequence[str] = SWAPS[:2]) -> list[str]:
-    """Up to `k` distinct negatives, each one swap of `kinds` (`swap_candidates`) in `caption`.
+                   kinds: Sequence[str] = SWAPS[:2], everywhere: bool = False) -> list[str]:
+    """Up to `k` distinct negatives, each one swap of `kinds` (`swap_candidates`) in `caption`; with `everywhere`, an
+    attribute swap changes every mention of the two phrases (`swap_everywhere`).
 
     `record` is the caption's concept record (`noun_phrases` and `pos`). The kind of swap is
     drawn first, then the pair, from (seed, caption).
@@ -110,7 +132,8 @@ def swap_negatives(caption: str, record: dict[str, Any] | None, k: int = 1, seed
     while candidates and len(chosen) < k:
         kind = rng.choice(sorted(candidates))
         pairs = candidates[kind]
-        negative = swap_spans(caption, *pairs.pop(rng.randrange(len(pairs))), starts)
+        pair = pairs.pop(rng.randrange(len(pairs)))
+        negative = swap_everywhere(caption, record, *pair) if everywhere and kind == "attribute" else swap_spans(caption, *pair, starts)
         if not pairs:
             del candidates[kind]
         if negative != caption and negative not in chosen:
@@ -129,7 +152,7 @@ class SwapNegativeLoss(HardNegativeLoss):
     uses_concepts = True
 
     def __init__(self, concepts=None, k: int = 1, seed: int = 0, negatives_in: str = "batch", swaps: Sequence[str] = SWAPS[:2],
-                 name: str = "negclip"):
+                 name: str = "negclip", everywhere: bool = False):
         super().__init__(k, seed)
         self.name = name
         require_concept_fields(concepts, ("noun_phrases", "pos"), self.name)
@@ -138,12 +161,12 @@ class SwapNegativeLoss(HardNegativeLoss):
         unknown = [k for k in swaps if k not in SWAPS]
         if unknown or not swaps:
             raise UsageError(f"swaps must be some of {', '.join(SWAPS)}, not {','.join(swaps)!r}")
-        self.negatives_in, self.swaps = negatives_in, tuple(swaps)
+        self.negatives_in, self.swaps, self.everywhere = negatives_in, tuple(swaps), everywhere
         if negatives_in == "batch":  # every rank's negatives are columns of every image's row
             self.outputs = {"negative_features": owned("negative_image")}
 
     def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
-        return swap_negatives(caption, record, self.k, self.seed, self.swaps)
+        return swap_negatives(caption, record, self.k, self.seed, self.swaps, self.everywhere)
 
     def forward(self, out):
         if self.negatives_in == "row":
