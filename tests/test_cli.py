@@ -48,6 +48,14 @@ def test_progress_writes_lines_not_bars_where_stderr_is_a_file(capsys, monkeypat
     assert [line.split("|")[0] for line in lines] == ["training:  33%", "training:  67%", "training: 100%", "training: 100%"]
 
 
+def test_the_demo_reads_its_positive_control():
+    from compclip.demo import control_reading
+
+    assert control_reading([49.0, 49.4]).startswith("The positive control (attswap) does not bind: 49.2 % seen swap-attribute")
+    assert "cannot show binding" in control_reading([79.9])
+    assert control_reading([80.0, 90.0]).startswith("The positive control (attswap) binds the pairings it saw: 85.0 %")
+
+
 def test_export_writes_a_file_open_clip_loads(tmp_path):
     model, _, tokenizer = load_model("compclip-tiny-clip")
     save_checkpoint(model, tmp_path / "ckpt")

@@ -7,7 +7,8 @@
    interleaved (colour alone would win the contrastive task and starve shape, and scenes alone make it
    forget shape, `docs/benchmarks.md`);
 4. fine-tune that base once per method and seed (by default SigLIP and C2LIP over seeds 0, 1, 2;
-   `--methods` adds the peers: hardneg, negclip, clic, occlip) with equal steps and learning rate;
+   `--methods` adds the peers: hardneg, negclip, clic, occlip, and attswap, the positive control whose seen
+   swap-attribute says whether the world can show binding at all) with equal steps and learning rate;
 5. evaluate every model on the seen and unseen test splits and print the comparison: the mean over
    seeds with its 95 % interval, and each method's paired difference from the first, marked
    significant only when its interval excludes zero. It writes
@@ -110,6 +111,10 @@ def run_demo(
         for w, world_numbers in by_world.items():
             markdown += "\n" + seed_table(world_numbers, f"world {w} alone: mean ± 95 % interval over seeds {seeds}")[1]
     console.print(table)
+    if "attswap-ft" in numbers:
+        reading = control_reading(numbers["attswap-ft"]["seen"]["SC swap-att"])
+        markdown += f"\n{reading}\n"
+        console.print(reading)
     interval_bars(numbers, list(COLUMNS), out / "report" / "seeds.png", f"binding world: mean ± 95 % interval over {figure}")
     markdown += "\n![each model's mean and 95 % interval, seen (solid) beside unseen (hatched)](seeds.png)\n"
     if {"c2lip-ft", "siglip-ft"} <= set(runs):
@@ -293,6 +298,19 @@ def held_out_attention(world: Path, c2lip: Path, siglip: Path, out: Path) -> tup
     concept = f"{obj['color']} {obj['shape']}"
     image = world / "test_unseen" / "coco" / "val2017" / f"test_unseen_{record['index']:06d}.png"
     return attention_comparison(image, concept, [(str(c2lip), None), (str(siglip), None)], out), concept
+
+
+CONTROL_BINDS = 80.0  # the positive control's seen swap-attribute (%) from which the world is taken to show binding
+
+
+def control_reading(seen_swap_attribute: list[float]) -> str:
+    """What the positive control (`attswap`) says of the table: can this world show binding at all?"""
+    mean = sum(seen_swap_attribute) / len(seen_swap_attribute)
+    if mean >= CONTROL_BINDS:
+        return (f"The positive control (attswap) binds the pairings it saw: {mean:.1f} % seen swap-attribute (chance 50), so "
+                "a method's swap-attribute here says whether it binds.")
+    return (f"The positive control (attswap) does not bind: {mean:.1f} % seen swap-attribute (chance 50, its target "
+            f"{CONTROL_BINDS:.0f}), so this world cannot show binding and no row's swap-attribute says whether a method binds.")
 
 
 def _cell(values: list) -> str:

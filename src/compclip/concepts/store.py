@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..data.concept_records import record_from_json
 from ..errors import DataError, MissingConceptError, MissingFileError
 from ..io import atomic_path, write_json
 
@@ -47,17 +48,6 @@ def to_row(key: bytes, rec: dict[str, Any]) -> dict[str, Any]:
     so a lookup touches one place on disk and decodes with one `json.loads`."""
     fields = {k: v for k, v in rec.items() if k != "caption"}
     return {"key": key, "caption": rec["caption"], "concepts": json.dumps(fields, ensure_ascii=False, separators=(",", ":"))}
-
-
-def record_from_json(obj: dict[str, Any]) -> dict[str, Any]:
-    """A concept record read back from JSON: the lists of spans and edges as the tuples `extract` gives."""
-    rec = {"caption": obj["caption"]}
-    for name in ("noun_phrases", "pos", "keywords"):
-        if name in obj:
-            rec[name] = [tuple(item) for item in obj[name]]
-    if "graph" in obj:
-        rec["graph"] = {part: [tuple(item) for item in obj["graph"][part]] for part in ("nodes", "edges")}
-    return rec
 
 
 def write_shard(path: Path, rows: list[dict[str, Any]]) -> None:

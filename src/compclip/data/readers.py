@@ -28,6 +28,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import DataError, UsageError
+from .concept_records import record_from_json
 from .skips import SkipCounter
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
@@ -177,8 +178,6 @@ class ImageTextReader(IterableDataset):
             return None
         record = None
         if concepts is not None:
-            from ..concepts.store import record_from_json
-
             try:
                 record = record_from_json(json.loads(concepts))
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:

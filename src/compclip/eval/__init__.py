@@ -2,6 +2,7 @@
 
 Importing the benchmark modules registers them (`base.REGISTRY`), timm-style.
 """
+from ..methods.occlip import GraphScorer
 from . import (  # noqa: F401
     aro,
     concept_ranking,
@@ -18,7 +19,7 @@ from . import (  # noqa: F401
 from .base import REGISTRY, Benchmark, register
 from .report import build_report
 from .run import evaluate
-from .scorer import DualEncoderScorer, GraphScorer, Scorer, load_scorer
+from .scorer import DualEncoderScorer, Scorer, load_scorer
 
 __all__ = ["REGISTRY", "Benchmark", "DualEncoderScorer", "GraphScorer", "Scorer", "build_report", "evaluate", "load_scorer", "protocols",
            "register"]

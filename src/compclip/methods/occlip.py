@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UsageError
-from ..models.tokens import check_layer
+from ..models.tokens import check_layer, visual_token_embeddings
+from ..scoring import DualEncoderScorer, Scorer
 from .base import LossPart, Output, option, owned, require_concept_fields
 from .text import caption_rng
 
@@ -138,8 +139,6 @@ class OCCLIPLoss(LossPart):
         self.binding = BindingModule(dim, self.default_queries)
 
     def scorer(self, model, preprocess, tokenizer, **kwargs):
-        from ..eval.scorer import GraphScorer
-
         return GraphScorer(self.binding, model, preprocess, tokenizer, chunk=self.chunk, layer=self.visual_layer, **kwargs)
 
     def prepare(self, batch, samples, tokenizer):
@@ -202,6 +201,69 @@ class OCCLIPLoss(LossPart):
             loss = F.cross_entropy(z, z.new_zeros(len(z), dtype=torch.long), reduction="sum")
             terms["rel"] = self.lambda_rel * loss / graphs
         return terms
+
+
+class GraphScorer(DualEncoderScorer):
+    """OC-CLIP's graph-conditioned score. Each caption is parsed into a scene graph once (spaCy, cached in
+    the scorer), its nodes and relations encoded as short texts by the text tower, each image's patch
+    tokens (of block `layer`) encoded once, and `binding` (an `occlip.BindingModule`) scores an image against a graph.
+    A caption without a noun phrase scores 0. There is no text-to-text score (SugarCrepe++ TOT: n/a)."""
+
+    def __init__(self, binding, model, preprocess, tokenizer, chunk: int = 32, layer: int = -1, **settings):
+        super().__init__(model, preprocess, tokenizer, **settings)
+        self.binding, self.chunk, self.layer = binding, chunk, layer
+        self._tokens: dict[str, torch.Tensor] = {}
+        self._graphs: dict[str, dict] = {}
+        self._nlp = None  # spaCy, loaded on the first captions and kept: every benchmark brings new ones
+        self.encoded["tokens"] = 0
+
+    class_scores = Scorer.class_scores  # every prompt scored as a graph, then averaged
+
+    def text_pairs(self, a, b):
+        return None
+
+    def pairs(self, images, texts, boxes=None):
+        tokens, graph = self.tokens(images, boxes), self.graphs(texts)
+        with torch.no_grad():
+            slots = self.binding.slots(tokens, graph[0], graph[1], own=True)
+            return self.binding.score(slots, *graph)[0].cpu()
+
+    def matrix(self, images, texts):
+        tokens, graph = self.tokens(images), self.graphs(texts)
+        with torch.no_grad():
+            return torch.cat([self.binding.score(self.binding.slots(tokens[c : c + self.chunk], graph[0], graph[1]), *graph).cpu()
+                              for c in range(0, len(tokens), self.chunk)])
+
+    def tokens(self, images, boxes=None) -> torch.Tensor:
+        """Patch tokens in the joint space, (len(images), P, D), each image encoded once."""
+        keys = self._image_keys(images, boxes)
+        self._fill(self._tokens, keys, "tokens", self._encode_tokens)
+        self._check_read(keys)
+        return torch.stack([self._tokens[k] for k in keys]).to(self.device)
+
+    def graphs(self, captions):
+        """The captions' graphs as the binding module takes them: nodes, node mask, relations, ends, edge mask."""
+        from ..concepts import extract, load_nlp
+
+        todo = [c for c in dict.fromkeys(captions) if c not in self._graphs]
+        if todo:
+            self._nlp = self._nlp or load_nlp()
+            self._graphs.update((c, r["graph"]) for c, r in zip(todo, extract(todo, "graph", nlp=self._nlp), strict=True))
+        parsed = [self._graphs[c] for c in captions]
+        nodes = [(t, i) for i, g in enumerate(parsed) for t, *_ in g["nodes"]]
+        edges = [(r, s, o, i) for i, g in enumerate(parsed) for r, s, o in g["edges"] if max(s, o) < len(g["nodes"])]
+        texts = list(dict.fromkeys([t for t, _ in nodes] + [r for r, *_ in edges]))
+        embedded = dict(zip(texts, self.texts(texts), strict=True)) if texts else {}
+        d = next(iter(embedded.values())).shape[-1] if embedded else 1
+        rows = lambda items: torch.stack(items) if items else torch.zeros(0, d)  # noqa: E731
+        owner = lambda items: torch.tensor([x[-1] for x in items], dtype=torch.long)  # noqa: E731
+        node_rows, node_mask = padded(rows([embedded[t] for t, _ in nodes]), owner(nodes), len(captions))
+        relations, edge_mask = padded(rows([embedded[r] for r, *_ in edges]), owner(edges), len(captions))
+        ends, _ = padded(torch.tensor([[s, o] for _, s, o, _ in edges], dtype=torch.long).reshape(-1, 2), owner(edges), len(captions))
+        return tuple(t.to(self.device) for t in (node_rows, node_mask, relations, ends, edge_mask))
+
+    def _encode_tokens(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
+        return self._over_images(keys, "image tokens", lambda batch: visual_token_embeddings(self.model, batch, self.layer)[1])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,246 @@
+"""Scoring: what every benchmark asks of a model, one score per image–text pair, below the methods and the harness.
+
+A benchmark never computes a similarity itself: it asks a `Scorer` for `pairs` (one score per
+(image, text)), a `matrix` (every image against every text: retrieval), `class_scores`
+(zero-shot) and, where the model has one, `text_pairs` (SugarCrepe++'s text-only score; a scorer
+without it gives None and the benchmark reports "n/a"). So a model whose score is not a dot
+product of two pooled vectors (OC-CLIP's graph-conditioned score, `methods.occlip.GraphScorer`) runs every benchmark
+unchanged. A method's scorer builds on this module; the harness (`compclip.eval`) asks a method for it.
+
+`DualEncoderScorer` is the scorer of every CLIP-style model: each unique image and caption is
+encoded once per run (de-duplicated, texts in batches of similar length), optionally under
+autocast, and can be kept on disk keyed by a hash of every weight the score depends on and each
+file (path, size, mtime).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from PIL import Image as PILImage
+from safetensors.torch import load_file, save_file
+from torch.utils.data import DataLoader, Dataset
+
+from .data.images import ImageRef, image_ref
+from .errors import DataError, NonFiniteError
+from .io import atomic_path
+from .models.tokens import short_text_encoder
+from .precision import autocast
+from .progress import progress
+
+Box = tuple[float, float, float, float]  # left, top, right, bottom: a crop (ARO's regions)
+Image = ImageRef | str | Path  # what a benchmark hands a scorer: a file, or an image inside a data file
+
+
+def _image_key(image: ImageRef, box: Box | None) -> str:
+    return image.key if box is None else f"{image.key}#{','.join(map(str, box))}"
+
+
+class UnreadableImagesError(DataError):
+    """Images a benchmark asked to score that do not decode ({image: why}). `compclip.eval.evaluate` then runs the
+    benchmark again, and its `Missing` leaves them out and names them."""
+
+    def __init__(self, images: dict[str, str]):
+        self.images = images
+        first = next(iter(images))
+        super().__init__(f"{len(images)} images do not decode, e.g. {first}: {images[first]}")
+
+
+class _Images(Dataset):
+    def __init__(self, items: Sequence[tuple[ImageRef, Box | None]], preprocess: Callable):
+        self.items, self.preprocess = list(items), preprocess
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor | None, str]:
+        """(i, the preprocessed image, "") or (i, None, why it does not decode): a bad file is reported, not raised."""
+        ref, box = self.items[i]
+        try:
+            image = ref.decode()
+        except (OSError, ValueError, SyntaxError, PILImage.DecompressionBombError) as e:  # not an image, truncated, too large
+            return i, None, f"{type(e).__name__}: {e}"
+        return i, self.preprocess(image.crop(box) if box else image), ""
+
+
+def _collate_images(items: list[tuple[int, torch.Tensor | None, str]]):
+    good = [(i, t) for i, t, _ in items if t is not None]
+    batch = torch.stack([t for _, t in good]) if good else None
+    return batch, [i for i, _ in good], [(i, why) for i, t, why in items if t is None]
+
+
+def model_key(model: torch.nn.Module) -> str:
+    """A hash of the weights themselves (and the architecture), naming the model in the cache."""
+    digest = hashlib.sha256(json.dumps(getattr(model, "compclip_spec", {}).get("model_cfg"), sort_keys=True).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+class Scorer:
+    """Scores of image–text pairs. Subclasses implement `pairs` and `matrix`; the rest have defaults."""
+
+    encoded: dict[str, int]  # what the scorer computed in this run, for the log
+
+    def pairs(self, images: Sequence[Image], texts: Sequence[str], boxes: Sequence[Box] | None = None) -> torch.Tensor:
+        """One score per (images[k], texts[k]), of the image or its `boxes[k]` crop."""
+        raise NotImplementedError
+
+    def matrix(self, images: Sequence[Image], texts: Sequence[str]) -> torch.Tensor:
+        """Every image against every text: (len(images), len(texts)), computed in chunks."""
+        raise NotImplementedError
+
+    def class_scores(self, images: Sequence[Image], prompts: Sequence[Sequence[str]]) -> torch.Tensor:
+        """(images, classes) zero-shot scores from each class's prompts: by default the mean score over them."""
+        flat = [p for class_prompts in prompts for p in class_prompts]
+        scores, start, out = self.matrix(images, flat), 0, []
+        for class_prompts in prompts:
+            out.append(scores[:, start : start + len(class_prompts)].mean(-1))
+            start += len(class_prompts)
+        return torch.stack(out, dim=1) if out else torch.zeros(len(images), 0)
+
+    def text_pairs(self, a: Sequence[str], b: Sequence[str]) -> torch.Tensor | None:
+        """One text-to-text score per (a[k], b[k]), or None for a model that has no such score."""
+        return None
+
+
+class DualEncoderScorer(Scorer):
+    """A CLIP-style model: the score is the dot product of L2-normalised image and text embeddings."""
+
+    def __init__(self, model, preprocess, tokenizer, device="cpu", batch_size: int = 64, workers: int = 2,
+                 cache_dir: str | Path | None = None, precision: str = "fp32"):
+        self.model, self.preprocess, self.tokenizer = model.eval(), preprocess, tokenizer
+        self.device, self.batch_size, self.workers = torch.device(device), batch_size, workers
+        self.precision = precision
+        self.cache = Path(cache_dir) / f"{model_key(model)}-{precision}" if cache_dir else None
+        self._images: dict[str, torch.Tensor] = {}
+        self._texts: dict[str, torch.Tensor] = {}
+        self._sources: dict[str, tuple[ImageRef, Box | None]] = {}  # each image key's image and crop, for encoding
+        self.unreadable: dict[str, str] = {}  # image (file or member) -> why it does not decode
+        self.encoded = {"images": 0, "texts": 0}  # how many this scorer actually computed
+
+    # -- scores -----------------------------------------------------------------------
+    def pairs(self, images, texts, boxes=None):
+        return (self.images(images, boxes) * self.texts(texts)).sum(-1)
+
+    def matrix(self, images, texts):
+        return self.images(images) @ self.texts(texts).T
+
+    def class_scores(self, images, prompts):
+        """CLIP's prompt ensemble: each class is the normalised mean of its prompts' normalised embeddings."""
+        weights = torch.stack([F.normalize(self.texts(list(class_prompts)).mean(0), dim=0) for class_prompts in prompts])
+        return self.images(images) @ weights.T
+
+    def text_pairs(self, a, b):
+        return (self.texts(a) * self.texts(b)).sum(-1)
+
+    # -- embeddings -------------------------------------------------------------------
+    def images(self, images: Sequence[Image], boxes: Sequence[Box] | None = None) -> torch.Tensor:
+        """L2-normalised embeddings, one row per image (repeats allowed), of the image or its `boxes` crop."""
+        keys = self._image_keys(images, boxes)
+        self._fill(self._images, keys, "images", self._encode_images)
+        self._check_read(keys)
+        return torch.stack([self._images[k] for k in keys]) if keys else torch.empty(0, 0)
+
+    def texts(self, captions: Sequence[str]) -> torch.Tensor:
+        keys = list(captions)
+        self._fill(self._texts, keys, "texts", self._encode_texts)
+        return torch.stack([self._texts[k] for k in keys]) if keys else torch.empty(0, 0)
+
+    # -- internals --------------------------------------------------------------------
+    def _image_keys(self, images: Sequence[Image], boxes: Sequence[Box] | None) -> list[str]:
+        keys = []
+        for image, box in zip(images, boxes or [None] * len(images), strict=True):
+            ref = image_ref(image)
+            keys.append(_image_key(ref, box))
+            self._sources.setdefault(keys[-1], (ref, box))
+        return keys
+
+    def _check_read(self, keys: list[str]) -> None:
+        bad = {self._sources[k][0].key: self.unreadable[self._sources[k][0].key] for k in keys
+               if self._sources[k][0].key in self.unreadable}
+        if bad:
+            raise UnreadableImagesError(bad)
+
+    def _fill(self, memo: dict, keys: list[str], kind: str, encode: Callable[[list[str]], tuple[list[str], torch.Tensor]]) -> None:
+        """Encode (or read from the cache) what `memo` lacks of `keys`; `encode` returns the keys it could encode and their rows."""
+        todo = [k for k in dict.fromkeys(keys) if k not in memo and (kind == "texts" or self._sources[k][0].key not in self.unreadable)]
+        if not todo:
+            return
+        cached = self._load(kind, todo)
+        if cached is None:
+            done, embeddings = encode(todo)
+            self.encoded[kind] += len(done)
+            if done:
+                finite = torch.isfinite(embeddings.flatten(1)).all(1)
+                if not finite.all():
+                    first = done[int((~finite).nonzero()[0])]
+                    raise NonFiniteError(f"the model gives a non-finite embedding (NaN or inf) for {kind[:-1]} {first!r}: its weights "
+                                         "or this input are broken; refused, no score is computed from it")
+            if len(done) == len(todo):
+                self._save(kind, todo, embeddings)
+        else:
+            done, embeddings = todo, cached
+        memo.update(zip(done, embeddings, strict=True))
+
+    def _cache_file(self, kind: str, keys: list[str]) -> Path:
+        if kind in ("images", "tokens"):  # an image's identity: its key (path, place in its file, crop), the file's size and time
+            stats = [self._sources[k][0].file.stat() for k in keys]
+            ids = [f"{k}|{st.st_size}|{st.st_mtime_ns}" for k, st in zip(keys, stats, strict=True)]
+        else:
+            ids = keys
+        digest = hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return self.cache / f"{kind}-{digest}.safetensors"
+
+    def _load(self, kind: str, keys: list[str]) -> torch.Tensor | None:
+        if self.cache is None:
+            return None
+        file = self._cache_file(kind, keys)
+        return load_file(file)["embeddings"] if file.is_file() else None
+
+    def _save(self, kind: str, keys: list[str], embeddings: torch.Tensor) -> None:
+        if self.cache is None:
+            return
+        self.cache.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self._cache_file(kind, keys)) as tmp:
+            save_file({"embeddings": embeddings.contiguous()}, tmp)
+
+    def _encode_images(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
+        return self._over_images(keys, "images", lambda batch: F.normalize(self.model.encode_image(batch).float(), dim=-1))
+
+    @torch.no_grad()
+    def _over_images(self, keys: list[str], desc: str, encode: Callable[[torch.Tensor], torch.Tensor]) -> tuple[list[str], torch.Tensor]:
+        """`encode` over the images of `keys`, decoded and preprocessed in DataLoader workers, in batches: the keys of
+        the images that decoded and their rows; the others are recorded in `unreadable`."""
+        images = _Images([self._sources[k] for k in keys], self.preprocess)
+        loader = DataLoader(images, batch_size=self.batch_size, num_workers=self.workers, collate_fn=_collate_images)
+        done, rows = [], []
+        for batch, indices, failed in progress(loader, desc, total=len(loader), unit="batch"):
+            for i, why in failed:
+                self.unreadable[self._sources[keys[i]][0].key] = why
+            if batch is not None:
+                with autocast(self.device, self.precision):
+                    rows.append(encode(batch.to(self.device)).float().cpu())
+                done += [keys[i] for i in indices]
+        return done, torch.cat(rows) if rows else torch.empty(0)
+
+    @torch.no_grad()
+    def _encode_texts(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
+        """Texts in batches of similar length; causal towers then skip the padding (`short_text_encoder`)."""
+        encode = short_text_encoder(self.model) or self.model.encode_text
+        tokens = self.tokenizer(keys)
+        order = torch.argsort((tokens != 0).sum(dim=1), stable=True)
+        step = self.batch_size * 4
+        rows = []
+        for start in progress(range(0, len(keys), step), "texts", total=-(-len(keys) // step), unit="batch"):
+            with autocast(self.device, self.precision):
+                rows.append(F.normalize(encode(tokens[order[start : start + step]].to(self.device)).float(), dim=-1).cpu())
+        rows = torch.cat(rows)
+        out = torch.empty_like(rows)
+        out[order] = rows  # back to the callers' order
+        return keys, out
