@@ -385,9 +385,11 @@ def test_methods_lists_every_method_and_its_options(capsys):
     assert code == 0
     for name in list_methods():
         fields = dataclasses.fields(method_options(name))
-        assert re.search(rf"^{name}(: no options)?$", out, re.M) and bool(fields) != out.count(f"{name}: no options")
+        assert re.search(rf"^{name}( \(reads concepts: --what [a-z,-]+\))?(: no options)?$", out, re.M)
+        assert bool(fields) != bool(re.search(rf"^{name}.*: no options$", out, re.M))
         for f in fields:
             assert f"  {f.name}={f.default}: {f.metadata['help']}" in out
+    assert "\nnegclip (reads concepts: --what noun-phrases,pos)\n" in out and "\nsiglip: no options" in out
 
 
 def test_eval_precision_is_recorded_and_bf16_scores_close_to_fp32(tmp_path):

@@ -122,7 +122,7 @@ def test_positives_and_negative_follow_the_rule(setup):
 def test_the_negative_joins_its_two_sentences_in_random_order():
     """As the authors' get_hard_negative (random.shuffle of the two swapped sentences)."""
     records = {r["caption"]: r for r in extract(CAPTIONS[:2], "noun-phrases,pos")}
-    loss = CLICLoss(records)
+    loss = CLICLoss()
     parsed = [([c[s:e] for s, e in sentences(c)], sentences(c)[0], records[c]) for c in CAPTIONS[:2]]
     firsts = {loss.texts(0, 1, parsed, random.Random(seed))[2].split(".")[0].split()[-1] for seed in range(40)}
     assert len(firsts) >= 2  # the last word of the negative's first sentence comes from either caption

@@ -65,6 +65,24 @@ def gain_method():
     del methods._REGISTRY["gain"]
 
 
+def test_a_method_declares_the_concept_fields_it_reads(tmp_path):
+    """Registered from outside the package with the fields it reads: a store without them is refused before any step,
+    and a combination reads the union."""
+    from compclip import methods
+    from compclip.concepts import ConceptStore, build_store
+    from compclip.methods import build_method, method_concept_fields
+
+    register_method("gain_pos", lambda o, *, concepts=None, seed=0: [GainLoss(o.lr)], GainOptions, ("pos",))
+    try:
+        assert method_concept_fields("gain_pos") == ("pos",) and method_concept_fields("c2lip+gain_pos") == ("noun_phrases", "pos")
+        build_store(["a red car"], tmp_path / "np", "noun-phrases")
+        with pytest.raises(ValueError, match=r"reads concept fields \['pos'\].*--what pos"):
+            build_method("gain_pos", concepts=ConceptStore(tmp_path / "np"))
+        assert build_method("gain_pos").name == "gain_pos"  # no store: nothing to check yet
+    finally:
+        del methods._REGISTRY["gain_pos"]
+
+
 def config(tmp_path, steps, out="run"):
     from compclip.train import TrainConfig
 

@@ -131,8 +131,8 @@ def train(
         None, help="Folder the CSV/JSON image paths are relative to. Default: the data file's folder, or its images/."
     ),
     concepts: Path = typer.Option(
-        None, help="Concept store from `compclip concepts`: c2lip, negclip, attswap, clic and occlip need it (negclip, attswap "
-                   "and clic with pos, occlip with graph)."
+        None, help="Concept store from `compclip concepts`, for a method that reads concepts (`compclip methods` lists the "
+                   "fields each one reads)."
     ),
     method_opt: list[str] = typer.Option(
         [], "--method-opt", help="KEY=VALUE, repeatable: an option of the method, e.g. lambda_npc=2 (`compclip methods` lists them)."
@@ -189,11 +189,13 @@ def methods() -> None:
     """List the fine-tuning methods and each one's options (set them with `train --method-opt KEY=VALUE`)."""
     import dataclasses
 
-    from .methods import list_methods, method_options
+    from .methods import list_methods, method_concept_fields, method_options
 
     for name in list_methods():
         fields = dataclasses.fields(method_options(name))
-        typer.echo(name if fields else f"{name}: no options")
+        needs = method_concept_fields(name)
+        reads = f" (reads concepts: --what {','.join(f.replace('_', '-') for f in needs)})" if needs else ""
+        typer.echo(f"{name}{reads}" if fields else f"{name}{reads}: no options")
         for f in fields:
             typer.echo(f"  {f.name}={f.default}: {f.metadata['help']}")
 

@@ -217,7 +217,7 @@ def compare_methods(
     from .concepts import build_store, iter_captions
     from .eval import evaluate
     from .eval.report import column_value
-    from .methods import list_methods
+    from .methods import list_methods, method_concept_fields
     from .world import generate
 
     for flag, value in (("--pretrain-steps", pretrain_steps), ("--steps", steps), ("--batch-size", batch_size)):
@@ -240,8 +240,9 @@ def compare_methods(
     world_dir = generate(out / "world", cfg, workers)
     console.print(f"[1/5] binding world in {world_dir} ({n_train} training scenes, {n_test} per test split)")
     images = world_dir / "train" / "images.npy"
-    # pos: negclip and clic; graph: occlip
-    build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", "noun-phrases,pos,graph", workers=workers)
+    # every registered method's fields, so that one store serves any --methods (and a re-run with others)
+    fields = {f for m in list_methods() for f in method_concept_fields(m)}
+    build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", fields, workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
     common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "device": device, **RUN_OPTIONS}
     base: str | Path = MODEL

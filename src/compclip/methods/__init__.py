@@ -19,20 +19,22 @@ from typing import Any
 
 from ..errors import UsageError
 from . import attswap, c2lip, clic, clip, hardneg, negclip, occlip, siglip
-from .base import LossPart, Method, MethodFactory, NoOptions, make_options, option
+from .base import LossPart, Method, MethodFactory, NoOptions, make_options, option, require_concept_fields
 
-_REGISTRY: dict[str, tuple[MethodFactory, type]] = {}
+_REGISTRY: dict[str, tuple[MethodFactory, type, tuple[str, ...]]] = {}
 
 
-def register_method(name: str, factory: MethodFactory, options: type = NoOptions) -> None:
+def register_method(name: str, factory: MethodFactory, options: type = NoOptions, concept_fields: tuple[str, ...] = ()) -> None:
     """Make `factory(options, concepts=..., seed=...) -> [LossPart, ...]` available as `name`.
 
     `options` is a frozen dataclass whose fields (made with `base.option`) are the method's
     options: `compclip methods` lists them and `compclip train --method-opt KEY=VALUE` sets them.
+    `concept_fields` are the concept-record fields its parts read ("noun_phrases", "pos", "graph"):
+    a store that lacks one is refused before training, and the demo builds its store from them.
     """
     if name in _REGISTRY:
         raise ValueError(f"method {name!r} is registered already")
-    _REGISTRY[name] = (factory, options)
+    _REGISTRY[name] = (factory, options, tuple(concept_fields))
 
 
 def list_methods() -> list[str]:
@@ -42,6 +44,11 @@ def list_methods() -> list[str]:
 def method_options(name: str) -> type:
     """The options dataclass of a registered method."""
     return _REGISTRY[name][1]
+
+
+def method_concept_fields(spec: str) -> tuple[str, ...]:
+    """The concept fields a method or `+`-joined combination reads, each once, in the order the parts declare them."""
+    return tuple(dict.fromkeys(f for name in spec.split("+") for f in _REGISTRY[name][2]))
 
 
 def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> Method:
@@ -56,6 +63,7 @@ def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> 
     unknown = [n for n in names if n not in _REGISTRY]
     if unknown:
         raise UsageError(f"unknown method {unknown[0]!r}; known: {', '.join(list_methods())}")
+    require_concept_fields(concepts, method_concept_fields(spec), spec)
     made = make_options(spec, [_REGISTRY[n][1] for n in names], options)
     parts: list[LossPart] = []
     for name, opts in zip(names, made, strict=True):
@@ -65,11 +73,12 @@ def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> 
 
 register_method("siglip", siglip.build)
 register_method("clip", clip.build)
-register_method("c2lip", c2lip.build, c2lip.Options)
+register_method("c2lip", c2lip.build, c2lip.Options, ("noun_phrases",))
 register_method("hardneg", hardneg.build, hardneg.Options)
-register_method("negclip", negclip.build, negclip.Options)
-register_method("clic", clic.build, clic.Options)
-register_method("occlip", occlip.build, occlip.Options)
-register_method("attswap", attswap.build, attswap.Options)
+register_method("negclip", negclip.build, negclip.Options, ("noun_phrases", "pos"))
+register_method("clic", clic.build, clic.Options, ("pos",))
+register_method("occlip", occlip.build, occlip.Options, ("graph",))
+register_method("attswap", attswap.build, attswap.Options, ("noun_phrases", "pos"))
 
-__all__ = ["LossPart", "Method", "NoOptions", "build_method", "list_methods", "method_options", "option", "register_method"]
+__all__ = ["LossPart", "Method", "NoOptions", "build_method", "list_methods", "method_concept_fields", "method_options", "option",
+           "register_method"]

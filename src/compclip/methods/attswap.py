@@ -22,5 +22,5 @@ class Options:
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> Sequence[LossPart]:
-    return [SwapNegativeLoss(concepts, options.negatives, seed, "batch", swaps=("attribute",), name="attswap",
+    return [SwapNegativeLoss(options.negatives, seed, "batch", swaps=("attribute",), name="attswap",
                              everywhere=options.everywhere)]

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import UsageError
 from ..models.factory import LazyTokenizer
 from ..models.tokens import visual_token_embeddings
-from .base import LossPart, Output, option, owned, require_concept_fields, sigmoid_pairs_loss
+from .base import LossPart, Output, option, owned, sigmoid_pairs_loss
 from .siglip import SigLIPLoss
 
 __all__ = [
@@ -188,9 +188,9 @@ XAC_ATTENTION = ("scaled", "cosine")
 class C2LIPLoss(LossPart):
     """λ_npc L_npc + λ_xac L_xac over the batch's noun-phrase concepts.
 
-    `concepts` maps a caption to its noun phrases (a `compclip.concepts.ConceptStore`, or any
-    mapping with `.get`); `mode` is "span" (pool the caption's own token states over the phrase,
-    the paper's) or "separate" (encode each phrase as its own text, the released code's).
+    Each caption's noun phrases come with the batch (`batch["concepts"]`, from the method's store); `mode` is "span"
+    (pool the caption's own token states over the phrase, the paper's) or "separate" (encode each phrase as its own
+    text, the released code's).
     `xac_attention` "scaled" attends with the raw tokens at √D (ours), "cosine" with L2-normalised tokens at
     temperature 1 (the released code's); `caption_concept` makes a caption without a noun phrase its own concept.
     """
@@ -202,14 +202,13 @@ class C2LIPLoss(LossPart):
     uses_concepts = True
     uses_logit_bias = True
 
-    def __init__(self, concepts=None, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01,
+    def __init__(self, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01,
                  temperature: float | None = None, xac_attention: str = "scaled", caption_concept: bool = False):
         super().__init__()
         if mode not in ("span", "separate"):
             raise UsageError(f"concept mode must be 'span' or 'separate', not {mode!r}")
         if xac_attention not in XAC_ATTENTION:
             raise UsageError(f"xac_attention must be one of {', '.join(XAC_ATTENTION)}, not {xac_attention!r}")
-        require_concept_fields(concepts, ("noun_phrases",), self.name)
         self.mode, self.xac_attention, self.caption_concept = mode, xac_attention, caption_concept
         self.lambda_npc, self.lambda_xac = lambda_npc, lambda_xac
         self.temperature = temperature if temperature is not None else 1.0 if xac_attention == "cosine" else None
@@ -274,5 +273,5 @@ class Options:
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     o = options
-    return [SigLIPLoss(), C2LIPLoss(concepts, o.concept_mode, o.lambda_npc, o.lambda_xac, o.xac_temperature, o.xac_attention,
+    return [SigLIPLoss(), C2LIPLoss(o.concept_mode, o.lambda_npc, o.lambda_xac, o.xac_temperature, o.xac_attention,
                                     o.caption_concept)]

@@ -25,7 +25,7 @@ from torchvision import transforms as T
 from ..errors import UsageError
 from ..models.factory import train_preprocess
 from ..text import sentences
-from .base import ROWS, LossPart, Output, option, owned, require_concept_fields
+from .base import ROWS, LossPart, Output, option, owned
 from .clip import clip_loss
 from .text import caption_rng, join_sentences, recase
 
@@ -112,10 +112,9 @@ class CLICLoss(LossPart):
     uses_concepts = True
     alone = True
 
-    def __init__(self, concepts=None, train_image: bool = False, seed: int = 0,
+    def __init__(self, train_image: bool = False, seed: int = 0,
                  lambda_cont: float = 0.5, lambda_neg: float = 0.5, lambda_uni: float = 1.0, uni_distance: str = "squared"):
         super().__init__()
-        require_concept_fields(concepts, ("pos",), self.name)
         if uni_distance not in UNI_DISTANCES:
             raise UsageError(f"uni_distance must be one of {', '.join(UNI_DISTANCES)}, not {uni_distance!r}")
         self.uni_distance = uni_distance
@@ -232,4 +231,4 @@ class Options:
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     o = options
-    return [CLICLoss(concepts, o.train_image, seed, o.lambda_cont, o.lambda_neg, o.lambda_uni, o.uni_distance)]
+    return [CLICLoss(o.train_image, seed, o.lambda_cont, o.lambda_neg, o.lambda_uni, o.uni_distance)]

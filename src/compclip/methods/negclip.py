@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..text import sentences
-from .base import LossPart, option, owned, require_concept_fields
+from .base import LossPart, option, owned
 from .clip import clip_loss
 from .hardneg import HardNegativeLoss
 from .text import caption_rng, recase
@@ -151,11 +151,10 @@ class SwapNegativeLoss(HardNegativeLoss):
     name = "negclip"
     uses_concepts = True
 
-    def __init__(self, concepts=None, k: int = 1, seed: int = 0, negatives_in: str = "batch", swaps: Sequence[str] = SWAPS[:2],
+    def __init__(self, k: int = 1, seed: int = 0, negatives_in: str = "batch", swaps: Sequence[str] = SWAPS[:2],
                  name: str = "negclip", everywhere: bool = False):
         super().__init__(k, seed)
         self.name = name
-        require_concept_fields(concepts, ("noun_phrases", "pos"), self.name)
         if negatives_in not in NEGATIVES_IN:
             raise UsageError(f"negatives_in must be one of {', '.join(NEGATIVES_IN)}, not {negatives_in!r}")
         unknown = [k for k in swaps if k not in SWAPS]
@@ -187,4 +186,4 @@ class Options:
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> Sequence[LossPart]:
-    return [SwapNegativeLoss(concepts, options.negatives, seed, options.negatives_in)]
+    return [SwapNegativeLoss(options.negatives, seed, options.negatives_in)]

@@ -27,7 +27,7 @@ from torch import nn
 from ..errors import UsageError
 from ..models.tokens import check_layer, visual_token_embeddings
 from ..scoring import DualEncoderScorer, Scorer
-from .base import LossPart, Output, option, owned, require_concept_fields
+from .base import LossPart, Output, option, owned
 from .text import caption_rng
 
 ENDS = 6  # per relation: subject, object; swapped subject, object (Ḡ); random subject, object (G̃)
@@ -122,10 +122,9 @@ class OCCLIPLoss(LossPart):
         "node_features": owned("node_image"), "relation_features": owned("relation_image"), "relation_ends": owned("relation_image"),
     }
 
-    def __init__(self, concepts=None, seed: int = 0, default_queries: int = 1, lambda_rel: float = 1.0, module_lr: float = 2e-4,
+    def __init__(self, seed: int = 0, default_queries: int = 1, lambda_rel: float = 1.0, module_lr: float = 2e-4,
                  chunk: int = 32, layer: int = -1):
         super().__init__()
-        require_concept_fields(concepts, ("graph",), self.name)
         if default_queries < 0 or chunk < 1:
             raise UsageError(f"occlip: default_queries must be >= 0 and chunk >= 1, not {default_queries} and {chunk}")
         self.seed, self.default_queries, self.lambda_rel, self.chunk = seed, default_queries, lambda_rel, chunk
@@ -278,4 +277,4 @@ class Options:
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     o = options
-    return [OCCLIPLoss(concepts, seed, o.default_queries, o.lambda_rel, o.module_lr, o.chunk, o.layer)]
+    return [OCCLIPLoss(seed, o.default_queries, o.lambda_rel, o.module_lr, o.chunk, o.layer)]
