@@ -48,6 +48,15 @@ def test_progress_writes_lines_not_bars_where_stderr_is_a_file(capsys, monkeypat
     assert [line.split("|")[0] for line in lines] == ["training:  33%", "training:  67%", "training: 100%", "training: 100%"]
 
 
+def test_the_study_is_one_flag(capsys):
+    from compclip.demo import STUDY, study_protocol
+
+    assert study_protocol("siglip,c2lip", "0,1,2", None) == (STUDY["methods"], "0,1,2", "0,1,2")
+    assert {"hardneg", "clic", "occlip", "attswap"} <= set(STUDY["methods"].split(","))
+    code, _, err = run_main(capsys, "demo", "--study", "--seeds", "4")
+    assert code == 2 and err.strip() == "error: --study sets the methods, seeds and worlds itself: drop --seeds"
+
+
 def test_the_demo_reads_its_positive_control():
     from compclip.demo import control_reading
 

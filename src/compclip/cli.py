@@ -390,10 +390,14 @@ def demo(
     world_seeds: str = typer.Option(None, help="Comma-separated world draws, each with its own base (the first in --out, the others "
                                     "in OUT/worlds/seed-W): the table is then over worlds, each world's mean over --seeds.  "
                                     "[default: one world, drawn with the first of --seeds]"),
+    study: bool = typer.Option(False, help="The study's protocol in one flag: every method with the positive control, seeds "
+                                           "0,1,2 in each of worlds 0,1,2 (about 3 hours on 2 cores; docs/results.md)."),
 ) -> None:
     """The whole method on the binding world: pretrain, fine-tune per method, evaluate seen and unseen, report."""
-    from .demo import run_demo, world_options
+    from .demo import run_demo, study_protocol, world_options
 
+    if study:
+        methods, seeds, world_seeds = study_protocol(methods, seeds, world_seeds)
     run_demo(out, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds, workers, world_options(world), device, world_seeds)
 
 

@@ -139,6 +139,17 @@ def _strict(numbers: dict) -> dict:
             for m, by in numbers.items()}
 
 
+STUDY = {"methods": "siglip,c2lip,hardneg,clic,occlip,attswap", "seeds": "0,1,2", "world_seeds": "0,1,2"}
+
+
+def study_protocol(methods: str, seeds: str, world_seeds: str | None) -> tuple[str, str, str]:
+    """`--study`: the study's methods, seeds and worlds; refused beside a choice of its own of any of the three."""
+    given = {"--methods": methods != "siglip,c2lip", "--seeds": seeds != "0,1,2", "--world-seeds": world_seeds is not None}
+    if any(given.values()):
+        raise UsageError(f"--study sets the methods, seeds and worlds itself: drop {', '.join(k for k, v in given.items() if v)}")
+    return STUDY["methods"], STUDY["seeds"], STUDY["world_seeds"]
+
+
 def parse_seeds(text: str, flag: str) -> list[int]:
     """Comma-separated distinct integers."""
     try:
