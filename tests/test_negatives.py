@@ -169,6 +169,9 @@ def test_attswap_exchanges_the_attributes_of_two_objects_and_nothing_else(record
     assert swap_negatives(orange, extract([orange], "noun-phrases,pos")[0], k=5, kinds=("attribute",)) == [
         "A small white cross sits above a large orange star."]
     assert swap_negatives("A cat and a dog.", extract(["A cat and a dog."], "noun-phrases,pos")[0], k=5, kinds=("attribute",)) == []
+    cars = "Red cars and a blue bus. The red cars are parked next to the blue bus."  # every mention, each in its own case
+    assert swap_negatives(cars, extract([cars], "noun-phrases,pos")[0], k=5, kinds=("attribute",), everywhere=True) == [
+        "Blue cars and a red bus. The blue cars are parked next to the red bus."]
     rng, pairs, colours = random.Random(0), [(c, s) for c in COLORS_OF_WORLD for s in SHAPES], []
     scenes = [place(rng, i, rng.sample(pairs, rng.randint(2, 4))) for i in range(120)]
     captions = [long_caption(scene, random.Random(i)) for i, scene in enumerate(scenes)]

@@ -1,9 +1,10 @@
 """The binding world's positive control: NegCLIP's loss with negatives that exchange the attributes of two objects.
 
-Each negative swaps the adjectives nearest the nouns of two noun phrases of one sentence ("a red couch next to a
-white table" -> "a white couch next to a red table"): a false statement of exactly the kind a swap-attribute test
-asks about, so a dual encoder trained on it should bind the pairings it saw. A world where it does not cannot show
-binding at all. Not a paper's method: a measuring stick (docs/methods.md).
+Each negative swaps the modifiers nearest the nouns (adjectives, or nouns used as one) of two noun phrases of one
+sentence, at every mention ("a red couch next to a white table" -> "a white couch next to a red table"): a false
+statement of exactly the kind a swap-attribute test asks about, so a dual encoder trained on it should bind the
+pairings it saw. A world where it does not cannot show binding at all. Not a paper's method: a measuring stick
+(docs/methods.md §2.3).
 """
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..concepts.keywords import with_case_of
 from ..errors import UsageError
 from ..text import sentences
 from .base import LossPart, option, owned
@@ -110,7 +111,8 @@ def swap_everywhere(caption: str, record: dict[str, Any], a: Span, b: Span) -> s
     changes = {}  # start of a mention: (its modifier's end, the other modifier)
     for span, other in ((a, b), (b, a)):
         for m in re.finditer(rf"(?<![\w-]){re.escape(tails[span])}(?![\w-])", caption, re.IGNORECASE):
-            changes.setdefault(m.start(), (m.start() + span[1] - span[0], caption[other[0]:other[1]]))
+            end = m.start() + span[1] - span[0]
+            changes.setdefault(m.start(), (end, with_case_of(caption[other[0]:other[1]].lower(), caption[m.start():end])))
     for start, (end, text) in sorted(changes.items(), reverse=True):
         caption = caption[:start] + text + caption[end:]
     return caption
