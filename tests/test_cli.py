@@ -49,8 +49,13 @@ def test_progress_writes_lines_not_bars_where_stderr_is_a_file(capsys, monkeypat
 
 
 def test_the_study_is_one_flag(capsys):
-    from compclip.demo import STUDY, study_protocol
+    import inspect
 
+    from compclip.cli import demo
+    from compclip.demo import METHODS, SEEDS, STUDY, study_protocol
+
+    given = inspect.signature(demo).parameters  # the command line's defaults are the ones --study compares against
+    assert (given["methods"].default.default, given["seeds"].default.default) == (METHODS, SEEDS)
     assert study_protocol("siglip,c2lip", "0,1,2", None) == (STUDY["methods"], "0,1,2", "0,1,2")
     assert {"hardneg", "clic", "occlip", "attswap"} <= set(STUDY["methods"].split(","))
     code, _, err = run_main(capsys, "demo", "--study", "--seeds", "4")

@@ -48,6 +48,7 @@ CURRICULUM = (
 )
 PRETRAIN_STEPS = sum(run[-1] for run in CURRICULUM)  # --pretrain-steps scales every run's share of it
 # Every method's fine-tune from the base, here and in benchmarks/world_ablation.py (steps and batch: run_demo's defaults).
+METHODS, SEEDS = "siglip,c2lip", "0,1,2"  # what the demo compares by default, and over which fine-tuning seeds
 FINE_TUNE = {"steps": 300, "batch_size": 128, "lr": 1e-4, "warmup": 20, "optimizer": "adamw"}
 # Every run's reading and saving: the world's scenes are drawn at random, so file order is already shuffled (and `::`
 # sources stay evenly mixed); only the final checkpoint is kept.
@@ -70,13 +71,13 @@ def _train(out: Path, **kwargs) -> Path:
 
 def run_demo(
     out: Path = Path("runs/demo"),
-    methods: str = "siglip,c2lip",
+    methods: str = METHODS,
     n_train: int = 20_000,
     n_test: int = 1250,
     pretrain_steps: int = PRETRAIN_STEPS,
     steps: int = FINE_TUNE["steps"],
     batch_size: int = FINE_TUNE["batch_size"],
-    seeds: str = "0,1,2",
+    seeds: str = SEEDS,
     workers: int = 2,
     world: dict[str, Any] | None = None,
     device: str | None = None,
@@ -139,12 +140,12 @@ def _strict(numbers: dict) -> dict:
             for m, by in numbers.items()}
 
 
-STUDY = {"methods": "siglip,c2lip,hardneg,clic,occlip,attswap", "seeds": "0,1,2", "world_seeds": "0,1,2"}
+STUDY = {"methods": "siglip,c2lip,hardneg,clic,occlip,attswap", "seeds": SEEDS, "world_seeds": "0,1,2"}
 
 
 def study_protocol(methods: str, seeds: str, world_seeds: str | None) -> tuple[str, str, str]:
     """`--study`: the study's methods, seeds and worlds; refused beside a choice of its own of any of the three."""
-    given = {"--methods": methods != "siglip,c2lip", "--seeds": seeds != "0,1,2", "--world-seeds": world_seeds is not None}
+    given = {"--methods": methods != METHODS, "--seeds": seeds != SEEDS, "--world-seeds": world_seeds is not None}
     if any(given.values()):
         raise UsageError(f"--study sets the methods, seeds and worlds itself: drop {', '.join(k for k, v in given.items() if v)}")
     return STUDY["methods"], STUDY["seeds"], STUDY["world_seeds"]
@@ -317,7 +318,7 @@ CONTROL_BINDS = 80.0  # the positive control's seen swap-attribute (%) from whic
 
 def control_reading(seen_swap_attribute: list[float]) -> str:
     """What the positive control (`attswap`) says of the table: can this world show binding at all?"""
-    mean = sum(seen_swap_attribute) / len(seen_swap_attribute)
+    mean = interval(seen_swap_attribute)[0]
     if mean >= CONTROL_BINDS:
         return (f"The positive control (attswap) binds the pairings it saw: {mean:.1f} % seen swap-attribute (chance 50), so "
                 "a method's swap-attribute here says whether it binds.")

@@ -101,13 +101,8 @@ def swap_everywhere(caption: str, record: dict[str, Any], a: Span, b: Span) -> s
     red triangle, a small orange cross ... the red triangle" -> "a large orange triangle, a small red cross ... the
     orange triangle". One swap alone leaves the other sentences saying the opposite: a negative the text betrays by
     itself. The recurrences are found by their words, not by the parse, which misses some phrases."""
-    tails = {}  # modifier span: the rest of its phrase's text, from the modifier on ("red triangle")
-    for _, s, e in record.get("noun_phrases", ()):
-        for span in (a, b):
-            if s <= span[0] and span[1] <= e:
-                tails[span] = caption[span[0]:e]
-    if len(tails) < 2:
-        return swap_spans(caption, a, b)
+    # each modifier with the rest of its phrase ("red triangle")
+    tails = {span: caption[span[0]:next(e for _, s, e in record["noun_phrases"] if s <= span[0] and span[1] <= e)] for span in (a, b)}
     changes = {}  # start of a mention: (its modifier's end, the other modifier)
     for span, other in ((a, b), (b, a)):
         for m in re.finditer(rf"(?<![\w-]){re.escape(tails[span])}(?![\w-])", caption, re.IGNORECASE):
