@@ -23,8 +23,9 @@ import torch
 from PIL import Image
 
 from compclip.concepts import extract
-from compclip.eval import DualEncoderScorer, GraphScorer
+from compclip.eval import DualEncoderScorer
 from compclip.methods import build_method
+from compclip.methods.occlip import GraphScorer
 from compclip.models import load_model, train_preprocess
 from compclip.models.tokens import visual_token_embeddings
 from compclip.train import DistEnv, loss_step

@@ -21,8 +21,8 @@ import json
 from pathlib import Path
 
 from compclip.demo import BENCHMARKS, FINE_TUNE, RUN_OPTIONS
-from compclip.eval import evaluate
-from compclip.eval.stats import fmt, fmt_difference, interval, paired
+from compclip.eval import EvalConfig, evaluate
+from compclip.stats import fmt, fmt_difference, interval, paired
 from compclip.train import TrainConfig, train
 
 VARIANTS = {
@@ -79,8 +79,8 @@ def scores(demo: Path, name: str, seed: int, split: str, device: str = "cpu", wo
         if (demo_results / "retrieval.json").is_file():
             results = demo_results
     if not (results / "retrieval.json").is_file():
-        evaluate(str(trained(demo, name, seed, device, workers)), BENCHMARKS, results, data=demo / "world" / f"test_{split}",
-                 workers=workers, device=device, precision="fp32")
+        evaluate(EvalConfig(str(trained(demo, name, seed, device, workers)), BENCHMARKS, str(results),
+                            data_root=str(demo / "world" / f"test_{split}"), workers=workers, device=device, precision="fp32"))
     row = {}
     for column, (bench, metric) in COLUMNS.items():
         value = json.loads((results / f"{bench}.json").read_text())["metrics"][metric]

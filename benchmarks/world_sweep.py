@@ -21,9 +21,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from compclip.demo import PRETRAIN_STEPS, compare_methods, world_config
-from compclip.eval.stats import fmt, interval
 from compclip.io import write_json
 from compclip.plots import binding_curve
+from compclip.stats import fmt, interval
 
 KNOBS = ("heldout", "density", "completeness")
 METRIC = "SC swap-att"

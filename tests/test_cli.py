@@ -92,7 +92,7 @@ def test_demo_runs_end_to_end(tmp_path):
     """`make demo`'s pipeline at toy size: world, concepts, pretraining, three methods over two seeds, evaluation, report
     with intervals and paired differences computed again here from the per-seed result files."""
     from compclip.eval.report import column_value
-    from compclip.eval.stats import fmt_difference, paired
+    from compclip.stats import fmt_difference, paired
 
     args = ["--quiet", "demo", "--out", str(tmp_path / "demo"), "--n-train", "300", "--n-test", "40",
             "--pretrain-steps", "3", "--steps", "2", "--batch-size", "16", "--methods", "siglip,c2lip,occlip", "--seeds", "5,6",
@@ -328,7 +328,7 @@ def test_other_commands_check_their_options(capsys, tmp_path):
     if not torch.cuda.is_available():
         assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--device", "cuda")[::2], "torch sees no GPU")
     for setting, fragment in (("nope=1", "KEY one of n_val, n_singles, heldout,"), ("seed=3", "(seed is set by --seeds or --world-seeds)"),
-                              ("saliency=maybe", "saliency takes true or false"), ("density", "expected KEY=VALUE"),
+                              ("saliency=maybe", "saliency=maybe: expected true or false"), ("density", "expected KEY=VALUE"),
                               ("n_singles=0", "--world n_singles must be at least 1")):
         assert_one_error(*run_main(capsys, "demo", "--out", tmp_path / "d", "--world", setting)[::2], fragment)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
@@ -380,9 +380,46 @@ def test_help_explains_every_option_and_lists_the_names(capsys):
         for name, rest in options:  # each option line carries its own help text
             assert rest.strip(), f"{command} {name} has no help"
         assert "<bool>" not in out
-    assert all(m in helps["train"] for m in list_methods()) and all(m in helps["demo"] for m in list_methods())
-    assert all(b in helps["eval"] for b in REGISTRY)
+    flat = {command: " ".join(text.split()) for command, text in helps.items()}  # the help as one line, unwrapped
+    assert "`compclip methods` lists them" in flat["train"] and "`compclip methods` lists them" in flat["demo"]
+    assert "`compclip benchmarks` lists them" in flat["eval"]
+    listed = run_main(capsys, "methods")[1] + run_main(capsys, "benchmarks")[1]
+    assert all(re.search(rf"^{name}\b", listed, re.M) for name in [*list_methods(), *REGISTRY])
     assert "[default: 1e-05]" in helps["train"] and "--device" in helps["train"] and "[default:" in helps["train"].split("--device")[1]
+
+
+PLUGIN = """
+import dataclasses
+from compclip.methods import option, register_method
+from compclip.methods.siglip import build
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    margin: float = option(0.25, "How far a positive must beat its negatives.")
+
+
+register_method("outside", lambda options, **kw: build(None, **kw), Options, ("pos",))
+"""
+
+
+def test_a_method_from_another_package_reaches_the_command_line(tmp_path):
+    """An installed package's `compclip.methods` entry point registers its method: the listing, the flag parsing and the
+    concept check see it with no edit to compclip."""
+    (tmp_path / "outside_method.py").write_text(PLUGIN)
+    info = tmp_path / "outside_method-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: outside-method\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[compclip.methods]\noutside = outside_method\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]), "HF_HUB_OFFLINE": "1"}
+    listing = subprocess.run([sys.executable, "-m", "compclip", "methods"], capture_output=True, text=True, env=env)
+    assert listing.returncode == 0, listing.stderr
+    assert "outside (reads concepts: --what pos)\n  margin=0.25: How far a positive must beat its negatives." in listing.stdout
+    (tmp_path / "c.csv").write_text("image,caption\nx.png,a red cube\n")
+    run = subprocess.run([sys.executable, "-m", "compclip", "train", "--method", "outside", "--model", "compclip-tiny-siglip",
+                          "--train-data", str(tmp_path / "c.csv"), "--out", str(tmp_path / "run"), "--method-opt", "margin=x"],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 2 and "--method-opt margin=x: expected float" in run.stderr, run.stderr
 
 
 def test_the_command_line_imports_nothing_heavy_for_help():
@@ -407,7 +444,7 @@ def test_methods_lists_every_method_and_its_options(capsys):
 
 
 def test_eval_precision_is_recorded_and_bf16_scores_close_to_fp32(tmp_path):
-    from compclip.eval import evaluate
+    from compclip.eval import EvalConfig, evaluate
 
     (tmp_path / "retrieval" / "tiny" / "images").mkdir(parents=True)
     for i, colour in enumerate([(200, 30, 30), (30, 200, 30), (30, 30, 200)]):
@@ -416,7 +453,8 @@ def test_eval_precision_is_recorded_and_bf16_scores_close_to_fp32(tmp_path):
     torch.manual_seed(0)
     model, _, _ = load_model("compclip-tiny-clip")
     save_checkpoint(model, tmp_path / "ckpt")
-    runs = {p: evaluate(str(tmp_path / "ckpt"), "retrieval", tmp_path / p, data=tmp_path, workers=0, precision=p)["retrieval"]
+    runs = {p: evaluate(EvalConfig(str(tmp_path / "ckpt"), "retrieval", str(tmp_path / p), data_root=str(tmp_path), workers=0,
+                               precision=p))["retrieval"]
             for p in ("fp32", "amp_bf16")}
     assert runs["fp32"]["precision"] == "fp32" and runs["amp_bf16"]["precision"] == "amp_bf16"
     assert runs["fp32"]["complete"] and runs["amp_bf16"]["complete"]

@@ -14,7 +14,7 @@ from PIL import Image
 
 from compclip.concepts import extract
 from compclip.methods import build_method
-from compclip.methods.clic import CLICLoss, cross_sentence_swap
+from compclip.methods.clic import CLICLoss, Options, cross_sentence_swap
 from compclip.methods.text import join_sentences
 from compclip.models import load_model
 from compclip.text import sentences
@@ -178,7 +178,7 @@ def test_losses_equal_brute_force():
     assert terms["cont"].item() == pytest.approx(0.5 * cont, rel=1e-12)
     assert terms["sneg"].item() == pytest.approx(0.5 * sneg, rel=1e-12)
     assert terms["uni"].item() == pytest.approx(uni, rel=1e-12)
-    plain = CLICLoss(uni_distance="l2")(out)["uni"].item()
+    plain = CLICLoss(Options(uni_distance="l2"))(out)["uni"].item()
     assert plain == pytest.approx(sum(math.dist(*positives[i, :2].tolist()) for i in range(5)) / 5, rel=1e-12)
 
 

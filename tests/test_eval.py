@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from compclip.eval import protocols
-from compclip.eval.base import REGISTRY
+from compclip.eval import REGISTRY, protocols
 from conftest import shared_data
 
 # ---- protocols on hand-built scores ---------------------------------------------------

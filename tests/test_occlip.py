@@ -258,7 +258,8 @@ def test_checkpoint_round_trip_and_exact_resume(tmp_path):
     import shutil
 
     from compclip.concepts import build_store, iter_captions
-    from compclip.eval import GraphScorer, load_scorer
+    from compclip.eval import load_scorer
+    from compclip.methods.occlip import GraphScorer
     from compclip.models import load_model
     from compclip.models.checkpoint import load_module_weights
     from compclip.train import TrainConfig, train
@@ -299,7 +300,8 @@ def test_the_graph_scorer_equals_brute_force_and_runs_every_world_benchmark(tmp_
 
     from compclip.concepts import extract
     from compclip.data import decode_image
-    from compclip.eval import REGISTRY, GraphScorer
+    from compclip.eval import REGISTRY
+    from compclip.methods.occlip import GraphScorer
     from compclip.models import load_model
     from compclip.models.tokens import visual_token_embeddings
     from compclip.world import WorldConfig, generate

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from compclip.eval.stats import binomial_se, fmt, fmt_difference, interval, paired, significant, t975
+from compclip.stats import binomial_se, fmt, fmt_difference, interval, paired, significant, t975
 
 
 def t_cdf(x: float, df: int) -> float:

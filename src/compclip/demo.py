@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+import typing
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,10 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import UsageError
-from .eval.stats import fmt, fmt_difference, interval, paired
 from .io import atomic_path, write_json
+from .options import option, parse_value
 from .plots import interval_bars
+from .stats import fmt, fmt_difference, interval, paired
 
 MODEL = "compclip-tiny-siglip-conv"
 SINGLES = 8000  # single objects for the base, fewer in a world of fewer training scenes
@@ -69,31 +71,45 @@ def _train(out: Path, **kwargs) -> Path:
     return final
 
 
-def run_demo(
-    out: Path = Path("runs/demo"),
-    methods: str = METHODS,
-    n_train: int = 20_000,
-    n_test: int = 1250,
-    pretrain_steps: int = PRETRAIN_STEPS,
-    steps: int = FINE_TUNE["steps"],
-    batch_size: int = FINE_TUNE["batch_size"],
-    seeds: str = SEEDS,
-    workers: int = 2,
-    world: dict[str, Any] | None = None,
-    device: str | None = None,
-    world_seeds: str | None = None,
-) -> dict[str, dict[str, dict[str, list[float]]]]:
+@dataclass(frozen=True)
+class DemoConfig:
+    """`compclip demo`'s options, declared once: the command line is generated from them."""
+
+    out: str = option("runs/demo", "Where the world, runs, results and report go (re-runs reuse them).")
+    methods: str = option(METHODS, "Comma-separated fine-tuning methods compared from the same base (`compclip methods` lists them).")
+    n_train: int = option(20_000, "Training scenes.")
+    n_test: int = option(1250, "Scenes per test split (1,250: one seed's standard error on swap-attribute <= 1.5 points).")
+    pretrain_steps: int = option(PRETRAIN_STEPS, "SigLIP steps of the base from scratch, over its curriculum (shapes first).")
+    steps: int = option(FINE_TUNE["steps"], "Fine-tuning steps per method.")
+    batch_size: int = option(FINE_TUNE["batch_size"], "Images per step.")
+    seeds: str = option(SEEDS, "Comma-separated fine-tuning seeds; the first also seeds the base and, without --world-seeds, the world.")
+    workers: int = option(2, "DataLoader workers and rendering processes.")
+    world: dict[str, Any] = option(help="A world setting KEY=VALUE other than its default, e.g. heldout=0.5, density=0.5, "
+                                        "completeness=0.5, saliency=true, colors=4 (repeatable; see `compclip world generate --help`).",
+                                   factory=dict)
+    device: str | None = option(None, "cpu or cuda: where every model trains and is scored, in fp32.  [default: cuda if a GPU is visible]")
+    world_seeds: str | None = option(None, "Comma-separated world draws, each with its own base (the first in --out, the others in "
+                                           "OUT/worlds/seed-W): the table is then over worlds, each world's mean over --seeds.  "
+                                           "[default: one world, drawn with the first of --seeds]")
+    study: bool = option(False, "The study's protocol in one flag: every method with the positive control, seeds 0,1,2 in each of "
+                                "worlds 0,1,2 (about 3 hours on 2 cores; docs/results.md).")
+
+
+def run_demo(cfg: DemoConfig = DemoConfig()) -> dict[str, dict[str, dict[str, list[float]]]]:
     """Returns {model: {split: {column: one value per seed}}}, or with several `world_seeds` one value per world
     (the mean over its seeds)."""
     from .eval import build_report
 
+    methods, seeds, world_seeds = study_protocol(cfg.methods, cfg.seeds, cfg.world_seeds) if cfg.study else (cfg.methods, cfg.seeds,
+                                                                                                              cfg.world_seeds)
+    out, n_test, world = Path(cfg.out), cfg.n_test, world_options(cfg.world)
     console, start = Console(), time.time()
-    out = Path(out)
     draws = world_draws(out, world_seeds, seeds, world)
     by_world, runs, folders = {}, {}, []
     for w, folder in draws.items():
-        numbers, world_runs, world_folders = compare_methods(folder, methods, n_train, n_test, pretrain_steps, steps, batch_size, seeds,
-                                                             workers, {**(world or {}), "seed": w}, SPLITS, console, device)
+        numbers, world_runs, world_folders = compare_methods(folder, methods, cfg.n_train, n_test, cfg.pretrain_steps, cfg.steps,
+                                                             cfg.batch_size, seeds, cfg.workers, {**world, "seed": w}, SPLITS, console,
+                                                             cfg.device)
         by_world[w] = numbers
         if not runs:  # the report and the attention figure are the first world's
             runs, folders = world_runs, world_folders
@@ -186,25 +202,20 @@ def world_means(by_world: dict[int, dict[str, dict[str, dict[str, list]]]]) -> d
     return means
 
 
-def world_options(pairs: list[str]) -> dict[str, Any]:
-    """`--world KEY=VALUE` pairs as `WorldConfig` fields, each parsed as its default's type."""
+def world_options(given: dict[str, Any]) -> dict[str, Any]:
+    """`--world KEY=VALUE` pairs as `WorldConfig` fields, each parsed as its declared type."""
     from .world import WorldConfig
 
     fixed = {"seed": "--seeds or --world-seeds", "n_train": "--n-train", "n_test": "--n-test", "size": "64 pixels"}
-    defaults = asdict(WorldConfig())
+    kinds = typing.get_type_hints(WorldConfig)
     options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in defaults or key in fixed:
-            known = ", ".join(k for k in defaults if k not in fixed)
-            raise UsageError(f"--world {pair!r}: expected KEY=VALUE with KEY one of {known}"
-                             + (f" ({key} is set by {fixed[key]})" if key in fixed else ""))
-        kind = type(defaults[key])
-        try:
-            options[key] = {"true": True, "false": False}[text.lower()] if kind is bool else kind(text)
-        except (KeyError, ValueError):
-            raise UsageError(f"--world {pair!r}: {key} takes {'true or false' if kind is bool else f'a {kind.__name__}'}") from None
+    for key, value in given.items():
+        name = key.replace("-", "_")
+        if name not in kinds or name in fixed:
+            known = ", ".join(k for k in kinds if k not in fixed)
+            raise UsageError(f"--world {key}={value}: expected KEY=VALUE with KEY one of {known}"
+                             + (f" ({name} is set by {fixed[name]})" if name in fixed else ""))
+        options[name] = parse_value(value, kinds[name], f"--world {name}") if isinstance(value, str) else value
     return options
 
 
@@ -227,7 +238,7 @@ def compare_methods(
     returns the numbers {model: {split: {column: one value per seed}}}, the checkpoints {model: {seed: folder}}
     and the result folders."""
     from .concepts import build_store, iter_captions
-    from .eval import evaluate
+    from .eval import EvalConfig, evaluate
     from .eval.report import column_value
     from .methods import list_methods, method_concept_fields
     from .world import generate
@@ -279,8 +290,8 @@ def compare_methods(
             for split in splits:
                 folder = out / "results" / (name if s == seed else f"{name}-s{s}") / split
                 if not all((folder / f"{b}.json").is_file() for b in BENCHMARKS.split(",")):
-                    evaluate(str(ckpt), BENCHMARKS, folder, data=world_dir / f"test_{split}", workers=workers, device=device,
-                             precision="fp32")
+                    evaluate(EvalConfig(str(ckpt), BENCHMARKS, str(folder), data_root=str(world_dir / f"test_{split}"), workers=workers,
+                                        device=device, precision="fp32"))
                 records = {b: json.loads((folder / f"{b}.json").read_text()) for b in BENCHMARKS.split(",")}
                 for h in COLUMNS:
                     numbers.setdefault(name, {}).setdefault(split, {}).setdefault(h, []).append(column_value(records, h))
@@ -294,7 +305,7 @@ def run_device(device: str | None) -> str:
     is visible, else cpu (evaluation needs a name)."""
     import torch
 
-    from .train.trainer import check_device
+    from .train.config import check_device
 
     check_device(device)
     return device or ("cuda" if torch.cuda.is_available() else "cpu")

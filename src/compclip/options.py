@@ -1,7 +1,8 @@
-"""Declared options: a frozen dataclass per owner (a method, a benchmark), each field with its default and help.
+"""Declared options: a dataclass per owner (a run, a world, a method, a benchmark), each field with its default and help.
 
-`compclip methods` and `compclip benchmarks` list them; `--method-opt KEY=VALUE` and `--bench-opt NAME.KEY=VALUE`
-set them, parsed here as the field's declared type. A key nobody declares is an error listing the valid ones.
+The command line is generated from these declarations (`compclip.cli`): a run's and a world's fields are its flags;
+`compclip methods` and `compclip benchmarks` list the rest, which `--method-opt KEY=VALUE` and `--bench-opt
+NAME.KEY=VALUE` set, parsed here as the field's declared type. A key nobody declares is an error listing the valid ones.
 """
 from __future__ import annotations
 
@@ -14,9 +15,26 @@ from typing import Any
 from .errors import UsageError
 
 
-def option(default: Any, help: str) -> Any:
-    """An option: a dataclass field with its default and the one-line help the listing shows."""
-    return dataclasses.field(default=default, metadata={"help": help})
+def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | tuple[str, ...] | None = None, factory: Any = None,
+           parse: Any = None) -> Any:
+    """An option: a dataclass field with its default (none: required; `factory`: a fresh mutable one) and the one-line
+    help its flag and listing show. `flag` names the command-line flag when it is not `--field-name`; a tuple field
+    takes one flag per element; a dict field takes repeated KEY=VALUE items, or what `parse` reads from them."""
+    metadata = {"help": help, **({"flag": flag} if flag else {}), **({"parse": parse} if parse else {})}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def field_flag(f: dataclasses.Field) -> str | tuple[str, ...]:
+    """The command-line flag of a declared field: its own, else `--field-name` (a tuple field: one flag per element)."""
+    return f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+
+
+def flag_of(cls: type, name: str) -> str:
+    """The command-line flag of the field `name` of the declaration `cls`, for error messages."""
+    flag = field_flag(next(f for f in dataclasses.fields(cls) if f.name == name))
+    return flag if isinstance(flag, str) else " and ".join(flag)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -131,7 +131,7 @@ def interval_bars(numbers: dict[str, dict[str, dict[str, list]]], columns: list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .eval.stats import interval
+    from .stats import interval
 
     models = list(numbers)
     splits = sorted({s for by in numbers.values() for s in by}, key=lambda s: (s != "seen", s))

@@ -1,10 +1,22 @@
-"""Concept extraction with spaCy: noun phrases, POS tags, scene graphs, keyword hits; fast, cached."""
-from .build import build_store, parse_part
-from .inputs import iter_captions
-from .keywords import COCO_OBJECTS, COLORS, KEYWORDS, LOCATION_SWAPS, SIZE_SWAPS, find_keywords
-from .pipeline import WHAT, extract, load_nlp, parse_what, pipeline_id
-from .shards import SampleConcepts, shards_with_concepts
-from .store import ConceptStore
+"""Concept extraction with spaCy: noun phrases, POS tags, scene graphs, keyword hits; fast, cached.
+
+`ConceptConfig` (the declaration `compclip concepts` is generated from) imports nothing heavy; the rest loads spaCy
+on first use of any other name here."""
+from importlib import import_module
+
+from .config import ConceptConfig
+
+_LAZY = {"build_store": ".build", "parse_part": ".build", "iter_captions": ".inputs", "WHAT": ".pipeline", "extract": ".pipeline",
+         "load_nlp": ".pipeline", "parse_what": ".pipeline", "pipeline_id": ".pipeline", "SampleConcepts": ".shards",
+         "shards_with_concepts": ".shards", "ConceptStore": ".store",
+         **dict.fromkeys(("COCO_OBJECTS", "COLORS", "KEYWORDS", "LOCATION_SWAPS", "SIZE_SWAPS", "find_keywords"), ".keywords")}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "COCO_OBJECTS",
@@ -13,6 +25,7 @@ __all__ = [
     "LOCATION_SWAPS",
     "SIZE_SWAPS",
     "WHAT",
+    "ConceptConfig",
     "ConceptStore",
     "SampleConcepts",
     "build_store",

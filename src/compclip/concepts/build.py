@@ -20,10 +20,10 @@ import numpy as np
 from ..errors import UsageError
 from ..io import write_json
 from ..progress import progress
+from .config import SHARD_SIZE
 from .pipeline import BATCH_SIZE, PARSED, clean, extract_unique, load_nlp, parse_what, pipeline_id
 from .store import DONE, FORMAT, MANIFEST, PARTS, ConceptStore, caption_key, shard_keys, to_row, write_index, write_shard
 
-SHARD_SIZE = 20_000
 CHUNK = 1_000  # captions per task handed to a worker
 
 

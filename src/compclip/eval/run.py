@@ -15,12 +15,29 @@ from ..errors import DataError, MissingFileError, UsageError
 from ..io import write_json
 from ..models.checkpoint import weights_sha256
 from ..options import make_options
+from ..plugins import load_plugins
 from ..precision import PRECISIONS, resolve_device
-from . import protocols
+from . import (  # noqa: F401 (importing a benchmark's module registers it, timm-style)
+    aro,
+    concept_ranking,
+    inpaint_coco,
+    protocols,
+    retrieval,
+    sugarcrepe,
+    sugarcrepe_pp,
+    vl_checklist,
+    whatsup,
+    winoground,
+    zeroshot,
+)
 from .base import REGISTRY, data_root
+from .config import EvalConfig
 from .scorer import UnreadableImagesError, load_scorer
 
 log = logging.getLogger("compclip.eval")
+
+
+load_plugins("compclip.benchmarks")  # an installed package's entry points of this group register theirs
 
 TIE_OPTIONS = ("official", *protocols.TIES)
 
@@ -66,18 +83,6 @@ def benchmark_options(jobs: list[Job], given: Mapping[str, Mapping[str, Any]] | 
                                  flag=f"--bench-opt {j.name}.{{key}}", listing="compclip benchmarks")[0] for j in jobs}
 
 
-def split_options(items: list[str]) -> dict[str, dict[str, str]]:
-    """`NAME.KEY=VALUE` command-line items as `{NAME: {KEY: VALUE}}`."""
-    out: dict[str, dict[str, str]] = {}
-    for item in items:
-        head, sep, value = item.partition("=")
-        name, dot, key = head.partition(".")
-        if not sep or not dot or not name.strip() or not key.strip():
-            raise UsageError(f"--bench-opt {item!r}: expected NAME.KEY=VALUE, e.g. vl_checklist.pairs=zip")
-        out.setdefault(name.strip(), {})[key.strip()] = value.strip()
-    return out
-
-
 def null_nans(metrics: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], list[str]]:
     """`metrics` with every NaN as None (strict JSON has no NaN), and the dotted paths of those metrics."""
     clean, nulls = {}, []
@@ -106,24 +111,23 @@ def evaluated_nothing(record: dict[str, Any]) -> bool:
     return not any(True for _ in scores(record["metrics"]))
 
 
-def check_options(benchmarks: str | list[str], out: str | Path, data: str | Path | None, ties: str, batch_size: int,
-                  workers: int, precision: str | None, options: Mapping[str, Mapping[str, Any]] | None = None):
+def check_options(cfg: EvalConfig):
     """Every option checked before a model is built or a file written: the benchmarks, their options, the data root."""
-    jobs, root = resolve(benchmarks), data_root(data)
+    jobs, root = resolve(cfg.benchmark), data_root(cfg.data_root)
     if not root.is_dir():
         raise MissingFileError(f"{root}: the data root is not a folder (--data-root or COMPCLIP_DATA)")
-    if Path(out).exists() and not Path(out).is_dir():
-        raise UsageError(f"--out {out} is a file; results go into a folder")
-    if ties not in TIE_OPTIONS:
-        raise UsageError(f"--ties must be one of {', '.join(TIE_OPTIONS)}, not {ties!r}")
-    if batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1, not {batch_size}")
-    if workers < 0:
-        raise UsageError(f"--workers must be 0 or more, not {workers}")
-    if precision is not None and precision not in PRECISIONS:
-        raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    made = benchmark_options(jobs, options)
-    check_writable(Path(out))  # last: it makes the folder
+    if Path(cfg.out).exists() and not Path(cfg.out).is_dir():
+        raise UsageError(f"--out {cfg.out} is a file; results go into a folder")
+    if cfg.ties not in TIE_OPTIONS:
+        raise UsageError(f"--ties must be one of {', '.join(TIE_OPTIONS)}, not {cfg.ties!r}")
+    if cfg.batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1, not {cfg.batch_size}")
+    if cfg.workers < 0:
+        raise UsageError(f"--workers must be 0 or more, not {cfg.workers}")
+    if cfg.precision is not None and cfg.precision not in PRECISIONS:
+        raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, not {cfg.precision!r}")
+    made = benchmark_options(jobs, cfg.bench_options)
+    check_writable(Path(cfg.out))  # last: it makes the folder
     return jobs, root, made
 
 
@@ -150,31 +154,19 @@ def run_skipping_unreadable(bench, label: str, scorer, root: Path, ties: str, sp
             log.warning("%s: %s; scoring again without them", label, e)
 
 
-def evaluate(
-    model: str,
-    benchmarks: str | list[str],
-    out: str | Path,
-    pretrained: str | None = None,
-    data: str | Path | None = None,
-    ties: str = "official",
-    batch_size: int = 64,
-    workers: int = 2,
-    cache_dir: str | Path | None = None,
-    device: str | None = None,
-    precision: str | None = None,
-    options: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict[str, dict[str, Any]]:
+def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     """Run benchmarks and write `OUT/<benchmark>.json` (CLIP_benchmark's keys plus compclip's), one per `--benchmark` item.
 
     `ties`: official (each benchmark's own rule), strict or clip_benchmark for all. `device`: by default a GPU
     where torch sees one. `precision` fp32, amp_bf16 or amp (fp16); by default amp on a GPU, as CLIP_benchmark,
     and fp32 on the CPU, where autocast is only faster on CPUs with bf16 units and moves the scores.
-    `options`: `{benchmark: {key: value}}`, each benchmark's declared options.
+    `bench_options`: `{benchmark: {key: value}}`, each benchmark's declared options.
     """
-    device = resolve_device(device)
-    jobs, root, made = check_options(benchmarks, out, data, ties, batch_size, workers, precision, options)
-    precision = precision or ("amp" if device.startswith("cuda") else "fp32")
-    scorer = load_scorer(model, pretrained, device, batch_size, workers, cache_dir, precision)
+    device = resolve_device(cfg.device)
+    jobs, root, made = check_options(cfg)
+    model, pretrained, ties, out = cfg.model, cfg.pretrained, cfg.ties, cfg.out
+    precision = cfg.precision or ("amp" if device.startswith("cuda") else "fp32")
+    scorer = load_scorer(model, pretrained, device=device, precision=precision, **cfg.scorer_settings)
     records, weights = {}, weights_sha256(model, pretrained)
     for job in jobs:
         bench = REGISTRY[job.name]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..methods import build_method
 from ..models import load_model
@@ -11,12 +12,12 @@ from ..scoring import Box, DualEncoderScorer, Image, Scorer, UnreadableImagesErr
 __all__ = ["Box", "DualEncoderScorer", "Image", "Scorer", "UnreadableImagesError", "load_scorer"]
 
 
-def load_scorer(model: str, pretrained: str | None = None, device: str = "cpu", batch_size: int = 64, workers: int = 2,
-                cache_dir: str | Path | None = None, precision: str = "fp32") -> Scorer:
-    """The scorer of a model named as `load_model` takes it. A checkpoint whose method owns modules
-    (`method.safetensors`) is scored by that method's scorer, its modules restored."""
+def load_scorer(model: str, pretrained: str | None = None, device: str = "cpu", **settings: Any) -> Scorer:
+    """The scorer of a model named as `load_model` takes it; `settings` are `DualEncoderScorer`'s (batch size, workers,
+    cache, precision). A checkpoint whose method owns modules (`method.safetensors`) is scored by that method's scorer,
+    its modules restored."""
     net, preprocess, tokenizer = load_model(model, pretrained, device=device)
-    settings = {"device": device, "batch_size": batch_size, "workers": workers, "cache_dir": cache_dir, "precision": precision}
+    settings = {"device": device, **settings}
     config = read_config(model) if (Path(model) / CONFIG_NAME).is_file() else {}
     if config.get("method_weights"):
         method = build_method(config["method"], **config.get("train_args", {}).get("method_options", {})).bind(net)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
+from ..plugins import load_plugins
 from . import attswap, c2lip, clic, clip, hardneg, negclip, occlip, siglip
 from .base import LossPart, Method, MethodFactory, NoOptions, make_options, option, require_concept_fields
 
@@ -79,6 +80,9 @@ register_method("negclip", negclip.build, negclip.Options, ("noun_phrases", "pos
 register_method("clic", clic.build, clic.Options, ("pos",))
 register_method("occlip", occlip.build, occlip.Options, ("graph",))
 register_method("attswap", attswap.build, attswap.Options, ("noun_phrases", "pos"))
+
+
+load_plugins("compclip.methods")  # an installed package's entry points of this group register theirs
 
 __all__ = ["LossPart", "Method", "NoOptions", "build_method", "list_methods", "method_concept_fields", "method_options", "option",
            "register_method"]

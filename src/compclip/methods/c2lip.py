@@ -185,6 +185,19 @@ def span_embeddings(states: torch.Tensor, concept_image: torch.Tensor, spans: to
 XAC_ATTENTION = ("scaled", "cosine")
 
 
+@dataclass(frozen=True)
+class Options:
+    concept_mode: str = option("span", "span (pool the caption's own token states over the phrase, the paper's) or separate "
+                                       "(encode each phrase as its own text, the released code's)")
+    lambda_npc: float = option(1.0, "weight of the noun-phrase concept loss L_npc")
+    lambda_xac: float = option(0.01, "weight of the cross-attention concept loss L_xac")
+    xac_attention: str = option("scaled", "scaled: attend with the raw visual tokens at √D (ours); cosine: with L2-normalised "
+                                          "tokens at temperature 1 (the released code's func_attention)")
+    xac_temperature: float | None = option(None, "cross-attention temperature; none: √D (scaled) or 1 (cosine)")
+    caption_concept: bool = option(False, "a caption without a noun phrase is its own concept (the released code's data.py); "
+                                          "false: it adds none (the paper)")
+
+
 class C2LIPLoss(LossPart):
     """λ_npc L_npc + λ_xac L_xac over the batch's noun-phrase concepts.
 
@@ -202,17 +215,17 @@ class C2LIPLoss(LossPart):
     uses_concepts = True
     uses_logit_bias = True
 
-    def __init__(self, mode: str = "span", lambda_npc: float = 1.0, lambda_xac: float = 0.01,
-                 temperature: float | None = None, xac_attention: str = "scaled", caption_concept: bool = False):
+    def __init__(self, options: Options = Options()):
         super().__init__()
-        if mode not in ("span", "separate"):
-            raise UsageError(f"concept mode must be 'span' or 'separate', not {mode!r}")
-        if xac_attention not in XAC_ATTENTION:
-            raise UsageError(f"xac_attention must be one of {', '.join(XAC_ATTENTION)}, not {xac_attention!r}")
-        self.mode, self.xac_attention, self.caption_concept = mode, xac_attention, caption_concept
-        self.lambda_npc, self.lambda_xac = lambda_npc, lambda_xac
-        self.temperature = temperature if temperature is not None else 1.0 if xac_attention == "cosine" else None
-        if mode == "separate":
+        o = options
+        if o.concept_mode not in ("span", "separate"):
+            raise UsageError(f"concept mode must be 'span' or 'separate', not {o.concept_mode!r}")
+        if o.xac_attention not in XAC_ATTENTION:
+            raise UsageError(f"xac_attention must be one of {', '.join(XAC_ATTENTION)}, not {o.xac_attention!r}")
+        self.mode, self.xac_attention, self.caption_concept = o.concept_mode, o.xac_attention, o.caption_concept
+        self.lambda_npc, self.lambda_xac = o.lambda_npc, o.lambda_xac
+        self.temperature = o.xac_temperature if o.xac_temperature is not None else 1.0 if o.xac_attention == "cosine" else None
+        if o.concept_mode == "separate":
             self.needs = frozenset({"visual_tokens"})
 
     def prepare(self, batch, samples, tokenizer):
@@ -258,20 +271,5 @@ class C2LIPLoss(LossPart):
         }
 
 
-@dataclass(frozen=True)
-class Options:
-    concept_mode: str = option("span", "span (pool the caption's own token states over the phrase, the paper's) or separate "
-                                       "(encode each phrase as its own text, the released code's)")
-    lambda_npc: float = option(1.0, "weight of the noun-phrase concept loss L_npc")
-    lambda_xac: float = option(0.01, "weight of the cross-attention concept loss L_xac")
-    xac_attention: str = option("scaled", "scaled: attend with the raw visual tokens at √D (ours); cosine: with L2-normalised "
-                                          "tokens at temperature 1 (the released code's func_attention)")
-    xac_temperature: float | None = option(None, "cross-attention temperature; none: √D (scaled) or 1 (cosine)")
-    caption_concept: bool = option(False, "a caption without a noun phrase is its own concept (the released code's data.py); "
-                                          "false: it adds none (the paper)")
-
-
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
-    o = options
-    return [SigLIPLoss(), C2LIPLoss(o.concept_mode, o.lambda_npc, o.lambda_xac, o.xac_temperature, o.xac_attention,
-                                    o.caption_concept)]
+    return [SigLIPLoss(), C2LIPLoss(options)]

@@ -103,6 +103,15 @@ def sentence_tokens(record: dict[str, Any] | None, span: tuple[int, int]) -> lis
     return [(t, s - start, e - start, tag) for t, s, e, tag in (record or {}).get("pos", ()) if s >= start and e <= end]
 
 
+@dataclass(frozen=True)
+class Options:
+    train_image: bool = option(False, "train the vision tower too (frozen by default, as the paper)")
+    lambda_cont: float = option(0.5, "weight of the contrastive loss over the four positives")
+    lambda_neg: float = option(0.5, "weight of the swapped-negative loss L_S-Neg")
+    lambda_uni: float = option(1.0, "weight of the uni-modal loss between φ(p1) and φ(p2)")
+    uni_distance: str = option("squared", "squared: ‖φ(p1) − φ(p2)‖², the authors' losses.py; l2: ‖φ(p1) − φ(p2)‖")
+
+
 class CLICLoss(LossPart):
     """½ L_Cont + ½ L_S-Neg + L_Uni on concatenated pairs, alternating with plain CLIP steps."""
 
@@ -112,16 +121,16 @@ class CLICLoss(LossPart):
     uses_concepts = True
     alone = True
 
-    def __init__(self, train_image: bool = False, seed: int = 0,
-                 lambda_cont: float = 0.5, lambda_neg: float = 0.5, lambda_uni: float = 1.0, uni_distance: str = "squared"):
+    def __init__(self, options: Options = Options(), seed: int = 0):
         super().__init__()
-        if uni_distance not in UNI_DISTANCES:
-            raise UsageError(f"uni_distance must be one of {', '.join(UNI_DISTANCES)}, not {uni_distance!r}")
-        self.uni_distance = uni_distance
+        o = options
+        if o.uni_distance not in UNI_DISTANCES:
+            raise UsageError(f"uni_distance must be one of {', '.join(UNI_DISTANCES)}, not {o.uni_distance!r}")
+        self.uni_distance = o.uni_distance
         self.seed = seed
-        self.locks_image = not train_image
+        self.locks_image = not o.train_image
         self.step = 0
-        self.lambda_cont, self.lambda_neg, self.lambda_uni = lambda_cont, lambda_neg, lambda_uni
+        self.lambda_cont, self.lambda_neg, self.lambda_uni = o.lambda_cont, o.lambda_neg, o.lambda_uni
 
     def image_transform(self, model):
         return PairViews(model)
@@ -220,15 +229,5 @@ class CLICLoss(LossPart):
         return {"cont": self.lambda_cont * cont, "sneg": self.lambda_neg * sneg, "uni": self.lambda_uni * uni}
 
 
-@dataclass(frozen=True)
-class Options:
-    train_image: bool = option(False, "train the vision tower too (frozen by default, as the paper)")
-    lambda_cont: float = option(0.5, "weight of the contrastive loss over the four positives")
-    lambda_neg: float = option(0.5, "weight of the swapped-negative loss L_S-Neg")
-    lambda_uni: float = option(1.0, "weight of the uni-modal loss between φ(p1) and φ(p2)")
-    uni_distance: str = option("squared", "squared: ‖φ(p1) − φ(p2)‖², the authors' losses.py; l2: ‖φ(p1) − φ(p2)‖")
-
-
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
-    o = options
-    return [CLICLoss(o.train_image, seed, o.lambda_cont, o.lambda_neg, o.lambda_uni, o.uni_distance)]
+    return [CLICLoss(options, seed)]

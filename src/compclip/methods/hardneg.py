@@ -72,6 +72,16 @@ def hard_negative_infonce(
     return clip_loss(image, text, logit_scale, all_image=all_image, all_text=all_text, image_offset=image_offset, extra_i2t=extra)
 
 
+@dataclass(frozen=True)
+class Options:
+    negatives: int = option(1, "hard negatives per image, 1 to 3 (HN1-HN3)")
+    negative_classes: str = option(",".join(CLASSES), "comma-separated keyword classes to permute")
+    object_names: str = option("paper", "object table: paper (Table 6: motorbike, aeroplane, sofa, tv monitor) or coco (COCO's "
+                                        "category names: motorcycle, airplane, couch, tv)")
+    keyword_captions_only: bool = option(False, "train only on captions with a keyword of negative_classes, as the paper's "
+                                                "per-class models (§3.3); the others are skipped by the reader")
+
+
 class HardNegativeLoss(LossPart):
     """The CLIP loss with each image's hard-negative captions as extra image→text columns."""
 
@@ -80,9 +90,9 @@ class HardNegativeLoss(LossPart):
     # negatives stay on their rank: only their own image's row reads them
     outputs: ClassVar[Mapping[str, Output]] = {"negative_features": owned("negative_image", gather=False)}
 
-    def __init__(self, k: int = 1, seed: int = 0, classes: Sequence[str] = CLASSES, objects: str = "paper",
-                 keyword_captions_only: bool = False):
+    def __init__(self, options: Options = Options(), seed: int = 0):
         super().__init__()
+        k, classes, objects = options.negatives, parse_classes(options.negative_classes), options.object_names
         if not 1 <= k <= 3:
             raise UsageError(f"hard negatives per image must be 1 to 3 (HN1-HN3), not {k}")
         unknown = set(classes) - set(CLASSES)
@@ -90,7 +100,7 @@ class HardNegativeLoss(LossPart):
             raise UsageError(f"unknown keyword classes {sorted(unknown) or list(classes)}; choose from {', '.join(CLASSES)}")
         table("object", objects)  # a clear error for an unknown table
         self.k, self.seed, self.classes, self.objects = k, seed, tuple(classes), objects
-        self.keyword_captions_only = keyword_captions_only
+        self.keyword_captions_only = options.keyword_captions_only
 
     def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
         """The caption's negatives; `record` is its concept record when a part of the method reads concepts."""
@@ -131,16 +141,5 @@ def parse_classes(classes: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(c.strip() for c in classes.split(",") if c.strip()) if isinstance(classes, str) else tuple(classes)
 
 
-@dataclass(frozen=True)
-class Options:
-    negatives: int = option(1, "hard negatives per image, 1 to 3 (HN1-HN3)")
-    negative_classes: str = option(",".join(CLASSES), "comma-separated keyword classes to permute")
-    object_names: str = option("paper", "object table: paper (Table 6: motorbike, aeroplane, sofa, tv monitor) or coco (COCO's "
-                                        "category names: motorcycle, airplane, couch, tv)")
-    keyword_captions_only: bool = option(False, "train only on captions with a keyword of negative_classes, as the paper's "
-                                                "per-class models (§3.3); the others are skipped by the reader")
-
-
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
-    o = options
-    return [HardNegativeLoss(o.negatives, seed, parse_classes(o.negative_classes), o.object_names, o.keyword_captions_only)]
+    return [HardNegativeLoss(options, seed)]

@@ -20,6 +20,7 @@ from ..text import sentences
 from .base import LossPart, option, owned
 from .clip import clip_loss
 from .hardneg import HardNegativeLoss
+from .hardneg import Options as HardNegativeOptions
 from .text import caption_rng, recase
 
 Span = tuple[int, int]
@@ -150,7 +151,7 @@ class SwapNegativeLoss(HardNegativeLoss):
 
     def __init__(self, k: int = 1, seed: int = 0, negatives_in: str = "batch", swaps: Sequence[str] = SWAPS[:2],
                  name: str = "negclip", everywhere: bool = False):
-        super().__init__(k, seed)
+        super().__init__(HardNegativeOptions(negatives=k), seed)
         self.name = name
         if negatives_in not in NEGATIVES_IN:
             raise UsageError(f"negatives_in must be one of {', '.join(NEGATIVES_IN)}, not {negatives_in!r}")

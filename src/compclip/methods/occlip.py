@@ -113,6 +113,16 @@ def perturb(edges: list[tuple[str, int, int]], nodes: int, rng) -> list[tuple[in
     return out
 
 
+@dataclass(frozen=True)
+class Options:
+    default_queries: int = option(1, "learned default queries joined to the projected node queries, their slots dropped (the "
+                                     "paper's full model: 1)")
+    lambda_rel: float = option(1.0, "weight of L_rel (swapped and random relation ends); 0 turns it off")
+    module_lr: float = option(2e-4, "learning rate of the binding module, trained from scratch (the paper's)")
+    chunk: int = option(32, "images scored against all graphs at a time (bounds memory)")
+    layer: int = option(-1, "vision block whose patch tokens the module binds (-1: the last; the paper found earlier ones help)")
+
+
 class OCCLIPLoss(LossPart):
     name = "occlip"
     contrastive = True
@@ -122,13 +132,13 @@ class OCCLIPLoss(LossPart):
         "node_features": owned("node_image"), "relation_features": owned("relation_image"), "relation_ends": owned("relation_image"),
     }
 
-    def __init__(self, seed: int = 0, default_queries: int = 1, lambda_rel: float = 1.0, module_lr: float = 2e-4,
-                 chunk: int = 32, layer: int = -1):
+    def __init__(self, options: Options = Options(), seed: int = 0):
         super().__init__()
-        if default_queries < 0 or chunk < 1:
-            raise UsageError(f"occlip: default_queries must be >= 0 and chunk >= 1, not {default_queries} and {chunk}")
-        self.seed, self.default_queries, self.lambda_rel, self.chunk = seed, default_queries, lambda_rel, chunk
-        self.lr, self.visual_layer = module_lr, layer
+        o = options
+        if o.default_queries < 0 or o.chunk < 1:
+            raise UsageError(f"occlip: default_queries must be >= 0 and chunk >= 1, not {o.default_queries} and {o.chunk}")
+        self.seed, self.default_queries, self.lambda_rel, self.chunk = seed, o.default_queries, o.lambda_rel, o.chunk
+        self.lr, self.visual_layer = o.module_lr, o.layer
         self.binding: BindingModule | None = None
 
     def bind(self, model):
@@ -265,16 +275,5 @@ class GraphScorer(DualEncoderScorer):
         return self._over_images(keys, "image tokens", lambda batch: visual_token_embeddings(self.model, batch, self.layer)[1])
 
 
-@dataclass(frozen=True)
-class Options:
-    default_queries: int = option(1, "learned default queries joined to the projected node queries, their slots dropped (the "
-                                     "paper's full model: 1)")
-    lambda_rel: float = option(1.0, "weight of L_rel (swapped and random relation ends); 0 turns it off")
-    module_lr: float = option(2e-4, "learning rate of the binding module, trained from scratch (the paper's)")
-    chunk: int = option(32, "images scored against all graphs at a time (bounds memory)")
-    layer: int = option(-1, "vision block whose patch tokens the module binds (-1: the last; the paper found earlier ones help)")
-
-
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
-    o = options
-    return [OCCLIPLoss(seed, o.default_queries, o.lambda_rel, o.module_lr, o.chunk, o.layer)]
+    return [OCCLIPLoss(options, seed)]

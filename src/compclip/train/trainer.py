@@ -17,7 +17,6 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,102 +26,17 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..data import WebDatasetReader, is_tar_shards, open_reader
-from ..data.skips import MAX_WORKERS
-from ..errors import DataError, MissingFileError, NonFiniteError, UsageError
+from ..errors import DataError, NonFiniteError, UsageError
 from ..io import atomic_path, write_json
 from ..models.checkpoint import MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config
-from ..precision import PRECISIONS, autocast
+from ..precision import autocast
 from ..progress import progress
+from .config import TrainConfig
 from .distributed import DistEnv, init_distributed
 from .run_folder import RunLock, changed_options
 from .step import loss_step
 
 log = logging.getLogger("compclip.train")
-
-
-@dataclass
-class TrainConfig:
-    method: str
-    model: str
-    train_data: str
-    out: str
-    pretrained: str | None = None
-    concepts: str | None = None
-    method_options: dict[str, Any] = field(default_factory=dict)  # the method's declared options (`compclip methods`)
-    image_key: str = "image"
-    caption_key: str = "caption"
-    image_root: str | None = None  # CSV/JSON image paths are relative to this (default: the file's folder)
-    batch_size: int = 32  # per process and micro-batch
-    accum_freq: int = 1
-    steps: int = 1000
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    optimizer: str = "adam"
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    warmup: int = 0
-    schedule: str = "cosine"  # or "const"
-    precision: str = "fp32"  # "amp_bf16", "amp" (fp16 with loss scaling) on GPU
-    grad_checkpointing: bool = False
-    lock_image: bool = False
-    lock_text: bool = False
-    workers: int = 2
-    shuffle: int = 1000  # records in each reader process's shuffle buffer; 0 reads files in order
-    seed: int = 0
-    save_every: int = 500
-    keep: int = 2
-    log_every: int = 1
-    eval_every: int = 0
-    device: str | None = None
-    min_concept_coverage: float = 0.5  # a concept method stops when fewer of the first step's captions have concepts it can use
-    skip_nonfinite: int = 0  # steps with a non-finite loss or gradient skipped (no update) before training stops
-
-    def validate(self) -> None:
-        """Every value checked before a model is built or a file written; errors name the CLI option."""
-        at_least = {"steps": 1, "batch_size": 1, "accum_freq": 1, "save_every": 1, "keep": 1, "log_every": 1,
-                    "warmup": 0, "workers": 0, "shuffle": 0, "eval_every": 0, "skip_nonfinite": 0,
-                    "weight_decay": 0}
-        for name, low in at_least.items():
-            if getattr(self, name) < low:
-                raise UsageError(f"{_flag(name)} must be at least {low}, not {getattr(self, name)}")
-        if self.workers > MAX_WORKERS:
-            raise UsageError(f"--workers must be at most {MAX_WORKERS}, not {self.workers}")
-        if not self.lr > 0 or not self.eps > 0:
-            raise UsageError(f"--lr and --eps must be positive, not {self.lr} and {self.eps}")
-        if not 0 <= self.min_concept_coverage <= 1:
-            raise UsageError(f"--min-concept-coverage must lie in [0, 1], not {self.min_concept_coverage}")
-        if not all(0 <= b < 1 for b in self.betas):
-            raise UsageError(f"--beta1 and --beta2 must lie in [0, 1), not {self.betas[0]} and {self.betas[1]}")
-        for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", PRECISIONS)):
-            if getattr(self, name) not in allowed:
-                raise UsageError(f"{_flag(name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
-        check_device(self.device)
-        out = Path(self.out)
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} is a file; a run writes a folder")
-        for part in [] if is_tar_shards(self.train_data) else self.train_data.split("::"):
-            if not Path(part).is_file():
-                raise MissingFileError(f"--train-data {part}: no such file")
-        for name in ("image_root", "concepts"):
-            if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
-                raise MissingFileError(f"{_flag(name)} {getattr(self, name)}: no such folder")
-
-
-def check_device(device: str | None) -> None:
-    """`--device`: None (a GPU where torch sees one), cpu, or cuda where torch sees one (not a silent fall back to the CPU)."""
-    if device not in (None, "cpu", "cuda"):
-        raise UsageError(f"--device must be cpu or cuda (each process takes its local rank's GPU), not {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: torch sees no GPU here")
-
-
-OPTIMIZERS = ("adam", "adamw", "sgd")
-SCHEDULES = ("cosine", "const")
-
-
-def _flag(field_name: str) -> str:
-    """The command-line option that sets a TrainConfig field."""
-    return {"weight_decay": "--wd"}.get(field_name, "--" + field_name.replace("_", "-"))
 
 
 def _lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:

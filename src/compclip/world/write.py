@@ -23,62 +23,21 @@ import multiprocessing as mp
 import random
 import shutil
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
 from ..eval.sugarcrepe import SPLITS as SC_SPLITS
 from ..eval.sugarcrepe_pp import SPLITS as SCPP_SPLITS
 from ..io import atomic_path, write_json
 from ..progress import progress
 from .captions import holds, long_caption, negatives, pair_statement, short_phrases, single_captions
+from .config import WorldConfig
 from .scene import COLORS, SHAPES, Scene, place, render
 
 SPLIT_CODES = {"train": 1, "val": 2, "test_seen": 3, "test_unseen": 4, "zs_seen": 5, "zs_unseen": 6, "singles": 7}
-
-
-@dataclass(frozen=True)
-class WorldConfig:
-    seed: int = 0
-    n_train: int = 20_000
-    n_val: int = 500
-    n_test: int = 500  # scenes per test split (seen and unseen), plus as many single objects for zero-shot
-    n_singles: int = 0  # single objects of seen pairings with short captions (`singles/`), for a base's curriculum
-    size: int = 224
-    heldout: float = 0.25
-    min_objects: int = 1  # objects per training scene; test scenes have at least 2
-    max_objects: int = 4
-    colors: int = 10  # the first this many of `COLORS`
-    shapes: int = 7  # the first this many of `SHAPES`
-    density: float = 1.0  # probability that a mention carries each attribute (size, colour)
-    completeness: float = 1.0  # fraction of a scene's objects its caption mentions (at least one)
-    saliency: bool = False  # mention only the largest object
-
-    def __post_init__(self) -> None:
-        for name in ("n_train", "n_val", "n_test"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
-        if self.n_singles < 0:
-            raise UsageError(f"--n-singles must be at least 0, not {self.n_singles}")
-        if self.size < 32:
-            raise UsageError(f"--size must be at least 32 pixels (shapes must stay legible), not {self.size}")
-        if not 0 <= self.heldout < 1:
-            raise UsageError(f"--heldout must lie in [0, 1), not {self.heldout}")
-        if not 1 <= self.min_objects <= self.max_objects <= 4 or self.max_objects < 2:
-            raise UsageError(f"objects per scene: need 1 <= min <= max <= 4 and max >= 2, not {self.min_objects}..{self.max_objects}")
-        if not (2 <= self.colors <= len(COLORS) and 2 <= self.shapes <= len(SHAPES)):
-            raise UsageError(f"--colors must lie in 2..{len(COLORS)} and --shapes in 2..{len(SHAPES)}, not {self.colors} and {self.shapes}")
-        for name in ("density", "completeness"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise UsageError(f"--{name} must lie in [0, 1], not {getattr(self, name)}")
-
-    @property
-    def palette(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The colours and shapes this world uses."""
-        return tuple(COLORS)[: self.colors], SHAPES[: self.shapes]
 
 
 def heldout_pairs(seed: int, fraction: float, colors=tuple(COLORS), shapes=SHAPES) -> list[tuple[str, str]]:

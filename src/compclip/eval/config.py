@@ -1,0 +1,46 @@
+"""`EvalConfig`: every option of an evaluation, declared once (name, type, default, help); `compclip eval`'s flags
+are generated from it. Nothing heavy is imported here, so that the command line's help stays instant."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+from ..options import option
+from ..train.config import MODEL_HELP
+
+
+def split_options(items: list[str]) -> dict[str, dict[str, str]]:
+    """`NAME.KEY=VALUE` command-line items as `{NAME: {KEY: VALUE}}`."""
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        head, sep, value = item.partition("=")
+        name, dot, key = head.partition(".")
+        if not sep or not dot or not name.strip() or not key.strip():
+            raise UsageError(f"--bench-opt {item!r}: expected NAME.KEY=VALUE, e.g. vl_checklist.pairs=zip")
+        out.setdefault(name.strip(), {})[key.strip()] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    model: str = option(help=MODEL_HELP)
+    benchmark: str = option(help="Comma-separated benchmarks, NAME or NAME/SPLIT (`compclip benchmarks` lists them).")
+    out: str = option(help="Folder for the <benchmark>.json results.")
+    pretrained: str | None = option(None, "open_clip pretrained tag or weights file for --model.")
+    data_root: str | None = option(None, "Benchmark data root (docs/data.md).  [default: $COMPCLIP_DATA]")
+    ties: str = option("official", "official (each benchmark's own rule: `compclip benchmarks`), strict (a tie is wrong, as "
+                                   "sugar-crepe) or clip_benchmark (argmax: a tie goes to the option listed first), for every benchmark.")
+    bench_options: dict[str, Any] = option(help="NAME.KEY=VALUE, repeatable: a benchmark's option, e.g. vl_checklist.pairs=zip "
+                                                "(`compclip benchmarks`).", flag="--bench-opt", factory=dict, parse=split_options)
+    batch_size: int = option(64, "Images or captions per forward pass.")
+    workers: int = option(2, "DataLoader workers decoding images.")
+    cache: str | None = option(None, "Embedding cache folder, keyed by checkpoint hash and file.")
+    device: str | None = option(None, "cpu, cuda or cuda:N.  [default: cuda where torch sees a GPU, else cpu]")
+    precision: str | None = option(None, "fp32, amp_bf16 or amp (fp16 autocast).  [default: amp on a GPU, as CLIP_benchmark; fp32 "
+                                         "on the CPU]")
+
+    @property
+    def scorer_settings(self) -> dict[str, Any]:
+        """What the scorer takes of these options (its precision is resolved with the device, in `evaluate`)."""
+        return {"batch_size": self.batch_size, "workers": self.workers, "cache_dir": self.cache}

@@ -1,0 +1,101 @@
+"""`TrainConfig`: every option of a run, declared once (name, type, default, help, check); `compclip train`'s flags
+are generated from it. Nothing heavy is imported here, so that the command line's help stays instant."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import MissingFileError, UsageError
+from ..options import flag_of, option
+
+OPTIMIZERS = ("adam", "adamw", "sgd")
+SCHEDULES = ("cosine", "const")
+MODEL_HELP = "open_clip name (e.g. ViT-B-16-SigLIP, compclip-tiny-siglip), hf-hub: id, or compclip checkpoint folder."
+
+
+@dataclass
+class TrainConfig:
+    method: str = option(help="Method, or a '+'-joined combination (c2lip+hardneg); `compclip methods` lists them and their options.")
+    model: str = option(help=MODEL_HELP)
+    train_data: str = option(help="CSV/TSV, webdataset .tar shards (brace patterns), a captions .json, or an image .npy (JSONL "
+                                  "beside it; several joined by :: are interleaved).")
+    out: str = option(help="Run folder: checkpoints, log.jsonl, tensorboard; re-running resumes.")
+    pretrained: str | None = option(None, "open_clip pretrained tag or weights file for --model.")
+    concepts: str | None = option(None, "Concept store from `compclip concepts`, for a method that reads concepts (`compclip methods` "
+                                        "lists the fields each one reads).")
+    method_options: dict[str, Any] = option(help="KEY=VALUE, repeatable: an option of the method, e.g. lambda_npc=2 (`compclip "
+                                                 "methods` lists them).", flag="--method-opt", factory=dict)
+    image_key: str = option("image", "CSV/TSV image column.")
+    caption_key: str = option("caption", "CSV/TSV caption column, webdataset json field, or JSONL field (.npy).")
+    image_root: str | None = option(None, "Folder the CSV/JSON image paths are relative to.  [default: the data file's folder, "
+                                          "or its images/]")
+    batch_size: int = option(32, "Images per process and micro-batch.")
+    accum_freq: int = option(1, "Micro-batches per optimizer step (features cached, open_clip style).")
+    steps: int = option(1000, "Optimizer steps.")
+    lr: float = option(1e-5, "Peak learning rate.")
+    weight_decay: float = option(0.0, "Weight decay (not on gains, biases and logit scale/bias).", flag="--wd")
+    optimizer: str = option("adam", f"{', '.join(OPTIMIZERS)}.")
+    betas: tuple[float, float] = option((0.9, 0.999), "Adam's betas (β1, β2)", flag=("--beta1", "--beta2"))
+    eps: float = option(1e-8, "Adam ε.")
+    warmup: int = option(0, "Linear warm-up steps.")
+    schedule: str = option("cosine", "cosine or const after warm-up.")
+    precision: str = option("fp32", "fp32, amp_bf16 or amp (fp16 with loss scaling).")
+    grad_checkpointing: bool = option(False, "Recompute activations in backward to save memory.")
+    lock_image: bool = option(False, "Freeze the image tower.")
+    lock_text: bool = option(False, "Freeze the text tower.")
+    workers: int = option(2, "DataLoader workers per process.")
+    shuffle: int = option(1000, "Records in each worker's seeded shuffle buffer (new order each epoch); 0 reads in file order.")
+    seed: int = option(0, "Seed of the model's initialisation, data order, augmentation and negatives.")
+    save_every: int = option(500, "Checkpoint every N steps (and at the end).")
+    keep: int = option(2, "Checkpoints to keep.")
+    log_every: int = option(1, "Write log.jsonl and tensorboard every N steps.")
+    eval_every: int = option(0, "Call the run's evaluation hook every N steps (0: never; `train(cfg, eval_hook)` from Python).")
+    device: str | None = option(None, "cpu to stay off the GPU.  [default: each process takes the GPU of its local rank, if any]")
+    min_concept_coverage: float = option(0.5, "A concept method stops when fewer of the first step's captions have concepts it can "
+                                              "use (0 never stops).")
+    skip_nonfinite: int = option(0, "Steps with a NaN or inf loss or gradient skipped (no update) before training stops.")
+
+    def validate(self) -> None:
+        """Every value checked before a model is built or a file written; errors name the CLI option."""
+        from ..data import is_tar_shards
+        from ..data.skips import MAX_WORKERS
+        from ..precision import PRECISIONS
+
+        at_least = {"steps": 1, "batch_size": 1, "accum_freq": 1, "save_every": 1, "keep": 1, "log_every": 1,
+                    "warmup": 0, "workers": 0, "shuffle": 0, "eval_every": 0, "skip_nonfinite": 0,
+                    "weight_decay": 0}
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                raise UsageError(f"{flag_of(TrainConfig, name)} must be at least {low}, not {getattr(self, name)}")
+        if self.workers > MAX_WORKERS:
+            raise UsageError(f"--workers must be at most {MAX_WORKERS}, not {self.workers}")
+        if not self.lr > 0 or not self.eps > 0:
+            raise UsageError(f"--lr and --eps must be positive, not {self.lr} and {self.eps}")
+        if not 0 <= self.min_concept_coverage <= 1:
+            raise UsageError(f"--min-concept-coverage must lie in [0, 1], not {self.min_concept_coverage}")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise UsageError(f"{flag_of(TrainConfig, 'betas')} must lie in [0, 1), not {self.betas[0]} and {self.betas[1]}")
+        for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", PRECISIONS)):
+            if getattr(self, name) not in allowed:
+                raise UsageError(f"{flag_of(TrainConfig, name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        check_device(self.device)
+        out = Path(self.out)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file; a run writes a folder")
+        for part in [] if is_tar_shards(self.train_data) else self.train_data.split("::"):
+            if not Path(part).is_file():
+                raise MissingFileError(f"--train-data {part}: no such file")
+        for name in ("image_root", "concepts"):
+            if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
+                raise MissingFileError(f"{flag_of(TrainConfig, name)} {getattr(self, name)}: no such folder")
+
+
+def check_device(device: str | None) -> None:
+    """`--device`: None (a GPU where torch sees one), cpu, or cuda where torch sees one (not a silent fall back to the CPU)."""
+    if device not in (None, "cpu", "cuda"):
+        raise UsageError(f"--device must be cpu or cuda (each process takes its local rank's GPU), not {device!r}")
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no GPU here")
