@@ -121,6 +121,8 @@ def test_positives_true_negatives_false(world, split):
             assert evaluate(scene, r["caption"]) and not evaluate(scene, r["negative_caption"]), r
             if split == "test_unseen":
                 assert any(f"{c} {s}" in r["caption"] for c, s in held)
+            else:  # nothing in a seen question names a held-out pairing: a text prior cannot pass it
+                assert not any(f"{c} {s}" in r["caption"] + " " + r["negative_caption"] for c, s in held), r
     assert min(counts.values()) > CFG.n_test // 3 and len(counts) == 7
     for file in sorted((world / split / "sugarcrepe_pp").glob("*.json")):
         for r in json.loads(file.read_text()):

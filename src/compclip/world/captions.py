@@ -97,6 +97,11 @@ class Statement:
         out = first if self.rel is None else f"{first} {self.rel} a {self.color2} {self.shape2}"
         return out + (f" and a {self.extra[0]} {self.extra[1]}" if self.extra else "")
 
+    def pairings(self) -> set[tuple[str, str]]:
+        """The colour×shape pairings the statement names."""
+        named = {(self.color1, self.shape1), *([(self.color2, self.shape2)] if self.rel is not None else [])}
+        return named | ({self.extra} if self.extra else set())
+
     def paraphrase(self) -> str:
         """The same claim from the other object's side, in other words and order."""
         if self.rel is None:

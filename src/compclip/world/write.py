@@ -37,6 +37,7 @@ from .captions import holds, long_caption, negatives, pair_statement, short_phra
 from .config import WorldConfig
 from .scene import COLORS, SHAPES, Scene, place, render
 
+FORMAT = 2  # of the benchmark files: 2 keeps the seen split's negatives to seen pairings; a world of another format is made again
 SPLIT_CODES = {"train": 1, "val": 2, "test_seen": 3, "test_unseen": 4, "zs_seen": 5, "zs_unseen": 6, "singles": 7}
 
 
@@ -117,7 +118,9 @@ def _write_csv(path: Path, pairs: list[tuple[str, str]]) -> None:
 
 
 def _benchmarks(root: Path, records: list[dict], held: list[tuple[str, str]], unseen: bool, colors, shapes) -> None:
-    """world-SugarCrepe and world-SugarCrepe++ from the test scenes, each positive true, each negative false."""
+    """world-SugarCrepe and world-SugarCrepe++ from the test scenes, each positive true, each negative false. The seen
+    split's negatives name seen pairings only, so that no text prior about held-out pairings can tell them false."""
+    held = {tuple(p) for p in held}
     sc: dict[str, dict[str, dict]] = {s: {} for s in SC_SPLITS}
     pp: dict[str, list[dict]] = {s: [] for s in SCPP_SPLITS}
     for rec in records:
@@ -132,6 +135,8 @@ def _benchmarks(root: Path, records: list[dict], held: list[tuple[str, str]], un
             raise RuntimeError(f"test scene {rec['index']}: the positive caption {pos.text()!r} does not hold in its scene")
         filename = f"test_{'unseen' if unseen else 'seen'}_{rec['index']:06d}.png"
         for split, neg in negatives(scene, first, second, rng, shapes, colors).items():
+            if not unseen and neg.pairings() & held:  # a text prior ("an unknown pairing is false") would pass it unseen
+                continue
             sc[split][str(len(sc[split]))] = {"filename": filename, "caption": pos.text(), "negative_caption": neg.text()}
             if split in pp:
                 pp[split].append({"id": len(pp[split]), "filename": filename, "caption": pos.text(),
@@ -161,7 +166,8 @@ def generate(out: str | Path, cfg: WorldConfig = WorldConfig(), workers: int = 2
     """Write the world to `out`; a folder made with the same settings is reused as it is."""
     out = Path(out)
     manifest = out / "manifest.json"
-    if manifest.is_file() and json.loads(manifest.read_text()).get("config") == asdict(cfg):
+    made = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    if made.get("config") == asdict(cfg) and made.get("format") == FORMAT:
         return out
     held = heldout_pairs(cfg.seed, cfg.heldout, *cfg.palette)
     pool = mp.get_context("fork").Pool(workers) if workers > 1 else None
@@ -185,5 +191,5 @@ def generate(out: str | Path, cfg: WorldConfig = WorldConfig(), workers: int = 2
     finally:
         if pool is not None:
             pool.terminate()
-    write_json(manifest, {"config": asdict(cfg), "heldout": held})
+    write_json(manifest, {"config": asdict(cfg), "heldout": held, "format": FORMAT})
     return out
