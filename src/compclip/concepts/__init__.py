@@ -2,21 +2,15 @@
 
 `ConceptConfig` (the declaration `compclip concepts` is generated from) imports nothing heavy; the rest loads spaCy
 on first use of any other name here."""
-from importlib import import_module
-
+from ..lazy import lazy_names
 from .config import ConceptConfig
 
-_LAZY = {"build_store": ".build", "parse_part": ".build", "iter_captions": ".inputs", "WHAT": ".pipeline", "extract": ".pipeline",
-         "load_nlp": ".pipeline", "parse_what": ".pipeline", "pipeline_id": ".pipeline", "SampleConcepts": ".shards",
-         "shards_with_concepts": ".shards", "ConceptStore": ".store",
-         **dict.fromkeys(("COCO_OBJECTS", "COLORS", "KEYWORDS", "LOCATION_SWAPS", "SIZE_SWAPS", "find_keywords"), ".keywords")}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = lazy_names(__name__, {
+    "build_store": ".build", "parse_part": ".build", "iter_captions": ".inputs", "WHAT": ".pipeline", "extract": ".pipeline",
+    "load_nlp": ".pipeline", "parse_what": ".pipeline", "pipeline_id": ".pipeline", "SampleConcepts": ".shards",
+    "shards_with_concepts": ".shards", "ConceptStore": ".store",
+    **dict.fromkeys(("COCO_OBJECTS", "COLORS", "KEYWORDS", "LOCATION_SWAPS", "SIZE_SWAPS", "find_keywords"), ".keywords"),
+})
 
 __all__ = [
     "COCO_OBJECTS",

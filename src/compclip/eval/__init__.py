@@ -4,20 +4,12 @@ Importing the benchmark modules registers them (`base.REGISTRY`), timm-style. `E
 `compclip eval` is generated from) imports nothing heavy; the rest loads on first use of any other name here
 (submodules such as `protocols` import as usual).
 """
-from importlib import import_module
-
+from ..lazy import lazy_names
 from .config import EvalConfig
 
-_LAZY = {"REGISTRY": ".base", "Benchmark": ".base", "register": ".base", "build_report": ".report", "evaluate": ".run",
-         "DualEncoderScorer": ".scorer", "Scorer": ".scorer", "load_scorer": ".scorer"}
-
-
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import_module(".run", __name__)  # the harness: it registers every benchmark
-    return getattr(import_module(_LAZY[name], __name__), name)
-
+__getattr__ = lazy_names(__name__, {"REGISTRY": ".base", "Benchmark": ".base", "register": ".base", "build_report": ".report",
+                                     "evaluate": ".run", "DualEncoderScorer": ".scorer", "Scorer": ".scorer", "load_scorer": ".scorer"},
+                         first=".run")  # the harness first: importing it registers every benchmark
 
 __all__ = ["REGISTRY", "Benchmark", "DualEncoderScorer", "EvalConfig", "Scorer", "build_report", "evaluate", "load_scorer",
            "register"]

@@ -2,18 +2,12 @@
 
 `WorldConfig` (the declaration `compclip world generate` is generated from), scenes and captions import nothing
 heavy; the generator loads the benchmarks' modules on first use."""
-from importlib import import_module
-
+from ..lazy import lazy_names
 from .captions import Statement, holds, long_caption, negatives, pair_statement, short_phrases
 from .config import WorldConfig
 from .scene import COLORS, SHAPES, SIZES, Obj, Scene, next_to, place, relation, render
 
-
-def __getattr__(name: str):
-    if name in ("generate", "heldout_pairs"):
-        return getattr(import_module(".write", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = lazy_names(__name__, {"generate": ".write", "heldout_pairs": ".write"})
 
 __all__ = [
     "COLORS", "SHAPES", "SIZES", "Obj", "Scene", "Statement", "WorldConfig", "generate", "heldout_pairs",

@@ -1,0 +1,20 @@
+"""A package's heavy names loaded on first use (PEP 562), so that its light declarations import alone."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import import_module
+from typing import Any
+
+
+def lazy_names(package: str, where: dict[str, str], first: str | None = None) -> Callable[[str], Any]:
+    """A module `__getattr__` for `package` that imports `where[name]` (a submodule, relative) when `name` is first read,
+    after `first` when one is given (a submodule whose import registers what the names serve)."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        if first is not None:
+            import_module(first, package)
+        return getattr(import_module(where[name], package), name)
+
+    return __getattr__
