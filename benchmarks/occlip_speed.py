@@ -1,8 +1,9 @@
 """OC-CLIP's cost: a training step against a CLIP step on the same backbone and batch, and scoring throughput.
 
-    python benchmarks/occlip_speed.py [--model compclip-tiny-siglip-conv] [--batch 128] [--train-only]
+    python benchmarks/occlip_speed.py [--model compclip-tiny-siglip-conv] [--batch 128] [--train-only] [--world KEY=VALUE ...]
 
-Data: the binding world at 64 px (1,000 test scenes, generated under --root). Training: one
+Data: the demo's binding world (`compclip.demo.world_config`, 1,000 test scenes, generated under --root; `--world` changes
+a setting as `compclip demo --world` does). Training: one
 collated batch of training scenes held in memory, then --steps optimizer steps of each method
 (forward, backward, AdamW), median step time; then OC-CLIP's step taken apart (`occlip_parts`). Scoring: `GraphScorer` (OC-CLIP) and
 `DualEncoderScorer` (the same model as CLIP) on SugarCrepe-style pairs (each test scene with its
@@ -23,14 +24,15 @@ import torch
 from PIL import Image
 
 from compclip.concepts import extract
+from compclip.demo import MODEL, world_config, world_options
 from compclip.eval import DualEncoderScorer
 from compclip.methods import build_method
 from compclip.methods.occlip import GraphScorer
 from compclip.models import load_model, train_preprocess
-from compclip.models.tokens import visual_token_embeddings
+from compclip.models.tokens import encode_short_texts, visual_token_embeddings
 from compclip.train import DistEnv, loss_step
 from compclip.train.trainer import _TrainModule
-from compclip.world import WorldConfig, generate
+from compclip.world import generate
 
 
 def step_seconds(method_name: str, model_name: str, images: torch.Tensor, captions: list[str], records: dict, steps: int) -> float:
@@ -85,7 +87,7 @@ def occlip_parts(model_name: str, images: torch.Tensor, captions: list[str], rec
     parts = {
         "image_tower": backward_of(lambda: visual_token_embeddings(model, batch["image"], -1)[1]),
         "text_tower_captions": backward_of(lambda: model.encode_text(batch["text"])),
-        "text_tower_graph_texts": backward_of(lambda: model.encode_text(batch["graph_text"])),
+        "text_tower_graph_texts": backward_of(lambda: encode_short_texts(model, batch["graph_text"])),
         "binding_module_loss": backward_of(module_loss),
         "optimizer_update": optimizer.step,
     }
@@ -102,13 +104,15 @@ def timed(fn) -> tuple[float, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="compclip-tiny-siglip-conv", help="the demo's model by default")
+    parser.add_argument("--model", default=MODEL, help="the demo's model by default")
     parser.add_argument("--train-only", action="store_true", help="time the training step and its parts, not the scorers")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--root", default="/tmp/compclip-occlip-speed")
+    parser.add_argument("--world", action="append", default=[], metavar="KEY=VALUE", help="a world setting other than the demo's")
     args = parser.parse_args()
-    world = generate(Path(args.root) / "world", WorldConfig(seed=0, n_train=args.batch, n_val=1, n_test=1000, size=64), workers=2)
+    settings = world_options(dict(kv.split("=", 1) for kv in args.world))
+    world = generate(Path(args.root) / "world", world_config(settings, 0, args.batch, 1000), workers=2)
     scenes = [json.loads(line) for line in (world / "train" / "scenes.jsonl").read_text().splitlines()]
     captions = [s["caption"] for s in scenes]
     records = {r["caption"]: r for r in extract(captions, "graph")}

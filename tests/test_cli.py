@@ -56,18 +56,26 @@ def test_the_study_is_one_flag(capsys):
 
     given = inspect.signature(demo).parameters  # the command line's defaults are the ones --study compares against
     assert (given["methods"].default.default, given["seeds"].default.default) == (METHODS, SEEDS)
-    assert study_protocol("siglip,c2lip", "0,1,2", None) == (STUDY["methods"], "0,1,2", "0,1,2")
+    assert study_protocol(METHODS, SEEDS, None) == (STUDY["methods"], "0,1,2", "0,1,2")
     assert {"hardneg", "clic", "occlip", "attswap"} <= set(STUDY["methods"].split(","))
     code, _, err = run_main(capsys, "demo", "--study", "--seeds", "4")
     assert code == 2 and err.strip() == "error: --study sets the methods, seeds and worlds itself: drop --seeds"
 
 
-def test_the_demo_reads_its_positive_control():
-    from compclip.demo import control_reading
+def test_the_demo_reads_its_table_in_one_line():
+    from compclip.demo import reading
 
-    assert control_reading([49.0, 49.4]).startswith("The positive control (attswap) does not bind: 49.2 % seen swap-attribute")
-    assert "cannot show binding" in control_reading([79.9])
-    assert control_reading([80.0, 90.0]).startswith("The positive control (attswap) binds the pairings it saw: 85.0 %")
+    def table(control, siglip):
+        row = lambda swap, shape: {"seen": {"SC swap-att": swap, "ZS shape": shape}, "unseen": {"SC swap-att": [40.0] * len(swap)}}  # noqa: E731
+        return {"base": row([50.0], [98.0]), "siglip-ft": row(siglip, [90.0, 91.0]), "attswap-ft": row(control, [70.0, 72.0])}
+
+    said = reading(table([80.0, 90.0], [55.0, 56.0]))
+    assert said.startswith("The positive control (attswap) binds the pairings it saw: 85.0 % seen swap-attribute (chance 50; unseen 40.0)")
+    assert "whether that method binds: base 50.0, siglip-ft 55.5." in said
+    assert said.endswith("What it costs, zero-shot shape (seen): base 98.0, siglip-ft 90.5, attswap-ft 71.0.")
+    assert "\n" not in said
+    assert reading(table([49.0, 49.4], [50.0, 51.0])).startswith("The positive control (attswap) does not bind: 49.2 % seen swap-attribute")
+    assert "cannot show binding" in reading(table([79.9, 79.9], [50.0, 51.0]))
 
 
 def test_export_writes_a_file_open_clip_loads(tmp_path):
@@ -112,7 +120,7 @@ def test_demo_runs_end_to_end(tmp_path):
     # 3 base steps over the curriculum's 600 / 1,800 / 1,000 shares (at least 1 each): shapes, single objects, scenes and singles
     shapes, singles, base = train_args("base-shapes", 1), train_args("base-singles", 2), train_args("base", 1)
     world = tmp_path / "demo" / "world"
-    assert shapes["model"] == "compclip-tiny-siglip-conv"
+    assert shapes["model"] == "compclip-tiny-world"
     assert shapes["caption_key"] == "shape_caption" and singles["caption_key"] == base["caption_key"] == "caption"
     assert shapes["train_data"] == singles["train_data"] == str(world / "singles" / "images.npy")
     assert base["train_data"] == f"{world / 'train' / 'images.npy'}::{world / 'singles' / 'images.npy'}"

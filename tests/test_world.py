@@ -8,6 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
+from compclip.errors import UsageError
 from compclip.world import COLORS, SHAPES, Scene, WorldConfig, generate, relation, render
 
 CFG = WorldConfig(seed=3, n_train=300, n_val=40, n_test=60, n_singles=90, size=64)
@@ -289,3 +290,24 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["binding_curve_completeness.png", "sweep.json"]
     with pytest.raises(UsageError, match="its world was made with other settings"):
         compare_methods(tmp_path / "a" / "completeness-1", "siglip", 200, 30, 2, 2, 16, "4", 2, {"completeness": 0.5, "seed": 7})
+
+
+def test_statements_caption_scenes_in_the_tests_own_form(tmp_path):
+    """`statements`: that share of scenes is captioned by one true statement about two of its objects, phrased as the
+    benchmarks phrase theirs; the images, and every other caption, stay as they were without it."""
+    plain = WorldConfig(seed=2, n_train=200, n_val=4, n_test=8, size=32, min_objects=1, max_objects=3)
+    without = generate(tmp_path / "plain", plain, workers=1)
+    half = generate(tmp_path / "half", WorldConfig(**{**plain.__dict__, "statements": 0.5}), workers=1)
+    assert (without / "train" / "images.npy").read_bytes() == (half / "train" / "images.npy").read_bytes()
+    short = 0
+    for before, after in zip(scenes(without / "train"), scenes(half / "train"), strict=True):
+        scene = Scene.from_dict(after["scene"])
+        if after["caption"] == before["caption"]:
+            continue
+        short += 1
+        assert len(scene.objects) >= 2 and evaluate(scene, after["caption"]), after
+        assert re.fullmatch(rf"a (\w+) (\w+) ({RELS}) a (\w+) (\w+)", after["caption"]), after["caption"]
+    several = sum(len(r["scene"]["objects"]) >= 2 for r in scenes(without / "train"))
+    assert 0.35 * several < short < 0.65 * several
+    with pytest.raises(UsageError, match="statements"):
+        WorldConfig(statements=1.5)

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..errors import UsageError
 from ..models.factory import LazyTokenizer
-from ..models.tokens import visual_token_embeddings
+from ..models.tokens import encode_short_texts, visual_token_embeddings
 from .base import LossPart, Output, option, owned, sigmoid_pairs_loss
 from .siglip import SigLIPLoss
 
@@ -255,7 +255,7 @@ class C2LIPLoss(LossPart):
             pooled = span_embeddings(out["text_states"], batch["concept_image"], batch["concept_span"])
             concepts = out["text_project"](pooled)
         else:
-            concepts = model.encode_text(batch["concept_text"])
+            concepts = encode_short_texts(model, batch["concept_text"])
         out["concept_features"] = F.normalize(concepts, dim=-1)
         out["concept_image"] = batch["concept_image"]
 

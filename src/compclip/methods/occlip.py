@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UsageError
-from ..models.tokens import check_layer, visual_token_embeddings
+from ..models.tokens import check_layer, encode_short_texts, visual_token_embeddings
 from ..scoring import DualEncoderScorer, Scorer
 from .base import LossPart, Output, option, owned
 from .text import caption_rng
@@ -170,7 +170,7 @@ class OCCLIPLoss(LossPart):
         batch["relation_ends"] = long(ends).reshape(-1, ENDS)
 
     def extend(self, model, batch, out):
-        embedded = model.encode_text(batch["graph_text"]) if batch["graph_text"].shape[0] else out["text_features"][:0]
+        embedded = encode_short_texts(model, batch["graph_text"]) if batch["graph_text"].shape[0] else out["text_features"][:0]
         embedded = F.normalize(embedded, dim=-1)
         out["node_features"], out["node_image"] = embedded[batch["node_text"]], batch["node_image"]
         out["relation_features"], out["relation_image"] = embedded[batch["relation_text"]], batch["relation_image"]

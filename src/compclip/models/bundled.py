@@ -3,8 +3,12 @@
 They mirror the real architectures at toy size so that everything runs offline in seconds:
 `compclip-tiny-clip` is an open_clip ViT with a class token, `compclip-tiny-siglip` a timm
 ViT with SigLIP's attention-pool (`map`) head and sigmoid logit bias, and `compclip-tiny-siglip-conv`
-the same with a convolutional stem in place of the linear patch embedding (the binding world's demo
-model: at this size a linear 8×8 patch embedding does not learn shape, `docs/benchmarks.md`). These use
+the same with a convolutional stem in place of the linear patch embedding (at this size a linear 8×8
+patch embedding does not learn shape, `docs/benchmarks.md`). `compclip-tiny-world`, the binding world's
+demo model, has that image tower and CLIP's text tower (causal mask, pooled at the end-of-text token) of
+context 40: SigLIP's bidirectional tower pooled at the last position reads a short statement through 50
+padding positions, and at this size, fine-tuned on such statements, did not tell "a red square above a blue
+star" from its swap (docs/results.md). These use
 the CLIP BPE tokenizer, which open_clip ships. `compclip-tiny-siglip-hf` tokenizes as the SigLIP models
 do, through open_clip's `HFTokenizer` with `clean="canonicalize"` (lower case, punctuation removed), over a
 small WordPiece vocabulary built here on first use (SigLIP's own tokenizer lives on the hub).

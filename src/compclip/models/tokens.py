@@ -130,6 +130,12 @@ def short_text_encoder(model: torch.nn.Module) -> Callable[[torch.Tensor], torch
     return encode
 
 
+def encode_short_texts(model: torch.nn.Module, text: torch.Tensor) -> torch.Tensor:
+    """`model.encode_text(text)`, cut after the longest text where cutting cannot change it (`short_text_encoder`):
+    noun phrases and graph nodes of a few tokens then cost a few positions, not the whole context."""
+    return (short_text_encoder(model) or model.encode_text)(text)
+
+
 def _forward_with_tokens(tower: torch.nn.Module, x: torch.Tensor):
     """Run an open_clip tower with `output_tokens` switched on for this call only."""
     was = tower.output_tokens

@@ -24,6 +24,8 @@ class WorldConfig:
     density: float = option(1.0, "Attribute density: chance that a mention names each attribute (size, colour).")
     completeness: float = option(1.0, "Caption completeness: fraction of a scene's objects its caption mentions (at least one).")
     saliency: bool = option(False, "Saliency bias: captions mention only the largest object.")
+    statements: float = option(0.0, "Fraction of scenes of two objects or more captioned by one statement about two of them, in the "
+                                    "test's own form ('a red square above a blue star'), instead of a long description.")
 
     def __post_init__(self) -> None:
         for name in ("n_train", "n_val", "n_test"):
@@ -39,7 +41,7 @@ class WorldConfig:
             raise UsageError(f"objects per scene: need 1 <= min <= max <= 4 and max >= 2, not {self.min_objects}..{self.max_objects}")
         if not (2 <= self.colors <= len(COLORS) and 2 <= self.shapes <= len(SHAPES)):
             raise UsageError(f"--colors must lie in 2..{len(COLORS)} and --shapes in 2..{len(SHAPES)}, not {self.colors} and {self.shapes}")
-        for name in ("density", "completeness"):
+        for name in ("density", "completeness", "statements"):
             if not 0 <= getattr(self, name) <= 1:
                 raise UsageError(f"--{name} must lie in [0, 1], not {getattr(self, name)}")
 

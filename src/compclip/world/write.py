@@ -76,9 +76,19 @@ def _work(task: tuple[WorldConfig, str, int, str | None, list]) -> tuple[dict[st
     if split == "singles":
         record = {"index": index, "scene": scene.to_dict(), **single_captions(scene, index)}
     else:
-        caption = long_caption(scene, random.Random(scene.seed + 1), cfg.density, cfg.completeness, cfg.saliency)
+        caption = caption_of(scene, cfg)
         record = {"index": index, "scene": scene.to_dict(), "caption": caption, "phrases": short_phrases(scene)}
     return record, None if path is not None else image.tobytes()
+
+
+def caption_of(scene: Scene, cfg: WorldConfig) -> str:
+    """A scene's caption: with chance `cfg.statements` (when it has two objects or more) a statement about two of them
+    as the benchmarks phrase theirs, else its long description. Each draw has its own generator, so that no setting
+    moves another's draws."""
+    pick = random.Random(scene.seed + 3)
+    if len(scene.objects) >= 2 and pick.random() < cfg.statements:
+        return pair_statement(*pick.sample(list(scene.objects), 2)).text()
+    return long_caption(scene, random.Random(scene.seed + 1), cfg.density, cfg.completeness, cfg.saliency)
 
 
 def _render_all(cfg: WorldConfig, split: str, n: int, folder: Path, held, pool) -> list[dict[str, Any]]:
