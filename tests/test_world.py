@@ -1,5 +1,6 @@
 """The binding world: deterministic, every caption true of its image, every negative false,
 held-out pairings absent from training, and every benchmark file readable by the harness."""
+import dataclasses
 import json
 import re
 
@@ -297,7 +298,7 @@ def test_statements_caption_scenes_in_the_tests_own_form(tmp_path):
     benchmarks phrase theirs; the images, and every other caption, stay as they were without it."""
     plain = WorldConfig(seed=2, n_train=200, n_val=4, n_test=8, size=32, min_objects=1, max_objects=3)
     without = generate(tmp_path / "plain", plain, workers=1)
-    half = generate(tmp_path / "half", WorldConfig(**{**plain.__dict__, "statements": 0.5}), workers=1)
+    half = generate(tmp_path / "half", dataclasses.replace(plain, statements=0.5), workers=1)
     assert (without / "train" / "images.npy").read_bytes() == (half / "train" / "images.npy").read_bytes()
     short = 0
     for before, after in zip(scenes(without / "train"), scenes(half / "train"), strict=True):
