@@ -315,3 +315,14 @@ def test_a_caption_without_a_noun_phrase_is_its_own_concept_when_asked():
     assert torch.equal(batch["concept_text"][4], tokenizer(["something nice"])[0])  # separate: the whole caption as its own text
     with pytest.raises(ValueError, match="xac_attention must be one of scaled, cosine"):
         build_method("c2lip", concepts=concept_store(CAPTIONS), xac_attention="uniform")
+
+
+def test_training_encodes_captions_cut_after_the_longest_as_encode_text_would():
+    """Every method's forward reads the captions through `encode_short_texts`: on a causal tower the features equal
+    `encode_text` over the whole context, also where the batch's captions differ in length."""
+    model, _, tokenizer = load_model("compclip-tiny-clip")
+    captions = ["a star", "a small red square to the left of a large blue circle in a photo"]
+    text = tokenizer(captions)
+    out = build_method("siglip").outputs(model, {"image": torch.zeros(2, 3, 64, 64), "text": text})
+    assert int(text.argmax(-1).max()) + 1 < text.shape[1]  # the cut is real
+    assert torch.allclose(out["text_features"], F.normalize(model.encode_text(text), dim=-1), atol=1e-5)

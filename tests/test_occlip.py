@@ -156,6 +156,7 @@ def test_losses_equal_brute_force_and_captions_without_nodes_train_on_nothing():
     samples = [{"image": torch.randn(3, 64, 64), "caption": c} for c in captions]
     batch = method.collate(samples, tokenizer)
     out = method.outputs(model, batch)
+    assert "text_features" not in out  # S reads graph texts: the captions themselves never pass the text tower
     terms = method(out)
     part = method.parts[0]
     with torch.no_grad():

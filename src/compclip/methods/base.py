@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UsageError
-from ..models.tokens import text_token_states, visual_token_embeddings
+from ..models.tokens import encode_short_texts, text_token_states, visual_token_embeddings
 from ..options import NoOptions, option  # noqa: F401  (re-exported: methods declare options with them)
 from ..options import make_options as _make_options
 
@@ -67,6 +67,7 @@ class LossPart(nn.Module):
     visual_layer = -1  # the vision block whose patch tokens "visual_tokens" maps (negative: from the last)
     uses_concepts = False  # reads concept records: the batch transform finds them in batch["concepts"], one per caption (or None)
     uses_logit_bias = False  # a sigmoid loss; otherwise the trainer freezes an unused logit bias (DDP needs every parameter used)
+    reads_captions = True  # reads the captions' own features (`text_features`); OC-CLIP encodes graph texts only
     locks_image = False  # trains with the image tower frozen
     alone = False  # changes the inputs themselves (CLIC's image pairs): no other part may see them
     # A part may own modules (nn.Module attributes, made in `bind`), used in its loss terms (`forward`): the optimizer
@@ -137,6 +138,7 @@ class Method(nn.Module):
         self.output_kinds = {**BASE_OUTPUTS, **{k: v for p in kept for k, v in p.outputs.items()}}
         self.locks_image = any(p.locks_image for p in kept)
         self.uses_logit_bias = any(p.uses_logit_bias for p in kept)
+        self.reads_captions = any(p.reads_captions for p in kept)
         self.uses_concepts = any(p.uses_concepts for p in kept)
         self.concepts = concepts
         self._missing = 0  # captions without a concept record, counted per process
@@ -221,9 +223,9 @@ class Method(nn.Module):
         out["image_features"] = F.normalize(pooled, dim=-1)
         if "text_states" in self.needs:
             text_pooled, out["text_states"], out["text_project"] = text_token_states(model, batch["text"])
-        else:
-            text_pooled = model.encode_text(batch["text"])
-        out["text_features"] = F.normalize(text_pooled, dim=-1)
+            out["text_features"] = F.normalize(text_pooled, dim=-1)
+        elif self.reads_captions:  # cut after the batch's longest caption where that cannot change a feature (a causal tower)
+            out["text_features"] = F.normalize(encode_short_texts(model, batch["text"]), dim=-1)
         out["logit_scale"] = model.logit_scale.exp()
         out["logit_bias"] = model.logit_bias
         for part in self.parts:

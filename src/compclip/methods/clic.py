@@ -24,6 +24,7 @@ from torchvision import transforms as T
 
 from ..errors import UsageError
 from ..models.factory import train_preprocess
+from ..models.tokens import encode_short_texts
 from ..text import sentences
 from .base import ROWS, LossPart, Output, option, owned
 from .clip import clip_loss
@@ -202,7 +203,7 @@ class CLICLoss(LossPart):
         if not self.pair_step():
             return
         more = batch["positive_text"][:, 1:]
-        features = model.encode_text(torch.cat([more.reshape(-1, more.shape[-1]), batch["negative_text"]]))
+        features = encode_short_texts(model, torch.cat([more.reshape(-1, more.shape[-1]), batch["negative_text"]]))
         features = F.normalize(features, dim=-1)
         n = more.shape[0] * more.shape[1]
         out["positive_features"] = features[:n].view(more.shape[0], more.shape[1], -1)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ..concepts.keywords import KEYWORDS, find_keywords, replacements, table, with_case_of
 from ..errors import UsageError
+from ..models.tokens import encode_short_texts
 from .base import LossPart, Output, option, owned
 from .clip import clip_loss
 from .text import caption_rng
@@ -123,7 +124,7 @@ class HardNegativeLoss(LossPart):
 
     def extend(self, model, batch, out):
         texts = batch["negative_text"]
-        features = model.encode_text(texts) if texts.shape[0] else out["text_features"][:0]
+        features = encode_short_texts(model, texts) if texts.shape[0] else out["text_features"][:0]
         out["negative_features"] = F.normalize(features, dim=-1)
         out["negative_image"] = batch["negative_image"]
 

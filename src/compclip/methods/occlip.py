@@ -128,6 +128,7 @@ class OCCLIPLoss(LossPart):
     contrastive = True
     needs = frozenset({"visual_tokens"})
     uses_concepts = True
+    reads_captions = False  # S reads the graph's node and relation texts, never the whole caption
     outputs: ClassVar[Mapping[str, Output]] = {
         "node_features": owned("node_image"), "relation_features": owned("relation_image"), "relation_ends": owned("relation_image"),
     }
@@ -170,7 +171,7 @@ class OCCLIPLoss(LossPart):
         batch["relation_ends"] = long(ends).reshape(-1, ENDS)
 
     def extend(self, model, batch, out):
-        embedded = encode_short_texts(model, batch["graph_text"]) if batch["graph_text"].shape[0] else out["text_features"][:0]
+        embedded = encode_short_texts(model, batch["graph_text"]) if batch["graph_text"].shape[0] else out["image_features"][:0]
         embedded = F.normalize(embedded, dim=-1)
         out["node_features"], out["node_image"] = embedded[batch["node_text"]], batch["node_image"]
         out["relation_features"], out["relation_image"] = embedded[batch["relation_text"]], batch["relation_image"]
@@ -196,8 +197,8 @@ class OCCLIPLoss(LossPart):
         place = torch.cumsum(has.long(), 0) - 1  # each live graph's index among the live ones
         rows = place[mine[has[mine]]]
         itc = F.cross_entropy(logits[rows], rows, reduction="sum") + F.cross_entropy(logits.T[rows], rows, reduction="sum")
-        # the pooled features take no part (S reads patch tokens), but DDP wants every trained parameter in the graph
-        unused = 0 * (out["image_features"].sum() + out["text_features"].sum())
+        # the pooled image features take no part (S reads patch tokens), but DDP wants every trained parameter in the graph
+        unused = 0 * out["image_features"].sum()
         graphs = has.sum().clamp_min(1)  # the paper sums both terms over the batch: one count divides both
         terms = {"itc": itc / graphs + unused}
         if self.lambda_rel:
