@@ -111,7 +111,7 @@ def run_demo(cfg: DemoConfig = DemoConfig()) -> dict[str, dict[str, dict[str, li
     methods, seeds, world_seeds = study_protocol(cfg.methods, cfg.seeds, cfg.world_seeds) if cfg.study else (cfg.methods, cfg.seeds,
                                                                                                               cfg.world_seeds)
     out, n_test, world = Path(cfg.out), cfg.n_test, world_options(cfg.world)
-    console, start = Console(), time.time()
+    console, start = log_console(), time.time()
     draws = world_draws(out, world_seeds, seeds, world)
     by_world, runs, folders = {}, {}, []
     for w, folder in draws.items():
@@ -135,7 +135,10 @@ def run_demo(cfg: DemoConfig = DemoConfig()) -> dict[str, dict[str, dict[str, li
     if len(draws) > 1:
         for w, world_numbers in by_world.items():
             markdown += "\n" + seed_table(world_numbers, f"world {w} alone: mean ± 95 % interval over seeds {seeds}")[1]
-    console.print(table)
+    if console.is_terminal:
+        console.print(table)
+    else:  # a log: rich would draw the table 80 columns wide there, every cell cut to "sig…"
+        console.print(markdown, markup=False, highlight=False)
     if CONTROL in numbers:
         said = reading(numbers)
         markdown += f"\n{said}\n"
@@ -236,6 +239,11 @@ def world_config(world: dict[str, Any] | None, seed: int, n_train: int, n_test: 
                           "n_test": n_test, "size": 64})
 
 
+def log_console() -> Console:
+    """The demo's console; lines are not wrapped at 80 columns where it writes to a log."""
+    return Console(soft_wrap=True)
+
+
 def compare_methods(
     out: Path, methods: str, n_train: int, n_test: int, pretrain_steps: int, steps: int, batch_size: int, seeds: str, workers: int,
     world: dict[str, Any] | None = None, splits: tuple[str, ...] = SPLITS, console: Console | None = None, device: str | None = None,
@@ -260,7 +268,7 @@ def compare_methods(
     unknown = [m for m in methods.split(",") for part in m.split("+") if part not in list_methods()]
     if unknown:
         raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(list_methods())}")
-    console = console or Console()
+    console = console or log_console()
     cfg = world_config(world, seed, n_train, n_test)
     if cfg.n_singles < 1:
         raise UsageError("the base pretrains on the world's single objects: --world n_singles must be at least 1")

@@ -32,11 +32,13 @@ def is_quiet() -> bool:
 
 
 LINE_EVERY = 60.0  # seconds between progress lines where stderr is not a terminal
+QUIET_UNDER = 10.0  # seconds: there, a bar done sooner prints nothing (the stage that ran it says what was done)
 
 
 def progress(iterable: Iterable[T], desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:
     """A tqdm bar unless `--quiet`; rates show in `unit`/s. Where stderr is a file or a pipe (a log, a batch job), a
-    bar's every redraw would be one more line of it: there, one line a minute and one at the end."""
+    bar's every redraw would be one more line of it: there, one line a minute and one at the end, none for a bar
+    done within `QUIET_UNDER` seconds (an evaluation's dozens of short bars would fill the log)."""
     if _QUIET:
         return iter(iterable)
     if sys.stderr.isatty():
@@ -46,10 +48,11 @@ def progress(iterable: Iterable[T], desc: str, total: int | None = None, unit: s
 
 def _lines(iterable: Iterable[T], desc: str, total: int | None, unit: str) -> Iterator[T]:
     start = last = time.monotonic()
-    done = 0
+    done = shown = 0
     for done, item in enumerate(iterable, 1):
         yield item
         if time.monotonic() - last >= LINE_EVERY:
-            last = time.monotonic()
+            last, shown = time.monotonic(), done
             print(tqdm.format_meter(done, total, last - start, prefix=desc, unit=unit), file=sys.stderr, flush=True)
-    print(tqdm.format_meter(done, total, time.monotonic() - start, prefix=desc, unit=unit), file=sys.stderr, flush=True)
+    if done != shown and time.monotonic() - start >= QUIET_UNDER:
+        print(tqdm.format_meter(done, total, time.monotonic() - start, prefix=desc, unit=unit), file=sys.stderr, flush=True)

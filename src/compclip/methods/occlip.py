@@ -74,16 +74,29 @@ class BindingModule(nn.Module):
 
     def score(self, slots: torch.Tensor, nodes: torch.Tensor, node_mask: torch.Tensor, relations: torch.Tensor,
               ends: torch.Tensor, edge_mask: torch.Tensor) -> torch.Tensor:
-        """S (B, G) from slots (B or 1, G, N, D); `ends` (G, E, 2) are each relation's subject and object node."""
-        b = slots.shape[0]
-        node_term = (F.cosine_similarity(slots, nodes[None], dim=-1) * node_mask).sum(-1)
-        pick = lambda k: torch.gather(slots, 2, ends[None, :, :, k, None].expand(b, -1, -1, slots.shape[-1]))  # noqa: E731
-        rel = relations[None].expand(b, -1, -1, -1)
-        predicted = self.f_s(torch.cat([rel, pick(0)], -1)) + self.f_o(torch.cat([rel, pick(1)], -1))
-        rel_term = (F.cosine_similarity(rel, predicted, dim=-1) * edge_mask).sum(-1)
+        """S (B, G) from slots (B or 1, G, N, D); `ends` (G, E, 2) are each relation's subject and object node.
+
+        Written for speed, the same sums as the padded form: the node cosines as dot products over the product of
+        norms (F.cosine_similarity makes several passes over the (B, G, N, D) slots); the relation term over the
+        batch's real relations only, not the (G, E) padding, with f_s and f_o's first layers taking [r_p, s] as two
+        halves, the relation's once per relation (in the demo's world, 147 real relations in a batch of 128 graphs
+        padded to 3 each)."""
+        norms = (slots.norm(dim=-1) * nodes.norm(dim=-1)).clamp_min(1e-8)
+        node_term = ((slots * nodes).sum(-1) / norms * node_mask).sum(-1)
+        graph, edge = edge_mask.nonzero(as_tuple=True)
+        rel, (subject, obj) = relations[graph, edge], ends[graph, edge].T
+        predicted = _halves(self.f_s, rel, slots[:, graph, subject]) + _halves(self.f_o, rel, slots[:, graph, obj])
+        rel_term = node_term.new_zeros(node_term.shape).index_add_(1, graph, F.cosine_similarity(rel[None], predicted, dim=-1))
         alpha, beta = self.log_alpha.exp(), self.log_beta.exp()
         count = alpha * node_mask.sum(-1) + beta * edge_mask.sum(-1)
         return (alpha * node_term + beta * rel_term) / count.clamp_min(1e-8)
+
+
+def _halves(mlp: nn.Sequential, relation: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """`mlp(cat([relation, slot], -1))` for relations (L, D) against slots (B, L, D), the first layer split in two."""
+    first, d = mlp[0], relation.shape[-1]
+    hidden = F.linear(relation, first.weight[:, :d], first.bias) + F.linear(slot, first.weight[:, d:])
+    return mlp[2](mlp[1](hidden))
 
 
 def padded(rows: torch.Tensor, owner: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
