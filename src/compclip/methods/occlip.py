@@ -60,17 +60,17 @@ class BindingModule(nn.Module):
         dropped.
         """
         g, n, d = nodes.shape
-        queries = torch.cat([self.q(self.norm_queries(nodes)), self.defaults.expand(g, -1, -1)], 1)
+        queries = torch.cat([self.q(self.norm_queries(nodes)), self.defaults.expand(g, -1, -1)], 1) / math.sqrt(d)
         live = torch.cat([node_mask, node_mask.new_ones(g, self.defaults.shape[0])], 1)
         tokens = self.norm_tokens(tokens)
         keys, values = self.k(tokens), self.v(tokens)
         if own:
             keys, values = keys[None], values[None]
-        logits = torch.einsum("gqd,bgpd->bgqp" if own else "gqd,bpd->bgqp", queries, keys) / math.sqrt(d)
+        logits = torch.einsum("gqd,bgpd->bgqp" if own else "gqd,bpd->bgqp", queries, keys)
         # the lowest float, not -inf: a graph with no node and no default query would be 0/0 (NaN) for every image
-        attn = logits.masked_fill(~live[None, :, :, None], torch.finfo(logits.dtype).min).softmax(dim=2)
-        attn = attn / attn.sum(-1, keepdim=True).clamp_min(1e-8)
-        return torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn[:, :, :n], values)
+        attn = logits.masked_fill(~live[None, :, :, None], torch.finfo(logits.dtype).min).softmax(dim=2)[:, :, :n]
+        weighted = torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn, values)
+        return weighted / attn.sum(-1, keepdim=True).clamp_min(1e-8)
 
     def score(self, slots: torch.Tensor, nodes: torch.Tensor, node_mask: torch.Tensor, relations: torch.Tensor,
               ends: torch.Tensor, edge_mask: torch.Tensor) -> torch.Tensor:
