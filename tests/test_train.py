@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import dist_grads
+from compclip.errors import UsageError
 from compclip.models import load_model
 from compclip.train import DistEnv
 
@@ -335,6 +336,24 @@ def test_keep_log_every_and_a_locked_text_tower(tmp_path):
     b, a = before.state_dict(), after.state_dict()
     assert all(torch.equal(b[k], a[k]) for k in b if k.startswith("text."))
     assert any(not torch.equal(b[k], a[k]) for k in b if k.startswith("visual."))
+
+
+def test_a_locked_image_tower_can_leave_its_last_groups_trained(tmp_path):
+    """open_clip's --lock-image-unlocked-groups on a timm ViT (timm's layer groups): 1 trains the attention-pool head
+    alone, 2 the last block and the final norm too; nothing before them moves."""
+    from compclip.train import train
+
+    torch.manual_seed(0)  # the trainer's initialisation of a model from scratch
+    before = load_model("compclip-tiny-siglip")[0].state_dict()
+    for groups, trained in ((1, ("visual.trunk.attn_pool.",)),
+                            (2, ("visual.trunk.attn_pool.", "visual.trunk.norm.", "visual.trunk.blocks.1."))):
+        train(settings_config(tmp_path, f"g{groups}", steps=2, lock_image=True, lock_image_unlocked_groups=groups))
+        after = load_model(str(tmp_path / f"g{groups}" / "checkpoints" / "step_0000002"))[0].state_dict()
+        moved = {k for k in before if k.startswith("visual.") and not torch.equal(before[k], after[k])}
+        assert {k for k in before if k.startswith("visual.") and k.endswith("weight") and k in moved} == \
+            {k for k in before if k.startswith(trained) and k.endswith("weight")}, groups
+    with pytest.raises(UsageError, match="--lock-image-unlocked-groups must be at least 0, not -1"):
+        train(settings_config(tmp_path, "bad", lock_image=True, lock_image_unlocked_groups=-1))
 
 
 def test_bf16_autocast_on_the_cpu_resumes_exactly(tmp_path):

@@ -43,6 +43,9 @@ class TrainConfig:
     precision: str = option("fp32", "fp32, amp_bf16 or amp (fp16 with loss scaling).")
     grad_checkpointing: bool = option(False, "Recompute activations in backward to save memory.")
     lock_image: bool = option(False, "Freeze the image tower.")
+    lock_image_unlocked_groups: int = option(0, "With --lock-image (or a method that locks it): leave the image tower's last N layer "
+                                                "groups trainable, as open_clip's flag of that name (timm's groups: 1 on a timm ViT is "
+                                                "its attention-pool head, 2 adds the last block and the final norm).")
     lock_text: bool = option(False, "Freeze the text tower.")
     workers: int = option(2, "DataLoader workers per process.")
     shuffle: int = option(1000, "Records in each worker's seeded shuffle buffer (new order each epoch); 0 reads in file order.")
@@ -64,7 +67,7 @@ class TrainConfig:
 
         at_least = {"steps": 1, "batch_size": 1, "accum_freq": 1, "save_every": 1, "keep": 1, "log_every": 1,
                     "warmup": 0, "workers": 0, "shuffle": 0, "eval_every": 0, "skip_nonfinite": 0,
-                    "weight_decay": 0}
+                    "weight_decay": 0, "lock_image_unlocked_groups": 0}
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 raise UsageError(f"{flag_of(TrainConfig, name)} must be at least {low}, not {getattr(self, name)}")

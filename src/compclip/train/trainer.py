@@ -134,7 +134,7 @@ class Trainer:
         if (Path(cfg.model) / MODULES_NAME).is_file() and read_config(cfg.model).get("method") == cfg.method:
             load_module_weights(self.method, cfg.model)  # a checkpoint of this method goes on with the modules it trained
         if cfg.lock_image or self.method.locks_image:
-            model.lock_image_tower()
+            model.lock_image_tower(unlocked_groups=cfg.lock_image_unlocked_groups)
         if cfg.lock_text:
             model.lock_text_tower()
         if getattr(model, "logit_bias", None) is not None and not self.method.uses_logit_bias:
