@@ -22,6 +22,43 @@ def _save(fig, out: str | Path) -> Path:
     return out
 
 
+def distinct_colours(n: int) -> list:
+    """`n` colours, none repeated: matplotlib's qualitative tab10 or tab20, or for more models evenly spaced on turbo."""
+    import matplotlib.pyplot as plt
+
+    if n <= 20:
+        return list(plt.get_cmap("tab10" if n <= 10 else "tab20").colors)[:n]
+    return [tuple(c) for c in plt.get_cmap("turbo")(np.linspace(0.05, 0.95, n))]
+
+
+def _legend_below(fig, models: int) -> None:
+    """The legend under the axes, a column per model up to six (the figure is laid out `constrained`, so it is never clipped
+    and never over the data)."""
+    fig.legend(loc="outside lower center", ncol=min(models, 6), fontsize=8)
+
+
+def grouped_bars(df, title: str, out: str | Path) -> Path:
+    """One bar per row of `df` (a model) in each column's group; cells that are not numbers ("n/a") are not drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    df = df.apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
+    rows = math.ceil(len(df) / 6)
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(df.columns) + 2), 3.2 + 0.2 * rows), layout="constrained")
+    width = 0.8 / max(1, len(df))
+    for i, ((model, row), colour) in enumerate(zip(df.iterrows(), distinct_colours(len(df)), strict=True)):
+        ax.bar([x + i * width for x in range(len(df.columns))], row.values, width, label=str(model), color=colour)
+    ax.set_xticks([x + width * (len(df) - 1) / 2 for x in range(len(df.columns))])
+    ax.set_xticklabels(df.columns, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("%")
+    ax.set_title(title)
+    _legend_below(fig, len(df))
+    return _save(fig, out)
+
+
 def _grid(weights: np.ndarray) -> np.ndarray:
     side = math.isqrt(weights.size)
     if side * side != weights.size:
@@ -135,7 +172,7 @@ def interval_bars(numbers: dict[str, dict[str, dict[str, list]]], columns: list[
 
     models = list(numbers)
     splits = sorted({s for by in numbers.values() for s in by}, key=lambda s: (s != "seen", s))
-    colours = plt.get_cmap("tab10" if len(models) <= 10 else "tab20").colors
+    colours = distinct_colours(len(models))
     width = 0.84 / (len(models) * len(splits))
     fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * len(columns) + 1), 4.4), layout="constrained")
     for m, model in enumerate(models):
@@ -149,7 +186,7 @@ def interval_bars(numbers: dict[str, dict[str, dict[str, list]]], columns: list[
                 xs.append(c - 0.42 + (m * len(splits) + k + 0.5) * width)
                 means.append(mean)
                 halves.append(0.0 if half != half else half)
-            ax.bar(xs, means, width, yerr=halves, capsize=2, color=colours[m % len(colours)], edgecolor="black", linewidth=0.4,
+            ax.bar(xs, means, width, yerr=halves, capsize=2, color=colours[m], edgecolor="black", linewidth=0.4,
                    hatch="//" if k else None, alpha=0.55 if k else 0.95, label=f"{model}, {split}", error_kw={"linewidth": 0.8})
     ax.set_xticks(range(len(columns)))
     ax.set_xticklabels(columns, rotation=25, ha="right", fontsize=8)
@@ -157,5 +194,5 @@ def interval_bars(numbers: dict[str, dict[str, dict[str, list]]], columns: list[
     ax.set_ylim(0, 100)
     ax.grid(axis="y", alpha=0.3)
     ax.set_title(title, fontsize=10)
-    fig.legend(loc="outside lower center", ncol=min(len(models), 6), fontsize=8)  # filled down: a column per model
+    _legend_below(fig, len(models))
     return _save(fig, out)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..errors import MissingFileError
 from ..io import atomic_path
+from ..plots import grouped_bars
 from .base import NOT_APPLICABLE
 
 COLUMNS = {  # header: (benchmark, metric path); a metric that is a dict is read as its "acc"
@@ -128,29 +129,6 @@ def _short(column: str) -> str:
     return column
 
 
-def _plot(df: pd.DataFrame, title: str, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    df = df.apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")  # "n/a" is not drawn
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(df.columns) + 2), 3.6))
-    width = 0.8 / max(1, len(df))
-    colours = plt.get_cmap("tab10" if len(df) <= 10 else "tab20").colors  # no colour repeats up to 20 models
-    for i, (model, row) in enumerate(df.iterrows()):
-        ax.bar([x + i * width for x in range(len(df.columns))], row.values, width, label=str(model), color=colours[i % len(colours)])
-    ax.set_xticks([x + width * (len(df) - 1) / 2 for x in range(len(df.columns))])
-    ax.set_xticklabels([_short(c) for c in df.columns], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("%")
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the data, never over it
-    fig.tight_layout()
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-
-
 def build_report(folders: list[str | Path], out: str | Path) -> Path:
     """Write `OUT/report.md`, `OUT/summary.csv`, `OUT/<benchmark>.csv` and `OUT/<benchmark>.png`."""
     out = Path(out)
@@ -162,7 +140,7 @@ def build_report(folders: list[str | Path], out: str | Path) -> Path:
              "them.", "", _markdown(summary), ""]
     with atomic_path(out / "summary.csv") as tmp:
         summary.to_csv(tmp, float_format="%.2f")
-    _plot(summary, "summary", out / "summary.png")
+    grouped_bars(summary.rename(columns=_short), "summary", out / "summary.png")
     parts += ["![summary](summary.png)", ""]
     incomplete = [f"{m}/{b}" for m, recs in results.items() for b, r in recs.items() if not r.get("complete", True)]
     if incomplete:
@@ -170,7 +148,7 @@ def build_report(folders: list[str | Path], out: str | Path) -> Path:
     for bench, table in split_tables(results).items():
         with atomic_path(out / f"{bench}.csv") as tmp:
             table.to_csv(tmp, float_format="%.2f")
-        _plot(table, bench, out / f"{bench}.png")
+        grouped_bars(table.rename(columns=_short), bench, out / f"{bench}.png")
         ties = {r[bench].get("ties") for r in results.values() if bench in r}
         parts += [
             f"## {bench}",
