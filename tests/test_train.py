@@ -142,6 +142,10 @@ def test_a_killed_run_resumes_exactly(tmp_path):
     assert subprocess.run(compclip("concepts", str(data), "--out", str(tmp_path / "concepts")), env=env).returncode == 0
     straight = subprocess.run(train_cmd(data, tmp_path / "concepts", tmp_path / "a", 26), env=env, capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr[-3000:]
+    # a clean epoch is one line of the log (the pass's total), not one a worker: 26 steps of 6 batches make 4 epochs
+    log_lines = (tmp_path / "a" / "train.log").read_text().splitlines()
+    assert sum(f"{data}: read 48 samples, skipped none" in line for line in log_lines) == 4
+    assert not any("[worker " in line for line in log_lines)
 
     proc = subprocess.Popen(
         train_cmd(data, tmp_path / "concepts", tmp_path / "b", 26), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -70,10 +70,12 @@ class SkipCounter:
         (log.warning if self.stats()["skipped"] else log.info)(self.summary())
 
     def log_pass_summary(self) -> None:
-        """Log this process's share at the end of one pass (a worker's, or the whole pass)."""
+        """Log this process's share at the end of one pass (a worker's, or the whole pass): a warning where it skipped
+        records, else a debug line, since the pass's total follows at INFO (`log_summary`) and a log should not carry
+        a line per worker per epoch."""
         info = get_worker_info()
         text = self.summary(row_only=True)
         if info is not None:
             text = f"[worker {info.id}/{info.num_workers}] {text}"
         skipped = int(self._counts[self._row(), :-1].sum())
-        (log.warning if skipped else log.info)(text)
+        (log.warning if skipped else log.debug)(text)
