@@ -294,6 +294,16 @@ def logged(tmp_path, out, key):
     return {r["step"]: r[key] for r in map(json.loads, (tmp_path / out / "log.jsonl").read_text().splitlines())}
 
 
+def test_a_runs_progress_line_names_its_method_and_its_folder(tmp_path, capsys, monkeypatch):
+    """In a log the demo's runs are told apart (the base's three runs all train siglip; seeds differ by folder)."""
+    from compclip import progress
+    from compclip.train import train
+
+    monkeypatch.setattr(progress, "QUIET_UNDER", 0.0)  # a bar done within seconds prints nothing otherwise
+    train(settings_config(tmp_path, "base-singles", steps=2))
+    assert any(line.startswith("train siglip (base-singles): 100%") for line in capsys.readouterr().err.splitlines())
+
+
 def test_the_learning_rate_warms_up_then_follows_the_cosine(tmp_path):
     """open_clip's cosine_lr: base * (s + 1) / warmup during the warm-up, then ½ (1 + cos(π (s − w) / (steps − w))) base."""
     from compclip.train import train

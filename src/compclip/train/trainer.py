@@ -376,7 +376,7 @@ class Trainer:
 
             tb = SummaryWriter(str(self.out / "tensorboard"))
         per_step = cfg.batch_size * cfg.accum_freq * self.env.world_size
-        bar = progress(steps, f"train {cfg.method}", total=len(steps), unit="step") if self.env.is_main else iter(steps)
+        bar = progress(steps, f"train {cfg.method} ({self.out.name})", total=len(steps), unit="step") if self.env.is_main else iter(steps)
         terms: dict[str, float] = {}
         skipped = 0
         for _ in bar:
