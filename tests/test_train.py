@@ -300,6 +300,7 @@ def test_a_runs_progress_line_names_its_method_and_its_folder(tmp_path, capsys, 
     from compclip.train import train
 
     monkeypatch.setattr(progress, "QUIET_UNDER", 0.0)  # a bar done within seconds prints nothing otherwise
+    monkeypatch.setattr(progress, "_QUIET", False)  # as an in-process `compclip --quiet` of another test may have left it
     train(settings_config(tmp_path, "base-singles", steps=2))
     assert any(line.startswith("train siglip (base-singles): 100%") for line in capsys.readouterr().err.splitlines())
 
