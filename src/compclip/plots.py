@@ -31,10 +31,13 @@ def distinct_colours(n: int) -> list:
     return [tuple(c) for c in plt.get_cmap("turbo")(np.linspace(0.05, 0.95, n))]
 
 
+LEGEND_COLUMNS = 6  # at most, below the axes; a figure grows by a legend row every this many models
+
+
 def _legend_below(fig, models: int) -> None:
-    """The legend under the axes, a column per model up to six (the figure is laid out `constrained`, so it is never clipped
-    and never over the data)."""
-    fig.legend(loc="outside lower center", ncol=min(models, 6), fontsize=8)
+    """The legend under the axes, a column per model up to `LEGEND_COLUMNS` (the figure is laid out `constrained`, so it
+    is never clipped and never over the data)."""
+    fig.legend(loc="outside lower center", ncol=min(models, LEGEND_COLUMNS), fontsize=8)
 
 
 def grouped_bars(df, title: str, out: str | Path) -> Path:
@@ -46,7 +49,7 @@ def grouped_bars(df, title: str, out: str | Path) -> Path:
     import pandas as pd
 
     df = df.apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
-    rows = math.ceil(len(df) / 6)
+    rows = math.ceil(len(df) / LEGEND_COLUMNS)
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(df.columns) + 2), 3.2 + 0.2 * rows), layout="constrained")
     width = 0.8 / max(1, len(df))
     for i, ((model, row), colour) in enumerate(zip(df.iterrows(), distinct_colours(len(df)), strict=True)):
