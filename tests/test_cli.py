@@ -6,6 +6,7 @@ import re
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import open_clip
 import pytest
@@ -170,6 +171,26 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "binding worlds 5,7, each with its own base" in markdown and "# world 7 alone" in markdown
     summary = json.loads((tmp_path / "demo" / "report" / "seeds.json").read_text())
     assert summary["world_seeds"] == [5, 7] and len(summary["results"]["base"]["unseen"]["ZS shape"]) == 2
+
+    # the same two worlds run apart (everything reused), each in its own folder, then tabulated by benchmarks/study_table.py
+    # as the one run above tabulated them, but for the attention figure, which needs the models
+    reports = []
+    for w, root in ((5, tmp_path / "demo"), (7, other)):
+        alone = compclip(*args[:3], str(root), *args[4:-6], "--methods", "siglip,c2lip", "--seeds", "5,6", "--world-seeds", str(w),
+                         "--device", "cpu")
+        assert alone.returncode == 0, alone.stderr[-2000:]
+        reports.append(tmp_path / f"world-{w}.json")
+        reports[-1].write_bytes((root / "report" / "seeds.json").read_bytes())
+    script = Path(__file__).parents[1] / "benchmarks" / "study_table.py"
+    table = subprocess.run([sys.executable, script, *map(str, reports), "--out", str(tmp_path / "table")], capture_output=True,
+                           text=True, timeout=300)
+    assert table.returncode == 0, table.stderr[-2000:]
+    assert (tmp_path / "table" / "seeds.md").read_text() == markdown.split("\n![attention")[0]
+    assert json.loads((tmp_path / "table" / "seeds.json").read_text()) == summary
+    assert Image.open(tmp_path / "table" / "seeds.png").size[0] > 800
+    twice = subprocess.run([sys.executable, script, str(reports[0]), str(reports[0]), "--out", str(tmp_path / "x")],
+                           capture_output=True, text=True, timeout=300)
+    assert twice.returncode != 0 and "world 5 is already in an earlier file" in twice.stderr
 
 
 def one_error_line(result) -> str:

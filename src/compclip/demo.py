@@ -123,16 +123,35 @@ def run_demo(cfg: DemoConfig = DemoConfig()) -> dict[str, dict[str, dict[str, li
             runs, folders = world_runs, world_folders
     report = build_report(folders, out / "report")
     scope = f"{n_test} test scenes per split"
-    if len(draws) == 1:
-        numbers = by_world[next(iter(draws))]
+    numbers, markdown = tabulate(by_world, seeds, scope, out / "report", console)
+    if {"c2lip-ft", "siglip-ft"} <= set(runs):
+        seed = next(iter(runs["base"]))  # the first seed's models
+        figure, concept = held_out_attention(out / "world", runs["c2lip-ft"][seed], runs["siglip-ft"][seed],
+                                             out / "report" / "attention.png")
+        markdown += f"\n![attention of {concept!r}, C2LIP vs SigLIP fine-tuning, on an unseen scene](attention.png)\n"
+        console.print(f"attention of the held-out {concept!r} on an unseen scene, C2LIP vs SigLIP fine-tuning: {figure}")
+    for curve in sorted((out / "report").glob("binding_curve_*.png")):  # drawn by benchmarks/world_sweep.py --demo OUT
+        markdown += f"\n![unseen swap-attribute as the world's {curve.stem[14:]} moves]({curve.name})\n"
+    write_seeds_report(out / "report", markdown, seeds, scope, by_world, numbers)
+    console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
+    return numbers
+
+
+def tabulate(by_world: dict[int, dict[str, dict[str, dict[str, list]]]], seeds: str, scope: str, report: Path,
+             console: Console) -> tuple[dict[str, dict[str, dict[str, list]]], str]:
+    """The demo's table over `seeds` (one world) or over the worlds (each world's mean over its seeds, then each
+    world's own table), printed with its reading and drawn in `report/seeds.png`: returns the numbers tabulated and
+    the Markdown."""
+    if len(by_world) == 1:
+        numbers = next(iter(by_world.values()))
         title, figure = f"binding world: accuracy / recall in %, mean ± 95 % interval over seeds {seeds} ({scope})", f"seeds {seeds}"
     else:
-        numbers = world_means(by_world)
-        title = (f"binding worlds {world_seeds}, each with its own base: accuracy / recall in %, mean ± 95 % interval over the worlds "
+        numbers, worlds = world_means(by_world), ",".join(map(str, by_world))
+        title = (f"binding worlds {worlds}, each with its own base: accuracy / recall in %, mean ± 95 % interval over the worlds "
                  f"of each world's mean over seeds {seeds} ({scope})")
-        figure = f"worlds {world_seeds} (each the mean of seeds {seeds})"
+        figure = f"worlds {worlds} (each the mean of seeds {seeds})"
     table, markdown = seed_table(numbers, title)
-    if len(draws) > 1:
+    if len(by_world) > 1:
         for w, world_numbers in by_world.items():
             markdown += "\n" + seed_table(world_numbers, f"world {w} alone: mean ± 95 % interval over seeds {seeds}")[1]
     if console.is_terminal:
@@ -143,22 +162,18 @@ def run_demo(cfg: DemoConfig = DemoConfig()) -> dict[str, dict[str, dict[str, li
         said = reading(numbers)
         markdown += f"\n{said}\n"
         console.print(said)
-    interval_bars(numbers, list(COLUMNS), out / "report" / "seeds.png", f"binding world: mean ± 95 % interval over {figure}")
+    interval_bars(numbers, list(COLUMNS), report / "seeds.png", f"binding world: mean ± 95 % interval over {figure}")
     markdown += "\n![each model's mean and 95 % interval, seen (solid) beside unseen (hatched)](seeds.png)\n"
-    if {"c2lip-ft", "siglip-ft"} <= set(runs):
-        seed = next(iter(runs["base"]))  # the first seed's models
-        figure, concept = held_out_attention(out / "world", runs["c2lip-ft"][seed], runs["siglip-ft"][seed],
-                                             out / "report" / "attention.png")
-        markdown += f"\n![attention of {concept!r}, C2LIP vs SigLIP fine-tuning, on an unseen scene](attention.png)\n"
-        console.print(f"attention of the held-out {concept!r} on an unseen scene, C2LIP vs SigLIP fine-tuning: {figure}")
-    for curve in sorted((out / "report").glob("binding_curve_*.png")):  # drawn by benchmarks/world_sweep.py --demo OUT
-        markdown += f"\n![unseen swap-attribute as the world's {curve.stem[14:]} moves]({curve.name})\n"
-    with atomic_path(out / "report" / "seeds.md") as tmp:
+    return numbers, markdown
+
+
+def write_seeds_report(report: Path, markdown: str, seeds: str, scope: str, by_world: dict, numbers: dict) -> None:
+    """`report/seeds.md` and `report/seeds.json`: every world's numbers seed by seed, from which
+    `benchmarks/study_table.py` tabulates worlds run apart."""
+    with atomic_path(report / "seeds.md") as tmp:
         tmp.write_text(markdown, encoding="utf-8")
-    write_json(out / "report" / "seeds.json", {"seeds": parse_seeds(seeds, "--seeds"), "world_seeds": list(draws),
-                                               "results": _strict(numbers), "by_world": {str(w): _strict(n) for w, n in by_world.items()}})
-    console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
-    return numbers
+    write_json(report / "seeds.json", {"seeds": parse_seeds(seeds, "--seeds"), "world_seeds": list(by_world), "scope": scope,
+                                       "results": _strict(numbers), "by_world": {str(w): _strict(n) for w, n in by_world.items()}})
 
 
 def _strict(numbers: dict) -> dict:
