@@ -100,7 +100,7 @@ class DemoConfig:
                                            "OUT/worlds/seed-W): the table is then over worlds, each world's mean over --seeds.  "
                                            "[default: one world, drawn with the first of --seeds]")
     study: bool = option(False, "The study's protocol in one flag: every method with the positive control, seeds 0,1,2 in each of "
-                                "worlds 0,1,2 (about 4 hours on 2 cores; docs/results.md).")
+                                "worlds 0,1,2 (about 5 hours on 2 cores; one world a machine: benchmarks/study_table.py).")
 
 
 def run_demo(cfg: DemoConfig = DemoConfig()) -> dict[str, dict[str, dict[str, list[float]]]]:
