@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from compclip.demo import PRETRAIN_STEPS, compare_methods, world_config
+from compclip.demo import FINE_TUNE, PRETRAIN_BATCH, PRETRAIN_STEPS, compare_methods, world_config
 from compclip.io import write_json
 from compclip.plots import binding_curve
 from compclip.stats import fmt, interval
@@ -54,8 +54,9 @@ def main() -> None:
     parser.add_argument("--n-train", type=int, default=20_000)
     parser.add_argument("--n-test", type=int, default=1250)
     parser.add_argument("--pretrain-steps", type=int, default=PRETRAIN_STEPS)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--pretrain-batch-size", type=int, default=PRETRAIN_BATCH)
+    parser.add_argument("--steps", type=int, default=FINE_TUNE["steps"])
+    parser.add_argument("--batch-size", type=int, default=FINE_TUNE["batch_size"])
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     if args.world_seed is None:
@@ -65,7 +66,8 @@ def main() -> None:
     for value in values:
         world = {args.knob: value, "seed": args.world_seed}
         numbers, _, _ = compare_methods(folder(args, value, world), args.methods, args.n_train, args.n_test, args.pretrain_steps,
-                                        args.steps, args.batch_size, args.seeds, args.workers, world, ("unseen",))
+                                        args.steps, args.batch_size, args.seeds, args.workers, world, ("unseen",),
+                                        pretrain_batch_size=args.pretrain_batch_size)
         points[value] = {model: by_split["unseen"][METRIC] for model, by_split in numbers.items()}
     models = list(points[values[0]])
     write_json(args.out / "sweep.json", {"knob": args.knob, "metric": f"unseen {METRIC}", "seeds": args.seeds,

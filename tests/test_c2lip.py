@@ -236,6 +236,31 @@ def test_short_text_encoder_equals_encode_text():
     assert short_text_encoder(siglip) is None  # attends both ways: padding matters
 
 
+def test_a_batch_of_short_and_long_texts_is_encoded_in_two_groups_with_the_same_features_and_gradients():
+    """Statements beside descriptions (the binding world's captions): each group cut after its own longest, the features
+    and every gradient those of `encode_text` over the whole context."""
+    from compclip.models.tokens import encode_short_texts, length_groups
+
+    lengths = torch.tensor([12, 33, 11, 31, 12, 30])
+    short, long = length_groups(lengths)
+    assert sorted(short.tolist()) == [0, 2, 4] and sorted(long.tolist()) == [1, 3, 5]
+    assert len(length_groups(torch.tensor([30, 31, 33, 29]))) == 1  # a second group would save too little
+    model, _, tokenizer = load_model("compclip-tiny-world")
+    captions = ["a red square above a blue star", "There is a small red square and a large blue star. The red square is above the blue "
+                "star.", "a pink cross to the left of a black circle", "We see a large green hexagon and a small white diamond."]
+    text = tokenizer(captions)
+    grads = []
+    for encode in (lambda t: encode_short_texts(model, t), model.encode_text):
+        model.zero_grad()
+        features = encode(text)
+        (features * torch.linspace(-1, 1, features.numel()).view_as(features)).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.text.named_parameters() if p.grad is not None})
+        grads[-1]["features"] = features.detach()
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():  # float rounding of matrices of other shapes
+        assert torch.allclose(grad, grads[1][name], rtol=1e-4, atol=1e-5 * float(grad.abs().max())), name
+
+
 # ---- spans on the tokenizers the models use, and each loss term through the method's own outputs ---------------------
 
 TRICKY = [

@@ -108,7 +108,8 @@ def test_demo_runs_end_to_end(tmp_path):
     from compclip.stats import fmt_difference, paired
 
     args = ["--quiet", "demo", "--out", str(tmp_path / "demo"), "--n-train", "300", "--n-test", "40",
-            "--pretrain-steps", "3", "--steps", "2", "--batch-size", "16", "--methods", "siglip,c2lip,occlip", "--seeds", "5,6",
+            "--pretrain-steps", "3", "--pretrain-batch-size", "16", "--steps", "2", "--batch-size", "16",
+            "--methods", "siglip,c2lip,occlip", "--seeds", "5,6",
             "--device", "cpu"]
     result = compclip(*args)
     assert result.returncode == 0, result.stderr[-2000:]

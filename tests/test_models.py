@@ -230,14 +230,18 @@ def test_bad_names_and_tags_are_clear_errors(tmp_path):
 
 
 def test_the_tokenizer_cache_returns_what_the_bpe_returns():
-    """Repeated, new, empty and over-capacity calls against open_clip's own tokenizer; a pickled copy (a DataLoader
-    worker's) starts empty; another context length bypasses the cache."""
+    """Repeated, new, empty and over-capacity calls against open_clip's own tokenizer; the rows are shared by every
+    tokenizer of the same source and length (a model loaded again, another model of that tokenizer), not by another
+    length; a pickled copy (a spawned DataLoader worker's) starts empty; another context length bypasses the cache."""
     _, _, tokenizer = load_model("compclip-tiny-siglip")
+    tokenizer._rows.clear()  # the process's memory of earlier tests
     reference = open_clip.SimpleTokenizer(context_length=64)
     calls = [CAPTIONS, [*CAPTIONS[::-1], "three cats"], [CAPTIONS[2]] * 4, "one string", []]
     for texts in calls:
         assert torch.equal(tokenizer(texts), reference(texts)), texts
     assert len(tokenizer._rows) == 5 and len(pickle.loads(pickle.dumps(tokenizer))._rows) == 0
+    assert load_model("compclip-tiny-siglip-conv")[2]._rows is tokenizer._rows  # both CLIP BPE at 64
+    assert load_model("compclip-tiny-world")[2]._rows is not tokenizer._rows  # CLIP BPE at 40
     assert torch.equal(tokenizer(CAPTIONS, context_length=16), reference(CAPTIONS, context_length=16))
     tokenizer.cache_size = 2
     many = [f"caption {i}" for i in range(5)]

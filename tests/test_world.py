@@ -265,7 +265,7 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
 
     script = Path(__file__).parents[1] / "benchmarks" / "world_sweep.py"
     toy = ["--knob", "completeness", "--methods", "siglip", "--seeds", "4", "--world-seed", "7", "--n-train", "200", "--n-test", "30",
-           "--pretrain-steps", "2", "--steps", "2", "--batch-size", "16"]
+           "--pretrain-steps", "2", "--pretrain-batch-size", "16", "--steps", "2", "--batch-size", "16"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
     def sweep(*args):
@@ -290,7 +290,8 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     sweep("--values", "1", "--out", str(tmp_path / "d"), "--demo", str(tmp_path / "c"))
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["binding_curve_completeness.png", "sweep.json"]
     with pytest.raises(UsageError, match="its world was made with other settings"):
-        compare_methods(tmp_path / "a" / "completeness-1", "siglip", 200, 30, 2, 2, 16, "4", 2, {"completeness": 0.5, "seed": 7})
+        compare_methods(tmp_path / "a" / "completeness-1", "siglip", 200, 30, 2, 2, 16, "4", 2, {"completeness": 0.5, "seed": 7},
+                        pretrain_batch_size=16)
 
 
 def test_statements_caption_scenes_in_the_tests_own_form(tmp_path):

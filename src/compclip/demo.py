@@ -2,12 +2,13 @@
 
 1. generate the world (cached; `WORLD`: two objects a scene, half the captions statements in the tests' form);
 2. extract the training captions' concepts (cached): noun phrases, POS tags, scene graphs;
-3. pretrain a small model (`compclip-tiny-world`: a conv stem under a 2-block ViT with SigLIP's attention-pool head,
-   CLIP's causal text tower) from scratch with the plain SigLIP
+3. the base: a small model (`compclip-tiny-world`: a conv stem under a 2-block ViT with SigLIP's attention-pool head,
+   CLIP's causal text tower) pretrained from scratch with the plain SigLIP
    loss, shape first (`CURRICULUM`): single objects with captions that name only the shape ("a star"), then
    with "a red star", "a star" and "something red" in turn, then the world's scenes with the single objects
    interleaved (colour alone would win the contrastive task and starve shape, and scenes alone make it
-   forget shape, `docs/benchmarks.md`);
+   forget shape, `docs/benchmarks.md`). For the default world compclip ships that base (`pack_base`, made by
+   `benchmarks/pack_base.py`), installed in a second; any other world, or `--rebuild-base`, pretrains it here;
 4. fine-tune that base once per method and seed (by default SigLIP, the positive control attswap, whose seen
    swap-attribute says whether the world can show binding at all, and C2LIP, with seed 0; `--methods` adds the
    peers: hardneg, negclip, clic, occlip) with equal steps and learning rate;
@@ -36,7 +37,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .errors import UsageError
+from .errors import DataError, UsageError
 from .io import atomic_path, write_json
 from .options import option, parse_value
 from .plots import interval_bars
@@ -55,10 +56,13 @@ CURRICULUM = (
     ("base", "train::singles", "caption", 5e-4, "cosine", 20, 1000),
 )
 PRETRAIN_STEPS = sum(run[-1] for run in CURRICULUM)  # --pretrain-steps scales every run's share of it
+PRETRAIN_BATCH = 128
+SHIPPED_BASE = Path(__file__).parent / "demo_base"  # `pack_base`'s output: the base the default world's demo would pretrain
 # Every method's fine-tune from the base, here and in benchmarks/world_ablation.py (steps and batch: run_demo's defaults):
-# the settings at which the positive control binds (at 300 steps, or at 1e-4, it does not: docs/results.md).
+# the cheapest settings measured at which the positive control binds, 32,000 images (half as many, or 2e-3 at 300 steps,
+# do not; docs/results.md).
 METHODS, SEEDS = "siglip,attswap,c2lip", "0"  # what the demo compares by default, and over which fine-tuning seeds
-FINE_TUNE = {"steps": 1000, "batch_size": 128, "lr": 1e-3, "warmup": 20, "optimizer": "adamw"}
+FINE_TUNE = {"steps": 500, "batch_size": 64, "lr": 2e-3, "warmup": 20, "optimizer": "adamw"}
 # Every run's reading and saving: the world's scenes are drawn at random, so file order is already shuffled (and `::`
 # sources stay evenly mixed); only the final checkpoint is kept.
 RUN_OPTIONS = {"shuffle": 0, "save_every": 10**9, "keep": 1}
@@ -87,6 +91,7 @@ class DemoConfig:
     n_train: int = option(20_000, "Training scenes.")
     n_test: int = option(1250, "Scenes per test split (1,250: one seed's standard error on swap-attribute <= 1.5 points).")
     pretrain_steps: int = option(PRETRAIN_STEPS, "SigLIP steps of the base from scratch, over its curriculum (shapes first).")
+    pretrain_batch_size: int = option(PRETRAIN_BATCH, "Images per step of the base's pretraining.")
     steps: int = option(FINE_TUNE["steps"], "Fine-tuning steps per method.")
     batch_size: int = option(FINE_TUNE["batch_size"], "Images per step.")
     seeds: str = option(SEEDS, "Comma-separated fine-tuning seeds; the first also seeds the base and, without --world-seeds, the world.")
@@ -99,6 +104,8 @@ class DemoConfig:
     world_seeds: str | None = option(None, "Comma-separated world draws, each with its own base (the first in --out, the others in "
                                            "OUT/worlds/seed-W): the table is then over worlds, each world's mean over --seeds.  "
                                            "[default: one world, drawn with the first of --seeds]")
+    rebuild_base: bool = option(False, "Pretrain the base here even where compclip ships it (the default world's: about 15 minutes "
+                                        "on 2 cores).")
     study: bool = option(False, "The study's protocol in one flag: every method with the positive control, seeds 0,1,2 in each of "
                                 "worlds 0,1,2 (about 5 hours on 2 cores; one world a machine: benchmarks/study_table.py).")
 
@@ -117,7 +124,7 @@ def run_demo(cfg: DemoConfig = DemoConfig()) -> dict[str, dict[str, dict[str, li
     for w, folder in draws.items():
         numbers, world_runs, world_folders = compare_methods(folder, methods, cfg.n_train, n_test, cfg.pretrain_steps, cfg.steps,
                                                              cfg.batch_size, seeds, cfg.workers, {**world, "seed": w}, SPLITS, console,
-                                                             cfg.device)
+                                                             cfg.device, cfg.rebuild_base, cfg.pretrain_batch_size)
         by_world[w] = numbers
         if not runs:  # the report and the attention figure are the first world's
             runs, folders = world_runs, world_folders
@@ -262,6 +269,7 @@ def log_console() -> Console:
 def compare_methods(
     out: Path, methods: str, n_train: int, n_test: int, pretrain_steps: int, steps: int, batch_size: int, seeds: str, workers: int,
     world: dict[str, Any] | None = None, splits: tuple[str, ...] = SPLITS, console: Console | None = None, device: str | None = None,
+    rebuild_base: bool = False, pretrain_batch_size: int = PRETRAIN_BATCH,
 ) -> tuple[dict[str, dict[str, dict[str, list[float]]]], dict[str, dict[int, Path]], list[Path]]:
     """Stages 1-5 of the demo on one world (`world`: `WorldConfig` fields other than the defaults; its seed is the
     first of `seeds` unless `world` names one) in `out`, every model trained and scored in fp32 on `device` (cpu or cuda;
@@ -274,7 +282,8 @@ def compare_methods(
     from .methods import list_methods, method_concept_fields
     from .world import generate
 
-    for flag, value in (("--pretrain-steps", pretrain_steps), ("--steps", steps), ("--batch-size", batch_size)):
+    for flag, value in (("--pretrain-steps", pretrain_steps), ("--pretrain-batch-size", pretrain_batch_size), ("--steps", steps),
+                        ("--batch-size", batch_size)):
         if value < 1:
             raise UsageError(f"{flag} must be at least 1, not {value}")
     seed_list = parse_seeds(seeds, "--seeds")
@@ -299,13 +308,8 @@ def compare_methods(
     build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", fields, workers=workers)
     console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
     common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "device": device, **RUN_OPTIONS}
-    base: str | Path = MODEL
-    for run, data, caption_key, lr, schedule, warmup, default_steps in CURRICULUM:
-        n = max(1, round(pretrain_steps * default_steps / PRETRAIN_STEPS))
-        train_data = "::".join(str(world_dir / split / "images.npy") for split in data.split("::"))
-        base = _train(out / "train" / run, method="siglip", model=str(base), steps=n, warmup=min(n, warmup), schedule=schedule, lr=lr,
-                      optimizer="adamw", weight_decay=0.1, caption_key=caption_key, **dict(common, train_data=train_data))
-    console.print(f"[3/5] base pretrained from scratch, shapes first ({pretrain_steps} SigLIP steps over {len(CURRICULUM)} runs): {base}")
+    base, how = pretrain_base(out / "train", world_dir, cfg, pretrain_steps, dict(common, batch_size=pretrain_batch_size), rebuild_base)
+    console.print(f"[3/5] base {how}: {base}")
     runs = {"base": {seed: base}}  # model: {seed: checkpoint}
     for method in methods.split(","):
         for s in seed_list:
@@ -329,6 +333,137 @@ def compare_methods(
                 folders.append(folder)
     console.print(f"[5/5] evaluated every model on the {' and '.join(splits)} split{'s' * (len(splits) > 1)}")
     return numbers, runs, folders
+
+
+def pretrain_base(train: Path, world_dir: Path, cfg, pretrain_steps: int, common: dict[str, Any], rebuild: bool) -> tuple[Path, str]:
+    """The base's checkpoint in `train/base`, and how it came there: the shipped base where it was made on this very
+    world by this curriculum (`shipped_fits`), installed in a second, unless `rebuild`; else `CURRICULUM`'s runs from
+    scratch (or what a re-run finds of them)."""
+    from .models.checkpoint import read_config
+
+    steps = [max(1, round(pretrain_steps * run[-1] / PRETRAIN_STEPS)) for run in CURRICULUM]
+    final = train / CURRICULUM[-1][0] / "checkpoints" / f"step_{steps[-1]:07d}"
+    shipped = final.is_dir() and "shipped" in read_config(final)
+    if rebuild and shipped:
+        raise UsageError(f"{final} holds the shipped base: --rebuild-base pretrains one in another --out")
+    if not rebuild and not final.is_dir() and shipped_fits(cfg, pretrain_steps, common["batch_size"]):
+        install_base(final)
+        shipped = True
+    if shipped:
+        record = read_config(final)["shipped"]
+        return final, (f"shipped with compclip (pretrained by this curriculum on this world at commit {record['commit']}; "
+                       "--rebuild-base pretrains it here)")
+    base: str | Path = MODEL
+    for (run, data, caption_key, lr, schedule, warmup, _), n in zip(CURRICULUM, steps, strict=True):
+        train_data = "::".join(str(world_dir / split / "images.npy") for split in data.split("::"))
+        base = _train(train / run, method="siglip", model=str(base), steps=n, warmup=min(n, warmup), schedule=schedule, lr=lr,
+                      optimizer="adamw", weight_decay=0.1, caption_key=caption_key, **dict(common, train_data=train_data))
+    return Path(base), f"pretrained from scratch, shapes first ({pretrain_steps} SigLIP steps over {len(CURRICULUM)} runs)"
+
+
+def shipped_record() -> dict[str, Any] | None:
+    """What `pack_base` recorded of the shipped base (None where this copy of compclip ships none)."""
+    path = SHIPPED_BASE / "shipped.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def shipped_fits(cfg, pretrain_steps: int, batch_size: int = PRETRAIN_BATCH) -> bool:
+    """Whether the shipped base is the one this demo would pretrain: the same model, world, curriculum and batch."""
+    record = shipped_record()
+    return (record is not None and record["model"] == MODEL and record["world"] == asdict(cfg) and pretrain_steps == PRETRAIN_STEPS
+            and record["curriculum"] == [list(run) for run in CURRICULUM] and record["batch_size"] == batch_size)
+
+
+def install_base(folder: Path) -> Path:
+    """The shipped base as the checkpoint folder `folder`: its weights decompressed and checked against their SHA-256."""
+    import hashlib
+    import lzma
+    import shutil
+
+    from .io import atomic_dir
+    from .models.checkpoint import CONFIG_NAME, OPEN_CLIP_CONFIG_NAME, WEIGHTS_NAME
+
+    record = shipped_record()
+    with atomic_dir(folder) as tmp:
+        weights = lzma.decompress((SHIPPED_BASE / f"{WEIGHTS_NAME}.xz").read_bytes())
+        if hashlib.sha256(weights).hexdigest() != record["sha256"]:
+            raise DataError(f"{SHIPPED_BASE / (WEIGHTS_NAME + '.xz')}: damaged (its SHA-256 is not the one in shipped.json); "
+                            "reinstall compclip, or pretrain the base with --rebuild-base")
+        (tmp / WEIGHTS_NAME).write_bytes(weights)
+        for name in (CONFIG_NAME, OPEN_CLIP_CONFIG_NAME):
+            shutil.copyfile(SHIPPED_BASE / name, tmp / name)
+    return folder
+
+
+def pack_base(checkpoint: Path, world_dir: Path, commit: str, dest: Path = SHIPPED_BASE) -> dict[str, Any]:
+    """Make the base at `checkpoint` (the last of `CURRICULUM`'s runs on the demo's world `world_dir`) the one compclip
+    ships: its token-embedding rows that no text of the world reads set to zero (the world reads about 80 of CLIP's
+    49,408 tokens; the others only ever had weight decay), which changes no feature the demo computes and lets the
+    weights compress from 14 MB to about 1 MB (xz); `shipped.json` records the world, the curriculum, the commit and the
+    weights' SHA-256."""
+    import hashlib
+    import lzma
+    import shutil
+
+    import torch
+
+    from .io import atomic_dir
+    from .models import load_model, save_checkpoint
+    from .models.checkpoint import CONFIG_NAME, OPEN_CLIP_CONFIG_NAME, WEIGHTS_NAME, read_config
+
+    model, _, tokenizer = load_model(str(checkpoint))
+    read = sorted(world_token_ids(world_dir, tokenizer))
+    embedding = model.text.token_embedding.weight if hasattr(model, "text") else model.token_embedding.weight
+    keep = torch.zeros(embedding.shape[0], dtype=torch.bool)
+    keep[read] = True
+    with torch.no_grad():
+        embedding[~keep] = 0
+    source = read_config(checkpoint)
+    record = {"model": MODEL, "world": json.loads((world_dir / "manifest.json").read_text())["config"],
+              "curriculum": [list(run) for run in CURRICULUM], "batch_size": PRETRAIN_BATCH, "commit": commit, "tokens_read": len(read)}
+    with atomic_dir(dest) as tmp:
+        packed = save_checkpoint(model, tmp / "checkpoint", method=source.get("method"), step=source.get("step"),
+                                 train_args=source.get("train_args"), shipped=record)
+        weights = (packed / WEIGHTS_NAME).read_bytes()
+        record["sha256"] = hashlib.sha256(weights).hexdigest()
+        (tmp / f"{WEIGHTS_NAME}.xz").write_bytes(lzma.compress(weights, preset=9 | lzma.PRESET_EXTREME))
+        for name in (CONFIG_NAME, OPEN_CLIP_CONFIG_NAME):
+            shutil.copyfile(packed / name, tmp / name)
+        shutil.rmtree(packed)
+        write_json(tmp / "shipped.json", record)
+    return record
+
+
+def world_token_ids(world_dir: Path, tokenizer) -> set[int]:
+    """Every token id of every text in a world folder: captions, benchmark texts, zero-shot templates and class names
+    (every string of its JSON and JSONL files, every line of its text and CSV files, every folder's name)."""
+    texts: set[str] = set()
+
+    def strings(value: Any) -> None:
+        if isinstance(value, str):
+            texts.add(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                strings(v)
+
+    for path in world_dir.rglob("*"):
+        if path.is_dir():
+            texts.add(path.name)
+        elif path.suffix == ".jsonl":
+            for line in path.read_text(encoding="utf-8").splitlines():
+                strings(json.loads(line))
+        elif path.suffix == ".json":
+            strings(json.loads(path.read_text(encoding="utf-8")))
+        elif path.suffix in (".txt", ".csv"):
+            texts.update(path.read_text(encoding="utf-8").splitlines())
+    ids: set[int] = set()
+    batch = sorted(texts)
+    for start in range(0, len(batch), 4096):
+        ids.update(tokenizer(batch[start:start + 4096]).unique().tolist())
+    return ids
 
 
 def run_device(device: str | None) -> str:

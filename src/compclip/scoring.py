@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -36,8 +37,11 @@ Box = tuple[float, float, float, float]  # left, top, right, bottom: a crop (ARO
 Image = ImageRef | str | Path  # what a benchmark hands a scorer: a file, or an image inside a data file
 
 
-def _image_key(image: ImageRef, box: Box | None) -> str:
-    return image.key if box is None else f"{image.key}#{','.join(map(str, box))}"
+def _image_key(real: str, image: ImageRef, box: Box | None) -> str:
+    """An image's identity for the scorer's memo: its file's real path `real` (links and `..` resolved, so that one file
+    named two ways is encoded once), its place in that file, its crop."""
+    key = real + (f"::{image.member}" if image.member else "")
+    return key if box is None else f"{key}#{','.join(map(str, box))}"
 
 
 class UnreadableImagesError(DataError):
@@ -121,6 +125,7 @@ class DualEncoderScorer(Scorer):
         self._images: dict[str, torch.Tensor] = {}
         self._texts: dict[str, torch.Tensor] = {}
         self._sources: dict[str, tuple[ImageRef, Box | None]] = {}  # each image key's image and crop, for encoding
+        self._real: dict[Path, str] = {}  # each file's real path, resolved once
         self.unreadable: dict[str, str] = {}  # image (file or member) -> why it does not decode
         self.encoded = {"images": 0, "texts": 0}  # how many this scorer actually computed
 
@@ -157,7 +162,8 @@ class DualEncoderScorer(Scorer):
         keys = []
         for image, box in zip(images, boxes or [None] * len(images), strict=True):
             ref = image_ref(image)
-            keys.append(_image_key(ref, box))
+            real = self._real.get(ref.file) or self._real.setdefault(ref.file, os.path.realpath(ref.file))
+            keys.append(_image_key(real, ref, box))
             self._sources.setdefault(keys[-1], (ref, box))
         return keys
 

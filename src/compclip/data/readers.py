@@ -187,7 +187,10 @@ class ImageTextReader(IterableDataset):
             self.skips.skip("missing_image", where, "no image in record")
             return None
         try:
-            img = Image.fromarray(image) if isinstance(image, np.ndarray) else decode_image(image)
+            if isinstance(image, np.ndarray):  # a decoded array: as it is to a transform that reads arrays (`BatchedView`)
+                img = image if getattr(self.transform, "reads_arrays", False) else Image.fromarray(image)
+            else:
+                img = decode_image(image)
         except FileNotFoundError:
             self.skips.skip("missing_image", where, str(image))
             return None

@@ -13,7 +13,7 @@ import importlib.util
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import open_clip
 import torch
@@ -30,16 +30,19 @@ class LazyTokenizer:
 
     `source` is "clip_bpe" (the CLIP BPE open_clip ships), a bundled model tokenized by `HFTokenizer`
     (`bundled.HF_TOKENIZED`), or an open_clip model name whose tokenizer `open_clip.get_tokenizer` knows.
-    It remembers the rows of the last `cache_size` distinct texts (per process: each DataLoader worker its
-    own): training captions come back every epoch, and BPE costs far more than a lookup.
+    It remembers the rows of the last `cache_size` distinct texts, in one memory shared by every tokenizer of the
+    same source and length in the process (a DataLoader worker starts from a copy of it, then keeps its own):
+    training captions come back every epoch, a benchmark's texts come back for every model scored, and BPE costs far
+    more than a lookup.
     """
 
-    cache_size = 32_768
+    cache_size = 65_536
+    _shared: ClassVar[dict[tuple[str, int], dict[str, torch.Tensor]]] = {}
 
     def __init__(self, source: str, context_length: int):
         self.source, self.context_length = source, context_length
         self._tokenizer = None
-        self._rows: dict[str, torch.Tensor] = {}
+        self._rows = LazyTokenizer._shared.setdefault((source, context_length), {})
 
     @property
     def spec(self) -> dict[str, Any]:

@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import WebDatasetReader, is_tar_shards, open_reader
+from ..data import ArrayReader, WebDatasetReader, is_tar_shards, open_reader
+from ..data.augment import BatchedView
 from ..errors import DataError, NonFiniteError, UsageError
 from ..io import atomic_path, write_json
 from ..models.checkpoint import MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config
@@ -149,8 +150,12 @@ class Trainer:
         self.optimizer = _optimizer(cfg, model, self.method)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         self.scaler = torch.amp.GradScaler(enabled=cfg.precision == "amp")
-        transform = self.method.image_transform(model) or train_preprocess(model)
-        self.reader = open_reader(cfg.train_data, transform=transform, **self._reader_kwargs())
+        transform = self.method.image_transform(model)
+        self.reader = open_reader(cfg.train_data, transform=transform or train_preprocess(model), **self._reader_kwargs())
+        # decoded arrays take open_clip's training view per batch, bit for bit the same (`BatchedView`)
+        self.view = BatchedView.of(self.reader.transform) if transform is None and isinstance(self.reader, ArrayReader) else None
+        if self.view is not None:
+            self.reader.transform = self.view
         self.reader.admit = self.method.admits
         self.step, self.data = 0, DataPosition()
         self._resume()
@@ -184,7 +189,7 @@ class Trainer:
             self.reader,
             batch_size=self.cfg.batch_size,
             num_workers=self.cfg.workers,
-            collate_fn=_Collate(self.method, self.tokenizer),
+            collate_fn=_Collate(self.method, self.tokenizer, self.view),
             drop_last=True,
             pin_memory=self.env.device.type == "cuda",
             persistent_workers=self.cfg.workers > 0,
@@ -497,12 +502,16 @@ class _TrainModule(torch.nn.Module):
 
 
 class _Collate:
-    """The method's batch transform as a picklable collate_fn for DataLoader workers."""
+    """The method's batch transform as a picklable collate_fn for DataLoader workers, after the batch's image views where
+    the reader left them to a `BatchedView`."""
 
-    def __init__(self, method, tokenizer):
-        self.method, self.tokenizer = method, tokenizer
+    def __init__(self, method, tokenizer, view: BatchedView | None = None):
+        self.method, self.tokenizer, self.view = method, tokenizer, view
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.view is not None:
+            views = self.view.batch(torch.stack([s["image"] for s in samples]), torch.tensor([s["crop"] for s in samples]))
+            samples = [{**s, "image": v} for s, v in zip(samples, views, strict=True)]
         return self.method.collate(samples, self.tokenizer)
 
 

@@ -37,7 +37,9 @@ from .captions import holds, long_caption, negatives, pair_statement, short_phra
 from .config import WorldConfig
 from .scene import COLORS, SHAPES, Scene, place, render
 
-FORMAT = 2  # of the benchmark files: 2 keeps the seen split's negatives to seen pairings; a world of another format is made again
+# of the benchmark files: 2 keeps the seen split's negatives to seen pairings, 3 links each zero-shot image's colour copy to its
+# shape copy; a world of another format is made again
+FORMAT = 3
 SPLIT_CODES = {"train": 1, "val": 2, "test_seen": 3, "test_unseen": 4, "zs_seen": 5, "zs_unseen": 6, "singles": 7}
 
 
@@ -158,14 +160,18 @@ def _benchmarks(root: Path, records: list[dict], held: list[tuple[str, str]], un
 
 
 def _zeroshot(root: Path, records: list[dict], folder: Path) -> None:
-    """Single-object scenes sorted into class folders by shape and by colour."""
+    """Single-object scenes sorted into class folders by shape and by colour: each image a file in its shape's folder
+    and a link to it from its colour's, so an evaluation encodes it once (the scorer knows an image by its real path)."""
     for rec in records:
         obj = rec["scene"]["objects"][0]
         source = folder / rec["file"]
-        for task, label in (("shape", obj["shape"]), ("color", obj["color"])):
-            target = root / "zeroshot" / task / label / source.name
+        shape = root / "zeroshot" / "shape" / obj["shape"] / source.name
+        color = root / "zeroshot" / "color" / obj["color"] / source.name
+        for target in (shape, color):
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(source.read_bytes())
+        shape.write_bytes(source.read_bytes())
+        color.unlink(missing_ok=True)
+        color.symlink_to(Path("..", "..", "shape", obj["shape"], source.name))
     shutil.rmtree(folder)
     for task, lines in (("shape", "a {}.\na picture of a {}.\na {} shape.\n"), ("color", "a {} shape.\nsomething {}.\na {} thing.\n")):
         (root / "zeroshot" / task).mkdir(parents=True, exist_ok=True)
