@@ -7,6 +7,7 @@ import torch
 
 from compclip.demo import (
     CURRICULUM,
+    PRETRAIN_BATCH,
     PRETRAIN_STEPS,
     SHIPPED_BASE,
     DemoConfig,
@@ -26,7 +27,8 @@ from compclip.world import generate
 def installed(tmp_path_factory):
     train = tmp_path_factory.mktemp("demo") / "train"
     demo = DemoConfig()
-    final, how = pretrain_base(train, None, world_config(None, 0, demo.n_train, demo.n_test), PRETRAIN_STEPS, {}, rebuild=False)
+    final, how = pretrain_base(train, None, world_config(None, 0, demo.n_train, demo.n_test), PRETRAIN_STEPS,
+                               {"batch_size": PRETRAIN_BATCH}, rebuild=False)
     return final, how
 
 
@@ -40,8 +42,10 @@ def test_the_demo_installs_the_shipped_base_for_its_default_world_only(installed
     assert not shipped_fits(world_config(None, 1, demo.n_train, demo.n_test), PRETRAIN_STEPS)  # another draw of the world
     assert not shipped_fits(world_config({"heldout": 0.5}, 0, demo.n_train, demo.n_test), PRETRAIN_STEPS)
     assert not shipped_fits(world_config(None, 0, demo.n_train, demo.n_test), PRETRAIN_STEPS // 2)
+    assert not shipped_fits(world_config(None, 0, demo.n_train, demo.n_test), PRETRAIN_STEPS, PRETRAIN_BATCH // 2)
     with pytest.raises(UsageError, match="holds the shipped base"):
-        pretrain_base(final.parents[2], None, world_config(None, 0, demo.n_train, demo.n_test), PRETRAIN_STEPS, {}, rebuild=True)
+        pretrain_base(final.parents[2], None, world_config(None, 0, demo.n_train, demo.n_test), PRETRAIN_STEPS,
+                      {"batch_size": PRETRAIN_BATCH}, rebuild=True)
 
 
 def test_a_damaged_shipped_base_is_refused(tmp_path, monkeypatch):
