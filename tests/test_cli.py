@@ -108,7 +108,7 @@ def test_demo_runs_end_to_end(tmp_path):
     from compclip.stats import fmt_difference, paired
 
     args = ["--quiet", "demo", "--out", str(tmp_path / "demo"), "--n-train", "300", "--n-test", "40",
-            "--pretrain-steps", "3", "--pretrain-batch-size", "16", "--steps", "2", "--batch-size", "16",
+            "--pretrain-steps", "3", "--pretrain-batch-size", "24", "--steps", "2", "--batch-size", "16",
             "--methods", "siglip,c2lip,occlip", "--seeds", "5,6",
             "--device", "cpu"]
     result = compclip(*args)
@@ -136,6 +136,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert base["model"] == str(tmp_path / "demo" / "train" / "base-singles" / "checkpoints" / "step_0000002")
     config = json.loads((tmp_path / "demo" / "train" / "c2lip" / "checkpoints" / "step_0000002" / "config.json").read_text())
     assert config["method"] == "c2lip" and config["train_args"]["seed"] == 5
+    assert shapes["batch_size"] == base["batch_size"] == 24 and config["train_args"]["batch_size"] == 16  # each stage its own
     assert shapes["device"] == config["train_args"]["device"] == "cpu"
     assert json.loads((tmp_path / "demo" / "results" / "c2lip-ft" / "seen" / "zeroshot.json").read_text())["precision"] == "fp32"
     assert config["train_args"]["model"] == str(tmp_path / "demo" / "train" / "base" / "checkpoints" / "step_0000001")

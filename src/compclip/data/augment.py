@@ -1,11 +1,11 @@
 """open_clip's training view of images held decoded in an array, made for a whole batch at once.
 
 open_clip's training transform is `RandomResizedCrop` (bicubic, through PIL), `ToTensor` and `Normalize`, image by
-image in the DataLoader workers: about 0.5 ms an image on this project's CPUs, as much as the binding world's model
-spends on it. `BatchedView` draws the same crop box per image (torchvision's `get_params` rule, from the reader's
-per-sample seed) and resamples the batch with PIL's own fixed-point bicubic arithmetic (Pillow's `Resample.c`:
-`precompute_coeffs`, `normalize_coeffs_8bpc`, a horizontal then a vertical pass rounded to 8 bits), so the views are
-bit for bit torchvision's, about 20 times cheaper.
+image in the DataLoader workers: about 0.45 ms an image on this project's CPUs, on the cores the binding world's model
+needs. `BatchedView` draws the same crop box per image (torchvision's `get_params` rule, from the reader's per-sample
+seed) and resamples the batch with PIL's own fixed-point bicubic arithmetic (Pillow's `Resample.c`: `precompute_coeffs`,
+`normalize_coeffs_8bpc`, a horizontal then a vertical pass rounded to 8 bits), so the views are bit for bit
+torchvision's, in 1.3-1.9× less time (`benchmarks/batched_view.py`).
 """
 from __future__ import annotations
 
