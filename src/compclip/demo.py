@@ -424,7 +424,7 @@ def pack_base(checkpoint: Path, world_dir: Path, commit: str, dest: Path = SHIPP
               "tokens_read": len(read)}
     with atomic_dir(dest) as tmp:
         packed = save_checkpoint(model, tmp / "checkpoint", method=source.get("method"), step=source.get("step"),
-                                 train_args=source.get("train_args"), shipped=record)
+                                 train_args=source.get("train_args"))
         weights = (packed / WEIGHTS_NAME).read_bytes()
         record["sha256"] = hashlib.sha256(weights).hexdigest()
         (tmp / f"{WEIGHTS_NAME}.xz").write_bytes(lzma.compress(weights, preset=9 | lzma.PRESET_EXTREME))
