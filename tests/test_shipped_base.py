@@ -80,3 +80,31 @@ def test_the_shipped_base_reads_every_token_of_its_world_and_meets_the_base_targ
     metrics = json.loads((tmp_path / "results" / "zeroshot.json").read_text())["metrics"]
     assert metrics["shape"]["acc"] >= 0.95 and metrics["color"]["acc"] >= 0.98, metrics
     assert torch.isfinite(rows).all()
+
+
+def test_packing_a_base_changes_no_feature_of_its_world(tmp_path, monkeypatch):
+    """`pack_base` on a randomly initialised demo model (every token row non-zero) over a small world: the installed copy
+    gives the very same features for the world's captions, its swap-attribute pairs, its class names and its images, and
+    keeps only the rows those texts read."""
+    import compclip.demo as demo_module
+    from compclip.demo import MODEL, install_base, pack_base
+    from compclip.models import save_checkpoint
+
+    model, _, tokenizer = load_model(MODEL)
+    source = save_checkpoint(model, tmp_path / "source", method="siglip", step=1, train_args={"batch_size": 16})
+    world = generate(tmp_path / "world", world_config({"n_singles": 20}, 0, 20, 40), workers=2)
+    record = pack_base(source, world, "0000000", dest=tmp_path / "shipped")
+    monkeypatch.setattr(demo_module, "SHIPPED_BASE", tmp_path / "shipped")
+    packed, _, _ = load_model(str(install_base(tmp_path / "installed")))
+
+    texts = [json.loads(line)["caption"] for line in (world / "train" / "scenes.jsonl").read_text().splitlines()]
+    for pair in json.loads((world / "test_seen" / "sugarcrepe" / "swap_att.json").read_text()).values():
+        texts += [pair["caption"], pair["negative_caption"]]
+    texts += [folder.name for folder in (world / "test_seen" / "zeroshot").glob("*/*") if folder.is_dir()]
+    images = torch.rand(4, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.equal(packed.encode_text(tokenizer(texts)), model.encode_text(tokenizer(texts)))
+        assert torch.equal(packed.encode_image(images), model.encode_image(images))
+        assert not torch.equal(packed.encode_text(tokenizer(["a cat"])), model.encode_text(tokenizer(["a cat"])))
+    kept = (packed.text.token_embedding.weight != 0).any(1).sum().item()
+    assert kept == record["tokens_read"] < 200 and record["batch_size"] == 16
