@@ -28,8 +28,10 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
+# Two workers on two cores, one thread each: torch's threads in both workers (and in the processes they start) would
+# otherwise ask for twice the cores there are.
 test: lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 2 -q
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q
 
 lock: $(STAMP)
 	printf '%s\n' $(LOCK_PINS) > $(VENV)/lock-pins.txt
