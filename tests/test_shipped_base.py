@@ -84,7 +84,7 @@ def test_the_shipped_base_reads_every_token_of_its_world_and_meets_the_base_targ
 
 def test_packing_a_base_changes_no_feature_of_its_world(tmp_path, monkeypatch):
     """`pack_base` on a randomly initialised demo model (every token row non-zero) over a small world: the installed copy
-    gives the very same features for the world's captions, its swap-attribute pairs, its class names and its images, and
+    gives the very same features for the world's captions, its swap-attribute pairs, its zero-shot prompts and its images, and
     keeps only the rows those texts read."""
     import compclip.demo as demo_module
     from compclip.demo import MODEL, install_base, pack_base
@@ -100,7 +100,9 @@ def test_packing_a_base_changes_no_feature_of_its_world(tmp_path, monkeypatch):
     texts = [json.loads(line)["caption"] for line in (world / "train" / "scenes.jsonl").read_text().splitlines()]
     for pair in json.loads((world / "test_seen" / "sugarcrepe" / "swap_att.json").read_text()).values():
         texts += [pair["caption"], pair["negative_caption"]]
-    texts += [folder.name for folder in (world / "test_seen" / "zeroshot").glob("*/*") if folder.is_dir()]
+    for task in (world / "test_seen" / "zeroshot").iterdir():  # the prompts zero-shot scores: each template with each class
+        templates = (task / "templates.txt").read_text().splitlines()
+        texts += [t.format(folder.name) for folder in task.iterdir() if folder.is_dir() for t in templates]
     images = torch.rand(4, 3, 64, 64)
     with torch.no_grad():
         assert torch.equal(packed.encode_text(tokenizer(texts)), model.encode_text(tokenizer(texts)))
