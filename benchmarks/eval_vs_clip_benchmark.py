@@ -49,7 +49,7 @@ def prepare(work: Path, model: str) -> tuple[Path, Path, Path]:
     ckpt, exported = work / f"{model}-random", work / f"{model}-random.safetensors"
     if not exported.is_file():
         code = (
-            "import torch; from compclip.models import load_model, save_checkpoint; from compclip.export import export_open_clip; "
+            "import torch; from compclip.models import load_model, save_checkpoint; from compclip.export.openclip import export_open_clip; "
             f"torch.manual_seed(0); m, _, _ = load_model({model!r}); "
             f"save_checkpoint(m, {str(ckpt)!r}); export_open_clip({str(ckpt)!r}, {str(exported)!r})"
         )

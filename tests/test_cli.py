@@ -152,8 +152,6 @@ def test_demo_runs_end_to_end(tmp_path):
     assert Image.open(tmp_path / "demo" / "report" / "attention.png").size[0] > 224
     assert "](seeds.png)" in (tmp_path / "demo" / "report" / "seeds.md").read_text()
     assert Image.open(tmp_path / "demo" / "report" / "seeds.png").size[0] > 800
-    again = compclip(*args[1:])  # everything is reused: nothing is trained again; into a pipe, bars done in seconds print nothing
-    assert again.returncode == 0 and again.stderr == "", again.stderr[-2000:]
 
     # a second world (seed 7) with its own base; the first world (seed 5, the first of --seeds) is this folder's
     two = compclip(*args[:-6], "--methods", "siglip,c2lip", "--seeds", "5,6", "--world-seeds", "5,7", "--device", "cpu")
@@ -176,11 +174,12 @@ def test_demo_runs_end_to_end(tmp_path):
 
     # the same two worlds run apart (everything reused), each in its own folder, then tabulated by benchmarks/study_table.py
     # as the one run above tabulated them, but for the attention figure, which needs the models
-    reports = []
+    reports, trained = [], {p: p.stat().st_mtime_ns for p in (tmp_path / "demo").rglob("train/*/checkpoints/*/model.safetensors")}
     for w, root in ((5, tmp_path / "demo"), (7, other)):
-        alone = compclip(*args[:3], str(root), *args[4:-6], "--methods", "siglip,c2lip", "--seeds", "5,6", "--world-seeds", str(w),
+        alone = compclip(*args[1:3], str(root), *args[4:-6], "--methods", "siglip,c2lip", "--seeds", "5,6", "--world-seeds", str(w),
                          "--device", "cpu")
-        assert alone.returncode == 0, alone.stderr[-2000:]
+        # everything is reused: nothing is trained again; into a pipe, bars done in seconds print nothing
+        assert alone.returncode == 0 and alone.stderr == "", alone.stderr[-2000:]
         reports.append(tmp_path / f"world-{w}.json")
         reports[-1].write_bytes((root / "report" / "seeds.json").read_bytes())
     script = Path(__file__).parents[1] / "benchmarks" / "study_table.py"
@@ -190,6 +189,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert (tmp_path / "table" / "seeds.md").read_text() == markdown.split("\n![attention")[0]
     assert json.loads((tmp_path / "table" / "seeds.json").read_text()) == summary
     assert Image.open(tmp_path / "table" / "seeds.png").size[0] > 800
+    assert {p: p.stat().st_mtime_ns for p in trained} == trained and len(trained) == 16  # 3 base runs and the fine-tunes, both worlds
     twice = subprocess.run([sys.executable, script, str(reports[0]), str(reports[0]), "--out", str(tmp_path / "x")],
                            capture_output=True, text=True, timeout=300)
     assert twice.returncode != 0 and "world 5 is already in an earlier file" in twice.stderr
@@ -458,9 +458,20 @@ def test_a_method_from_another_package_reaches_the_command_line(tmp_path):
     assert run.returncode == 2 and "--method-opt margin=x: expected float" in run.stderr, run.stderr
 
 
+HEAVY = "heavy = {'torch', 'open_clip', 'spacy', 'pandas'} & set(sys.modules); assert not heavy, heavy"
+
+
 def test_the_command_line_imports_nothing_heavy_for_help():
-    code = "import sys, compclip.cli; heavy = {'torch', 'open_clip', 'spacy', 'pandas'} & set(sys.modules); assert not heavy, heavy"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
+    result = subprocess.run([sys.executable, "-c", f"import sys, compclip.cli; {HEAVY}"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_export_refuses_a_taken_destination_before_loading_torch(tmp_path):
+    (tmp_path / "taken.safetensors").write_text("keep me")
+    code = (f"import sys\nfrom compclip.export import export\nfrom compclip.errors import UsageError\n"
+            f"try:\n    export('no-checkpoint', {str(tmp_path / 'taken.safetensors')!r})\nexcept UsageError as e:\n    print(e)\n{HEAVY}")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and "exists: pass --force to overwrite it" in result.stdout, result.stderr
 
 
 def test_methods_lists_every_method_and_its_options(capsys):

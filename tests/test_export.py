@@ -17,7 +17,8 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from compclip.errors import UsageError
-from compclip.export import export, export_open_clip
+from compclip.export import export
+from compclip.export.openclip import export_open_clip
 from compclip.export import hf as to_hf
 from compclip.models import BUNDLED_MODELS, bundled, load_model, save_checkpoint
 from test_models import assert_same_outputs

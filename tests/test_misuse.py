@@ -24,6 +24,17 @@ def compclip(*args, **kwargs):
                           timeout=300, **kwargs)
 
 
+def in_process(capsys, *args) -> subprocess.CompletedProcess:
+    """`compclip -q ARGS` through the same entry point in this process: for misuse refused before anything trains, where
+    a fresh interpreter (its imports cost seconds) would add nothing that the assertions read."""
+    from compclip.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["-q", *map(str, args)])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, exit_.value.code, out, err)
+
+
 def one_line(result, code: int, *fragments: str) -> str:
     """The run ended with `code` and, for an error, one `error:` line holding each fragment; never a traceback."""
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -70,7 +81,7 @@ def test_a_diverging_run_stops_and_never_saves_a_nan(work):
     assert "skipped, no update (1 of --skip-nonfinite 6)" in text
 
 
-def test_a_checkpoint_with_nan_weights_is_refused_not_scored(work):
+def test_a_checkpoint_with_nan_weights_is_refused_not_scored(work, capsys):
     root, _ = work
     broken = copy_run(work, "nan-run") / "checkpoints" / "step_0000002"
     weights = load_file(broken / "model.safetensors")
@@ -81,11 +92,11 @@ def test_a_checkpoint_with_nan_weights_is_refused_not_scored(work):
     for i, colour in enumerate(("red", "green", "blue")):
         Image.new("RGB", (32, 32), colour).save(root / "evalroot" / "retrieval" / "three" / f"{i}.png")
     (root / "evalroot" / "retrieval" / "three" / "captions.csv").write_text("image,caption\n0.png,red\n1.png,green\n2.png,blue\n")
-    result = compclip("eval", "--model", broken, "--benchmark", "retrieval", "--data-root", root / "evalroot", "--out", root / "nan-out",
-                      "--device", "cpu")
+    result = in_process(capsys, "eval", "--model", broken, "--benchmark", "retrieval", "--data-root", root / "evalroot", "--out",
+                        root / "nan-out", "--device", "cpu")
     one_line(result, 2, f"{broken / 'model.safetensors'}: weight {name} holds NaN or inf: refused")
     assert not list((root / "nan-out").glob("*.json"))
-    one_line(compclip("export", broken, root / "nan.safetensors"), 2, "holds NaN or inf")
+    one_line(in_process(capsys, "export", broken, root / "nan.safetensors"), 2, "holds NaN or inf")
 
 
 def test_two_runs_cannot_share_a_folder(work):
@@ -114,30 +125,30 @@ def test_two_runs_cannot_share_a_folder(work):
     (("--model", "compclip-tiny-clip"), "model 'compclip-tiny-siglip' -> 'compclip-tiny-clip'"),
     (("--steps", "3"), "steps 2 -> 3"),  # a cosine schedule: more steps change every step's rate
 ])
-def test_resume_refuses_another_runs_options(work, change, fragment):
+def test_resume_refuses_another_runs_options(work, capsys, change, fragment):
     _, data = work
     out = copy_run(work, f"resume-{change[0][2:]}")
     args = dict(zip(TRAIN[1::2], TRAIN[2::2], strict=True))
     args.update({"--steps": "2", "--save-every": "1", change[0]: change[1]})
-    result = compclip("train", *[x for kv in args.items() for x in kv], "--train-data", data, "--out", out)
+    result = in_process(capsys, "train", *[x for kv in args.items() for x in kv], "--train-data", data, "--out", out)
     one_line(result, 2, fragment, f"--model {out / 'checkpoints' / 'step_0000002'} --out ANOTHER_FOLDER")
     assert json.loads((out / "config.json").read_text())["batch_size"] == 8  # the run's own record is left alone
 
 
-def test_a_damaged_training_state_offers_the_previous_checkpoint(work):
+def test_a_damaged_training_state_offers_the_previous_checkpoint(work, capsys):
     _, data = work
     out = copy_run(work, "damaged")
     state = out / "checkpoints" / "step_0000002" / "training_state.pt"
     state.write_bytes(state.read_bytes()[:100])
-    result = compclip(*TRAIN, "--train-data", data, "--out", out, "--steps", 2, "--save-every", 1)
+    result = in_process(capsys, *TRAIN, "--train-data", data, "--out", out, "--steps", 2, "--save-every", 1)
     one_line(result, 2, f"{state}: damaged, cannot resume", f"the previous checkpoint {out / 'checkpoints' / 'step_0000001'} is complete")
 
 
-def test_workers_that_each_get_too_few_rows_are_named_and_nothing_is_written(work):
+def test_workers_that_each_get_too_few_rows_are_named_and_nothing_is_written(work, capsys):
     root, data = work
     out = root / "workers"
-    result = compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--workers", 4, "--batch-size", 6,
-                      "--train-data", data, "--out", out, "--steps", 2)
+    result = in_process(capsys, "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--workers", 4, "--batch-size", 6,
+                        "--train-data", data, "--out", out, "--steps", 2)
     one_line(result, 2, "split among the 4 DataLoader workers", "lower --workers")
     assert not out.exists()
 
@@ -193,7 +204,7 @@ def test_an_undecodable_image_is_counted_and_named_and_the_rest_is_scored(work, 
     assert sugar["metrics"]["swap_att"]["n"] == 1 and sugar["missing_images"]["unreadable"] == 1
 
 
-def test_an_unwritable_out_is_found_before_the_model_loads(work, tmp_path):
+def test_an_unwritable_out_is_found_before_the_model_loads(work, tmp_path, capsys):
     _ = work
     locked = tmp_path / "locked"
     locked.mkdir()
@@ -201,25 +212,25 @@ def test_an_unwritable_out_is_found_before_the_model_loads(work, tmp_path):
     try:
         if os.access(locked, os.W_OK):
             pytest.skip("running as a user who may write anywhere (root)")
-        result = compclip("eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", tmp_path,
-                          "--out", locked / "out", "--device", "cpu")
+        result = in_process(capsys, "eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", tmp_path,
+                            "--out", locked / "out", "--device", "cpu")
         one_line(result, 2, f"--out {locked / 'out'}: cannot write there")
     finally:
         locked.chmod(0o700)
 
 
-def test_an_unwritable_out_is_checked_by_writing_there(work, tmp_path):
+def test_an_unwritable_out_is_checked_by_writing_there(work, tmp_path, capsys):
     """Root may write anywhere; a file where the folder should go stops it as early."""
     (tmp_path / "blocked").write_text("a file")
-    result = compclip("eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", tmp_path,
-                      "--out", tmp_path / "blocked" / "out", "--device", "cpu")
+    result = in_process(capsys, "eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", tmp_path,
+                        "--out", tmp_path / "blocked" / "out", "--device", "cpu")
     one_line(result, 2, f"--out {tmp_path / 'blocked' / 'out'}: cannot write there")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a GPU takes --device cuda")
-def test_eval_on_a_gpu_that_is_not_there_is_one_line(work, tmp_path):
-    result = compclip("eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", tmp_path, "--out",
-                      tmp_path / "o", "--device", "cuda")
+def test_eval_on_a_gpu_that_is_not_there_is_one_line(work, tmp_path, capsys):
+    result = in_process(capsys, "eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", tmp_path, "--out",
+                        tmp_path / "o", "--device", "cuda")
     one_line(result, 2, "--device cuda: torch sees 0 GPU(s) here")
 
 
@@ -253,7 +264,7 @@ def test_export_never_overwrites_unasked_or_replaces_what_it_did_not_write(work,
     ("no open_clip config", "open_clip_config.json: missing from the checkpoint folder"),
     ("edited model_name", "model_name 'compclip-tiny-clip' does not match the folder's architecture"),
 ])
-def test_a_damaged_checkpoint_folder_is_named(work, tmp_path, damage, fragment):
+def test_a_damaged_checkpoint_folder_is_named(work, tmp_path, capsys, damage, fragment):
     root, _ = work
     folder = tmp_path / "ckpt"
     shutil.copytree(root / "run" / "checkpoints" / "step_0000002", folder)
@@ -266,7 +277,7 @@ def test_a_damaged_checkpoint_folder_is_named(work, tmp_path, damage, fragment):
         (folder / "config.json").write_text(json.dumps({**config, "model_name": "compclip-tiny-clip"}))
     for args in (("eval", "--model", folder, "--benchmark", "retrieval", "--data-root", tmp_path, "--out", tmp_path / "o",
                   "--device", "cpu"), ("export", folder, tmp_path / "x.safetensors")):
-        one_line(compclip(*args), 2, fragment)
+        one_line(in_process(capsys, *args), 2, fragment)
 
 
 # ---- concepts: the trainer's rule for bytes that are not UTF-8 ------------------------------------------------------

@@ -8,9 +8,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..io import atomic_dir
-from ..models.checkpoint import check_checkpoint_folder, weights_sha256
 from .card import CARD_MARK, find_results, model_card
-from .openclip import export_open_clip, method_notes, write_open_clip_folder
 
 FORMATS = ("open_clip", "hf")
 CARD_NAME = "README.md"
@@ -59,18 +57,24 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
     checkpoint = Path(checkpoint)
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}: {', '.join(FORMATS)}")
-    config = check_checkpoint_folder(checkpoint)
-    if str(out).endswith(".safetensors"):
+    # the destination is checked before torch and open_clip load: a wrong one is an error in a fraction of a second
+    single_file = str(out).endswith(".safetensors")
+    if single_file:
         if fmt != "open_clip":
             raise UsageError(f"{out}: --format {fmt} writes a folder, not a .safetensors file")
         target = export_target(out, force)
-        return target, export_open_clip(checkpoint, target), []
-    out = Path(out)
-    _check_folder(out, force)
-    if fmt == "hf" and importlib.util.find_spec("transformers") is None:
-        raise UsageError("--format hf writes for transformers, which is not installed: pip install 'compclip[hf]'")
+    else:
+        out = Path(out)
+        _check_folder(out, force)
+        if fmt == "hf" and importlib.util.find_spec("transformers") is None:
+            raise UsageError("--format hf writes for transformers, which is not installed: pip install 'compclip[hf]'")
     from ..models import load_model
+    from ..models.checkpoint import check_checkpoint_folder, weights_sha256
+    from .openclip import export_open_clip, method_notes, write_open_clip_folder
 
+    config = check_checkpoint_folder(checkpoint)
+    if single_file:
+        return target, export_open_clip(checkpoint, target), []
     model, _, tokenizer = load_model(str(checkpoint))
     notes = method_notes(config)
     with atomic_dir(out) as tmp:

@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import open_clip
-
 from .. import __version__
 
 CARD_MARK = "<!-- written by compclip export -->"  # how `--force` knows a folder is an earlier export, safe to replace
@@ -40,6 +38,8 @@ def base_model(config: dict[str, Any]) -> str | None:
     if name.startswith("hf-hub:"):
         return name.removeprefix("hf-hub:")
     if tag and ":" not in name and not Path(tag).exists():
+        import open_clip
+
         hub = (open_clip.get_pretrained_cfg(name, tag) or {}).get("hf_hub", "")
         return hub.strip("/") or None
     return None
