@@ -195,34 +195,26 @@ def test_demo_runs_end_to_end(tmp_path):
     assert twice.returncode != 0 and "world 5 is already in an earlier file" in twice.stderr
 
 
-def one_error_line(result) -> str:
-    """The single `error:` line a user error must print (exit 2, no traceback)."""
-    assert result.returncode == 2, result.stderr[-2000:]
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr, result.stderr[-2000:]
-    return lines[0]
+def test_unknown_model_in_eval_is_one_error_line(capsys, tmp_path):
+    code, _, err = run_main(capsys, "eval", "--model", "nope", "--benchmark", "sugarcrepe", "--out", tmp_path / "x", "--data-root",
+                            tmp_path)
+    assert_one_error(code, err, "unknown model 'nope'")
 
 
-def test_unknown_model_in_eval_is_one_error_line(tmp_path):
-    line = one_error_line(compclip("eval", "--model", "nope", "--benchmark", "sugarcrepe", "--out", str(tmp_path / "x"),
-                                   "--data-root", str(tmp_path)))
-    assert "unknown model 'nope'" in line
-
-
-def test_csv_without_the_caption_column_is_one_error_line(tmp_path):
+def test_csv_without_the_caption_column_is_one_error_line(capsys, tmp_path):
     (tmp_path / "c.csv").write_text("image,text\na.jpg,a red cube\n")
-    line = one_error_line(compclip("concepts", str(tmp_path / "c.csv"), "--out", str(tmp_path / "store")))
-    assert str(tmp_path / "c.csv") in line and "no column 'caption'" in line and "--caption-key" in line
+    code, _, err = run_main(capsys, "concepts", tmp_path / "c.csv", "--out", tmp_path / "store")
+    assert_one_error(code, err, str(tmp_path / "c.csv"), "no column 'caption'", "--caption-key")
 
 
-def test_concept_store_without_pos_for_clic_is_one_error_line(tmp_path):
+def test_concept_store_without_pos_for_clic_is_one_error_line(capsys, tmp_path):
     from compclip.concepts import build_store
 
     build_store(["a red cube. a blue ball."], tmp_path / "store", "noun-phrases", workers=1)
     (tmp_path / "d.csv").write_text("image,caption\na.jpg,a red cube. a blue ball.\n")
-    line = one_error_line(compclip("train", "--method", "clic", "--model", "compclip-tiny-clip", "--train-data", str(tmp_path / "d.csv"),
-                                   "--concepts", str(tmp_path / "store"), "--out", str(tmp_path / "run"), "--steps", "1"))
-    assert "['pos']" in line and str(tmp_path / "store") in line and "--what pos" in line
+    code, _, err = run_main(capsys, "train", "--method", "clic", "--model", "compclip-tiny-clip", "--train-data", tmp_path / "d.csv",
+                            "--concepts", tmp_path / "store", "--out", tmp_path / "run", "--steps", "1")
+    assert_one_error(code, err, "['pos']", str(tmp_path / "store"), "--what pos")
 
 
 def run_main(capsys, *args) -> tuple[int, str, str]:

@@ -18,8 +18,8 @@ from safetensors.torch import save_file
 
 from compclip.errors import UsageError
 from compclip.export import export
-from compclip.export.openclip import export_open_clip
 from compclip.export import hf as to_hf
+from compclip.export.openclip import export_open_clip
 from compclip.models import BUNDLED_MODELS, bundled, load_model, save_checkpoint
 from test_models import assert_same_outputs
 from test_train import make_dataset
