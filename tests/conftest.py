@@ -29,6 +29,15 @@ def _seed():
     random.seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _quiet_flag(monkeypatch):
+    """`--quiet` given to a command run in this process (`run_main`) is process-wide: undone after each test, so
+    that the next test in the worker sees the progress bars it expects."""
+    from compclip import progress
+
+    monkeypatch.setattr(progress, "_QUIET", progress.is_quiet())
+
+
 def image_bytes(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (40, 32)) -> bytes:
     """A small real image with seeded content, encoded in `fmt`."""
     rng = random.Random(seed)
