@@ -46,3 +46,13 @@ def image_bytes(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (40, 32)) 
     buf = io.BytesIO()
     img.save(buf, fmt)
     return buf.getvalue()
+
+
+def run_main(capsys, *args) -> tuple[int, str, str]:
+    """`compclip ARGS` in this process (option checks need no model): exit code, stdout, stderr."""
+    from compclip.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return exit_.value.code, out, err

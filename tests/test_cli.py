@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from compclip.models import load_model, save_checkpoint
+from conftest import run_main
 
 
 def compclip(*args, cwd=None):
@@ -215,16 +216,6 @@ def test_concept_store_without_pos_for_clic_is_one_error_line(capsys, tmp_path):
     code, _, err = run_main(capsys, "train", "--method", "clic", "--model", "compclip-tiny-clip", "--train-data", tmp_path / "d.csv",
                             "--concepts", tmp_path / "store", "--out", tmp_path / "run", "--steps", "1")
     assert_one_error(code, err, "['pos']", str(tmp_path / "store"), "--what pos")
-
-
-def run_main(capsys, *args) -> tuple[int, str, str]:
-    """`compclip ARGS` in this process (option checks need no model): exit code, stdout, stderr."""
-    from compclip.cli import main
-
-    with pytest.raises(SystemExit) as exit_:
-        main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return exit_.value.code, out, err
 
 
 def assert_one_error(code: int, err: str, *fragments: str) -> None:

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
+from conftest import run_main
 from test_train import make_dataset
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
@@ -27,12 +28,7 @@ def compclip(*args, **kwargs):
 def in_process(capsys, *args) -> subprocess.CompletedProcess:
     """`compclip -q ARGS` through the same entry point in this process: for misuse refused before anything trains, where
     a fresh interpreter (its imports cost seconds) would add nothing that the assertions read."""
-    from compclip.cli import main
-
-    with pytest.raises(SystemExit) as exit_:
-        main(["-q", *map(str, args)])
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(args, exit_.value.code, out, err)
+    return subprocess.CompletedProcess(args, *run_main(capsys, "-q", *args))
 
 
 def one_line(result, code: int, *fragments: str) -> str:
