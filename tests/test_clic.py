@@ -49,6 +49,17 @@ def test_swap_falls_back_to_two_random_words_or_none():
     assert cross_sentence_swap("the", same, "the", same, random.Random(0)) is None
 
 
+def test_swap_replaces_every_occurrence_of_the_two_words_as_the_authors_do():
+    """The authors' swap_words_between_texts substitutes every whole-word match; `every=False` the drawn token alone."""
+    a = [("The", 0, 3, "DET"), ("dog", 4, 7, "NOUN"), ("sees", 8, 12, "VERB"), ("a", 13, 14, "DET"), ("dog", 15, 18, "NOUN"),
+         (".", 18, 19, "PUNCT")]
+    b = [("A", 0, 1, "DET"), ("cat", 2, 5, "NOUN"), ("sleeps", 6, 12, "VERB"), (".", 12, 13, "PUNCT")]
+    made = {cross_sentence_swap("The dog sees a dog.", a, "A cat sleeps.", b, random.Random(s)) for s in range(40)}
+    assert made == {("The cat sees a cat.", "A dog sleeps."), ("The dog sleeps a dog.", "A cat sees.")}
+    one = {cross_sentence_swap("The dog sees a dog.", a, "A cat sleeps.", b, random.Random(s), every=False) for s in range(40)}
+    assert ("The cat sees a dog.", "A dog sleeps.") in one and ("The dog sees a cat.", "A dog sleeps.") in one
+
+
 def test_sentences_and_joining():
     text = "A red cube.  Two stars!It is blue"
     assert [text[s:e] for s, e in sentences(text)] == ["A red cube.", "Two stars!", "It is blue"]
@@ -69,7 +80,7 @@ COLOURS = [(220, 40, 40), (40, 170, 60), (240, 210, 40), (40, 80, 220)]
 def setup():
     model, _, tokenizer = load_model("compclip-tiny-clip")
     records = {r["caption"]: r for r in extract(CAPTIONS, "noun-phrases,pos")}
-    method = build_method("clic", concepts=records)
+    method = build_method("clic", concepts=records, partner="batch")  # partners from the batch; the default's own tests below
     transform = method.image_transform(model)
     samples = [
         {**transform(Image.new("RGB", size, colour)), "caption": c} for size, colour, c in zip(SIZES, COLOURS, CAPTIONS, strict=True)
@@ -224,3 +235,64 @@ def test_train_clic_freezes_the_vision_tower_and_alternates(tmp_path):
     b, a = before.state_dict(), after.state_dict()
     assert all(torch.equal(b[k], a[k]) for k in b if k.startswith("visual.") or k == "logit_bias")
     assert any(not torch.equal(b[k], a[k]) for k in b if k.startswith("text."))
+
+
+def partner_data(root, n=12):
+    """n coloured images, portrait and landscape in turn, each with its own one-line caption."""
+    (root / "img").mkdir()
+    rows = []
+    for i in range(n):
+        size = (30, 60) if i % 2 else (60, 30)
+        Image.new("RGB", size, (20 * i, 200 - 10 * i, 40)).save(root / "img" / f"{i}.png")
+        rows.append(f"img/{i}.png,A picture number {i} of a shape.")
+    (root / "d.csv").write_text("image,caption\n" + "\n".join(rows) + "\n")
+    return root / "d.csv"
+
+
+def test_the_reader_draws_each_partner_from_the_whole_data_of_the_same_orientation(tmp_path):
+    """The authors' dataset draws the partner from every record (not the batch), of the image's orientation; compclip's
+    draw is fixed by (seed, epoch, record), so a resumed run pairs alike."""
+    from compclip.data import open_reader
+    from compclip.methods.clic import PairViews
+
+    model, _, _ = load_model("compclip-tiny-clip")
+    data = partner_data(tmp_path)
+
+    def draw(epoch=0):
+        reader = open_reader(str(data), transform=PairViews(model))
+        reader.partners, reader.sample_seed, reader.epoch = True, 0, epoch
+        return [(s["key"], s["portrait"], s["partner"]["key"], s["partner"]["portrait"], s["partner"]["caption"]) for s in reader]
+
+    drawn = draw()
+    assert len(drawn) == 12
+    assert all(key != partner and portrait == partner_portrait for key, portrait, partner, partner_portrait, _ in drawn)
+    assert all(caption.startswith("A picture number") for *_, caption in drawn)
+    assert len({partner for _, _, partner, _, _ in drawn}) > 3  # drawn, not a fixed neighbour
+    assert draw() == drawn and draw(epoch=1) != drawn
+
+
+def test_clic_pairs_each_image_with_its_drawn_partner(tmp_path):
+    """With partners from the data (the default), image i is joined with its own partner, whose first sentence makes p1
+    and p2 with i's: no row's images or positives come from another row of the batch."""
+    from compclip.data import open_reader
+
+    model, _, tokenizer = load_model("compclip-tiny-clip")
+    data = partner_data(tmp_path)
+    captions = [line.split(",", 1)[1] for line in data.read_text().splitlines()[1:]]
+    records = {r["caption"]: r for r in extract(captions, "noun-phrases,pos")}
+    method = build_method("clic", concepts=records)
+    reader = open_reader(str(data), transform=method.image_transform(model))
+    reader.partners, reader.sample_seed = method.wants_partners, 0
+    samples = list(reader)[:6]
+    batch = method.collate(samples, tokenizer)
+    for i, ((a, b), positives) in enumerate(zip(batch["pair_order"].tolist(), batch["positives"], strict=True)):
+        assert sorted((a, b)) == [i, 6 + i]  # the image and its partner
+        partner = samples[i]["partner"]["caption"]
+        assert positives[:2] == [join_sentences(samples[i]["caption"], partner), join_sentences(partner, samples[i]["caption"])]
+        views = [samples[i], samples[i]["partner"]]
+        halves = batch["pair_image"][i].chunk(2, dim=2 if samples[i]["portrait"] else 1)
+        view = "tall" if samples[i]["portrait"] else "wide"
+        for half, k in zip(halves, (a, b), strict=True):
+            assert torch.equal(half, views[k // 6][view])
+    with pytest.raises(ValueError, match="partner=dataset"):
+        method.collate([{k: v for k, v in s.items() if k != "partner"} for s in samples], tokenizer)

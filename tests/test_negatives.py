@@ -1,5 +1,6 @@
 """Hard negatives: keyword permutations (hardneg) and phrase/adjective swaps (negclip), each made only
 by its rule, and the hard-negative InfoNCE against a brute-force loop and open_clip's ClipLoss."""
+import itertools
 import json
 import math
 import random
@@ -115,10 +116,8 @@ def records():
 
 def test_negclip_swaps_two_phrases_or_two_adjectives(records):
     caption = "a red couch next to a white table"
-    assert set(swap_negatives(caption, records[caption], k=5)) == {
-        "a white table next to a red couch",  # noun phrases
-        "a white couch next to a red table",  # adjectives
-    }
+    # adjectives; the two noun phrases are the ends of "next to", which holds both ways round (the same scene)
+    assert set(swap_negatives(caption, records[caption], k=5)) == {"a white couch next to a red table"}
     # the sentence-initial capital stays at the start
     assert swap_negatives("The dog chases a small cat.", records["The dog chases a small cat."], k=5) == ["A small cat chases the dog."]
     # never across sentences, and nothing without a record
@@ -157,6 +156,34 @@ def test_negclip_never_swaps_two_members_of_a_list_into_a_paraphrase():
             assert gap not in {"and", "or", ",", ", and", ", or", "&"}, (r["caption"], a, b)
             pairs += 1
     assert len(listed) > 200 and pairs > 200, (len(listed), pairs)  # lists are common, and their captions keep their other swaps
+
+
+def test_negclip_never_exchanges_the_two_ends_of_a_symmetric_relation():
+    """"A desktop computer next to a laptop computer" -> "A laptop computer next to a desktop computer" is true: refused as a
+    list swap is. Where the first end is the object of another word ("on a counter next to a pitcher"), the exchange is
+    false and stays a negative; attribute swaps across the relation stay too."""
+    captions = ["A desktop computer next to a laptop computer.", "A green chair is near a long bench.", "A burger plus fries.",
+                "A banana sitting on a counter next to a pitcher.", "a red couch next to a white table"]
+    negatives = {r["caption"]: swap_negatives(r["caption"], r, k=20) for r in extract(captions, "noun-phrases,pos")}
+    assert "A laptop computer next to a desktop computer." not in negatives[captions[0]]
+    assert "A long bench is near a green chair." not in negatives[captions[1]]
+    assert negatives[captions[2]] == []
+    assert "A banana sitting on a pitcher next to a counter." in negatives[captions[3]]
+    assert "a white couch next to a red table" in negatives[captions[4]]
+    assert "a white table next to a red couch" not in negatives[captions[4]]
+    # real COCO captions holding such a connector: each refused swap has the relation's words alone between its two ends
+    coco = [a["caption"].strip() for a in json.loads(shared_data("coco", "captions_val2017.json").read_text())["annotations"]]
+    holding = [c for c in coco if re.search(r"\b(next to|near|beside|plus)\b", c)][:400]
+    refused = kept = 0
+    for r in extract(holding, "noun-phrases,pos"):
+        for a, b in swap_candidates(r["caption"], r).get("noun_phrase", []):
+            kept += 1
+            gap = r["caption"][min(a[1], b[1]) : max(a[0], b[0])].strip().lower()
+            first = min(a, b)
+            assert not (gap in {"next to", "near", "beside", "plus", "is next to", "is near"} and first[0] == 0), (r["caption"], a, b)
+        refused += sum(1 for a, b in itertools.combinations([(s, e) for _, s, e in r["noun_phrases"]], 2)
+                       if a[0] == 0 and r["caption"][a[1]:b[0]].strip().lower() in {"next to", "near", "beside", "plus"})
+    assert refused > 15 and kept > 1000, (refused, kept)  # the rule is narrow: most of these captions' swaps stay
 
 
 def test_attswap_exchanges_the_attributes_of_two_objects_and_nothing_else(records):
@@ -270,6 +297,65 @@ def brute_force_batch_negatives(image, text, negatives, scale):
     return total / (2 * n)
 
 
+def brute_force_paper_hn(image, text, negatives, owners, draws, scale):
+    """Rösch et al.'s Eq. 1 with Fig. 2's batch, row by row: the image's k-th negative stands where the caption
+    ⌊draw·(N−1)⌋ + k (counted among the other captions, cyclically) stood; the two directions added, not halved."""
+    n = image.shape[0]
+    sim = lambda a, b: scale * sum(x * y for x, y in zip(a.tolist(), b.tolist(), strict=True))  # noqa: E731
+    total = 0.0
+    for i in range(n):
+        row = [sim(image[i], text[j]) for j in range(n)]
+        others = [j for j in range(n) if j != i]
+        mine = [k for k in range(len(owners)) if owners[k] == i]
+        for slot, k in enumerate(mine):
+            row[others[(int(draws[k] * (n - 1)) + slot) % (n - 1)]] = sim(image[i], negatives[k])
+        total += math.log(sum(math.exp(v) for v in row)) - row[i]
+        col = [sim(text[i], image[j]) for j in range(n)]
+        total += math.log(sum(math.exp(v) for v in col)) - col[i]
+    return total / n
+
+
+def test_hardneg_paper_form_replaces_an_in_batch_negative_and_sums_directions(records):
+    """The default form: through the method's own batch transform, each negative replaces one other caption's column of
+    its own image's row (never the positive), the same column on every run, and the loss is Eq. 1's sum."""
+    from compclip.models import load_model
+
+    model, _, tokenizer = load_model("compclip-tiny-clip")
+    captions = list(records)
+    samples = [{"image": torch.randn(3, 64, 64), "caption": c} for c in captions]
+    method = build_method("hardneg", concepts=records, negatives=2)
+    batch = method.collate(samples, tokenizer)
+    assert batch["negative_image"].numel() >= 2
+    assert torch.equal(batch["negative_draw"], method.collate(samples, tokenizer)["negative_draw"])  # fixed by (seed, caption)
+    with torch.no_grad():
+        out = method.outputs(model, batch)
+        loss = method(out)["hardneg"].item()
+    image, text, negatives, scale = out["image_features"], out["text_features"], out["negative_features"], out["logit_scale"].item()
+    owners, draws = out["negative_image"].tolist(), out["negative_draw"].tolist()
+    assert loss == pytest.approx(brute_force_paper_hn(image, text, negatives, owners, draws, scale), rel=1e-5)
+    # the same negatives as extra columns, halved, is the other form, and a different number
+    extra = hard_negative_infonce(image, text, negatives, out["negative_image"], scale)
+    assert extra.item() == pytest.approx(brute_force_hn(image, text, negatives, owners, scale), rel=1e-5)
+    assert abs(loss - extra.item()) > 1e-3
+
+
+def test_hardneg_paper_form_splits_over_ranks():
+    """Two ranks, each its rows against the gathered columns, add up to one process's loss in the paper's form too."""
+    g = torch.Generator().manual_seed(1)
+    unit = lambda *s: F.normalize(torch.randn(*s, generator=g, dtype=torch.float64), dim=-1)  # noqa: E731
+    image, text, negatives = unit(6, 16), unit(6, 16), unit(5, 16)
+    owners, draws = torch.tensor([0, 0, 4, 5, 5]), torch.tensor([0.9, 0.9, 0.1, 0.5, 0.5], dtype=torch.float64)
+    whole = hard_negative_infonce(image, text, negatives, owners, 3.0, replace_draw=draws, directions="sum")
+    assert whole.item() == pytest.approx(brute_force_paper_hn(image, text, negatives, owners.tolist(), draws.tolist(), 3.0), rel=1e-12)
+    halves = []
+    for rows in (slice(0, 3), slice(3, 6)):
+        mine = (owners >= rows.start) & (owners < rows.stop)
+        halves.append(hard_negative_infonce(image[rows], text[rows], negatives[mine], owners[mine] - rows.start, 3.0,
+                                            all_image=image, all_text=text, image_offset=rows.start, replace_draw=draws[mine],
+                                            directions="sum"))
+    assert sum(halves).item() == pytest.approx(whole.item(), rel=1e-12)
+
+
 def test_negclip_puts_every_swap_in_every_row_and_hardneg_in_its_own(records):
     """Through each method's own batch transform and outputs: the collated negatives are the ones the public
     functions make for each caption, and each loss is its formula of the method's output tensors."""
@@ -280,7 +366,8 @@ def test_negclip_puts_every_swap_in_every_row_and_hardneg_in_its_own(records):
     samples = [{"image": torch.randn(3, 64, 64), "caption": c} for c in captions]
     for name, make, formula in (("negclip", lambda c: swap_negatives(c, records[c], 2), brute_force_batch_negatives),
                                 ("hardneg", lambda c: keyword_negatives(c, k=2), None)):
-        method = build_method(name, concepts=records, negatives=2)
+        form = {"negatives_as": "extra", "directions": "mean"} if name == "hardneg" else {}  # the paper's form: its own test
+        method = build_method(name, concepts=records, negatives=2, **form)
         batch = method.collate(samples, tokenizer)
         expected = [(i, neg) for i, c in enumerate(captions) for neg in make(c)]
         assert expected and batch["negative_image"].tolist() == [i for i, _ in expected]

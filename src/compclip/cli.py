@@ -180,13 +180,50 @@ def concepts(
 
 @app.command()
 @declared(TrainConfig)
-def train(**options: Any) -> None:
+def train(ctx: typer.Context, **options: Any) -> None:
     """Fine-tune a model (single process, or under torchrun / SLURM srun with one process per GPU)."""
     from .train import train as run
 
-    cfg = TrainConfig(**declared_values(TrainConfig, options))
+    typed = _typed(ctx, TrainConfig)
+    cfg = TrainConfig.from_given({k: v for k, v in declared_values(TrainConfig, options).items() if k in typed})
     terms = run(cfg)
     typer.echo(f"finished {cfg.steps} steps: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))
+
+
+def _typed(ctx: typer.Context, cls: type) -> set[str]:
+    """The fields of `cls` whose flags the command line gave (not left at their defaults). By the source's name: typer
+    may bring a click of its own, whose enum is not `click.core.ParameterSource`."""
+    sources = {name: ctx.get_parameter_source(name) for name in ctx.params}
+    given = {name for name, source in sources.items() if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")}
+    fields = set()
+    for f in dataclasses.fields(cls):
+        flag = field_flag(f)
+        names = [_parameter(n) for n in flag] if isinstance(flag, tuple) else [f.name]
+        if given & set(names):
+            fields.add(f.name)
+    return fields
+
+
+@app.command()
+def recipes() -> None:
+    """List the papers' published training recipes (`train --recipe NAME`): each one's citation, data and settings,
+    marking the settings the paper leaves open that compclip chose."""
+    from .recipes import get_recipe, list_recipes
+
+    for name in list_recipes():
+        recipe = get_recipe(name)
+        typer.echo(f"{name}: {recipe.citation}")
+        typer.echo(f"  data: {recipe.data}")
+        for key in recipe.setting_keys():
+            source = recipe.cited.get(key)
+            note = source if source is not None else f"compclip's choice: {recipe.choices[key]}"
+            typer.echo(f"  {key}={json_value(recipe.value(key))}  ({note})")
+
+
+def json_value(value: Any) -> str:
+    import json
+
+    return json.dumps(value) if isinstance(value, (list, dict, bool)) or value is None else str(value)
 
 
 @app.command()
@@ -213,7 +250,8 @@ def attention(
     out: Path = typer.Option(..., help="PNG to write."),
     compare: str = typer.Option(None, help="A second model: also draw its map and the difference."),
     pretrained: str = typer.Option(None, help="Pretrained tag or weights file for --model."),
-    temperature: float = typer.Option(None, help="Attention temperature.  [default: √D, as in training]"),
+    temperature: float = typer.Option(None, help="Attention temperature over the raw tokens.  [default: √D, as training's "
+                                                 "xac_attention=scaled; the default cosine at 1 is near uniform to look at]"),
 ) -> None:
     """Draw a concept's cross-attention over an image, and the difference between two models."""
     from .plots import attention_comparison

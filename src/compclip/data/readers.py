@@ -130,7 +130,7 @@ class ImageTextReader(IterableDataset):
 
     def __init__(self, name: str, transform: Callable | None = None):
         super().__init__()
-        self.transform = transform
+        self.name, self.transform = name, transform
         self.skips = SkipCounter(name)
         self.resume_positions: dict[int, int] = {}
         self.worker_rotation = 0
@@ -138,6 +138,21 @@ class ImageTextReader(IterableDataset):
         self.shuffle = 0
         self.epoch = 0
         self.admit: Callable[[str], bool] | None = None  # a method that trains on some captions only (a keyword's subset)
+        self.partners = False  # each sample also carries a `partner` drawn from the whole data (`record_at`)
+
+    def num_records(self) -> int:
+        """Records in one pass over the data, bad ones included (what `--epochs` counts, as open_clip counts samples)."""
+        raise UsageError(f"--epochs over {self.name}: shards do not say how many samples they hold; give --train-num-samples "
+                         "(as open_clip_train asks), or --steps")
+
+    def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
+        """Record `index` of the whole data (every process's part), as `records` yields it: what a partner is drawn from."""
+        raise UsageError(f"{self.name}: webdataset shards are read in order, so a partner cannot be drawn from the whole data; "
+                         "train on a CSV, captions JSON or .npy, or draw partners from the batch (CLIC: --method-opt partner=batch)")
+
+    @property
+    def random_access(self) -> bool:
+        return type(self).record_at is not ImageTextReader.record_at
 
     def records(self) -> Iterator[tuple[str, Any, Any, Any]]:
         """Yield `(where, image, caption, concepts)` for this shard: image a path or bytes (None if absent),
@@ -161,6 +176,8 @@ class ImageTextReader(IterableDataset):
             if self.sample_seed is not None:  # the CPU generator alone: torch.manual_seed also queues lazy CUDA/XPU
                 torch.default_generator.manual_seed(part_seed * 1_000_000_007 + pos)  # seeding, 0.14 ms a sample
             sample = self._make(where, image, caption, concepts)
+            if sample is not None and self.partners:
+                sample["partner"] = self._partner(sample, random.Random(part_seed * 1_000_000_009 + pos))
             if sample is not None:
                 self.skips.ok()
                 sample["shard"], sample["pos"] = shard, pos
@@ -168,23 +185,40 @@ class ImageTextReader(IterableDataset):
         self.skips.log_pass_summary()
         self.epoch, self.resume_positions, self.worker_rotation = self.epoch + 1, {}, 0
 
-    def _make(self, where: str, image: Any, caption: Any, concepts: bytes | None = None) -> Sample | None:
+    def _partner(self, sample: Sample, rng: random.Random, tries: int = 50) -> Sample:
+        """Another record of the whole data, drawn at random until it is a good sample of the same orientation (a
+        transform's `portrait`), as the CLIC authors' `get_random_image_with_specific_ratio` draws; after `tries` draws,
+        the last good one of any orientation. A bad record drawn is passed over, not counted as skipped."""
+        total, found = self.num_records(), None
+        for _ in range(tries):
+            candidate = self._make(*self.record_at(rng.randrange(total)), skips=_UNCOUNTED)
+            if candidate is None or candidate["key"] == sample["key"]:
+                continue
+            found = candidate
+            if candidate.get("portrait") == sample.get("portrait"):
+                break
+        if found is None:
+            raise DataError(f"{self.name}: {tries} records drawn as {sample['key']}'s partner, none of them a usable sample")
+        return found
+
+    def _make(self, where: str, image: Any, caption: Any, concepts: bytes | None = None, skips: Any = None) -> Sample | None:
+        skips = self.skips if skips is None else skips
         reason = _bad_caption(caption)
         if reason:
-            self.skips.skip(reason, where, repr(caption)[:80])
+            skips.skip(reason, where, repr(caption)[:80])
             return None
         if self.admit is not None and not self.admit(caption.strip()):
-            self.skips.skip("not_admitted", where, repr(caption)[:80])
+            skips.skip("not_admitted", where, repr(caption)[:80])
             return None
         record = None
         if concepts is not None:
             try:
                 record = record_from_json(json.loads(concepts))
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
-                self.skips.skip("bad_record", where, f"concepts.json: {type(e).__name__}: {e}")
+                skips.skip("bad_record", where, f"concepts.json: {type(e).__name__}: {e}")
                 return None
         if image is None:
-            self.skips.skip("missing_image", where, "no image in record")
+            skips.skip("missing_image", where, "no image in record")
             return None
         try:
             if isinstance(image, np.ndarray):  # a decoded array: as it is to a transform that reads arrays (`BatchedView`)
@@ -192,14 +226,14 @@ class ImageTextReader(IterableDataset):
             else:
                 img = decode_image(image)
         except FileNotFoundError:
-            self.skips.skip("missing_image", where, str(image))
+            skips.skip("missing_image", where, str(image))
             return None
         except ImageTooLarge as e:
-            self.skips.skip("image_too_large", where, f"{'' if isinstance(image, bytes) else f'{image}: '}{e}")
+            skips.skip("image_too_large", where, f"{'' if isinstance(image, bytes) else f'{image}: '}{e}")
             return None
         except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
             name = "" if isinstance(image, bytes) else f"{image}: "
-            self.skips.skip("corrupt_image", where, f"{name}{type(e).__name__}: {e}")
+            skips.skip("corrupt_image", where, f"{name}{type(e).__name__}: {e}")
             return None
         view = self.transform(img) if self.transform else img
         fields = view if isinstance(view, dict) else {"image": view}  # a transform may give several views
@@ -244,6 +278,26 @@ class CsvReader(ImageTextReader):
     def _open(self):
         # surrogateescape keeps undecodable bytes visible, so one bad row is skipped, not the file
         return open(self.path, newline="", encoding="utf-8-sig", errors="surrogateescape")  # a BOM is not part of the first column
+
+    def num_records(self) -> int:
+        return len(self._all_rows())
+
+    def _all_rows(self) -> list[tuple[str, Any, Any]]:
+        """Every row as (where, image path or None, caption), read once per process for `record_at`."""
+        if getattr(self, "_rows", None) is None:
+            csv.field_size_limit(sys.maxsize)
+            with self._open() as f:
+                rows = csv.DictReader(f, delimiter=self.sep)
+                self._rows = []
+                for row in rows:
+                    where = f"{self.path}:{rows.line_num}"
+                    good = None not in row and None not in row.values()
+                    rel = row[self.image_key].strip() if good else ""
+                    self._rows.append((where, image_path(self.image_root, rel) if rel else None, row[self.caption_key] if good else None))
+        return self._rows
+
+    def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
+        return (*self._all_rows()[index], None)
 
     def records(self):
         index, count = self.shard()
@@ -388,12 +442,18 @@ class FolderReader(ImageTextReader):
         else:
             yield where, name, captions
 
+    def num_records(self) -> int:
+        return len(self.pairs)
+
+    def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
+        where, name, caption = self.pairs[index]
+        image = image_path(self.image_root, name) if isinstance(name, str) and name.strip() else None
+        return f"{self.captions_path} {where}", image, caption, None
+
     def records(self):
         index, count = self.shard()
-        for i, (where, name, caption) in enumerate(self.pairs):
-            if i % count == index:
-                image = image_path(self.image_root, name) if isinstance(name, str) and name.strip() else None
-                yield f"{self.captions_path} {where}", image, caption, None
+        for i in range(index, len(self.pairs), count):
+            yield self.record_at(i)
 
 
 class ArrayReader(ImageTextReader):
@@ -445,10 +505,28 @@ class ArrayReader(ImageTextReader):
         self.__dict__.update(state)
         self.images = [np.load(p, mmap_mode="r") for p in self.paths]
 
+    def num_records(self) -> int:
+        return len(self.order)
+
+    def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
+        source, i = self.order[index].tolist()
+        return f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], None
+
     def records(self):
         index, count = self.shard()
-        for source, i in self.order[index::count].tolist():
-            yield f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], None
+        for k in range(index, len(self.order), count):
+            yield self.record_at(k)
+
+
+class _Uncounted:
+    """A skip counter that counts nothing: a partner drawn and passed over is no skipped sample."""
+
+    @staticmethod
+    def skip(*_: Any) -> None:
+        pass
+
+
+_UNCOUNTED = _Uncounted()
 
 
 def is_tar_shards(path: str | os.PathLike) -> bool:

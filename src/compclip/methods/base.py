@@ -70,6 +70,7 @@ class LossPart(nn.Module):
     reads_captions = True  # reads the captions' own features (`text_features`); OC-CLIP encodes graph texts only
     locks_image = False  # trains with the image tower frozen
     alone = False  # changes the inputs themselves (CLIC's image pairs): no other part may see them
+    wants_partners = False  # each sample also carries a `partner` drawn by the reader from the whole data (its concepts too)
     # A part may own modules (nn.Module attributes, made in `bind`), used in its loss terms (`forward`): the optimizer
     # trains them at these rates (None: the run's), DDP wraps them, checkpoints save them as `method.safetensors`
     # and a resumed run restores them.
@@ -140,6 +141,7 @@ class Method(nn.Module):
         self.uses_logit_bias = any(p.uses_logit_bias for p in kept)
         self.reads_captions = any(p.reads_captions for p in kept)
         self.uses_concepts = any(p.uses_concepts for p in kept)
+        self.wants_partners = any(p.wants_partners for p in kept)
         self.concepts = concepts
         self._missing = 0  # captions without a concept record, counted per process
 
@@ -185,6 +187,8 @@ class Method(nn.Module):
         if self.uses_concepts:
             batch["concepts"] = self.concept_records(samples)
             batch["covered"] = [r is not None for r in batch["concepts"]]
+            if "partner" in samples[0]:
+                batch["partner_concepts"] = self.concept_records([s["partner"] for s in samples])
         for part in self.parts:
             part.prepare(batch, samples, tokenizer)
         if self.uses_concepts:  # what the trainer counts and reports: the captions the concept terms could use

@@ -191,8 +191,8 @@ class Options:
                                        "(encode each phrase as its own text, the released code's)")
     lambda_npc: float = option(1.0, "weight of the noun-phrase concept loss L_npc")
     lambda_xac: float = option(0.01, "weight of the cross-attention concept loss L_xac")
-    xac_attention: str = option("scaled", "scaled: attend with the raw visual tokens at √D (ours); cosine: with L2-normalised "
-                                          "tokens at temperature 1 (the released code's func_attention)")
+    xac_attention: str = option("cosine", "cosine: attend with L2-normalised tokens at temperature 1 (the released code's "
+                                          "func_attention; the paper gives none); scaled: with the raw visual tokens at √D (ours)")
     xac_temperature: float | None = option(None, "cross-attention temperature; none: √D (scaled) or 1 (cosine)")
     caption_concept: bool = option(False, "a caption without a noun phrase is its own concept (the released code's data.py); "
                                           "false: it adds none (the paper)")

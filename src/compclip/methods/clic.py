@@ -1,8 +1,9 @@
 """CLIC: concatenated image pairs, several positives, a cross-sentence POS-swap negative (docs/methods.md §3).
 
-Each image is paired with a partner of the same orientation from its batch; the two are
-joined in random order (portrait images side by side at half width, landscape ones one above
-the other at half height, each resized with the model's own preprocessing). Its captions are
+Each image is paired with a partner of the same orientation, drawn from the whole training data
+as the authors do (or from its own batch: `partner=batch`); the two are joined in random order
+(portrait images side by side at half width, landscape ones one above the other at half height,
+each resized with the model's own preprocessing). Its captions are
 p1 = s_i + s_m, p2 = s_m + s_i (first sentences) and p3, p4 (other sentences of each, joined in
 random order); the negative swaps one word of s_i with one word of s_m of the same universal
 POS tag and joins the two in random order. L = ½ L_Cont + ½ L_S-Neg + L_Uni (squared L2, as the
@@ -13,6 +14,7 @@ POS tags come from the concept store, so no spaCy runs in the data loader.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -31,6 +33,7 @@ from .clip import clip_loss
 from .text import caption_rng, join_sentences, recase
 
 UNI_DISTANCES = ("squared", "l2")
+PARTNERS = ("dataset", "batch")
 EXCLUDED_POS = frozenset({"AUX", "CCONJ", "DET", "INTJ", "PART", "PUNCT", "SCONJ", "SYM", "X", "SPACE"})
 
 Token = tuple[str, int, int, str]  # text, start, end, universal POS
@@ -62,11 +65,14 @@ def join_pair(first: dict[str, Any], second: dict[str, Any]) -> torch.Tensor:
     return torch.cat([first[view], second[view]], dim=2 if first["portrait"] else 1)
 
 
-def cross_sentence_swap(a: str, a_tokens: Sequence[Token], b: str, b_tokens: Sequence[Token], rng: random.Random) -> tuple[str, str] | None:
+def cross_sentence_swap(a: str, a_tokens: Sequence[Token], b: str, b_tokens: Sequence[Token], rng: random.Random,
+                        every: bool = True) -> tuple[str, str] | None:
     """`a` and `b` with one word exchanged: same universal POS tag (not an excluded one), different words.
 
     Words that both sentences hold with the same tag are not candidates. Without a common tag,
-    two random words (any tag but punctuation) are exchanged; None when no two words differ.
+    two random words (any tag but punctuation) are exchanged; None when no two words differ. With `every`, each
+    whole-word occurrence of the drawn word is replaced in its sentence (the authors' `swap_words_between_texts`, a
+    regular expression over the text); otherwise only the drawn occurrence.
     """
     def by_tag(tokens):
         out: dict[str, list[Token]] = {}
@@ -93,9 +99,18 @@ def cross_sentence_swap(a: str, a_tokens: Sequence[Token], b: str, b_tokens: Seq
         if not pairs:
             return None
         x, y = rng.choice(pairs)
-    new_a = a[: x[1]] + recase(y[0], y[1] == 0, x[0], x[1] == 0) + a[x[2] :]
-    new_b = b[: y[1]] + recase(x[0], x[1] == 0, y[0], y[1] == 0) + b[y[2] :]
-    return new_a, new_b
+    return replace_word(a, x, y, every), replace_word(b, y, x, every)
+
+
+def replace_word(text: str, old: Token, new: Token, every: bool) -> str:
+    """`text` with the token `old` (or, with `every`, each whole-word occurrence of its text) replaced by `new`'s word,
+    a sentence-initial capital staying at the start."""
+    spans = [(m.start(), m.end()) for m in re.finditer(rf"\b{re.escape(old[0])}\b", text)] if every else []
+    if (old[1], old[2]) not in spans:  # the token itself, whatever the regular expression makes of its edges
+        spans = sorted([*spans, (old[1], old[2])])
+    for start, end in reversed(spans):
+        text = text[:start] + recase(new[0], new[1] == 0, text[start:end], start == 0) + text[end:]
+    return text
 
 
 def sentence_tokens(record: dict[str, Any] | None, span: tuple[int, int]) -> list[Token]:
@@ -111,6 +126,11 @@ class Options:
     lambda_neg: float = option(0.5, "weight of the swapped-negative loss L_S-Neg")
     lambda_uni: float = option(1.0, "weight of the uni-modal loss between φ(p1) and φ(p2)")
     uni_distance: str = option("squared", "squared: ‖φ(p1) − φ(p2)‖², the authors' losses.py; l2: ‖φ(p1) − φ(p2)‖")
+    swap_every: bool = option(True, "the negative replaces every occurrence of the two swapped words, as the authors' "
+                                    "swap_words_between_texts; false: only the drawn occurrence")
+    partner: str = option("dataset", "dataset: each image's partner is drawn from the whole training data, of the same "
+                                     "orientation, as the authors' dataset does (CSV, JSON or .npy data); batch: from the "
+                                     "image's own micro-batch")
 
 
 class CLICLoss(LossPart):
@@ -127,7 +147,10 @@ class CLICLoss(LossPart):
         o = options
         if o.uni_distance not in UNI_DISTANCES:
             raise UsageError(f"uni_distance must be one of {', '.join(UNI_DISTANCES)}, not {o.uni_distance!r}")
-        self.uni_distance = o.uni_distance
+        if o.partner not in PARTNERS:
+            raise UsageError(f"partner must be one of {', '.join(PARTNERS)}, not {o.partner!r}")
+        self.uni_distance, self.swap_every = o.uni_distance, o.swap_every
+        self.wants_partners = o.partner == "dataset"
         self.seed = seed
         self.locks_image = not o.train_image
         self.step = 0
@@ -150,7 +173,8 @@ class CLICLoss(LossPart):
         for x, y in zip(*draws, strict=True):
             positives.append(join_sentences(*((x, y) if rng.random() < 0.5 else (y, x))))
         swapped = cross_sentence_swap(
-            sents_i[0], sentence_tokens(record_i, first_span_i), sents_m[0], sentence_tokens(record_m, first_span_m), rng
+            sents_i[0], sentence_tokens(record_i, first_span_i), sents_m[0], sentence_tokens(record_m, first_span_m), rng,
+            self.swap_every,
         )
         if swapped is None:
             return sents_i[0], positives, None
@@ -162,16 +186,25 @@ class CLICLoss(LossPart):
             raise UsageError("CLIC pairs images within a batch: the batch size must be at least 2")
         if "tall" not in samples[0]:
             raise ValueError("CLIC needs its own image transform (`CLICLoss.image_transform`): the reader gave plain images")
+        if self.wants_partners and "partner" not in samples[0]:
+            raise ValueError("CLIC with partner=dataset pairs each image with the partner its reader drew (`reader.partners`): "
+                             "the samples carry none")
         rng = caption_rng(self.seed, *batch["caption"])  # the same batch pairs the same way after a resume
+        # the images, then (drawn by the reader from the whole data) each one's partner: image i's is n + i
+        views = samples + [s["partner"] for s in samples] if self.wants_partners else samples
+        captions = batch["caption"] + [s["caption"] for s in views[n:]]
         parsed = []  # each caption split and looked up once, though it may serve as image and as partner
-        for caption, record in zip(batch["caption"], batch["concepts"], strict=True):
+        for caption, record in zip(captions, batch["concepts"] + batch.get("partner_concepts", []), strict=True):
             spans = sentences(caption)
             parsed.append(([caption[s:e] for s, e in spans], spans[0], record))
         portrait = [bool(s["portrait"]) for s in samples]
         pairs, firsts, positives, negatives, owners = [], [], [], [], []
         for i in range(n):
-            same = [j for j in range(n) if j != i and portrait[j] == portrait[i]]
-            m = rng.choice(same or [j for j in range(n) if j != i])
+            if self.wants_partners:
+                m = n + i
+            else:
+                same = [j for j in range(n) if j != i and portrait[j] == portrait[i]]
+                m = rng.choice(same or [j for j in range(n) if j != i])
             pairs.append((i, m) if rng.random() < 0.5 else (m, i))
             first, pos, neg = self.texts(i, m, parsed, rng)
             firsts.append(first)
@@ -180,7 +213,7 @@ class CLICLoss(LossPart):
                 negatives.append(neg)
                 owners.append(i)
         batch["pair_order"] = torch.tensor(pairs, dtype=torch.long)
-        batch["pair_image"] = torch.stack([join_pair(samples[a], samples[b]) for a, b in pairs])
+        batch["pair_image"] = torch.stack([join_pair(views[a], views[b]) for a, b in pairs])
         batch["positives"], batch["negatives"] = positives, negatives
         batch["positive_text"] = tokenizer([p for pos in positives for p in pos]).view(n, 4, -1)
         batch["first_text"] = tokenizer(firsts)

@@ -2,8 +2,9 @@
 
 A negative caption replaces one keyword of a concept class: a colour or COCO object by any
 other of its table, a location or size word by its fixed partner. Each image's row of the
-image→text InfoNCE gets its own negatives as extra columns (HN1–HN3); captions without a
-keyword train as plain pairs. `negclip` feeds the same loss with noun-phrase swaps.
+image→text InfoNCE gets its own negatives (HN1–HN3), each in the place of another caption's
+column (the paper's Fig. 2) or as an extra column; captions without a keyword train as plain
+pairs. `negclip` feeds the same loss with noun-phrase swaps.
 """
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ import torch.nn.functional as F
 from ..concepts.keywords import KEYWORDS, find_keywords, replacements, table, with_case_of
 from ..errors import UsageError
 from ..models.tokens import encode_short_texts
-from .base import LossPart, Output, option, owned
-from .clip import clip_loss
+from .base import LossPart, Output, image_rows, option, owned
 from .text import caption_rng
 
 CLASSES = tuple(KEYWORDS)
@@ -56,21 +56,42 @@ def hard_negative_infonce(
     all_image: torch.Tensor | None = None,
     all_text: torch.Tensor | None = None,
     image_offset: int = 0,
+    replace_draw: torch.Tensor | None = None,
+    directions: str = "mean",
 ) -> torch.Tensor:
-    """½ (CE(image→[batch texts, own negatives]) + CE(text→images)), summed over local rows / global batch.
+    """CE(image→texts) and CE(text→images), summed over local rows / global batch, then halved (`directions="mean"`,
+    open_clip's ClipLoss) or added (`"sum"`, Rösch et al.'s Eq. 1).
 
-    `negatives[j]` belongs to local image `negative_image[j]`; an image's row gets only its own
-    negatives (missing ones are −∞ columns). All embeddings are L2-normalised.
+    `negatives[j]` belongs to local image `negative_image[j]`; an image's row gets only its own negatives: as extra columns
+    (missing ones are −∞), or, with `replace_draw` (one number in [0, 1) per negative, the same for an image's negatives),
+    each in the place of another caption's column of that row (Fig. 2 of Rösch et al.): the image's k-th negative takes
+    the column ⌊draw·(N−1)⌋ + k among the N−1 columns that are not its own caption. All embeddings are L2-normalised.
     """
-    extra = None
+    all_image = image if all_image is None else all_image
+    all_text = text if all_text is None else all_text
+    targets = image_rows(image.shape[0], image.device, image_offset)
+    logits = logit_scale * image @ all_text.T
     if negatives.shape[0]:
         order = torch.argsort(negative_image, stable=True)  # group by owner: slot = rank within the owner
         owners, feats = negative_image[order], negatives[order]
         counts = torch.bincount(owners, minlength=image.shape[0])
         slot = torch.arange(owners.shape[0], device=image.device) - (counts.cumsum(0) - counts)[owners]
         own = logit_scale * (image[owners] * feats).sum(-1)
-        extra = own.new_full((image.shape[0], int(counts.max())), float("-inf")).index_put((owners, slot), own)
-    return clip_loss(image, text, logit_scale, all_image=all_image, all_text=all_text, image_offset=image_offset, extra_i2t=extra)
+        others = all_text.shape[0] - 1
+        if replace_draw is not None and others > 0:
+            pick = ((replace_draw[order] * others).long() + slot) % others  # among the other captions' columns
+            column = pick + (pick >= targets[owners]).long()  # skip the row's own caption
+            logits = logits.index_put((owners, column), own)
+        else:
+            extra = own.new_full((image.shape[0], int(counts.max())), float("-inf")).index_put((owners, slot), own)
+            logits = torch.cat([logits, extra], dim=1)
+    i2t = F.cross_entropy(logits, targets, reduction="sum")
+    t2i = F.cross_entropy(logit_scale * text @ all_image.T, targets, reduction="sum")
+    return (i2t + t2i) / (all_image.shape[0] * (2 if directions == "mean" else 1))
+
+
+NEGATIVES_AS = ("replace", "extra")
+DIRECTIONS = ("sum", "mean")
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,10 @@ class Options:
                                         "category names: motorcycle, airplane, couch, tv)")
     keyword_captions_only: bool = option(False, "train only on captions with a keyword of negative_classes, as the paper's "
                                                 "per-class models (§3.3); the others are skipped by the reader")
+    negatives_as: str = option("replace", "replace: a negative takes the column of a random other caption of its image's row (the "
+                                          "paper's Fig. 2); extra: it is one more column of that row")
+    directions: str = option("sum", "sum: image→text plus text→image, the paper's Eq. 1; mean: their mean, open_clip's ClipLoss "
+                                    "(half the loss)")
 
 
 class HardNegativeLoss(LossPart):
@@ -89,7 +114,8 @@ class HardNegativeLoss(LossPart):
     name = "hardneg"
     contrastive = True
     # negatives stay on their rank: only their own image's row reads them
-    outputs: ClassVar[Mapping[str, Output]] = {"negative_features": owned("negative_image", gather=False)}
+    outputs: ClassVar[Mapping[str, Output]] = {"negative_features": owned("negative_image", gather=False),
+                                               "negative_draw": owned("negative_image", gather=False)}
 
     def __init__(self, options: Options = Options(), seed: int = 0):
         super().__init__()
@@ -100,8 +126,12 @@ class HardNegativeLoss(LossPart):
         if unknown or not classes:
             raise UsageError(f"unknown keyword classes {sorted(unknown) or list(classes)}; choose from {', '.join(CLASSES)}")
         table("object", objects)  # a clear error for an unknown table
+        for key, allowed in (("negatives_as", NEGATIVES_AS), ("directions", DIRECTIONS)):
+            if getattr(options, key) not in allowed:
+                raise UsageError(f"{key} must be one of {', '.join(allowed)}, not {getattr(options, key)!r}")
         self.k, self.seed, self.classes, self.objects = k, seed, tuple(classes), objects
         self.keyword_captions_only = options.keyword_captions_only
+        self.replace, self.directions = options.negatives_as == "replace", options.directions
 
     def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
         """The caption's negatives; `record` is its concept record when a part of the method reads concepts."""
@@ -111,28 +141,31 @@ class HardNegativeLoss(LossPart):
         return not self.keyword_captions_only or bool(find_keywords(caption, self.classes, self.objects))
 
     def prepare(self, batch, samples, tokenizer):
-        owners, texts = [], []
+        owners, texts, draws = [], [], []
         records = batch.get("concepts") or [None] * len(batch["caption"])
         for i, (caption, record) in enumerate(zip(batch["caption"], records, strict=True)):
             made = self.negatives(caption, record)
             texts += made
             owners += [i] * len(made)
+            draws += [caption_rng(self.seed, "column", caption).random()] * len(made)  # which columns they replace
         tokens, owners = tokenizer(texts) if texts else batch["text"][:0], torch.tensor(owners, dtype=torch.long)
         # a change past the context's end leaves the caption's own tokens: that would be the positive, trained as a negative
         seen = (tokens != batch["text"][owners]).any(dim=1)
         batch["negative_text"], batch["negative_image"] = tokens[seen], owners[seen]
+        batch["negative_draw"] = torch.tensor(draws, dtype=torch.float64)[seen]
 
     def extend(self, model, batch, out):
         texts = batch["negative_text"]
         features = encode_short_texts(model, texts) if texts.shape[0] else out["text_features"][:0]
         out["negative_features"] = F.normalize(features, dim=-1)
-        out["negative_image"] = batch["negative_image"]
+        out["negative_image"], out["negative_draw"] = batch["negative_image"], batch["negative_draw"]
 
     def forward(self, out):
         loss = hard_negative_infonce(
             out["image_features"], out["text_features"], out["negative_features"], out["negative_image"],
             out["logit_scale"], all_image=out.get("all_image_features"), all_text=out.get("all_text_features"),
-            image_offset=out.get("image_offset", 0),
+            image_offset=out.get("image_offset", 0), replace_draw=out["negative_draw"] if self.replace else None,
+            directions=self.directions,
         )
         return {self.name: loss}
 

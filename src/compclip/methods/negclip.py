@@ -37,11 +37,15 @@ def swap_spans(caption: str, a: Span, b: Span, starts: frozenset[int] = frozense
 
 # What separates the members of one list: ", ", " and ", ", and ", " or ", " & "
 _LIST_GAP = re.compile(r"\s*(?:,\s*(?:(?:and|or|&)\s+)?|(?:and|or|&)\s+)", re.IGNORECASE)
+# A relation that holds both ways round: "A desktop computer next to a laptop computer", "A cat is near a dog"
+_SYMMETRIC_GAP = re.compile(r"\s+(?:(?:is|are)\s+)?(?:next to|near|beside|alongside|close to|adjacent to|plus)\s+", re.IGNORECASE)
 
 
 def coordinated(caption: str, spans: Sequence[Span], a: Span, b: Span) -> bool:
-    """Whether `a` and `b` are members of one list ("a cat and a dog", "A, B, C and D", "red and white"), linked by list
-    separators alone through the spans between them: exchanging them says the same thing, a true caption."""
+    """Whether exchanging `a` and `b` says the same thing, a true caption: they are members of one list ("a cat and a
+    dog", "A, B, C and D", "red and white"), linked by list separators alone through the spans between them; or the two
+    ends of a symmetric relation ("A next to B", "A is near B", "A plus B") whose first end opens its sentence (in "a
+    banana on a counter next to a cup" the counter is the object of "on", and the exchange is false)."""
     first, second = sorted((a, b))
     chain, end, s2 = [], first[1], second[0]
     for s, e in sorted(spans):
@@ -49,7 +53,10 @@ def coordinated(caption: str, spans: Sequence[Span], a: Span, b: Span) -> bool:
             chain.append((end, s))
             end = e
     chain.append((end, s2))
-    return all(_LIST_GAP.fullmatch(caption[x:y]) for x, y in chain)
+    if all(_LIST_GAP.fullmatch(caption[x:y]) for x, y in chain):
+        return True
+    opens = caption[: first[0]].strip() in ("", ".", "!", "?") or caption[: first[0]].rstrip()[-1:] in (".", "!", "?")
+    return opens and all(_LIST_GAP.fullmatch(caption[x:y]) or _SYMMETRIC_GAP.fullmatch(caption[x:y]) for x, y in chain)
 
 
 SWAPS = ("noun_phrase", "adjective", "attribute")
@@ -151,7 +158,7 @@ class SwapNegativeLoss(HardNegativeLoss):
 
     def __init__(self, k: int = 1, seed: int = 0, negatives_in: str = "batch", swaps: Sequence[str] = SWAPS[:2],
                  name: str = "negclip", everywhere: bool = False):
-        super().__init__(HardNegativeOptions(negatives=k), seed)
+        super().__init__(HardNegativeOptions(negatives=k, negatives_as="extra", directions="mean"), seed)  # §2.1's row form
         self.name = name
         if negatives_in not in NEGATIVES_IN:
             raise UsageError(f"negatives_in must be one of {', '.join(NEGATIVES_IN)}, not {negatives_in!r}")

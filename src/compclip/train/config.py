@@ -2,6 +2,8 @@
 are generated from it. Nothing heavy is imported here, so that the command line's help stays instant."""
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,11 +18,14 @@ MODEL_HELP = "open_clip name (e.g. ViT-B-16-SigLIP, compclip-tiny-siglip), hf-hu
 
 @dataclass
 class TrainConfig:
-    method: str = option(help="Method, or a '+'-joined combination (c2lip+hardneg); `compclip methods` lists them and their options.")
-    model: str = option(help=MODEL_HELP)
     train_data: str = option(help="CSV/TSV, webdataset .tar shards (brace patterns), a captions .json, or an image .npy (JSONL "
                                   "beside it; several joined by :: are interleaved).")
     out: str = option(help="Run folder: checkpoints, log.jsonl, tensorboard; re-running resumes.")
+    method: str | None = option(None, "Method, or a '+'-joined combination (c2lip+hardneg); `compclip methods` lists them and their "
+                                      "options.  [required unless --recipe gives it]")
+    model: str | None = option(None, MODEL_HELP + "  [required unless --recipe gives it]")
+    recipe: str | None = option(None, "A paper's published setting (`compclip recipes`): its method, model, optimiser, schedule, "
+                                      "batch, epochs and method options; a flag given beside it wins, and config.json records both.")
     pretrained: str | None = option(None, "open_clip pretrained tag or weights file for --model.")
     concepts: str | None = option(None, "Concept store from `compclip concepts`, for a method that reads concepts (`compclip methods` "
                                         "lists the fields each one reads).")
@@ -32,13 +37,22 @@ class TrainConfig:
                                           "or its images/]")
     batch_size: int = option(32, "Images per process and micro-batch.")
     accum_freq: int = option(1, "Micro-batches per optimizer step (features cached, open_clip style).")
+    global_batch_size: int | None = option(None, "Images per optimizer step over all processes: sets --accum-freq to reach it from "
+                                                 "--batch-size and the number of processes (it must divide evenly).")
     steps: int = option(1000, "Optimizer steps.")
+    epochs: int | None = option(None, "Passes over --train-data: sets --steps to ⌈epochs × samples / global batch⌉.")
+    train_num_samples: int | None = option(None, "Samples in one epoch of --train-data (open_clip's flag); needed by --epochs on "
+                                                 "webdataset shards.  [default: the data file's records]")
     lr: float = option(1e-5, "Peak learning rate.")
+    warmup_lr: float = option(0.0, "Learning rate the linear warm-up starts from (timm's --warmup-lr).")
+    min_lr: float = option(0.0, "Learning rate the cosine schedule ends at (timm's --min-lr); rates of the method's own modules "
+                                "scale alike.")
     weight_decay: float = option(0.0, "Weight decay (not on gains, biases and logit scale/bias).", flag="--wd")
     optimizer: str = option("adam", f"{', '.join(OPTIMIZERS)}.")
     betas: tuple[float, float] = option((0.9, 0.999), "Adam's betas (β1, β2)", flag=("--beta1", "--beta2"))
     eps: float = option(1e-8, "Adam ε.")
     warmup: int = option(0, "Linear warm-up steps.")
+    warmup_fraction: float = option(0.0, "Linear warm-up over this share of the steps: sets --warmup.")
     schedule: str = option("cosine", "cosine or const after warm-up.")
     precision: str = option("fp32", "fp32, amp_bf16 or amp (fp16 with loss scaling).")
     grad_checkpointing: bool = option(False, "Recompute activations in backward to save memory.")
@@ -65,12 +79,26 @@ class TrainConfig:
         from ..data.skips import MAX_WORKERS
         from ..precision import PRECISIONS
 
+        for name in ("method", "model"):
+            if getattr(self, name) is None:
+                raise UsageError(f"{flag_of(TrainConfig, name)} is required: give it, or a --recipe that sets it (`compclip recipes`)")
+        if self.recipe is not None:
+            from ..recipes import get_recipe
+
+            get_recipe(self.recipe)
         at_least = {"steps": 1, "batch_size": 1, "accum_freq": 1, "save_every": 1, "keep": 1, "log_every": 1,
                     "warmup": 0, "workers": 0, "shuffle": 0, "eval_every": 0, "skip_nonfinite": 0,
-                    "weight_decay": 0, "lock_image_unlocked_groups": 0}
+                    "weight_decay": 0, "lock_image_unlocked_groups": 0, "warmup_lr": 0, "min_lr": 0}
+        for name in ("epochs", "train_num_samples", "global_batch_size"):
+            if getattr(self, name) is not None:
+                at_least[name] = 1
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 raise UsageError(f"{flag_of(TrainConfig, name)} must be at least {low}, not {getattr(self, name)}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise UsageError(f"--warmup-fraction must lie in [0, 1), not {self.warmup_fraction}")
+        if not self.min_lr <= self.lr or not self.warmup_lr <= self.lr:
+            raise UsageError(f"--warmup-lr {self.warmup_lr} and --min-lr {self.min_lr} must not exceed --lr {self.lr}")
         if self.workers > MAX_WORKERS:
             raise UsageError(f"--workers must be at most {MAX_WORKERS}, not {self.workers}")
         if not self.lr > 0 or not self.eps > 0:
@@ -92,6 +120,38 @@ class TrainConfig:
         for name in ("image_root", "concepts"):
             if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
                 raise MissingFileError(f"{flag_of(TrainConfig, name)} {getattr(self, name)}: no such folder")
+
+
+    @classmethod
+    def from_given(cls, given: dict[str, Any]) -> TrainConfig:
+        """The run's options from those the user gave: over the settings of `given["recipe"]` where one is named
+        (`compclip.recipes`), else over the defaults. Two ways of saying one thing (--steps and --epochs) are refused."""
+        from ..recipes import ALTERNATIVES, get_recipe
+
+        order = list(cls.__dataclass_fields__)
+        both = sorted({tuple(sorted((k, ALTERNATIVES[k]), key=order.index)) for k in given if ALTERNATIVES.get(k) in given})
+        if both:
+            a, b = both[0]
+            raise UsageError(f"give {flag_of(cls, a)} or {flag_of(cls, b)}, not both")
+        if given.get("recipe") is None:
+            return cls(**given)
+        return cls(**get_recipe(given["recipe"]).apply(given))
+
+    def resolve_length(self, world_size: int, records: Callable[[], int]) -> None:
+        """Turn the declared run length into the trainer's counts, in place: --global-batch-size into --accum-freq,
+        --epochs into --steps (`records` counts the data's samples when --train-num-samples does not), --warmup-fraction
+        into --warmup. Every process computes the same numbers; a resumed run compares them with its checkpoint's."""
+        per_step = self.batch_size * world_size
+        if self.global_batch_size is not None:
+            if self.global_batch_size % per_step:
+                raise UsageError(f"--global-batch-size {self.global_batch_size} is not a multiple of --batch-size {self.batch_size} × "
+                                 f"{world_size} process(es) = {per_step}: choose a --batch-size that divides it")
+            self.accum_freq = self.global_batch_size // per_step
+        if self.epochs is not None:
+            samples = self.train_num_samples or records()
+            self.steps = max(1, math.ceil(self.epochs * samples / (per_step * self.accum_freq)))
+        if self.warmup_fraction:
+            self.warmup = round(self.warmup_fraction * self.steps)
 
 
 def check_device(device: str | None) -> None:

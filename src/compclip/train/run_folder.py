@@ -64,14 +64,15 @@ class RunLock:
                 self.out.rmdir()
 
 
-def changed_options(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+def changed_options(saved: dict[str, Any], now: dict[str, Any], defaults: dict[str, Any] | None = None) -> list[str]:
     """`option old -> new` for each option that defines a run and differs between the two configurations. More steps
-    continue a run whose learning rate is constant; under a cosine schedule they change every step's rate."""
-    out = []
+    continue a run whose learning rate is constant; under a cosine schedule they change every step's rate. An option
+    newer than the saved run counts as its default there (`defaults`)."""
+    out, defaults = [], defaults or {}
     for key in sorted(set(saved) | set(now)):
         if key in NOT_DEFINING or (key == "steps" and saved.get("schedule") == now.get("schedule") == "const"):
             continue
-        old, new = saved.get(key), now.get(key)
+        old, new = saved.get(key, defaults.get(key)), now.get(key)
         if isinstance(old, list):  # JSON holds tuples as lists
             old = tuple(old)
         if isinstance(new, list):

@@ -41,13 +41,17 @@ log = logging.getLogger("compclip.train")
 
 
 def _lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+    """The rate of each step as a share of --lr: linear warm-up from --warmup-lr, then constant or cosine down to --min-lr
+    (open_clip's schedule where both are 0)."""
+    start, floor = cfg.warmup_lr / cfg.lr, cfg.min_lr / cfg.lr
+
     def factor(step: int) -> float:
         if step < cfg.warmup:
-            return (step + 1) / cfg.warmup
+            return start + (1 - start) * (step + 1) / cfg.warmup
         if cfg.schedule == "const":
             return 1.0
         progress_ = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress_)))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress_)))
 
     return factor
 
@@ -123,6 +127,7 @@ class Trainer:
         self.cfg, self.eval_hook = cfg, eval_hook
         self.env: DistEnv = init_distributed(cfg.device)
         self.out = Path(cfg.out)
+        cfg.resolve_length(self.env.world_size, lambda: open_reader(cfg.train_data, **self._reader_kwargs()).num_records())
         self._check_same_run()  # reads OUT only: writing waits for `run` to own it
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else self._carried_concepts()
         self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)
@@ -157,6 +162,9 @@ class Trainer:
         if self.view is not None:
             self.reader.transform = self.view
         self.reader.admit = self.method.admits
+        if self.method.wants_partners and not self.reader.random_access:
+            self.reader.record_at(0)  # raises the reader's own reason, before a DataLoader worker would
+        self.reader.partners = self.method.wants_partners
         self.step, self.data = 0, DataPosition()
         self._resume()
 
@@ -270,7 +278,8 @@ class Trainer:
         if folder is None:
             return
         saved = read_config(folder).get("train_args", {})
-        changes = changed_options(saved, dataclasses.asdict(self.cfg))
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+        changes = changed_options(saved, dataclasses.asdict(self.cfg), defaults)
         if changes:
             raise UsageError(f"--out {self.out} holds a run made with other options ({'; '.join(changes)}): resume it with its own "
                              f"options, or start a second stage from its weights: --model {folder} --out ANOTHER_FOLDER")
@@ -327,6 +336,16 @@ class Trainer:
                 if isinstance(value, (int, float)) and key != "step":
                     tb.add_scalar(key, value, record["step"])
 
+    def _config_record(self) -> dict[str, Any]:
+        """The run's options, and with a recipe its citation and each setting the run changed (`config.json`)."""
+        record = dataclasses.asdict(self.cfg)
+        if self.cfg.recipe is not None:
+            from ..recipes import get_recipe
+
+            recipe = get_recipe(self.cfg.recipe)
+            record["recipe_record"] = {"name": recipe.name, "citation": recipe.citation, "overrides": recipe.overrides(record)}
+        return record
+
     # -- the loop ---------------------------------------------------------------------
     def _autocast(self):
         return autocast(self.env.device, self.cfg.precision)
@@ -376,7 +395,7 @@ class Trainer:
             self._check_coverage(coverage)
         tb = None
         if self.env.is_main:
-            write_json(self.out / "config.json", dataclasses.asdict(cfg))
+            write_json(self.out / "config.json", self._config_record())
             from torch.utils.tensorboard import SummaryWriter
 
             tb = SummaryWriter(str(self.out / "tensorboard"))

@@ -1,0 +1,182 @@
+"""Published recipes: every setting a train option with its source, applied by `train --recipe` with the flags given
+beside it winning, recorded in the run's config.json; and the trainer features the recipes need (epochs, a global batch
+reached by accumulation, a warm-up start and a cosine floor)."""
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from compclip.errors import UsageError
+from compclip.methods import build_method, method_options
+from compclip.recipes import get_recipe, list_recipes
+from compclip.train import TrainConfig, Trainer
+from conftest import run_main
+from test_train import make_dataset
+
+PAPERS = {  # what each paper's text says, typed in again from the papers (the recipe files must agree)
+    "c2lip-cc3m": {"model": "ViT-B-16-SigLIP", "pretrained": "webli", "lr": 1e-5, "global_batch_size": 768, "epochs": 5,
+                   "method_options": {"lambda_npc": 1.0, "lambda_xac": 0.01}},
+    "clic-coco": {"model": "ViT-B-32", "optimizer": "adamw", "betas": [0.9, 0.98], "eps": 1e-8, "weight_decay": 0.1,
+                  "schedule": "cosine", "warmup_fraction": 0.2, "warmup_lr": 1e-7, "lr": 1e-6, "min_lr": 1e-8,
+                  "global_batch_size": 800, "epochs": 5,
+                  "method_options": {"train_image": False, "lambda_cont": 0.5, "lambda_neg": 0.5, "lambda_uni": 1.0}},
+    "clic-laion": {"epochs": 1, "global_batch_size": 800, "lr": 1e-6},
+    "negclip-coco": {"model": "ViT-B-32", "pretrained": "openai", "global_batch_size": 256},
+    "hardneg-color": {"model": "ViT-B-32", "optimizer": "adam", "weight_decay": 0.1, "lr": 5e-6, "schedule": "const",
+                      "global_batch_size": 64, "epochs": 3, "method_options": {"negative_classes": "color", "negatives_as": "replace",
+                                                                                "directions": "sum"}},
+    "hardneg-size": {"lr": 5e-6, "global_batch_size": 64, "epochs": 3, "method_options": {"negative_classes": "size"}},
+    "occlip-coco": {"global_batch_size": 128, "epochs": 100, "method_options": {"module_lr": 2e-4}},
+    "occlip-coco-openclip-ft": {"method": "clip", "global_batch_size": 256, "lr": 4e-6, "epochs": 20},
+}
+
+
+def test_every_recipe_is_train_options_each_cited_or_marked_compclips_choice(tmp_path):
+    data = tmp_path / "d.csv"
+    data.write_text("image,caption\n")
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert {"c2lip-cc3m", "clic-coco", "clic-laion", "negclip-coco", "occlip-coco", "occlip-coco-openclip-ft"} <= set(list_recipes())
+    assert {f"hardneg-{c}" for c in ("color", "object", "location", "size")} <= set(list_recipes())
+    for name in list_recipes():
+        recipe = get_recipe(name)
+        assert set(recipe.settings) <= fields, name
+        assert set(recipe.cited) | set(recipe.choices) == set(recipe.setting_keys()), name
+        assert not set(recipe.cited) & set(recipe.choices), name
+        assert all(recipe.cited.values()) and all(recipe.choices.values()), name
+        declared = {f.name for f in dataclasses.fields(method_options(recipe.settings["method"]))}
+        assert set(recipe.settings.get("method_options", {})) <= declared, name
+        build_method(recipe.settings["method"], **recipe.settings.get("method_options", {}))  # every option parses
+        cfg = TrainConfig.from_given({"recipe": name, "train_data": str(data), "out": str(tmp_path / name)})
+        cfg.validate()
+        assert cfg.recipe == name and not recipe.overrides(dataclasses.asdict(cfg))
+    for name, paper in PAPERS.items():
+        settings = get_recipe(name).settings
+        for key, value in paper.items():
+            if key == "method_options":
+                assert {k: settings[key][k] for k in value} == value, name
+            else:
+                assert settings[key] == value, (name, key)
+
+
+def test_a_broken_recipe_file_is_refused_naming_what_lacks_a_source():
+    from compclip.recipes import Recipe, _check
+
+    recipe = Recipe(name="x", paper="p", citation="c", data="d", settings={"lr": 1.0, "method_options": {"a": 1}},
+                    cited={"lr": "§1"}, choices={})
+    with pytest.raises(ValueError, match=r"x.json: settings neither cited nor marked a choice: method_options.a"):
+        _check(recipe, "x.json")
+    with pytest.raises(ValueError, match="both cited and marked a choice: lr"):
+        _check(dataclasses.replace(recipe, cited={"lr": "§1", "method_options.a": "§2"}, choices={"lr": "why"}), "x.json")
+
+
+def test_compclip_recipes_lists_every_recipe_with_its_citation_and_choices(capsys):
+    code, out, _ = run_main(capsys, "recipes")
+    assert code == 0
+    for name in list_recipes():
+        assert f"{name}: {get_recipe(name).citation}" in out
+    assert "  method_options.lambda_xac=0.01  (§4.1: λ_xac = 0.01)" in out
+    assert "  precision=amp_bf16  (compclip's choice: " in out
+    code, _, err = run_main(capsys, "train", "--recipe", "c2lip-cc4m", "--train-data", "x.csv", "--out", "o")
+    assert code == 2 and err.startswith("error: --recipe c2lip-cc4m: no such recipe (did you mean c2lip-cc3m?)")
+
+
+def test_train_with_the_c2lip_recipe_runs_its_optimiser_schedule_and_loss_weights(tmp_path, capsys):
+    """`compclip train --recipe c2lip-cc3m` with a tiny model and two steps: what the trainer builds is the paper's (AdamW
+    of the authors' script, lr 1e-5, β, ε, weight decay, warm-up then cosine, λ_npc 1, λ_xac 0.01, bf16 autocast), the flags
+    given win, config.json records the recipe and each override, and the same command resumes (nothing left to do)."""
+    data = make_dataset(tmp_path, n=16)
+    assert run_main(capsys, "-q", "concepts", data, "--out", tmp_path / "store", "--what", "noun-phrases")[0] == 0
+    args = ["-q", "train", "--recipe", "c2lip-cc3m", "--model", "compclip-tiny-siglip", "--train-data", data, "--concepts",
+            tmp_path / "store", "--out", tmp_path / "run", "--steps", "2", "--batch-size", "8", "--global-batch-size", "16",
+            "--workers", "0"]
+    code, _, err = run_main(capsys, *args)
+    assert code == 0, err
+    record = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert record["recipe"] == "c2lip-cc3m" and record["recipe_record"]["citation"] == get_recipe("c2lip-cc3m").citation
+    assert record["recipe_record"]["overrides"] == {
+        "model": {"recipe": "ViT-B-16-SigLIP", "run": "compclip-tiny-siglip"}, "pretrained": {"recipe": "webli", "run": None},
+        "global_batch_size": {"recipe": 768, "run": 16}, "batch_size": {"recipe": 96, "run": 8}, "epochs": {"recipe": 5, "run": None}}
+    assert record["accum_freq"] == 2 and record["steps"] == 2 and record["precision"] == "amp_bf16"
+    assert record["method_options"] == {"lambda_npc": 1.0, "lambda_xac": 0.01}
+    logged = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [1, 2] and set(logged[0]) >= {"siglip", "npc", "xac"}
+    assert run_main(capsys, *args)[0] == 0  # resumed: the same options, resolved the same way
+
+    cfg = TrainConfig.from_given({"recipe": "c2lip-cc3m", "model": "compclip-tiny-siglip", "train_data": str(data),
+                                  "concepts": str(tmp_path / "store"), "out": str(tmp_path / "other"), "steps": 200,
+                                  "batch_size": 8, "workers": 0})
+    trainer = Trainer(cfg)
+    opt = trainer.optimizer
+    assert type(opt) is torch.optim.AdamW and cfg.accum_freq == 96  # 768 images a step from 8 per micro-batch
+    decayed = [g for g in opt.param_groups if g["weight_decay"]]
+    assert decayed and all(g["weight_decay"] == 0.1 and g["betas"] == (0.9, 0.98) and g["eps"] == 1e-6 for g in decayed)
+    rates = []
+    for _ in range(200):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()  # no gradients: nothing moves, and torch sees the order it expects
+        trainer.scheduler.step()
+    assert rates[0] == pytest.approx(1e-5 / 50) and rates[49] == pytest.approx(1e-5)  # 50 warm-up steps to the peak
+    assert rates[125] == pytest.approx(1e-5 * 0.5 * (1 + math.cos(math.pi * 75 / 150)))
+    part = trainer.method.parts[-1]
+    assert (part.lambda_npc, part.lambda_xac) == (1.0, 0.01)
+
+
+def test_a_flag_beside_a_recipe_replaces_the_recipes_way_of_saying_the_same_thing(tmp_path, capsys):
+    data = tmp_path / "d.csv"
+    data.write_text("image,caption\n")
+    base = {"recipe": "clic-coco", "train_data": str(data), "out": str(tmp_path / "o")}
+    cfg = TrainConfig.from_given({**base, "steps": 10, "accum_freq": 2, "warmup": 1, "method_options": {"lambda_uni": 2.0}})
+    assert (cfg.epochs, cfg.global_batch_size, cfg.warmup_fraction) == (None, None, 0.0)
+    assert cfg.method_options == {"train_image": False, "lambda_cont": 0.5, "lambda_neg": 0.5, "lambda_uni": 2.0}
+    with pytest.raises(UsageError, match="give --steps or --epochs, not both"):
+        TrainConfig.from_given({**base, "steps": 10, "epochs": 1})
+    code, _, err = run_main(capsys, "train", "--method", "clip", "--model", "m", "--train-data", data, "--out", tmp_path / "o",
+                            "--accum-freq", "2", "--global-batch-size", "64")
+    assert code == 2 and err == "error: give --accum-freq or --global-batch-size, not both\n"
+    code, _, err = run_main(capsys, "train", "--train-data", data, "--out", tmp_path / "o")
+    assert code == 2 and err.startswith("error: --method is required: give it, or a --recipe that sets it")
+
+
+def test_epochs_and_a_global_batch_resolve_to_steps_and_accumulation(tmp_path):
+    from compclip.data import WebDatasetReader
+
+    data = make_dataset(tmp_path, n=20)
+
+    def config(**changes):
+        return TrainConfig(**{"method": "clip", "model": "compclip-tiny-clip", "train_data": str(data), "out": str(tmp_path / "o"),
+                              "batch_size": 4, "epochs": 3, "workers": 0, **changes})
+
+    cfg = config(global_batch_size=16, warmup_fraction=0.25)
+    cfg.resolve_length(2, lambda: 20)  # two processes: 4 × 2 × 2 micro-batches = 16 images a step
+    assert (cfg.accum_freq, cfg.steps, cfg.warmup) == (2, math.ceil(3 * 20 / 16), 1)
+    with pytest.raises(UsageError, match=r"--global-batch-size 16 is not a multiple of --batch-size 4 × 3 process\(es\) = 12"):
+        config(global_batch_size=16).resolve_length(3, lambda: 20)
+    # the trainer counts the CSV's records (open_clip's num_samples) unless --train-num-samples says otherwise
+    assert Trainer(config()).cfg.steps == math.ceil(3 * 20 / 4)
+    assert Trainer(config(train_num_samples=8, out=str(tmp_path / "p"))).cfg.steps == 6
+    with pytest.raises(UsageError, match="shards do not say how many samples they hold; give --train-num-samples"):
+        config().resolve_length(1, WebDatasetReader(str(tmp_path / "s-{0..1}.tar")).num_records)
+
+
+def test_the_schedule_starts_at_the_warmup_rate_and_ends_at_the_floor(tmp_path):
+    """CLIC's D.1: 20 % linear warm-up from 1e-7 to the peak 1e-6, then cosine down to 1e-8; the method's own modules'
+    rates scale alike. Read from the real scheduler against the formula written out."""
+    data = make_dataset(tmp_path, n=8)
+    cfg = TrainConfig(method="clip", model="compclip-tiny-clip", train_data=str(data), out=str(tmp_path / "o"), steps=10,
+                      warmup_fraction=0.2, warmup_lr=1e-7, lr=1e-6, min_lr=1e-8, workers=0, batch_size=4)
+    trainer = Trainer(cfg)
+    assert cfg.warmup == 2
+    rates = []
+    for _ in range(10):
+        rates.append(trainer.optimizer.param_groups[0]["lr"])
+        trainer.optimizer.step()
+        trainer.scheduler.step()
+    rates.append(trainer.optimizer.param_groups[0]["lr"])
+    expected = [1e-7 + (1e-6 - 1e-7) * (s + 1) / 2 for s in range(2)]
+    expected += [1e-8 + (1e-6 - 1e-8) * 0.5 * (1 + math.cos(math.pi * (s - 2) / 8)) for s in range(2, 11)]
+    assert rates == pytest.approx(expected, rel=1e-9)
+    assert rates[-1] == pytest.approx(1e-8)
+    with pytest.raises(UsageError, match="must not exceed --lr"):
+        dataclasses.replace(cfg, min_lr=1e-5).validate()
