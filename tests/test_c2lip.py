@@ -330,6 +330,33 @@ def test_c2lip_terms_are_their_formulas_of_the_method_outputs(xac_attention):
     assert terms["xac"].item() == pytest.approx(0.5 * brute_xac(tokens, concepts, owner, scale, bias, temperature), rel=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["span", "separate"])
+def test_concept_features_are_unit_vectors_of_the_towers_own_features(mode):
+    """c_k is L2-normalised (docs/methods.md §1): each concept feature has norm 1, and in `separate` mode it is exactly
+    open_clip's `encode_text(phrase, normalize=True)`; in `span` mode the caption's own states pooled over the phrase and
+    projected, written out here with the tower's own modules."""
+    model, _, tokenizer = load_model("compclip-tiny-siglip-hf")
+    method = build_method("c2lip", concepts=concept_store(CAPTIONS), concept_mode=mode)
+    batch = method.collate([{"image": torch.randn(3, 64, 64), "caption": c} for c in CAPTIONS], tokenizer)
+    with torch.no_grad():
+        concepts = method.outputs(model.eval(), batch)["concept_features"]
+        assert concepts.shape[0] == batch["concept_image"].shape[0] >= 4
+        assert torch.allclose(concepts.norm(dim=-1), torch.ones(concepts.shape[0]), atol=1e-5)
+        phrases = [p for c in CAPTIONS for p, _, _ in concept_store(CAPTIONS)[c]["noun_phrases"]]
+        if mode == "separate":
+            reference = model.encode_text(tokenizer(phrases), normalize=True)
+        else:  # the final norm's output inside open_clip's own encode_text, caught by a hook
+            caught = []
+            hook = model.text.ln_final.register_forward_hook(lambda _m, _i, out: caught.append(out))
+            model.encode_text(batch["text"])
+            hook.remove()
+            pooled = torch.stack([caught[0][i, start:end].mean(0) for i, (start, end) in
+                                  zip(batch["concept_image"].tolist(), batch["concept_span"].tolist(), strict=True)])
+            projection = model.text.text_projection
+            reference = F.normalize(projection(pooled) if isinstance(projection, torch.nn.Module) else pooled @ projection, dim=-1)
+    assert torch.allclose(concepts, reference, atol=1e-5)
+
+
 def test_a_caption_without_a_noun_phrase_is_its_own_concept_when_asked():
     _, _, tokenizer = load_model("compclip-tiny-siglip-hf")
     samples = [{"image": torch.randn(3, 64, 64), "caption": c} for c in CAPTIONS]

@@ -302,3 +302,25 @@ def test_summary_average_only_over_all_ten_columns():
     assert list(table.columns) == [*SUMMARY, AVERAGE] and table.index.name == "model"
     assert table.loc["full", AVERAGE] == pytest.approx(100 * (0.9 + 0.8 + 0.7 + 0.6 + 0.5 + 0.4 + 0.3 + 0.2 + 0.1 + 0.55) / 10)
     assert math.isnan(table.loc["partial", "retrieval R@5"]) and math.isnan(table.loc["partial", AVERAGE])
+
+
+def test_zeroshot_class_weights_are_renormalised_after_the_prompt_mean(tiny, tmp_path):
+    """CLIP_benchmark's zero_shot_classifier: each prompt's embedding normalised, their mean normalised again. Classes whose
+    prompts embed apart (so their means have different norms) score as the written-out classifier scores them."""
+    from compclip.eval import DualEncoderScorer
+
+    model, preprocess, tokenizer = tiny
+    files = []
+    for k, colour in enumerate([(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30)]):
+        files.append(tmp_path / f"{k}.png")
+        Image.new("RGB", (40, 32), colour).save(files[-1])
+    prompts = [["a red thing"], ["a photo of a green dog", "GREEN!!", "a small cube of green glass on a table"],
+               ["blue", "blue blue blue"]]
+    scorer = DualEncoderScorer(model, preprocess, tokenizer, workers=0)
+    with torch.no_grad():
+        means = [F.normalize(model.encode_text(tokenizer(p)), dim=-1).mean(0) for p in prompts]
+        norms = [float(m.norm()) for m in means]
+        weights = torch.stack([m / m.norm() for m in means])
+        images = F.normalize(model.encode_image(torch.stack([preprocess(Image.open(f).convert("RGB")) for f in files])), dim=-1)
+    assert max(norms) - min(norms) > 0.01  # the means differ in norm: an unnormalised mean would score otherwise
+    assert torch.allclose(scorer.class_scores(files, prompts), images @ weights.T, atol=1e-5)

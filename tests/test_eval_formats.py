@@ -203,6 +203,25 @@ def test_vl_checklist_scores_the_first_pair_and_averages_as_radar_py(tmp_path):
         REGISTRY["vl_checklist"].Options(pairs="all")
 
 
+def test_vl_checklist_averages_files_within_a_source_before_sources(tmp_path):
+    """radar.py: a sub-dimension is the mean over its sources of each source's mean over its files. A source with two
+    files of different accuracies and sizes tells this from the mean over files (2/3 here) and over records (4/5)."""
+    base = tmp_path / "vl_checklist"
+    solid(base / "images" / "vg" / "VG_100K" / "1.jpg", "red")
+    solid(base / "images" / "swig" / "s.jpg", "green")
+    right = ["VG_100K/1.jpg", {"POS": ["a red car"], "NEG": ["a blue car"]}]
+    wrong = ["VG_100K/1.jpg", {"POS": ["a blue car"], "NEG": ["a red car"]}]
+    files = {"Object/Size/vg_size/vg_obj_large.json": [right, right, right],  # vg: 1.0 and 0.0, its mean 0.5
+             "Object/Size/vg_size/vg_subj_large.json": [wrong],
+             "Object/Size/swig_size/swig_agent/swig_agent_large.json": [["s.jpg", {"POS": ["a green man"], "NEG": ["a red man"]}]]}
+    for name, records in files.items():
+        (base / "data" / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / "data" / name).write_text(json.dumps(records))
+    m = run("vl_checklist", tmp_path, splits=("Object",)).metrics
+    assert m["large"] == {"acc": 0.75, "vg": 0.5, "swig": 1.0}
+    assert m["Object"] == m["overall"] == 0.75
+
+
 def test_vl_checklist_corpus_names_every_file_of_the_official_summary():
     from compclip.eval.vl_checklist import CATEGORIES, CORPUS
 

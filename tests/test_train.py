@@ -62,7 +62,17 @@ def free_port() -> int:
 
 
 def env_for_children():
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+    """The tree under test first (its src/, and tests/ for dist_grads), then whatever PYTHONPATH held: a child imports
+    this checkout's compclip, not an installed one."""
+    path = [str(HERE.parent / "src"), str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(path)}
+
+
+def test_children_import_the_tree_under_test():
+    found = subprocess.run([sys.executable, "-c", "import compclip, dist_grads; print(compclip.__file__)"], env=env_for_children(),
+                           capture_output=True, text=True, cwd="/", timeout=120)
+    assert found.returncode == 0, found.stderr
+    assert Path(found.stdout.strip()) == HERE.parent / "src" / "compclip" / "__init__.py"
 
 
 def load_result(path):
@@ -381,3 +391,25 @@ def test_bf16_autocast_on_the_cpu_resumes_exactly(tmp_path):
     a, b = logged(tmp_path, "straight", "loss"), logged(tmp_path, "resumed", "loss")
     assert sorted(b) == [1, 2, 3, 4] and [b[s] for s in (3, 4)] == pytest.approx([a[s] for s in (3, 4)], rel=1e-6)
     assert all(math.isfinite(v) for v in a.values()) and a[4] != a[1]
+
+
+def test_resume_restores_every_generator_to_its_saved_state(tmp_path):
+    """torch's, numpy's and Python's generators after a resume are the ones the checkpoint saved, not the seed's: a term
+    that draws from them (a method's dropout, a random crop in the main process) continues as the run would have."""
+    import random as pyrandom
+
+    import numpy as np
+
+    from compclip.models.checkpoint import STATE_NAME
+    from compclip.train import Trainer, train
+
+    train(settings_config(tmp_path, "rng", steps=2, schedule="const"))
+    saved = torch.load(tmp_path / "rng" / "checkpoints" / "step_0000002" / STATE_NAME, weights_only=True)["ranks"][0]["rng"]
+    torch.manual_seed(123), np.random.seed(123), pyrandom.seed(123)  # anything else in between
+    resumed = Trainer(settings_config(tmp_path, "rng", steps=4, schedule="const"))
+    assert resumed.step == 2
+    assert torch.equal(torch.get_rng_state(), saved["torch"])
+    kind, keys, *rest = np.random.get_state()
+    assert kind == saved["numpy"][0] and np.array_equal(keys, saved["numpy"][1].numpy()) and list(rest) == list(saved["numpy"][2:])
+    assert pyrandom.getstate() == tuple(tuple(x) if isinstance(x, list) else x for x in saved["python"])
+    assert not torch.equal(saved["torch"], torch.random.manual_seed(0).get_state())  # the saved state is not the seed's
