@@ -63,7 +63,7 @@ def test_every_recipe_is_train_options_each_cited_or_marked_compclips_choice(tmp
 def test_a_broken_recipe_file_is_refused_naming_what_lacks_a_source():
     from compclip.recipes import Recipe, _check
 
-    recipe = Recipe(name="x", paper="p", citation="c", data="d", settings={"lr": 1.0, "method_options": {"a": 1}},
+    recipe = Recipe(name="x", paper="p", citation="c", data="d", numbers={}, settings={"lr": 1.0, "method_options": {"a": 1}},
                     cited={"lr": "§1"}, choices={})
     with pytest.raises(ValueError, match=r"x.json: settings neither cited nor marked a choice: method_options.a"):
         _check(recipe, "x.json")
@@ -180,3 +180,56 @@ def test_the_schedule_starts_at_the_warmup_rate_and_ends_at_the_floor(tmp_path):
     assert rates[-1] == pytest.approx(1e-8)
     with pytest.raises(UsageError, match="must not exceed --lr"):
         dataclasses.replace(cfg, min_lr=1e-5).validate()
+
+
+def result_folder(root, name, benchmarks):
+    """A results folder as `compclip eval` writes it: one <benchmark>.json each, metrics as fractions."""
+    folder = root / name
+    folder.mkdir()
+    for bench, metrics in benchmarks.items():
+        (folder / f"{bench}.json").write_text(json.dumps({"benchmark": bench, "metrics": metrics, "complete": True}))
+    return folder
+
+
+def test_report_sets_results_beside_the_papers_numbers_and_names_what_was_not_run(tmp_path, capsys):
+    """`compclip report --paper c2lip`: each of Table 2's and Table 5's columns of the C2LIP row, the user's value (the
+    family means of SugarCrepe, the mean of both retrieval directions) and the difference; the columns no folder has."""
+    from compclip.eval.report import list_papers, paper_numbers
+
+    assert list_papers() == ["c2lip", "clic", "hardneg", "occlip"]
+    for name in list_papers():  # every value is a column the file defines, every column a benchmark's metric paths
+        numbers = paper_numbers(name)
+        assert numbers["default_model"] in {r["model"] for r in numbers["rows"]}
+        assert all(set(r["values"]) <= set(numbers["columns"]) for r in numbers["rows"])
+    ours = result_folder(tmp_path, "ours", {
+        "sugarcrepe": {"add": 0.9, "replace": 0.85, "swap": 0.7, "swap_att": {"acc": 0.75, "n": 666}},
+        "sugarcrepe_pp": {"swap_itt": 0.5, "swap_tot": 0.4},
+        "retrieval": {"flickr30k": {"image_retrieval_recall@5": 0.9, "text_retrieval_recall@5": 0.96}},
+    })
+    base = result_folder(tmp_path, "base", {"sugarcrepe": {"add": 0.8, "replace": 0.8, "swap": 0.6}})
+    code, out, err = run_main(capsys, "report", ours, base, "--out", tmp_path / "report", "--paper", "c2lip")
+    assert code == 0, err
+    frame = __import__("pandas").read_csv(tmp_path / "report" / "paper.csv", index_col=0)
+    assert frame.loc["SC add", "paper"] == 94.2 and frame.loc["SC add", "ours"] == pytest.approx(90.0)
+    assert frame.loc["SC add", "ours − paper"] == pytest.approx(-4.2) and frame.loc["SC add", "base − paper"] == pytest.approx(-14.2)
+    assert frame.loc["SC swap att", "paper"] == 78.8 and frame.loc["SC swap att", "table"] == "Table 5"  # the row's Table 5 value
+    assert frame.loc["SC swap att", "ours"] == pytest.approx(75.0)
+    assert frame.loc["Flickr30k R@5", "ours"] == pytest.approx(93.0) and frame.loc["Flickr30k R@5", "ours − paper"] == pytest.approx(-4.0)
+    assert "| SC add | Table 2 | 94.2 | 90.0 | -4.2 | 80.0 | -14.2 |" in out
+    assert "Not run (no result has them): SC++ replace ITT, SC++ replace TOT, ImageNet, MSCOCO R@5, DOCCI R@5, IIW R@5" in out
+    assert "## Against the c2lip paper" in (tmp_path / "report" / "report.md").read_text()
+    code, out, _ = run_main(capsys, "report", ours, "--out", tmp_path / "r2", "--paper", "c2lip", "--paper-model",
+                            "SigLIP ViT-B/16 (ft. CC3M)")
+    assert code == 0 and "| SC swap | Table 2 | 69.7 | 70.0 | +0.3 |" in out
+    code, _, err = run_main(capsys, "report", ours, "--out", tmp_path / "r3", "--paper", "c2lip", "--paper-model", "C3LIP")
+    assert code == 2 and "the c2lip paper has no such row; its rows: SigLIP ViT-B/16, " in err and not (tmp_path / "r3").exists()
+    code, _, err = run_main(capsys, "report", ours, "--out", tmp_path / "r3", "--paper", "negclap")
+    assert code == 2 and err.startswith("error: --paper negclap: no such paper; known: c2lip, clic, hardneg, occlip")
+
+
+def test_every_recipe_names_the_published_row_it_reproduces():
+    from compclip.eval.report import paper_numbers
+
+    for name in list_recipes():
+        numbers = get_recipe(name).numbers
+        assert numbers["model"] in {r["model"] for r in paper_numbers(numbers["paper"])["rows"]}, name

@@ -208,12 +208,16 @@ def _typed(ctx: typer.Context, cls: type) -> set[str]:
 def recipes() -> None:
     """List the papers' published training recipes (`train --recipe NAME`): each one's citation, data and settings,
     marking the settings the paper leaves open that compclip chose."""
+    import shlex
+
     from .recipes import get_recipe, list_recipes
 
     for name in list_recipes():
         recipe = get_recipe(name)
         typer.echo(f"{name}: {recipe.citation}")
         typer.echo(f"  data: {recipe.data}")
+        typer.echo(f"  compare: compclip report RESULTS --out DIR --paper {recipe.numbers['paper']} --paper-model "
+                   f"{shlex.quote(recipe.numbers['model'])}")
         for key in recipe.setting_keys():
             source = recipe.cited.get(key)
             note = source if source is not None else f"compclip's choice: {recipe.choices[key]}"
@@ -320,11 +324,17 @@ def benchmarks() -> None:
 def report(
     results: list[Path] = typer.Argument(..., help="Result folders from `compclip eval`, one per model."),
     out: Path = typer.Option(..., help="Folder for report.md, CSV tables and PNG plots."),
+    paper: str = typer.Option(None, "--paper", help="Set the results beside a paper's published numbers: c2lip, clic, hardneg or "
+                                                    "occlip (the report's paper.md and paper.csv; printed too)."),
+    paper_model: str = typer.Option(None, "--paper-model", help="The paper's row to compare with.  [default: its own method's]"),
 ) -> None:
-    """Tables (Markdown, CSV) in the layout of the C2LIP paper's Table 2, per-split tables and plots."""
+    """Tables (Markdown, CSV) in the layout of the C2LIP paper's Table 2, per-split tables and plots; with --paper, the
+    results beside that paper's numbers and the difference, naming what was not run."""
     from .eval import build_report
 
-    typer.echo(f"wrote {build_report(results, out)}")
+    typer.echo(f"wrote {build_report(results, out, paper, paper_model)}")
+    if paper:
+        typer.echo((out / "paper.md").read_text(encoding="utf-8").rstrip())
 
 
 data_app = typer.Typer(help="Benchmark data: download it, and list what each benchmark still lacks.", no_args_is_help=True)

@@ -3,18 +3,20 @@
 The summary table follows the C2LIP paper's Table 2: one row per model; SugarCrepe add /
 replace / swap, SugarCrepe++ replace and swap (ITT, TOT), ImageNet (the `zeroshot/imagenet`
 dataset) and the mean over zero-shot datasets, retrieval R@5 (both directions, mean over
-datasets), and their average, left empty unless all ten are there.
+datasets), and their average, left empty unless all ten are there. With a paper named, the results stand beside
+that paper's published numbers (`eval/papers/`), column by column, with the difference.
 """
 from __future__ import annotations
 
 import json
 import math
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ..errors import MissingFileError
+from ..errors import MissingFileError, UsageError
 from ..io import atomic_path
 from ..plots import grouped_bars
 from .base import NOT_APPLICABLE
@@ -129,11 +131,83 @@ def _short(column: str) -> str:
     return column
 
 
-def build_report(folders: list[str | Path], out: str | Path) -> Path:
-    """Write `OUT/report.md`, `OUT/summary.csv`, `OUT/<benchmark>.csv` and `OUT/<benchmark>.png`."""
+def list_papers() -> list[str]:
+    return sorted(e.name.removesuffix(".json") for e in resources.files("compclip.eval").joinpath("papers").iterdir()
+                  if e.name.endswith(".json"))
+
+
+def paper_numbers(name: str) -> dict[str, Any]:
+    """A paper's published numbers (`eval/papers/NAME.json`): its `columns` (each a benchmark and the metric paths of a
+    result JSON it reads, averaged where several) and `rows` (model, table, {column: value in %})."""
+    if name not in list_papers():
+        raise UsageError(f"--paper {name}: no such paper; known: {', '.join(list_papers())}")
+    return json.loads(resources.files("compclip.eval").joinpath("papers", f"{name}.json").read_text(encoding="utf-8"))
+
+
+def metric_value(records: dict[str, dict[str, Any]], benchmark: str, paths: list[str]) -> float:
+    """The mean, in %, of the metrics at `paths` ("flickr30k.image_retrieval_recall@5"; a dict read as its "acc") of one
+    model's `benchmark` result; NaN unless every one is there."""
+    values = []
+    for path in paths:
+        value: Any = records.get(benchmark, {}).get("metrics", {})
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, dict):
+            value = value.get("acc")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            return float("nan")
+        values.append(float(value) * 100)
+    return sum(values) / len(values)
+
+
+def paper_comparison(results, paper: str, model: str | None = None) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
+    """Each column the paper reports for `model` (default: its own method's row): the paper's value, each result's and
+    the difference (result − paper); and the columns no result has (benchmarks not run)."""
+    numbers = paper_numbers(paper)
+    model = model or numbers["default_model"]
+    rows = [r for r in numbers["rows"] if r["model"] == model]
+    if not rows:
+        models = ", ".join(dict.fromkeys(r["model"] for r in numbers["rows"]))
+        raise UsageError(f"--paper-model {model!r}: the {paper} paper has no such row; its rows: {models}")
+    wanted = {col: (value, row["table"]) for row in rows for col, value in row["values"].items()}
+    table, not_run = {}, []
+    for col, (value, source) in wanted.items():
+        spec = numbers["columns"][col]
+        line = {"paper": value, "table": source}
+        for label, records in results.items():
+            mine = metric_value(records, spec["benchmark"], spec["metric"])
+            line[label], line[f"{label} − paper"] = mine, mine - value
+        if all(math.isnan(metric_value(r, spec["benchmark"], spec["metric"])) for r in results.values()):
+            not_run.append(col)
+        table[col] = line
+    frame = pd.DataFrame.from_dict(table, orient="index")
+    frame.index.name = "column"
+    return frame, {"paper": paper, "model": model, "citation": numbers["citation"]}, not_run
+
+
+def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str]) -> str:
+    """The comparison as Markdown: paper | yours | difference per column, then the columns not run."""
+    cols = ["column", "table", *[c for c in frame.columns if c != "table"]]
+    lines = [f"Against {about['citation']}, row {about['model']!r} (in %; a difference is yours − the paper's):", "",
+             "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+    for name, row in frame.iterrows():
+        cells = [str(name), row["table"]]
+        for col in cols[2:]:
+            v = row[col]
+            cells.append("—" if math.isnan(v) else f"{v:+.1f}" if col.endswith("− paper") else f"{v:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    if not_run:
+        lines += ["", f"Not run (no result has them): {', '.join(not_run)}."]
+    return "\n".join(lines)
+
+
+def build_report(folders: list[str | Path], out: str | Path, paper: str | None = None, paper_model: str | None = None) -> Path:
+    """Write `OUT/report.md`, `OUT/summary.csv`, `OUT/<benchmark>.csv` and `OUT/<benchmark>.png`; with `paper`, also the
+    results beside that paper's published numbers (`OUT/paper.csv`, `OUT/paper.md` and a section of the report)."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     results = load_results(folders)
+    comparison = paper_comparison(results, paper, paper_model) if paper else None  # a wrong name stops before writing
+    out.mkdir(parents=True, exist_ok=True)
     summary = summary_table(results)
     parts = ["# Results", "", "Accuracies and recalls in %. SC = SugarCrepe, ITT = image-to-text, TOT = text-only; "
              f"“{AVERAGE}” averages the {len(SUMMARY)} columns before it and is left empty (—) unless a model has all of "
@@ -160,6 +234,14 @@ def build_report(folders: list[str | Path], out: str | Path) -> Path:
             f"![{bench}]({bench}.png)",
             "",
         ]
+    if comparison is not None:
+        frame, about, not_run = comparison
+        with atomic_path(out / "paper.csv") as tmp:
+            frame.to_csv(tmp, float_format="%.2f")
+        text = paper_markdown(frame, about, not_run)
+        with atomic_path(out / "paper.md") as tmp:
+            tmp.write_text(text + "\n", encoding="utf-8")
+        parts += [f"## Against the {about['paper']} paper", "", text, ""]
     with atomic_path(out / "report.md") as tmp:
         tmp.write_text("\n".join(parts), encoding="utf-8")
     return out / "report.md"

@@ -29,6 +29,7 @@ class Recipe:
     paper: str
     citation: str
     data: str
+    numbers: dict[str, str]  # the paper's published row this recipe reproduces: `compclip report --paper P --paper-model M`
     settings: dict[str, Any]
     cited: dict[str, str]
     choices: dict[str, str]
