@@ -367,6 +367,8 @@ def test_a_caption_without_a_noun_phrase_is_its_own_concept_when_asked():
     assert torch.equal(batch["concept_text"][4], tokenizer(["something nice"])[0])  # separate: the whole caption as its own text
     with pytest.raises(ValueError, match="xac_attention must be one of scaled, cosine"):
         build_method("c2lip", concepts=concept_store(CAPTIONS), xac_attention="uniform")
+    default = build_method("c2lip", concepts=concept_store(CAPTIONS)).parts[-1]
+    assert default.xac_attention == "cosine"  # the released code's, which the paper's numbers were trained with
 
 
 def test_training_encodes_captions_cut_after_the_longest_as_encode_text_would():

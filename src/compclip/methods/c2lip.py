@@ -204,8 +204,8 @@ class C2LIPLoss(LossPart):
     Each caption's noun phrases come with the batch (`batch["concepts"]`, from the method's store); `mode` is "span"
     (pool the caption's own token states over the phrase, the paper's) or "separate" (encode each phrase as its own
     text, the released code's).
-    `xac_attention` "scaled" attends with the raw tokens at √D (ours), "cosine" with L2-normalised tokens at
-    temperature 1 (the released code's); `caption_concept` makes a caption without a noun phrase its own concept.
+    `xac_attention` "cosine" (default) attends with L2-normalised tokens at temperature 1 (the released code's),
+    "scaled" with the raw tokens at √D (ours); `caption_concept` makes a caption without a noun phrase its own concept.
     """
 
     name = "c2lip"
