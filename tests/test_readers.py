@@ -279,3 +279,42 @@ def test_a_shuffle_buffer_mixes_a_sorted_file_the_same_way_each_run_and_resumes_
     assert all((np.asarray(s["image"]) == int(s["caption"].split()[-1])).all() for s in resumed)
     loader = DataLoader(reader(), batch_size=None, num_workers=2)
     assert sorted(order(loader)) == list(range(n))
+
+
+def test_every_pil_mode_decodes_as_a_viewer_shows_it(tmp_path):
+    """16-bit greys scale to 0-255 (PIL's own conversion clips them: a 16-bit PNG turned white), float greys in [0, 1] scale
+    by 255, transparency is composited over white, CMYK converts; in training (a CSV's reader) and evaluation
+    (`ImageRef.decode`) alike. Expected pixels computed here with numpy from the arrays written."""
+    import numpy as np
+    from PIL import Image
+
+    from compclip.data import decode_image
+    from compclip.data.images import image_ref
+
+    ramp = (np.arange(32 * 48).reshape(32, 48) * 42).astype(np.uint16)  # 0 .. 64,470
+    Image.fromarray(ramp).save(tmp_path / "grey16.png")
+    floats = np.linspace(0, 1, 32 * 48, dtype=np.float32).reshape(32, 48)
+    Image.fromarray(floats).save(tmp_path / "float.tiff")
+    palette = Image.new("P", (8, 8))
+    palette.putpalette([255, 0, 0, 0, 0, 255] + [0] * 762)
+    palette.paste(1, (4, 0, 8, 8))  # left half index 0 (transparent red), right half index 1 (blue)
+    palette.save(tmp_path / "palette.png", transparency=0)
+    Image.new("LA", (8, 8), (100, 128)).save(tmp_path / "grey_alpha.png")
+    Image.new("CMYK", (8, 8), (0, 255, 255, 0)).save(tmp_path / "cmyk.jpg")
+    Image.new("RGBA", (8, 8), (10, 200, 30, 255)).save(tmp_path / "opaque.png")
+    assert Image.open(tmp_path / "grey16.png").mode == "I;16" and Image.open(tmp_path / "float.tiff").mode == "F"
+
+    expected = {
+        "grey16.png": np.repeat(np.round(ramp / 257)[..., None], 3, axis=2),
+        "float.tiff": np.repeat(np.round(floats.astype(np.float64) * 255)[..., None], 3, axis=2),
+        "palette.png": np.concatenate([np.full((8, 4, 3), 255), np.tile([0, 0, 255], (8, 4, 1))], axis=1),
+        "grey_alpha.png": np.full((8, 8, 3), (100 * 128 + 255 * 127) / 255),
+        "cmyk.jpg": np.tile([255, 0, 0], (8, 8, 1)),
+        "opaque.png": np.tile([10, 200, 30], (8, 8, 1)),
+    }
+    for name, want in expected.items():
+        for got in (decode_image(tmp_path / name), image_ref(tmp_path / name).decode()):
+            assert got.mode == "RGB" and np.abs(np.asarray(got, dtype=np.float64) - want).max() <= 1, name
+    (tmp_path / "train.csv").write_text("image,caption\ngrey16.png,a ramp\n")
+    sample = next(iter(CsvReader(tmp_path / "train.csv")))
+    assert np.abs(np.asarray(sample["image"], dtype=np.float64) - expected["grey16.png"]).max() <= 1  # not a white image

@@ -73,7 +73,29 @@ def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
             raise ImageTooLarge(f"larger than the {Image.MAX_IMAGE_PIXELS:,} pixels PIL decodes safely ({e})") from None
     with img:
         img.load()
-        return img.convert("RGB")
+        return to_rgb(img)
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """An image of any PIL mode as 8-bit RGB, as a viewer shows it: 16- and 32-bit integer greys scaled to 0-255 (PIL's
+    own conversion clips them, so a 16-bit PNG turns white), float greys in [0, 1] scaled by 255 (otherwise clipped),
+    transparency composited over white (PIL drops the alpha and shows what the transparent pixels hide), CMYK and
+    the rest by PIL's conversion."""
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
+        grey = np.asarray(img, dtype=np.float64)
+        if img.mode.startswith("I;16"):
+            grey = grey / 257
+        elif img.mode == "F" and np.nanmax(grey, initial=0) <= 1:
+            grey = grey * 255
+        elif img.mode == "I" and grey.max(initial=0) > 255:  # a 16-bit grey PIL opened as 32-bit
+            grey = grey / (257 if grey.max() <= 65535 else grey.max() / 255)
+        grey = np.clip(np.nan_to_num(grey), 0, 255).round().astype(np.uint8)
+        return Image.fromarray(grey).convert("RGB")
+    if img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (img.mode in ("P", "L", "RGB") and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return img.convert("RGB")
 
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
