@@ -1,4 +1,5 @@
-"""Atomic file writes: a crash never leaves a half-written result behind."""
+"""Atomic file writes: a crash never leaves a half-written result behind, and what is written has the mode `open()`
+would give it under the process's umask."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,33 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (`/proc/self/status`)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _as_open_would(path: Path) -> None:
+    """Give a written file or folder, and for a folder everything in it, the mode `open()` or `mkdir()` would have given
+    it: `mkstemp`, `mkdtemp` and safetensors' `save_file` make them private (0600, 0700), which a rename keeps, so a
+    group-shared project folder could not read a result."""
+    mask = _umask()
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+    if path.is_dir():
+        for root, folders, files in os.walk(path):
+            for name in folders:
+                os.chmod(os.path.join(root, name), 0o777 & ~mask)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o666 & ~mask)
 
 
 def _fsync(path: Path) -> None:
@@ -29,6 +57,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tmp)
     try:
         yield tmp
+        _as_open_would(tmp)
         _fsync(tmp)
         os.replace(tmp, path)
     finally:
@@ -53,6 +82,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        _as_open_would(tmp)
         old = None
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))

@@ -157,6 +157,18 @@ def save_checkpoint(model: torch.nn.Module, folder: str | Path, state: dict[str,
     return Path(folder)
 
 
+def remove_checkpoint(folder: str | Path) -> list[str]:
+    """Delete the files `save_checkpoint` writes, and `folder` if nothing else is in it; the names of anything else (an
+    export or results a user put there) are returned, and those stay with their folder."""
+    folder = Path(folder)
+    for name in (CONFIG_NAME, WEIGHTS_NAME, OPEN_CLIP_CONFIG_NAME, STATE_NAME, MODULES_NAME):
+        (folder / name).unlink(missing_ok=True)
+    foreign = sorted(entry.name for entry in folder.iterdir())
+    if not foreign:
+        folder.rmdir()
+    return foreign
+
+
 @contextmanager
 def _reading(file: Path) -> Iterator[None]:
     """Turn the ways a weights file can be unreadable into one clear error naming it."""

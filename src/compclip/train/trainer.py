@@ -14,7 +14,6 @@ import logging
 import math
 import pickle
 import random
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from ..data import ArrayReader, WebDatasetReader, is_tar_shards, open_reader
 from ..data.augment import BatchedView
 from ..errors import DataError, NonFiniteError, UsageError
 from ..io import atomic_path, write_json
-from ..models.checkpoint import MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config
+from ..models.checkpoint import CONFIG_NAME, MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config, remove_checkpoint
 from ..precision import autocast
 from ..progress import progress
 from .config import TrainConfig
@@ -264,7 +263,11 @@ class Trainer:
             with atomic_path(self.out / "checkpoints" / "latest") as tmp:
                 tmp.write_text(folder.name)
             for old in sorted((self.out / "checkpoints").glob("step_*"))[: -max(1, self.cfg.keep)]:
-                shutil.rmtree(old)
+                if (old / CONFIG_NAME).exists():  # a folder rotation has already emptied of its own files is left alone
+                    foreign = remove_checkpoint(old)
+                    if foreign:
+                        log.warning("--keep %d: removed the checkpoint files of %s, kept the folder for what else it holds (%s)",
+                                    self.cfg.keep, old, ", ".join(foreign))
         if self.env.distributed:
             dist.barrier()
 
