@@ -70,3 +70,40 @@ def test_checkpoint_rotation_removes_only_what_the_trainer_wrote(tmp_path, caplo
     assert sorted(p.name for p in old.iterdir()) == ["hf", "sugarcrepe.json"] and not (old / CONFIG_NAME).exists()
     kept = [r.getMessage() for r in caplog.records if "kept the folder" in r.getMessage()]
     assert kept == [f"--keep 2: removed the checkpoint files of {old}, kept the folder for what else it holds (hf, sugarcrepe.json)"]
+
+
+def test_the_eval_cache_misses_when_the_checkpoints_preprocessing_changes(tmp_path, capsys):
+    """The reported case: the same weights with another mean and std in config.json and open_clip_config.json must be
+    encoded again; the cached run's numbers equal an uncached run's of the edited checkpoint."""
+    import json
+
+    from PIL import Image
+
+    from compclip.models import load_model, save_checkpoint
+    from conftest import run_main
+
+    model, _, _ = load_model("compclip-tiny-clip")
+    save_checkpoint(model, tmp_path / "ckpt")
+    folder = tmp_path / "data" / "retrieval" / "tiny"
+    folder.mkdir(parents=True)
+    rows = []
+    for k, (name, colour) in enumerate([("red", (220, 30, 30)), ("green", (30, 200, 40)), ("blue", (30, 40, 220)), ("grey", (128,) * 3)]):
+        Image.new("RGB", (48, 40), colour).save(folder / f"{k}.png")
+        rows.append(f"{k}.png,a {name} square")
+    (folder / "captions.csv").write_text("image,caption\n" + "\n".join(rows) + "\n")
+
+    def evaluate(out, *cache):
+        code, printed, err = run_main(capsys, "eval", "--model", tmp_path / "ckpt", "--benchmark", "retrieval", "--data-root",
+                                      tmp_path / "data", "--out", tmp_path / out, "--workers", "0", *cache)
+        assert code == 0, err
+        return json.loads((tmp_path / out / "retrieval.json").read_text())["metrics"]["tiny"], printed + err
+
+    evaluate("first", "--cache", tmp_path / "cache")
+    for name in ("config.json", "open_clip_config.json"):
+        config = json.loads((tmp_path / "ckpt" / name).read_text())
+        config["preprocess_cfg"].update(mean=[0.9, 0.1, 0.5], std=[0.05, 0.5, 0.2])
+        (tmp_path / "ckpt" / name).write_text(json.dumps(config))
+    cached, _ = evaluate("second", "--cache", tmp_path / "cache")
+    fresh, _ = evaluate("fresh")
+    assert cached == fresh
+    assert len(list((tmp_path / "cache").iterdir())) == 2  # a folder per (weights, preprocessing, versions, precision)

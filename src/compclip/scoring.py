@@ -9,8 +9,8 @@ unchanged. A method's scorer builds on this module; the harness (`compclip.eval`
 
 `DualEncoderScorer` is the scorer of every CLIP-style model: each unique image and caption is
 encoded once per run (de-duplicated, texts in batches of similar length), optionally under
-autocast, and can be kept on disk keyed by a hash of every weight the score depends on and each
-file (path, size, mtime).
+autocast, and can be kept on disk keyed by a hash of every weight the score depends on, the preprocessing, the
+tokenizer and the library versions (`model_key`), and each file (path, size, mtime).
 """
 from __future__ import annotations
 
@@ -78,8 +78,18 @@ def _collate_images(items: list[tuple[int, torch.Tensor | None, str]]):
 
 
 def model_key(model: torch.nn.Module) -> str:
-    """A hash of the weights themselves (and the architecture), naming the model in the cache."""
-    digest = hashlib.sha256(json.dumps(getattr(model, "compclip_spec", {}).get("model_cfg"), sort_keys=True).encode())
+    """A hash of everything that makes a feature, naming the model in the cache: the weights themselves, the architecture,
+    the preprocessing (the spec's and the one open_clip's tower carries: mean, std, size, resize mode), the tokenizer,
+    and the versions of compclip and open_clip that compute them."""
+    import open_clip
+
+    from . import __version__
+
+    spec = getattr(model, "compclip_spec", {})
+    about = {key: spec.get(key) for key in ("model_cfg", "preprocess_cfg", "tokenizer")}
+    about |= {"visual_preprocess": getattr(getattr(model, "visual", None), "preprocess_cfg", None), "compclip": __version__,
+              "open_clip": open_clip.__version__}
+    digest = hashlib.sha256(json.dumps(about, sort_keys=True, default=str).encode())
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
         digest.update(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy().tobytes())

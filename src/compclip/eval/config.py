@@ -35,7 +35,8 @@ class EvalConfig:
                                                 "(`compclip benchmarks`).", flag="--bench-opt", factory=dict, parse=split_options)
     batch_size: int = option(64, "Images or captions per forward pass.")
     workers: int = option(2, "DataLoader workers decoding images.")
-    cache: str | None = option(None, "Embedding cache folder, keyed by checkpoint hash and file.")
+    cache: str | None = option(None, "Embedding cache folder, keyed by the weights, preprocessing, tokenizer, library versions and "
+                                     "precision, and by each image file (path, size, mtime).")
     device: str | None = option(None, "cpu, cuda or cuda:N.  [default: cuda where torch sees a GPU, else cpu]")
     precision: str | None = option(None, "fp32, amp_bf16 or amp (fp16 autocast).  [default: amp on a GPU, as CLIP_benchmark; fp32 "
                                          "on the CPU]")
