@@ -72,25 +72,58 @@ def test_checkpoint_rotation_removes_only_what_the_trainer_wrote(tmp_path, caplo
     assert kept == [f"--keep 2: removed the checkpoint files of {old}, kept the folder for what else it holds (hf, sugarcrepe.json)"]
 
 
-def test_the_eval_cache_misses_when_the_checkpoints_preprocessing_changes(tmp_path, capsys):
-    """The reported case: the same weights with another mean and std in config.json and open_clip_config.json must be
-    encoded again; the cached run's numbers equal an uncached run's of the edited checkpoint."""
-    import json
-
+def retrieval_data(root):
+    """A data root with one small retrieval set: four coloured squares and their captions."""
     from PIL import Image
 
-    from compclip.models import load_model, save_checkpoint
-    from conftest import run_main
-
-    model, _, _ = load_model("compclip-tiny-clip")
-    save_checkpoint(model, tmp_path / "ckpt")
-    folder = tmp_path / "data" / "retrieval" / "tiny"
+    folder = root / "retrieval" / "tiny"
     folder.mkdir(parents=True)
     rows = []
     for k, (name, colour) in enumerate([("red", (220, 30, 30)), ("green", (30, 200, 40)), ("blue", (30, 40, 220)), ("grey", (128,) * 3)]):
         Image.new("RGB", (48, 40), colour).save(folder / f"{k}.png")
         rows.append(f"{k}.png,a {name} square")
     (folder / "captions.csv").write_text("image,caption\n" + "\n".join(rows) + "\n")
+    return root
+
+
+def test_two_models_evaluated_into_one_folder_are_refused_not_replaced(tmp_path, capsys):
+    """The second model's eval into the first's --out is refused in one line naming the file and its model, before
+    anything loads; the folder keeps the first's results. The same model again, or --force, writes."""
+    import json
+
+    import torch
+
+    from compclip.models import load_model, save_checkpoint
+    from conftest import run_main
+
+    for seed, name in ((0, "a"), (1, "b")):
+        torch.manual_seed(seed)
+        save_checkpoint(load_model("compclip-tiny-clip", init_seed=None)[0], tmp_path / name)
+    retrieval_data(tmp_path / "data")
+    run = lambda model, *more: run_main(capsys, "eval", "--model", tmp_path / model, "--benchmark", "retrieval",  # noqa: E731
+                                        "--data-root", tmp_path / "data", "--out", tmp_path / "out", "--workers", "0", *more)
+    assert run("a")[0] == 0
+    first = json.loads((tmp_path / "out" / "retrieval.json").read_text())
+    code, _, err = run("b")
+    assert code == 2 and err == (f"error: --out {tmp_path / 'out'} holds results of another model: retrieval.json is {tmp_path / 'a'}'s; "
+                                 "give each model its own --out (`compclip report` compares folders), or --force to replace them\n")
+    assert json.loads((tmp_path / "out" / "retrieval.json").read_text()) == first
+    assert run("a")[0] == 0  # the same weights again: its own results, rewritten
+    assert run("b", "--force")[0] == 0
+    assert json.loads((tmp_path / "out" / "retrieval.json").read_text())["weights_sha256"] != first["weights_sha256"]
+
+
+def test_the_eval_cache_misses_when_the_checkpoints_preprocessing_changes(tmp_path, capsys):
+    """The reported case: the same weights with another mean and std in config.json and open_clip_config.json must be
+    encoded again; the cached run's numbers equal an uncached run's of the edited checkpoint."""
+    import json
+
+    from compclip.models import load_model, save_checkpoint
+    from conftest import run_main
+
+    model, _, _ = load_model("compclip-tiny-clip")
+    save_checkpoint(model, tmp_path / "ckpt")
+    retrieval_data(tmp_path / "data")
 
     def evaluate(out, *cache):
         code, printed, err = run_main(capsys, "eval", "--model", tmp_path / "ckpt", "--benchmark", "retrieval", "--data-root",
@@ -107,3 +140,73 @@ def test_the_eval_cache_misses_when_the_checkpoints_preprocessing_changes(tmp_pa
     fresh, _ = evaluate("fresh")
     assert cached == fresh
     assert len(list((tmp_path / "cache").iterdir())) == 2  # a folder per (weights, preprocessing, versions, precision)
+
+
+def test_a_resume_compares_the_files_its_paths_name_not_the_strings(tmp_path, monkeypatch):
+    """The same CSV by its absolute path resumes; the same relative string from another folder names another CSV and is
+    refused. config.json records the paths resolved."""
+    import json
+
+    from compclip.errors import UsageError
+    from compclip.train import Trainer, TrainConfig, train
+    from test_train import make_dataset
+
+    for side in ("a", "b"):
+        make_dataset(tmp_path / side, n=16)
+    common = {"method": "siglip", "model": "compclip-tiny-siglip", "out": str(tmp_path / "run"), "batch_size": 8, "lr": 1e-3,
+              "workers": 0, "schedule": "const"}
+    monkeypatch.chdir(tmp_path / "a")
+    train(TrainConfig(train_data="train.csv", steps=2, **common))
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())["train_data"]
+    assert recorded == str(tmp_path / "a" / "train.csv")
+    assert Trainer(TrainConfig(train_data=str(tmp_path / "a" / "train.csv"), steps=4, **common)).step == 2
+    monkeypatch.chdir(tmp_path / "b")
+    with pytest.raises(UsageError, match=rf"other options \(train_data '{tmp_path / 'a' / 'train.csv'}' -> '{tmp_path / 'b' / 'train.csv'}'\)"):
+        Trainer(TrainConfig(train_data="train.csv", steps=4, **common))
+
+
+def wait_for_steps(log, steps, proc, timeout=120):
+    import time
+
+    start = time.time()
+    while time.time() - start < timeout:
+        if log.is_file() and len(log.read_text().splitlines()) >= steps:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before step {steps}: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.05)
+    raise AssertionError(f"no step {steps} within {timeout} s")
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
+def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_path, sig):
+    """SLURM's --signal=USR1@120 and scancel's SIGTERM reach the whole process group, DataLoader workers included: the run
+    writes a checkpoint at the next step boundary, says so in one line, exits 75 (EX_TEMPFAIL), and the same command
+    resumes it to the same losses as a run never stopped."""
+    import json
+    import signal
+    import subprocess
+
+    from test_train import compclip, env_for_children, losses, make_dataset
+
+    data = make_dataset(tmp_path, n=32)
+    cmd = lambda out: compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),  # noqa: E731
+                               "--out", str(tmp_path / out), "--steps", "40", "--batch-size", "8", "--lr", "1e-3",
+                               "--save-every", "1000", "--workers", "2", "--log-every", "1")
+    straight = subprocess.run(cmd("straight"), env=env_for_children(), capture_output=True, text=True, timeout=300)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    proc = subprocess.Popen(cmd("stopped"), env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    wait_for_steps(tmp_path / "stopped" / "log.jsonl", 3, proc)
+    os.killpg(proc.pid, getattr(signal, sig))  # the whole group, as the cluster does
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    step = int(last.split(" at step ")[1].split()[0])
+    assert last == (f"preempted: {sig} at step {step} of 40: checkpoint {tmp_path / 'stopped' / 'checkpoints' / f'step_{step:07d}'} "
+                    "written; run the same command to resume") and "Traceback" not in err
+    assert (tmp_path / "stopped" / "checkpoints" / "latest").read_text() == f"step_{step:07d}" and 3 <= step < 40
+    resumed = subprocess.run(cmd("stopped"), env=env_for_children(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert losses(tmp_path / "stopped") == pytest.approx(losses(tmp_path / "straight"), rel=1e-6)
+    assert json.loads((tmp_path / "stopped" / "log.jsonl").read_text().splitlines()[-1])["step"] == 40

@@ -413,6 +413,6 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo(f"error: {e.format_message()}{hint}", err=True)
         raise SystemExit(e.exit_code) from None
     except CompclipError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise SystemExit(2) from None
+        typer.echo(f"{e.label}: {e}", err=True)
+        raise SystemExit(e.exit_code) from None
     raise SystemExit(code if isinstance(code, int) else 0)

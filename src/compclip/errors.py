@@ -1,7 +1,7 @@
 """The one exception type for problems a user causes and can fix.
 
-`compclip.cli.main` prints a `CompclipError` as one `error:` line and exits 2; every other
-exception is a bug and keeps its traceback. Each subclass also derives from the built-in
+`compclip.cli.main` prints a `CompclipError` as one `error:` line and exits 2 (a preempted run: a `preempted:` line,
+exit 75); every other exception is a bug and keeps its traceback. Each subclass also derives from the built-in
 exception a Python caller would expect (`ValueError`, `FileNotFoundError`, ...), so library
 code can catch either.
 """
@@ -10,6 +10,9 @@ from __future__ import annotations
 
 class CompclipError(Exception):
     """A problem with the user's input, worded to name the file, record or option and what to do."""
+
+    exit_code = 2  # what `compclip` exits with, after one line: "{label}: message"
+    label = "error"
 
     def __str__(self) -> str:  # KeyError would otherwise print the message in quotes
         return str(self.args[0]) if self.args else ""
@@ -37,3 +40,11 @@ class DownloadError(CompclipError, OSError):
 
 class NonFiniteError(CompclipError, FloatingPointError):
     """A loss, gradient, weight or score that is NaN or infinite: training stops, a checkpoint or score is refused."""
+
+
+class Preempted(CompclipError):
+    """A run stopped by the cluster (SIGTERM, SIGUSR1) after writing a checkpoint: the same command resumes it. Exits 75,
+    sysexits' EX_TEMPFAIL ("try again"), so a job script can requeue on it."""
+
+    exit_code = 75
+    label = "preempted"

@@ -38,6 +38,7 @@ class EvalConfig:
     cache: str | None = option(None, "Embedding cache folder, keyed by the weights, preprocessing, tokenizer, library versions and "
                                      "precision, and by each image file (path, size, mtime).")
     device: str | None = option(None, "cpu, cuda or cuda:N.  [default: cuda where torch sees a GPU, else cpu]")
+    force: bool = option(False, "Replace results in --out that another model wrote (refused otherwise: one folder, one model).")
     precision: str | None = option(None, "fp32, amp_bf16 or amp (fp16 autocast).  [default: amp on a GPU, as CLIP_benchmark; fp32 "
                                          "on the CPU]")
 

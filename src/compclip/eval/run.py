@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import tempfile
@@ -141,6 +142,26 @@ def check_writable(out: Path) -> None:
         raise UsageError(f"--out {out}: cannot write there ({type(e).__name__}: {e.strerror or e})") from None
 
 
+def refuse_another_models(out: Path, model: str, pretrained: str | None, weights: str | None, force: bool) -> None:
+    """A results folder holds one model's results: a result file there of other weights (by their SHA-256; by model and
+    pretrained name where a side has no weights file) is not replaced in silence, unless `force`."""
+    if force or not out.is_dir():
+        return
+    for file in sorted(out.glob("*.json")):
+        try:
+            record = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or "metrics" not in record:
+            continue
+        theirs = record.get("weights_sha256")
+        same = theirs == weights if theirs and weights else (record.get("model"), record.get("pretrained")) == (model, pretrained)
+        if not same:
+            named = record.get("model") if record.get("pretrained") is None else f"{record.get('model')} ({record.get('pretrained')})"
+            raise UsageError(f"--out {out} holds results of another model: {file.name} is {named}'s; give each model its own --out "
+                             "(`compclip report` compares folders), or --force to replace them")
+
+
 def run_skipping_unreadable(bench, label: str, scorer, root: Path, ties: str, splits, options):
     """`bench.run`, again each time the scorer meets images that do not decode: the next run's `Missing` leaves them out
     (and names them); what was encoded stays in the scorer, so a run again only re-scores."""
@@ -165,9 +186,11 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     device = resolve_device(cfg.device)
     jobs, root, made = check_options(cfg)
     model, pretrained, ties, out = cfg.model, cfg.pretrained, cfg.ties, cfg.out
+    weights = weights_sha256(model, pretrained)
+    refuse_another_models(Path(out), model, pretrained, weights, cfg.force)
     precision = cfg.precision or ("amp" if device.startswith("cuda") else "fp32")
     scorer = load_scorer(model, pretrained, device=device, precision=precision, **cfg.scorer_settings)
-    records, weights = {}, weights_sha256(model, pretrained)
+    records = {}
     for job in jobs:
         bench = REGISTRY[job.name]
         rule = bench.ties if ties == "official" else ties
@@ -194,6 +217,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
                             job.label, report["count"], ", ".join(report["examples"]))
             for part, why in result.absent.items():
                 log.warning("%s: %s %s: results cover the rest and are marked incomplete", job.label, part, why)
+        refuse_another_models(Path(out), model, pretrained, weights, cfg.force)  # again: another eval may have begun meanwhile
         write_json(Path(out) / job.file, record)
         records[job.label] = record
     log.info("encoded %d images and %d captions", scorer.encoded["images"], scorer.encoded["texts"])

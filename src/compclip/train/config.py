@@ -122,6 +122,12 @@ class TrainConfig:
                 raise MissingFileError(f"{flag_of(TrainConfig, name)} {getattr(self, name)}: no such folder")
 
 
+    def resolve_paths(self) -> None:
+        """Options that name files as absolute paths, in place: what a run records and a resume compares is the files
+        they named from where the run started, not the strings as typed (`paths_resolved`)."""
+        for name in PATH_OPTIONS:
+            setattr(self, name, resolved(getattr(self, name)))
+
     @classmethod
     def from_given(cls, given: dict[str, Any]) -> TrainConfig:
         """The run's options from those the user gave: over the settings of `given["recipe"]` where one is named
@@ -152,6 +158,25 @@ class TrainConfig:
             self.steps = max(1, math.ceil(self.epochs * samples / (per_step * self.accum_freq)))
         if self.warmup_fraction:
             self.warmup = round(self.warmup_fraction * self.steps)
+
+
+PATH_OPTIONS = ("train_data", "concepts", "image_root", "model", "pretrained")
+
+
+def resolved(value: str | None) -> str | None:
+    """A path option with each of its parts (`::`-joined data, a shard pattern's folder) made absolute where it names
+    something on disk; names that are not paths (an open_clip model, a pretrained tag, an `hf-hub:` id) stay as they are."""
+    if value is None:
+        return None
+    parts = []
+    for part in value.split("::"):
+        path = Path(part)
+        if path.exists():
+            part = str(path.resolve())
+        elif "{" in path.name and path.parent.is_dir():  # webdataset's brace pattern: its folder
+            part = str(path.parent.resolve() / path.name)
+        parts.append(part)
+    return "::".join(parts)
 
 
 def check_device(device: str | None) -> None:

@@ -14,6 +14,8 @@ import logging
 import math
 import pickle
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,12 +28,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..data import ArrayReader, WebDatasetReader, is_tar_shards, open_reader
 from ..data.augment import BatchedView
-from ..errors import DataError, NonFiniteError, UsageError
+from ..errors import DataError, NonFiniteError, Preempted, UsageError
 from ..io import atomic_path, write_json
 from ..models.checkpoint import CONFIG_NAME, MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config, remove_checkpoint
 from ..precision import autocast
 from ..progress import progress
-from .config import TrainConfig
+from .config import PATH_OPTIONS, TrainConfig, resolved
 from .distributed import DistEnv, init_distributed
 from .run_folder import RunLock, changed_options
 from .step import loss_step
@@ -80,6 +82,16 @@ def _optimizer(cfg: TrainConfig, model: torch.nn.Module, method) -> torch.optim.
     return adam(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused or None)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # how SLURM (--signal, scancel) and Kubernetes ask a job to stop
+
+
+def _ignore_stop_signals(_worker: int) -> None:
+    """In a DataLoader worker: a signal sent to the whole process group is the trainer's to answer, at a step boundary; a
+    worker that died of it first would end the run in a traceback."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _rng_state() -> dict[str, Any]:
     state = {"torch": torch.get_rng_state(), "numpy": list(np.random.get_state()), "python": random.getstate()}
     state["numpy"][1] = torch.from_numpy(state["numpy"][1].astype(np.int64))
@@ -123,6 +135,7 @@ class Trainer:
         from ..models import load_model, train_preprocess
 
         cfg.validate()
+        cfg.resolve_paths()
         self.cfg, self.eval_hook = cfg, eval_hook
         self.env: DistEnv = init_distributed(cfg.device)
         self.out = Path(cfg.out)
@@ -200,6 +213,7 @@ class Trainer:
             drop_last=True,
             pin_memory=self.env.device.type == "cuda",
             persistent_workers=self.cfg.workers > 0,
+            worker_init_fn=_ignore_stop_signals,
         )
 
     def _batches(self) -> Iterator[dict[str, Any]]:
@@ -281,6 +295,8 @@ class Trainer:
         if folder is None:
             return
         saved = read_config(folder).get("train_args", {})
+        # a run saved before paths were recorded resolved: its strings, from here, as it was compared then
+        saved |= {k: resolved(saved[k]) for k in PATH_OPTIONS if isinstance(saved.get(k), str)}
         defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
         changes = changed_options(saved, dataclasses.asdict(self.cfg), defaults)
         if changes:
@@ -360,11 +376,39 @@ class Trainer:
         try:
             if self.env.is_main and self.step:
                 self._truncate_log()
-            with self._train_log():
+            with self._train_log(), self._stop_signals():
                 return self._run()
         finally:
             if lock is not None:
                 lock.release(keep_folder=(self.out / "config.json").exists())
+
+    @contextlib.contextmanager
+    def _stop_signals(self):
+        """SIGTERM and SIGUSR1 ask the run to stop: it checkpoints at the next step boundary (`_stopping`) and raises
+        `Preempted`. Outside the main thread (a caller's) signals stay as they are."""
+        self._signal: int | None = None
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def note(signum, _frame):
+            self._signal = signum
+
+        previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _stopping(self) -> int | None:
+        """The stop signal any rank received (all ranks agree, so they stop at the same step), or None."""
+        asked = self._signal or 0
+        if self.env.distributed:
+            flag = torch.tensor([asked], device=self.env.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            asked = int(flag.item())
+        return asked or None
 
     @contextlib.contextmanager
     def _train_log(self):
@@ -445,8 +489,17 @@ class Trainer:
                 self._log(record, tb)
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(loss=f"{record['loss']:.4f}", img_s=f"{record['images_per_s']:.0f}")
-            if self.step % cfg.save_every == 0 or self.step == cfg.steps:
+            saved = self.step % cfg.save_every == 0 or self.step == cfg.steps
+            if saved:
                 self.save()
+            stop = self._stopping() if self.step < cfg.steps else None
+            if stop is not None:
+                if not saved:
+                    self.save()
+                if tb is not None:
+                    tb.close()
+                raise Preempted(f"{signal.Signals(stop).name} at step {self.step} of {cfg.steps}: checkpoint "
+                                f"{self.out / 'checkpoints' / f'step_{self.step:07d}'} written; run the same command to resume")
         if tb is not None:
             tb.close()
         return terms
