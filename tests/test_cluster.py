@@ -148,7 +148,7 @@ def test_a_resume_compares_the_files_its_paths_name_not_the_strings(tmp_path, mo
     import json
 
     from compclip.errors import UsageError
-    from compclip.train import Trainer, TrainConfig, train
+    from compclip.train import TrainConfig, Trainer, train
     from test_train import make_dataset
 
     for side in ("a", "b"):
