@@ -161,7 +161,8 @@ def test_a_resume_compares_the_files_its_paths_name_not_the_strings(tmp_path, mo
     assert recorded == str(tmp_path / "a" / "train.csv")
     assert Trainer(TrainConfig(train_data=str(tmp_path / "a" / "train.csv"), steps=4, **common)).step == 2
     monkeypatch.chdir(tmp_path / "b")
-    with pytest.raises(UsageError, match=rf"other options \(train_data '{tmp_path / 'a' / 'train.csv'}' -> '{tmp_path / 'b' / 'train.csv'}'\)"):
+    was, now = tmp_path / "a" / "train.csv", tmp_path / "b" / "train.csv"
+    with pytest.raises(UsageError, match=rf"other options \(train_data '{was}' -> '{now}'\)"):
         Trainer(TrainConfig(train_data="train.csv", steps=4, **common))
 
 
