@@ -211,3 +211,53 @@ def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_pa
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert losses(tmp_path / "stopped") == pytest.approx(losses(tmp_path / "straight"), rel=1e-6)
     assert json.loads((tmp_path / "stopped" / "log.jsonl").read_text().splitlines()[-1])["step"] == 40
+
+
+def children(pid):
+    """The processes `pid` started (Linux's /proc)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found += [int(c) for c in f.read().split()]
+    return found
+
+
+@pytest.mark.parametrize("sig, to", [("SIGTERM", "torchrun"), ("SIGUSR1", "ranks")])
+def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path, sig, to):
+    """Two processes under torchrun: SIGTERM to torchrun (which passes it on), or SIGUSR1 to each rank (as srun delivers a
+    job's --signal to its tasks). Both ranks stop after the same step with one checkpoint of both, and the same command
+    resumes to the losses of a run never stopped."""
+    import signal
+    import subprocess
+    import sys
+
+    import torch
+
+    from test_train import env_for_children, free_port, losses, make_dataset
+
+    data = make_dataset(tmp_path, n=32)
+
+    def cmd(out):
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+                "-m", "compclip", "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),
+                "--out", str(tmp_path / out), "--steps", "30", "--batch-size", "4", "--save-every", "1000", "--workers", "1",
+                "--lr", "1e-3", "--device", "cpu"]
+
+    straight = subprocess.run(cmd("straight"), env=env_for_children(), capture_output=True, text=True, timeout=300)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    proc = subprocess.Popen(cmd("stopped"), env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_steps(tmp_path / "stopped" / "log.jsonl", 3, proc)
+    targets = [proc.pid] if to == "torchrun" else children(proc.pid)
+    assert len(targets) == (1 if to == "torchrun" else 2)
+    for pid in targets:
+        os.kill(pid, getattr(signal, sig))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    lines = [line for line in err.splitlines() if line.startswith("preempted: ")]
+    assert len(lines) == 2 and lines[0] == lines[1], err[-3000:]  # each rank says it, of the same step
+    step = int(lines[0].split(" at step ")[1].split()[0])
+    state = torch.load(tmp_path / "stopped" / "checkpoints" / f"step_{step:07d}" / "training_state.pt", weights_only=True)
+    assert state["step"] == step and len(state["ranks"]) == 2
+    resumed = subprocess.run(cmd("stopped"), env=env_for_children(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert losses(tmp_path / "stopped") == pytest.approx(losses(tmp_path / "straight"), rel=1e-6)
