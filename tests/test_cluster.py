@@ -261,3 +261,56 @@ def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(t
     resumed = subprocess.run(cmd("stopped"), env=env_for_children(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert losses(tmp_path / "stopped") == pytest.approx(losses(tmp_path / "straight"), rel=1e-6)
+
+
+def shard(path, n=12, damage=None, cut=None):
+    """A webdataset shard of n samples (jpg + txt); `damage`: the member (e.g. "s003.jpg") whose header is overwritten
+    with garbage; `cut`: keep only this many bytes."""
+    import io
+    import tarfile
+
+    from conftest import image_bytes
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for i in range(n):
+            for ext, data in (("jpg", image_bytes(i)), ("txt", f"a red square number {i}".encode())):
+                info = tarfile.TarInfo(f"s{i:03d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    raw = bytearray(buf.getvalue())
+    if damage is not None:
+        with tarfile.open(fileobj=io.BytesIO(bytes(raw))) as tar:
+            at = next(m.offset for m in tar if m.name == damage)
+        raw[at:at + 512] = bytes(range(256)) * 2
+    path.write_bytes(bytes(raw[:cut] if cut else raw))
+    return path
+
+
+def test_a_damaged_tar_header_is_named_and_reading_goes_on_past_it(tmp_path, capsys):
+    """Python's tarfile took a damaged header for the end of the shard: 3 of 12 samples, no word. Now the damage is a
+    bad record naming the shard and its bytes, the sample that lost its image is counted as missing one, and the other
+    10 are read; a damaged last header is named too; `--into-shards` copies the rest and says so; a shard cut off is
+    one error line naming it, the other shards copied."""
+    from compclip.data import WebDatasetReader
+    from conftest import run_main
+
+    shard(tmp_path / "a-0.tar", damage="s003.jpg")
+    shard(tmp_path / "a-1.tar", damage="s011.txt")  # the last member's header
+    reader = WebDatasetReader(str(tmp_path / "a-{0..1}.tar"))
+    captions = [s["caption"] for s in reader]
+    assert len(captions) == 22 and captions.count("a red square number 3") == 1 and captions.count("a red square number 11") == 1
+    stats = reader.stats()
+    assert stats["bad_record"] == 2 and stats["missing_image"] == 1, stats  # s003 lost its image; s011 its caption (no record)
+    code, out, err = run_main(capsys, "-q", "concepts", tmp_path / "a-{0..1}.tar", "--into-shards", tmp_path / "copies", "--what",
+                              "noun-phrases")
+    assert code == 0, err
+    assert out.startswith("2 shards written to") and "(24 samples," in out  # 12 keys each: each damaged one keeps a member
+    assert f"warning: {tmp_path / 'a-0.tar'}: bytes " in err and "(a damaged header): one member lost before s003.txt" in err
+    assert f"warning: {tmp_path / 'a-1.tar'}: bytes " in err and "after the last good member" in err
+    whole = shard(tmp_path / "b-0.tar")
+    shard(tmp_path / "b-1.tar", cut=whole.stat().st_size // 2)
+    code, out, err = run_main(capsys, "-q", "concepts", tmp_path / "b-{0..1}.tar", "--into-shards", tmp_path / "b-copies", "--what",
+                              "noun-phrases")
+    assert code == 2 and err.startswith(f"error: 1 shard(s) not copied ({tmp_path / 'b-1.tar'}: ReadError") and "Traceback" not in err
+    assert sorted(p.name for p in (tmp_path / "b-copies").iterdir()) == ["b-0.tar"]

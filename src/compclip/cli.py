@@ -163,6 +163,14 @@ def concepts(
                                      caption_key=cfg.caption_key)
         typer.echo(f"{stats['shards_written']} shards written to {into_shards} ({stats['samples']} samples, "
                    f"{stats['skipped_shards']} already there)")
+        for url, where in stats["damaged"].items():
+            typer.echo(f"warning: {url}: {'; '.join(where)}; its copy holds the samples read past it", err=True)
+        if stats["failed"]:
+            from .errors import DataError
+
+            failed = "; ".join(f"{url}: {why}" for url, why in stats["failed"].items())
+            raise DataError(f"{len(stats['failed'])} shard(s) not copied ({failed}); the others are written: run again after "
+                            "repairing or removing them")
         return
     i, n = parse_part(cfg.part)
     store, stats = build_store(iter_captions(input, cfg.caption_key), out, cfg.what, with_prep=cfg.with_prep, workers=cfg.workers,

@@ -341,6 +341,46 @@ class CsvReader(ImageTextReader):
 CONCEPTS_MEMBER = "concepts.json"
 
 
+class _Watched:
+    """A stream that remembers where its last byte that is not zero was: what follows a tar's last member must be zeros."""
+
+    def __init__(self, raw):
+        self.raw, self.pos, self.last_data = raw, 0, 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.raw.read(size)
+        kept = len(chunk.rstrip(b"\0"))
+        if kept:
+            self.last_data = self.pos + kept
+        self.pos += len(chunk)
+        return chunk
+
+
+def tar_members(url: str, damaged: Callable[[str], None]) -> Iterator[tuple[tarfile.TarInfo, Callable[[], bytes | None]]]:
+    """Each member of a tar shard with what reads its bytes (None for what is not a file), in order: read before the next
+    member, and after a caller has done with the members before it (a shard cut off in this one's data fails there).
+    Python's tarfile takes a damaged
+    header for the archive's end and drops the rest in silence; here it reads on past it (`ignore_zeros` finds the next
+    good header), and `damaged` is told where bytes were passed over: the member whose header it was is lost, and the
+    sample it belonged to lacks it. A shard cut off, in a member or between two, raises `tarfile.ReadError`."""
+    import webdataset as wds
+
+    end = 0  # where the previous member's data ended: the next header starts there
+    with wds.gopen(url) as raw:
+        stream = _Watched(raw)
+        with tarfile.open(fileobj=stream, mode="r|*", ignore_zeros=True) as tar:
+            for member in tar:
+                if member.offset > end:
+                    damaged(f"bytes {end}-{member.offset} are no tar member (a damaged header): one member lost before {member.name}")
+                end = member.offset_data + -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+                yield member, lambda member=member: tar.extractfile(member).read() if member.isreg() else None
+        if stream.last_data > end:
+            damaged(f"bytes {end}-{stream.last_data} after the last good member are no tar member (a damaged header): "
+                    "what was there is lost")
+        elif stream.pos < end + 2 * tarfile.BLOCKSIZE:  # a whole archive ends in two zero blocks
+            raise tarfile.ReadError(f"cut off after byte {stream.pos}: the archive's end is missing")
+
+
 def sample_caption(sample: dict[str, Any], caption_field: str = "caption") -> Any:
     """A webdataset sample's caption: its `txt`, or its `json`'s caption field (None when absent; bytes that
     are not UTF-8 come back surrogate-escaped, for the reader to count). Raises JSONDecodeError on bad json."""
@@ -369,23 +409,21 @@ class WebDatasetReader(ImageTextReader):
         self.caption_field = caption_field
 
     def _shard_samples(self, url: str) -> Iterator[dict[str, Any]]:
-        """A shard's members grouped by key (webdataset's convention); a broken shard ends in one bad record."""
-        import webdataset as wds
-
+        """A shard's members grouped by key (webdataset's convention); a damaged header is one bad record, reading going on
+        after it; a shard cut off ends in one bad record."""
         sample: dict[str, Any] = {}
         try:
-            with wds.gopen(url) as stream, tarfile.open(fileobj=stream, mode="r|*") as tar:
-                for member in tar:
-                    if not member.isreg():
-                        continue
-                    folder, _, base = member.name.rpartition("/")
-                    stem, _, ext = base.partition(".")
-                    key = f"{folder}/{stem}" if folder else stem
-                    if sample and sample["__key__"] != key:
-                        yield sample
-                        sample = {}
-                    sample["__key__"] = key
-                    sample[ext.lower()] = tar.extractfile(member).read()
+            for member, read in tar_members(url, lambda where: self.skips.skip("bad_record", url, where)):
+                if not member.isreg():
+                    continue
+                folder, _, base = member.name.rpartition("/")
+                stem, _, ext = base.partition(".")
+                key = f"{folder}/{stem}" if folder else stem
+                if sample and sample["__key__"] != key:
+                    yield sample
+                    sample = {}
+                sample["__key__"] = key
+                sample[ext.lower()] = read()
         except (tarfile.TarError, OSError) as e:
             after = f" after key {sample['__key__']}" if sample else ""
             self.skips.skip("bad_record", f"{url}{after}", f"{type(e).__name__}: {e}")
