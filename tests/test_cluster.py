@@ -314,3 +314,87 @@ def test_a_damaged_tar_header_is_named_and_reading_goes_on_past_it(tmp_path, cap
                               "noun-phrases")
     assert code == 2 and err.startswith(f"error: 1 shard(s) not copied ({tmp_path / 'b-1.tar'}: ReadError") and "Traceback" not in err
     assert sorted(p.name for p in (tmp_path / "b-copies").iterdir()) == ["b-0.tar"]
+
+
+@contextlib.contextmanager
+def small_disk(path, size="2m", readonly=False):
+    """A real file system of `size` (tmpfs) at `path`, read-only if asked; skipped where mounting is not allowed."""
+    import subprocess
+
+    path.mkdir()
+    options = f"size={size}" + (",ro" if readonly else "")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_a_disk_that_fills_while_a_checkpoint_is_written_stops_in_one_line(tmp_path):
+    """ENOSPC in safetensors' writer and in torch.save ("unexpected pos") and in a result JSON: one line naming the file
+    and that the earlier checkpoint is as it was, exit 2, no traceback; the run resumes once there is room."""
+    import shutil
+    import subprocess
+
+    from test_train import compclip, env_for_children, make_dataset
+
+    data = make_dataset(tmp_path, n=16)
+    with small_disk(tmp_path / "disk", "128m") as disk:
+        cmd = lambda steps: compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),  # noqa: E731
+                                     "--out", str(disk / "run"), "--steps", str(steps), "--batch-size", "8", "--save-every", "2",
+                                     "--workers", "0", "--schedule", "const", "--keep", "5")
+        assert subprocess.run(cmd(2), env=env_for_children(), capture_output=True).returncode == 0
+        used = sum(f.stat().st_size for f in (disk / "run").rglob("*") if f.is_file())
+        free = shutil.disk_usage(disk).free
+        (disk / "filler").write_bytes(b"\0" * (free - used // 3))  # room for a third of a checkpoint
+        stopped = subprocess.run(cmd(4), env=env_for_children(), capture_output=True, text=True)
+        assert stopped.returncode == 2 and "Traceback" not in stopped.stderr, stopped.stderr[-2000:]
+        line = stopped.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"error: {disk / 'run' / 'checkpoints' / 'step_0000004'}: not written: the disk is full")
+        assert line.endswith("training stopped at step 4; the checkpoints before it are untouched: make room and run the same "
+                             "command to resume")
+        assert (disk / "run" / "checkpoints" / "latest").read_text() == "step_0000002"
+        assert not [p for p in (disk / "run" / "checkpoints").iterdir() if p.name.startswith(".")]  # no half-written folder
+        (disk / "filler").unlink()
+        resumed = subprocess.run(cmd(4), env=env_for_children(), capture_output=True, text=True)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
+def test_a_read_only_out_is_one_line(tmp_path, capsys):
+    """`train` and `eval` into a read-only file system: one line each, naming the path and the reason."""
+    from conftest import run_main
+    from test_train import make_dataset
+
+    data = make_dataset(tmp_path, n=16)
+    retrieval_data(tmp_path / "data")
+    with small_disk(tmp_path / "ro", readonly=True) as ro:
+        code, _, err = run_main(capsys, "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data,
+                                "--out", ro / "run", "--steps", "2", "--batch-size", "8", "--workers", "0")
+        assert code == 2 and err.splitlines()[-1] == (f"error: {ro / 'run' / '.lock'}: not written: the file system is read-only "
+                                                      "(Read-only file system); nothing was written there")
+        code, _, err = run_main(capsys, "eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root",
+                                tmp_path / "data", "--out", ro / "results")
+        assert code == 2 and err.startswith(f"error: --out {ro / 'results'}: cannot write there") and "Read-only" in err
+
+
+def test_each_writers_full_disk_error_becomes_one_storage_error(tmp_path):
+    """The three forms a full disk takes: OSError errno 28 (a JSON), safetensors' "os error 28", torch.save's
+    "unexpected pos" without an errno. Each is one StorageError naming the path; the earlier file stays."""
+    import torch
+    from safetensors.torch import save_file
+
+    from compclip.errors import StorageError
+
+    with small_disk(tmp_path / "disk", "256k") as disk:
+        write_json(disk / "kept.json", {"a": 1})
+        writers = {"result.json": lambda tmp: tmp.write_text("x" * 400_000),
+                   "weights.safetensors": lambda tmp: save_file({"w": torch.zeros(100_000)}, tmp),
+                   "state.pt": lambda tmp: torch.save({"w": torch.zeros(100_000)}, tmp)}
+        for name, write in writers.items():
+            with pytest.raises(StorageError, match=rf"^{disk / name}: not written: the disk is full.*; nothing was written there$"), \
+                    atomic_path(disk / name) as tmp:
+                write(tmp)
+        with pytest.raises(StorageError, match=r"the earlier kept\.json there is as it was"), atomic_path(disk / "kept.json") as tmp:
+            tmp.write_text("x" * 400_000)
+        assert (disk / "kept.json").read_text() == '{\n  "a": 1\n}\n' and sorted(p.name for p in disk.iterdir()) == ["kept.json"]

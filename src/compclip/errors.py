@@ -38,6 +38,10 @@ class DownloadError(CompclipError, OSError):
     """A download that failed or broke off; running again resumes it."""
 
 
+class StorageError(CompclipError, OSError):
+    """A write the file system refused (full disk, quota, read-only, permission): named with what was kept."""
+
+
 class NonFiniteError(CompclipError, FloatingPointError):
     """A loss, gradient, weight or score that is NaN or infinite: training stops, a checkpoint or score is refused."""
 

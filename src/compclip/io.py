@@ -1,15 +1,51 @@
-"""Atomic file writes: a crash never leaves a half-written result behind, and what is written has the mode `open()`
-would give it under the process's umask."""
+"""Atomic file writes: a crash never leaves a half-written result behind, what is written has the mode `open()` would
+give it under the process's umask, and a write the file system refuses (full disk, quota, read-only, permission) is
+one `StorageError` naming the file and what was kept."""
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from .errors import StorageError
+
+FULL = -1  # torch.save's writer reports a failed write without its errno: a full disk or quota, as far as it says
+WHY = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up", errno.EROFS: "the file system is read-only",
+       errno.EACCES: "permission denied", errno.EPERM: "permission denied", FULL: "the disk is full or the quota used up"}
+
+
+def _storage_errno(e: BaseException) -> int | None:
+    """The file-system reason behind a failed write, from an `OSError`, safetensors' "os error N", or torch.save's writer."""
+    if isinstance(e, OSError) and e.errno in WHY:
+        return e.errno
+    found = re.search(r"os error (\d+)", str(e))
+    if found and int(found.group(1)) in WHY:
+        return int(found.group(1))
+    if isinstance(e, RuntimeError) and ("unexpected pos" in str(e) or "file write failed" in str(e)):
+        return FULL
+    return None
+
+
+@contextmanager
+def storage_errors(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a write the file system refused into one line naming `path`, why, and what is still there."""
+    try:
+        yield
+    except Exception as e:
+        code = _storage_errno(e)
+        if code is None:
+            raise
+        path = Path(path)
+        kept = f"the earlier {path.name} there is as it was" if path.exists() else "nothing was written there"
+        detail = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().splitlines()[-1][:120]
+        raise StorageError(f"{path}: not written: {WHY[code]} ({detail}); {kept}") from None
 
 
 def _umask() -> int:
@@ -51,17 +87,18 @@ def _fsync(path: Path) -> None:
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; on success it replaces `path` in one rename."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp)
-    try:
-        yield tmp
-        _as_open_would(tmp)
-        _fsync(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(tmp)
+        try:
+            yield tmp
+            _as_open_would(tmp)
+            _fsync(tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -78,18 +115,19 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     so readers see either the old folder or the new one, never a mix.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        yield tmp
-        _as_open_would(tmp)
-        old = None
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        try:
+            yield tmp
+            _as_open_would(tmp)
+            old = None
+            if path.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+                os.replace(path, old / path.name)
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..io import storage_errors
 
 LOCK_NAME = ".lock"
 # The options that do not change what a run computes: how it is launched, logged and checkpointed.
@@ -29,9 +30,10 @@ class RunLock:
         self.out, self.fd, self.created = out, None, not out.exists()
 
     def acquire(self) -> RunLock:
-        self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with storage_errors(path):
+            self.out.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -28,8 +28,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..data import ArrayReader, WebDatasetReader, is_tar_shards, open_reader
 from ..data.augment import BatchedView
-from ..errors import DataError, NonFiniteError, Preempted, UsageError
-from ..io import atomic_path, write_json
+from ..errors import DataError, NonFiniteError, Preempted, StorageError, UsageError
+from ..io import atomic_path, storage_errors, write_json
 from ..models.checkpoint import CONFIG_NAME, MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config, remove_checkpoint
 from ..precision import autocast
 from ..progress import progress
@@ -272,8 +272,12 @@ class Trainer:
                 "ranks": ranks,
             }
             folder = self.out / "checkpoints" / f"step_{self.step:07d}"
-            save_checkpoint(self.model, folder, state=state, modules=self.method.state_dict(), method=self.cfg.method,
-                            step=self.step, train_args=dataclasses.asdict(self.cfg))
+            try:
+                save_checkpoint(self.model, folder, state=state, modules=self.method.state_dict(), method=self.cfg.method,
+                                step=self.step, train_args=dataclasses.asdict(self.cfg))
+            except StorageError as e:
+                raise StorageError(f"{e}: training stopped at step {self.step}; the checkpoints before it are untouched: make room "
+                                   "and run the same command to resume") from None
             with atomic_path(self.out / "checkpoints" / "latest") as tmp:
                 tmp.write_text(folder.name)
             for old in sorted((self.out / "checkpoints").glob("step_*"))[: -max(1, self.cfg.keep)]:
@@ -348,7 +352,7 @@ class Trainer:
                 tmp.write_text("".join(line + "\n" for line in lines))
 
     def _log(self, record: dict[str, Any], tb) -> None:
-        with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
+        with storage_errors(self.out / "log.jsonl"), open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         if tb is not None:
             for key, value in record.items():
