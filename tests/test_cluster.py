@@ -398,3 +398,42 @@ def test_each_writers_full_disk_error_becomes_one_storage_error(tmp_path):
         with pytest.raises(StorageError, match=r"the earlier kept\.json there is as it was"), atomic_path(disk / "kept.json") as tmp:
             tmp.write_text("x" * 400_000)
         assert (disk / "kept.json").read_text() == '{\n  "a": 1\n}\n' and sorted(p.name for p in disk.iterdir()) == ["kept.json"]
+
+
+def test_a_bundled_model_is_said_random_once_not_warned_at_every_load(monkeypatch, caplog):
+    """open_clip warns "initialized randomly" at every load of a model without weights; for a model compclip bundles that is
+    by design: one INFO line a process, no warning. A named model without its weights still warns."""
+    import logging
+
+    from compclip.models import factory, load_model
+
+    monkeypatch.setattr(factory, "_SAID_RANDOM", set())
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            load_model("compclip-tiny-clip")
+        load_model("ViT-B-32")  # an open_clip model loaded without weights: its warning stays
+    said = [r for r in caplog.records if "bundles, initialised randomly" in r.getMessage()]
+    warned = [r.getMessage() for r in caplog.records if "initialized randomly" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.INFO
+    assert warned == ["No pretrained weights loaded for model 'ViT-B-32'. Model initialized randomly."]
+
+
+def test_skips_are_said_once_a_run_not_every_epoch_in_every_worker(tmp_path):
+    """Two rows without an image, three epochs (12 steps, 4 batches an epoch), two DataLoader workers: each row named once,
+    the count once as a warning (it was 12 lines for 2 bad rows in 3 steps); the totals of the later epochs are INFO."""
+    import subprocess
+
+    from test_train import compclip, env_for_children, make_dataset
+
+    data = make_dataset(tmp_path, n=16)
+    data.write_text(data.read_text() + "img/gone-1.jpg,a red square to the left of a red circle\n"
+                    "img/gone-2.jpg,a blue square to the left of a red circle\n")
+    run = subprocess.run(compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data), "--out",
+                                  str(tmp_path / "run"), "--steps", "12", "--batch-size", "4", "--workers", "2", "--shuffle", "0"),
+                         env=env_for_children(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = (tmp_path / "run" / "train.log").read_text().splitlines()
+    warnings = [line for line in lines if " WARNING " in line and "skipped" in line]
+    assert sum("gone-1.jpg" in line for line in warnings) == 1 and sum("gone-2.jpg" in line for line in warnings) == 1
+    totals = [line for line in lines if "read 16 samples, skipped 2 (2 missing image)" in line]
+    assert len(warnings) == 3 and len(totals) >= 2 and sum(" WARNING " in line for line in totals) == 1, "\n".join(lines)

@@ -26,7 +26,9 @@ class SkipCounter:
     def __init__(self, name: str):
         self.name = name
         self._counts = torch.zeros(MAX_WORKERS + 1, len(REASONS) + 1, dtype=torch.int64).share_memory_()
-        self._logged: dict[str, int] = {}
+        self._logged: dict[str, int] = {}  # examples logged by reason
+        self._passes = 0  # passes this process began: examples are named in the first, when the processes read disjoint rows
+        self._warned: set[str] = set()  # summaries said as warnings: the same totals next epoch are no news
 
     def _row(self) -> int:
         info = get_worker_info()
@@ -37,14 +39,18 @@ class SkipCounter:
         return info.id + 1
 
     def reset(self) -> None:
+        """A new pass: this process's counts start again. Examples are named in a process's first pass only: later
+        passes meet the same bad rows, in another worker where the workers' parts rotate."""
         self._counts[self._row()].zero_()
-        self._logged.clear()
+        self._passes += 1
 
     def ok(self) -> None:
         self._counts[self._row(), -1] += 1
 
     def skip(self, reason: str, where: str, detail: Any = "") -> None:
         self._counts[self._row(), REASONS.index(reason)] += 1
+        if self._passes > 1:
+            return
         seen = self._logged.get(reason, 0)
         if seen < EXAMPLES_PER_REASON:
             log.warning("%s: skipped %s: %s%s", self.name, reason.replace("_", " "), where, f" ({detail})" if detail else "")
@@ -65,17 +71,24 @@ class SkipCounter:
         parts = ", ".join(f"{n} {r.replace('_', ' ')}" for r, n in zip(REASONS, counts[:-1], strict=True) if n)
         return f"{self.name}: read {read} samples, skipped {skipped} ({parts})"
 
+    def _say(self, text: str, skipped: bool, otherwise) -> None:
+        """A summary that counts skips is a warning the first time it is said; the same again (the next epoch reads the
+        same data) goes to `otherwise`."""
+        if skipped and text not in self._warned:
+            self._warned.add(text)
+            log.warning("%s", text)
+        else:
+            otherwise("%s", text)
+
     def log_summary(self) -> None:
         """Log the totals; call it in the main process once the loop is over."""
-        (log.warning if self.stats()["skipped"] else log.info)(self.summary())
+        self._say(self.summary(), bool(self.stats()["skipped"]), log.info)
 
     def log_pass_summary(self) -> None:
-        """Log this process's share at the end of one pass (a worker's, or the whole pass): a warning where it skipped
-        records, else a debug line, since the pass's total follows at INFO (`log_summary`) and a log should not carry
-        a line per worker per epoch."""
+        """Log this process's share at the end of one pass. In a DataLoader worker a debug line: the pass's total follows
+        from the main process (`log_summary`), and a log should not carry a line per worker per epoch."""
         info = get_worker_info()
-        text = self.summary(row_only=True)
         if info is not None:
-            text = f"[worker {info.id}/{info.num_workers}] {text}"
-        skipped = int(self._counts[self._row(), :-1].sum())
-        (log.warning if skipped else log.debug)(text)
+            log.debug("[worker %d/%d] %s", info.id, info.num_workers, self.summary(row_only=True))
+            return
+        self._say(self.summary(row_only=True), bool(self._counts[self._row(), :-1].sum()), log.debug)

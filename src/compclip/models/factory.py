@@ -24,6 +24,8 @@ from ..errors import DownloadError, UsageError
 from . import bundled
 from .checkpoint import SPEC_ATTR, WEIGHTS_NAME, check_checkpoint_folder, load_weights, trained_activation
 
+log = logging.getLogger("compclip.models")
+
 
 class LazyTokenizer:
     """Builds the tokenizer on first use, so a model whose tokenizer lives on the hub still loads offline.
@@ -109,9 +111,13 @@ class _NoRandomInitWarning(logging.Filter):
         return "initialized randomly" not in record.getMessage()
 
 
+_SAID_RANDOM: set[str] = set()  # bundled models whose random initialisation this process has mentioned
+
+
 @contextlib.contextmanager
 def _weights_follow(really: bool = True):
-    """Hide open_clip's "initialized randomly" warning when we load the weights right after."""
+    """Hide open_clip's "initialized randomly" warning when we load the weights right after, or the model is one
+    compclip bundles (random by design, said once: `_SAID_RANDOM`)."""
     root = logging.getLogger()
     quiet = _NoRandomInitWarning()
     if really:
@@ -184,8 +190,12 @@ def load_model(
             raise UsageError(f"pretrained={pretrained!r} is neither a file nor a tag of {name} (tags: {tags})")
         _check_activation(name, cfg, weights_file, tag)
     seeded = init_seed is not None and tag is None and not name.startswith("hf-hub:")
+    random_by_design = name in bundled.BUNDLED_MODELS and weights_file is None and tag is None
+    if random_by_design and name not in _SAID_RANDOM:  # open_clip warns at every load; once a process is enough
+        _SAID_RANDOM.add(name)
+        log.info("%s: a model compclip bundles, initialised randomly (it has no pretrained weights)", name)
     try:
-        with _weights_follow(weights_file is not None), _seeded(init_seed if seeded else None):
+        with _weights_follow(weights_file is not None or random_by_design), _seeded(init_seed if seeded else None):
             model = open_clip.create_model(
                 name,
                 pretrained=tag,
