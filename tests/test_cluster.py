@@ -437,3 +437,70 @@ def test_skips_are_said_once_a_run_not_every_epoch_in_every_worker(tmp_path):
     assert sum("gone-1.jpg" in line for line in warnings) == 1 and sum("gone-2.jpg" in line for line in warnings) == 1
     totals = [line for line in lines if "read 16 samples, skipped 2 (2 missing image)" in line]
     assert len(warnings) == 3 and len(totals) >= 2 and sum(" WARNING " in line for line in totals) == 1, "\n".join(lines)
+
+
+def two_nodes(args, workdirs, port, env):
+    """Two `torchrun --nnodes 2 --nproc-per-node 1` launches on this machine, as two nodes would run them: c10d
+    rendezvous at 127.0.0.1, each node in its own working folder (its local disk)."""
+    import subprocess
+    import sys
+
+    return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                              "--node-rank", str(rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                              "--rdzv-id", "compclip-test", *args],
+                             cwd=workdirs[rank], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for rank in (0, 1)]
+
+
+def test_two_nodes_compute_what_one_process_does_on_the_whole_batch(tmp_path):
+    """One loss step over two nodes of one process each: the loss terms and every gradient equal one process's on the
+    whole batch (tests/dist_grads.py, as the two-process tests on one node)."""
+    import dist_grads
+    from compclip.train import DistEnv
+    from test_train import HERE, assert_same, env_for_children, free_port, load_result
+
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    for node in nodes:
+        node.mkdir()
+    procs = two_nodes([str(HERE / "dist_grads.py"), str(tmp_path / "grads.pt"), "2", "c2lip"], nodes, free_port(), env_for_children())
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    assert_same(load_result(tmp_path / "grads.pt"), dist_grads.compute(DistEnv(), 1, "c2lip"))
+
+
+def test_two_nodes_write_one_run_folder_and_resume_after_one_is_killed(tmp_path):
+    """`compclip train` on two nodes into one shared --out: one run folder (rank 0 writes it; node 1's folder stays empty);
+    node 1 killed (SIGKILL) mid-run, then the job ended as a scheduler ends it; both launched again resume from the last
+    checkpoint to the losses of a run never killed."""
+    import signal
+
+    from test_train import env_for_children, free_port, losses, make_dataset
+
+    data = make_dataset(tmp_path, n=32)
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    for node in nodes:
+        node.mkdir()
+
+    def train(out):
+        return ["-m", "compclip", "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),
+                "--out", str(tmp_path / out), "--steps", "24", "--batch-size", "4", "--save-every", "4", "--workers", "1",
+                "--lr", "1e-3", "--device", "cpu"]
+
+    for proc in two_nodes(train("straight"), nodes, free_port(), env_for_children()):
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    procs = two_nodes(train("killed"), nodes, free_port(), env_for_children())
+    wait_for_steps(tmp_path / "killed" / "log.jsonl", 6, procs[0])
+    for pid in [*children(procs[1].pid), procs[1].pid]:  # node 1 dies: its rank, then its agent
+        os.kill(pid, signal.SIGKILL)
+    procs[1].communicate(timeout=60)
+    for pid in [*children(procs[0].pid), procs[0].pid]:  # node 0's rank waits on its dead peer: the scheduler ends the job
+        os.kill(pid, signal.SIGKILL)
+    procs[0].communicate(timeout=60)
+    assert (tmp_path / "killed" / "checkpoints" / "latest").is_file()
+    for proc in two_nodes(train("killed"), nodes, free_port(), env_for_children()):
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    assert losses(tmp_path / "killed") == pytest.approx(losses(tmp_path / "straight"), rel=1e-6)
+    assert not any(nodes[1].iterdir())  # one run folder: node 1 wrote nothing in its own
