@@ -504,3 +504,24 @@ def test_two_nodes_write_one_run_folder_and_resume_after_one_is_killed(tmp_path)
         assert proc.returncode == 0, err[-3000:]
     assert losses(tmp_path / "killed") == pytest.approx(losses(tmp_path / "straight"), rel=1e-6)
     assert not any(nodes[1].iterdir())  # one run folder: node 1 wrote nothing in its own
+
+
+def test_report_names_a_result_that_does_not_parse_or_is_not_a_fraction(tmp_path, capsys):
+    """A result file cut short, another tool's JSON, or a score written as a percentage: one line naming the file (and
+    the metric), nothing written."""
+    from conftest import run_main
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "sugarcrepe.json").write_text('{"metrics": {"add": 0.9')
+    code, _, err = run_main(capsys, "report", folder, "--out", tmp_path / "report")
+    assert code == 2 and err.startswith(f"error: {folder / 'sugarcrepe.json'}: not a readable result (JSONDecodeError")
+    (folder / "sugarcrepe.json").write_text('{"accuracy": 0.9}')
+    code, _, err = run_main(capsys, "report", folder, "--out", tmp_path / "report")
+    assert code == 2 and err == (f'error: {folder / "sugarcrepe.json"}: not a `compclip eval` result (no "metrics" object); move it '
+                                 'out of the folder\n')
+    (folder / "sugarcrepe.json").write_text('{"metrics": {"add": 0.9, "swap_att": {"acc": 73.1, "n": 666}}}')
+    code, _, err = run_main(capsys, "report", folder, "--out", tmp_path / "report")
+    assert code == 2 and err == (f"error: {folder / 'sugarcrepe.json'}: metrics.swap_att.acc is 73.1, outside [0, 1] (a score is a "
+                                 "fraction; 1 such)\n")
+    assert not (tmp_path / "report").exists()

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ..errors import MissingFileError, UsageError
+from ..errors import DataError, MissingFileError, UsageError
 from ..io import atomic_path
 from ..plots import grouped_bars
 from .base import NOT_APPLICABLE
@@ -53,8 +54,34 @@ def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any
         if not files:
             raise MissingFileError(f"{folder}: no result files (<benchmark>.json)")
         label = folder.name if names.count(folder.name) == 1 else f"{folder.parent.name}/{folder.name}"
-        results[label] = {f.stem: json.loads(f.read_text()) for f in files}
+        results[label] = {f.stem: _read_result(f) for f in files}
     return results
+
+
+def _read_result(file: Path) -> dict[str, Any]:
+    """A result file as `compclip eval` writes it, refused in one line naming the file and the value when it does not
+    parse, is not a result, or holds a score outside [0, 1] (a percentage, or another tool's scale: the tables would
+    multiply it by 100)."""
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{file}: not a readable result ({type(e).__name__}: {e}); run `compclip eval` again for it, or "
+                        "move it out of the folder") from None
+    if not isinstance(record, dict) or not isinstance(record.get("metrics"), dict):
+        raise DataError(f"{file}: not a `compclip eval` result (no \"metrics\" object); move it out of the folder")
+
+    def scores(metrics: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
+        for key, value in metrics.items():
+            if isinstance(value, dict):
+                yield from scores(value, f"{prefix}{key}.")
+            elif isinstance(value, float):
+                yield f"{prefix}{key}", value
+
+    bad = [(key, value) for key, value in scores(record["metrics"]) if not 0 <= value <= 1]
+    if bad:
+        key, value = bad[0]
+        raise DataError(f"{file}: metrics.{key} is {value}, outside [0, 1] (a score is a fraction; {len(bad)} such)")
+    return record
 
 
 def column_value(records: dict[str, dict[str, Any]], header: str) -> float | str:
