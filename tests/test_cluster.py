@@ -525,3 +525,21 @@ def test_report_names_a_result_that_does_not_parse_or_is_not_a_fraction(tmp_path
     assert code == 2 and err == (f"error: {folder / 'sugarcrepe.json'}: metrics.swap_att.acc is 73.1, outside [0, 1] (a score is a "
                                  "fraction; 1 such)\n")
     assert not (tmp_path / "report").exists()
+
+
+def test_weights_of_another_model_are_refused_naming_what_does_not_fit(tmp_path, capsys):
+    """SigLIP-style weights given to a CLIP-style model crashed in open_clip's loader (AttributeError on logit_bias): now
+    the error names the file and the keys that do not fit, for eval and train alike."""
+    from compclip.models import load_model, save_checkpoint
+    from conftest import run_main
+    from test_train import make_dataset
+
+    save_checkpoint(load_model("compclip-tiny-siglip")[0], tmp_path / "siglip")
+    weights = tmp_path / "siglip" / "model.safetensors"
+    retrieval_data(tmp_path / "data")
+    data = make_dataset(tmp_path / "train", n=16)
+    for args in (["eval", "--benchmark", "retrieval", "--data-root", tmp_path / "data", "--out", tmp_path / "r"],
+                 ["train", "--method", "clip", "--train-data", data, "--out", tmp_path / "t", "--steps", "1", "--workers", "0"]):
+        code, _, err = run_main(capsys, *args, "--model", "compclip-tiny-clip", "--pretrained", weights)
+        assert code == 2 and err.startswith(f"error: {weights} does not fit this architecture:") and "unexpected keys: logit_bias" in err
+        assert "Traceback" not in err

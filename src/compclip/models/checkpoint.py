@@ -260,20 +260,14 @@ def load_weights(model: torch.nn.Module, file: str | Path) -> None:
         bad = first_nonfinite(model.state_dict())
         if bad is not None:
             raise NonFiniteError(f"{file}: weight {bad} holds NaN or inf: refused (a model with it scores nothing)")
-    except RuntimeError as e:
-        if "Error(s) in loading state_dict" not in str(e):
-            raise DataError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
+    except (RuntimeError, AttributeError, KeyError, ValueError) as e:  # open_clip's loader fails in several ways on foreign weights
         state, expected = read_state_dict(file), model.state_dict()  # only on failure: say why
-        raise CheckpointMismatchError(
-            file,
-            missing=sorted(expected.keys() - state.keys()),
-            unexpected=sorted(state.keys() - expected.keys()),
-            mismatched=[
-                (k, tuple(state[k].shape), tuple(expected[k].shape))
-                for k in sorted(expected.keys() & state.keys())
-                if state[k].shape != expected[k].shape
-            ],
-        ) from None
+        missing, unexpected = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
+        mismatched = [(k, tuple(state[k].shape), tuple(expected[k].shape)) for k in sorted(expected.keys() & state.keys())
+                      if state[k].shape != expected[k].shape]
+        if missing or unexpected or mismatched:
+            raise CheckpointMismatchError(file, missing=missing, unexpected=unexpected, mismatched=mismatched) from None
+        raise DataError(f"{file}: not a readable weights file ({type(e).__name__}: {e})") from None
 
 
 def weights_sha256(model: str | Path, pretrained: str | None = None) -> str | None:
