@@ -15,7 +15,11 @@ class CompclipError(Exception):
     label = "error"
 
     def __str__(self) -> str:  # KeyError would otherwise print the message in quotes
-        return str(self.args[0]) if self.args else ""
+        text = str(self.args[0]) if self.args else ""
+        if text.startswith("Caught ") and "\nOriginal Traceback" in text:  # raised in a DataLoader worker, re-raised by torch
+            last = text.rstrip().splitlines()[-1]
+            return last.split(": ", 1)[1] if last.startswith(f"{type(self).__module__}.{type(self).__name__}: ") else last
+        return text
 
 
 class UsageError(CompclipError, ValueError):

@@ -8,6 +8,7 @@ index over every part's shards (the records are never copied).
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing as mp
 import os
 import time
@@ -17,12 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import DataError, UsageError
 from ..io import write_json
 from ..progress import progress
 from .config import SHARD_SIZE
 from .pipeline import BATCH_SIZE, PARSED, clean, extract_unique, load_nlp, parse_what, pipeline_id
-from .store import DONE, FORMAT, MANIFEST, PARTS, ConceptStore, caption_key, shard_keys, to_row, write_index, write_shard
+from .store import DONE, FORMAT, INDEX, MANIFEST, PARTS, ConceptStore, caption_key, shard_keys, to_row, write_index, write_shard
+
+log = logging.getLogger("compclip.concepts")
 
 CHUNK = 1_000  # captions per task handed to a worker
 
@@ -146,6 +149,20 @@ def _upgrade(out: Path, manifest: dict[str, Any]) -> None:
         path.unlink()
 
 
+def _remove_damaged(segment: Path) -> int:
+    """Remove this part's shards that do not read (a disk that filled, a copy cut short), saying which: their captions are
+    parsed again by this run, the rest kept."""
+    removed = 0
+    for path in sorted(segment.glob("shard-*.arrow")):
+        try:
+            shard_keys(path)
+        except DataError as e:
+            log.warning("%s; removed it, its captions are parsed again", str(e).split(";")[0])
+            path.unlink()
+            removed += 1
+    return removed
+
+
 def build_store(
     captions: Iterable[Any],
     out: str | Path,
@@ -175,9 +192,12 @@ def build_store(
     for stale in segment.glob(".shard-*.tmp"):  # a killed run's unfinished shard
         stale.unlink()
     (segment / DONE).unlink(missing_ok=True)
+    repaired = _remove_damaged(segment)
+    if repaired:  # the index still lists the removed shards' captions as done: built again at the end
+        (out / INDEX).unlink(missing_ok=True)
     done = _Done(out, segment)
-    next_shard = len(list(segment.glob("shard-*.arrow")))
-    stats = {"captions": 0, "other_parts": 0, "parsed": 0, "cached_records": done.cached, "shards_written": 0}
+    next_shard = 1 + max((int(p.stem.split("-")[1]) for p in segment.glob("shard-*.arrow")), default=-1)
+    stats = {"captions": 0, "other_parts": 0, "parsed": 0, "cached_records": done.cached, "shards_written": 0, "repaired_shards": repaired}
 
     def counted(items: Iterable[Any]) -> Iterator[Any]:
         for item in items:

@@ -84,12 +84,22 @@ def shard_files(folder: Path) -> list[Path]:
     return sorted((folder / PARTS).glob("*/shard-*.arrow"))
 
 
+def damaged_shard(path: Path, e: Exception) -> DataError:
+    """The error of a shard that does not read: the file, why, and the command that repairs the store."""
+    store = path.parent.parent.parent
+    return DataError(f"{path}: a damaged concept shard ({type(e).__name__}: {e}); run `compclip concepts CAPTIONS --out {store}` "
+                     "again with the same options: it removes the shard and parses its captions again, keeping the rest")
+
+
 def shard_keys(path: Path) -> np.ndarray:
     """A shard's keys as an (N, 16) uint8 array."""
-    with pa.memory_map(str(path)) as source:
-        column = pa.ipc.open_file(source).read_all().column("key").combine_chunks()
-        raw = np.frombuffer(column.buffers()[1], np.uint8, len(column) * KEY_BYTES, column.offset * KEY_BYTES)
-        return raw.reshape(-1, KEY_BYTES).copy()
+    try:
+        with pa.memory_map(str(path)) as source:
+            column = pa.ipc.open_file(source).read_all().column("key").combine_chunks()
+            raw = np.frombuffer(column.buffers()[1], np.uint8, len(column) * KEY_BYTES, column.offset * KEY_BYTES)
+            return raw.reshape(-1, KEY_BYTES).copy()
+    except (pa.ArrowException, OSError, KeyError, ValueError) as e:
+        raise damaged_shard(path, e) from None
 
 
 def write_index(folder: Path) -> int:
@@ -139,11 +149,14 @@ class _Shard:
     """One memory-mapped shard: a record decoded only when asked for."""
 
     def __init__(self, path: Path):
-        self.source = pa.memory_map(str(path))
-        reader = pa.ipc.open_file(self.source)
-        if reader.num_record_batches != 1 or reader.schema != SCHEMA:
-            raise DataError(f"{path}: not a concept shard of format {FORMAT} (one record batch of {SCHEMA.names})")
-        batch = reader.get_batch(0)
+        try:
+            self.source = pa.memory_map(str(path))
+            reader = pa.ipc.open_file(self.source)
+            if reader.num_record_batches != 1 or reader.schema != SCHEMA:
+                raise DataError(f"{path}: not a concept shard of format {FORMAT} (one record batch of {SCHEMA.names})")
+            batch = reader.get_batch(0)
+        except (pa.ArrowException, OSError) as e:
+            raise damaged_shard(path, e) from None
         self.caption, self.concepts = _Strings(batch.column("caption")), _Strings(batch.column("concepts"))
 
     def record(self, row: int) -> dict[str, Any]:

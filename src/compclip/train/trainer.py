@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
+import multiprocessing
+import os
 import pickle
 import random
 import signal
@@ -85,11 +88,19 @@ def _optimizer(cfg: TrainConfig, model: torch.nn.Module, method) -> torch.optim.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # how SLURM (--signal, scancel) and Kubernetes ask a job to stop
 
 
-def _ignore_stop_signals(_worker: int) -> None:
-    """In a DataLoader worker: a signal sent to the whole process group is the trainer's to answer, at a step boundary; a
-    worker that died of it first would end the run in a traceback."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
+def _worker_stop_signals(stopping, _worker: int) -> None:
+    """In a DataLoader worker: a stop signal sent to the whole process group is the trainer's to answer, at a step boundary
+    (a worker that died of it first would end the run in a traceback). The trainer raises `stopping` when it gets one; a
+    SIGTERM it did not get is DataLoader's own way of ending a worker, which then ends as it would have."""
+    def on_signal(signum, _frame):
+        for _ in range(80):  # the group's signal reaches the trainer at about the same moment
+            if stopping.value:
+                return
+            time.sleep(0.025)
+        os._exit(0)  # asked by the loader or at exit: end without a death by signal, which the trainer would report
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # only a cluster sends it
 
 
 def _rng_state() -> dict[str, Any]:
@@ -178,6 +189,7 @@ class Trainer:
             self.reader.record_at(0)  # raises the reader's own reason, before a DataLoader worker would
         self.reader.partners = self.method.wants_partners
         self.step, self.data = 0, DataPosition()
+        self._stop_flag = multiprocessing.Value("b", 0)  # raised when this process gets a stop signal; its DataLoader workers read it
         self._resume()
 
     def _carried_concepts(self) -> Any:
@@ -213,12 +225,21 @@ class Trainer:
             drop_last=True,
             pin_memory=self.env.device.type == "cuda",
             persistent_workers=self.cfg.workers > 0,
-            worker_init_fn=_ignore_stop_signals,
+            worker_init_fn=functools.partial(_worker_stop_signals, self._stop_flag),
         )
 
     def _batches(self) -> Iterator[dict[str, Any]]:
-        """Micro-batches forever, epoch after epoch, recording the data position of each."""
+        """Micro-batches forever, epoch after epoch, recording the data position of each; closing it ends the loader's
+        workers."""
         loader = self._loader()
+        try:
+            yield from self._epochs(loader)
+        finally:
+            workers = getattr(loader, "_iterator", None)  # persistent workers live on the loader until it is shut down
+            if workers is not None:
+                workers._shutdown_workers()
+
+    def _epochs(self, loader: torch.utils.data.DataLoader) -> Iterator[dict[str, Any]]:
         while True:
             empty, resumed = True, bool(self.data.positions)  # a run resumed at the end of an epoch finds it empty
             for batch in loader:
@@ -397,6 +418,7 @@ class Trainer:
 
         def note(signum, _frame):
             self._signal = signum
+            self._stop_flag.value = 1
 
         previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS}
         try:
@@ -440,6 +462,13 @@ class Trainer:
         if not steps:
             return {}
         batches = self._batches()
+        try:
+            return self._steps(steps, batches)
+        finally:
+            batches.close()
+
+    def _steps(self, steps: range, batches: Iterator[dict[str, Any]]) -> dict[str, float]:
+        cfg = self.cfg
         coverage = Coverage()
         first = [next(batches) for _ in range(cfg.accum_freq)]  # read and checked before anything is written
         if coverage.add(first):
