@@ -304,38 +304,39 @@ class CsvReader(ImageTextReader):
     def num_records(self) -> int:
         return len(self._all_rows())
 
-    def _all_rows(self) -> list[tuple[str, Any, Any]]:
-        """Every row as (where, image path or None, caption), read once per process for `record_at`."""
-        if getattr(self, "_rows", None) is None:
-            csv.field_size_limit(sys.maxsize)
-            with self._open() as f:
-                rows = csv.DictReader(f, delimiter=self.sep)
-                self._rows = []
-                for row in rows:
-                    where = f"{self.path}:{rows.line_num}"
-                    good = None not in row and None not in row.values()
-                    rel = row[self.image_key].strip() if good else ""
-                    self._rows.append((where, image_path(self.image_root, rel) if rel else None, row[self.caption_key] if good else None))
-        return self._rows
-
-    def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
-        return (*self._all_rows()[index], None)
-
-    def records(self):
-        index, count = self.shard()
+    def _rows_of(self) -> Iterator[tuple[str, Any, Any, str | None]]:
+        """Every row as (where, image path or None, caption, None), or for a row of the wrong length (where, None, None,
+        what is wrong with it)."""
         csv.field_size_limit(sys.maxsize)
         with self._open() as f:
             rows = csv.DictReader(f, delimiter=self.sep)
-            for i, row in enumerate(rows):
-                if i % count != index:
-                    continue
+            for row in rows:
                 where = f"{self.path}:{rows.line_num}"
                 if None in row or None in row.values():  # DictReader's marks of a long or short row
                     fields = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None, []))
-                    self.skips.skip("bad_record", where, f"{fields} fields, header has {len(rows.fieldnames)}")
+                    yield where, None, None, f"{fields} fields, header has {len(rows.fieldnames)}"
                     continue
                 rel = row[self.image_key].strip()
                 yield where, image_path(self.image_root, rel) if rel else None, row[self.caption_key], None
+
+    def _all_rows(self) -> list[tuple[str, Any, Any, str | None]]:
+        """Every row, read once per process for `record_at` (a malformed one drawn is no usable sample)."""
+        if getattr(self, "_rows", None) is None:
+            self._rows = list(self._rows_of())
+        return self._rows
+
+    def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
+        return (*self._all_rows()[index][:3], None)
+
+    def records(self):
+        index, count = self.shard()
+        for i, (where, image, caption, malformed) in enumerate(self._rows_of()):
+            if i % count != index:
+                continue
+            if malformed:
+                self.skips.skip("bad_record", where, malformed)
+                continue
+            yield where, image, caption, None
 
 
 CONCEPTS_MEMBER = "concepts.json"
@@ -359,10 +360,10 @@ class _Watched:
 def tar_members(url: str, damaged: Callable[[str], None]) -> Iterator[tuple[tarfile.TarInfo, Callable[[], bytes | None]]]:
     """Each member of a tar shard with what reads its bytes (None for what is not a file), in order: read before the next
     member, and after a caller has done with the members before it (a shard cut off in this one's data fails there).
-    Python's tarfile takes a damaged
-    header for the archive's end and drops the rest in silence; here it reads on past it (`ignore_zeros` finds the next
-    good header), and `damaged` is told where bytes were passed over: the member whose header it was is lost, and the
-    sample it belonged to lacks it. A shard cut off, in a member or between two, raises `tarfile.ReadError`."""
+    Python's tarfile takes a damaged header for the archive's end and drops the rest in silence; here it reads on past
+    it (`ignore_zeros` finds the next good header), and `damaged` is told where bytes were passed over: the member whose
+    header it was is lost, and the sample it belonged to lacks it. A shard cut off, in a member or between two, raises
+    `tarfile.ReadError`."""
     import webdataset as wds
 
     end = 0  # where the previous member's data ended: the next header starts there

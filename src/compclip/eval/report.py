@@ -87,15 +87,18 @@ def _read_result(file: Path) -> dict[str, Any]:
 def column_value(records: dict[str, dict[str, Any]], header: str) -> float | str:
     """Column `header` of one model's `{benchmark: record}` in %, NaN where the benchmark or metric is absent,
     "n/a" where the model has no such score."""
-    bench, path = COLUMNS[header]
-    value: Any = records.get(bench, {}).get("metrics", {})
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    if isinstance(value, dict):
-        value = value.get("acc")
+    value = metric(records, *COLUMNS[header])
     if value == NOT_APPLICABLE:
         return value
     return float(value) * 100 if isinstance(value, (int, float)) else float("nan")
+
+
+def metric(records: dict[str, dict[str, Any]], bench: str, path: tuple[str, ...]) -> Any:
+    """The metric at `path` of one model's `bench` result as written (a dict read as its "acc"), or None."""
+    value: Any = records.get(bench, {}).get("metrics", {})
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value.get("acc") if isinstance(value, dict) else value
 
 
 def _missing(value: float | str) -> bool:
@@ -176,11 +179,7 @@ def metric_value(records: dict[str, dict[str, Any]], benchmark: str, paths: list
     model's `benchmark` result; NaN unless every one is there."""
     values = []
     for path in paths:
-        value: Any = records.get(benchmark, {}).get("metrics", {})
-        for key in path.split("."):
-            value = value.get(key) if isinstance(value, dict) else None
-        if isinstance(value, dict):
-            value = value.get("acc")
+        value = metric(records, benchmark, tuple(path.split(".")))
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
             return float("nan")
         values.append(float(value) * 100)
