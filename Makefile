@@ -35,7 +35,7 @@ test: lint
 
 lock: $(STAMP)
 	printf '%s\n' $(LOCK_PINS) > $(VENV)/lock-pins.txt
-	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra hf --upgrade --constraint $(VENV)/lock-pins.txt \
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra hf --extra wandb --upgrade --constraint $(VENV)/lock-pins.txt \
 		$(LOCK_TARGET) --custom-compile-command "make lock" --output-file requirements.lock
 
 # The suite on the previous torch minor release, in its own venv (uv downloads that torch's CUDA build).
@@ -44,7 +44,7 @@ COMPAT_PINS := torch==2.13.0 torchvision==0.28.0
 test-compat: $(STAMP)
 	@test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
 	printf '%s\n' $(COMPAT_PINS) > $(COMPAT)/pins.txt
-	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra hf --constraint $(COMPAT)/pins.txt $(LOCK_TARGET) \
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra hf --extra wandb --constraint $(COMPAT)/pins.txt $(LOCK_TARGET) \
 		--quiet --output-file $(COMPAT)/requirements.lock
 	$(VENV)/bin/uv pip sync --python $(COMPAT)/bin/python $(COMPAT)/requirements.lock
 	$(VENV)/bin/uv pip install --python $(COMPAT)/bin/python --no-deps -e .

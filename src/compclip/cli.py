@@ -20,8 +20,8 @@ from . import __version__, progress
 from .concepts.config import ConceptConfig
 from .demo import DemoConfig
 from .eval.config import EvalConfig
-from .options import field_flag, key_values
-from .train.config import MODEL_HELP, TrainConfig
+from .options import MODEL_HELP, field_flag, key_values
+from .train.config import TrainConfig
 from .world import WorldConfig
 
 GLOBAL_FLAGS = ("--quiet", "-q", "--verbose", "-v")
@@ -59,7 +59,7 @@ def _flags(cls: type) -> list[inspect.Parameter]:
         elif type(None) in typing.get_args(kind):
             kind = Optional[next(a for a in typing.get_args(kind) if a is not type(None))]  # noqa: UP045 (typer reads Optional)
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
-                                        default=typer.Option(default, flag, help=help)))
+                                        default=typer.Option(default, flag, *f.metadata.get("aliases", ()), help=help)))
     return params
 
 
@@ -406,6 +406,20 @@ def demo(**options: Any) -> None:
     run_demo(DemoConfig(**declared_values(DemoConfig, options)))
 
 
+def _refuse_open_clip_elsewhere(args: list[str]) -> None:
+    """An open_clip_train flag typed to `compclip train` whose meaning another compclip flag has: an error naming that flag
+    (click's would only say there is no such option)."""
+    from .errors import UsageError
+    from .train.config import OPEN_CLIP_ELSEWHERE
+
+    if next((a for a in args if a not in GLOBAL_FLAGS), None) != "train":
+        return
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in OPEN_CLIP_ELSEWHERE:
+            raise UsageError(f"{flag} is open_clip_train's flag: {OPEN_CLIP_ELSEWHERE[flag]}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: a problem the user can fix prints one `error:` line and exits 2, not a traceback."""
     from .errors import CompclipError
@@ -414,6 +428,7 @@ def main(argv: list[str] | None = None) -> None:
     # --quiet / --verbose belong to the app's callback; accept them after the command too
     args = [a for a in args if a in GLOBAL_FLAGS] + [a for a in args if a not in GLOBAL_FLAGS]
     try:
+        _refuse_open_clip_elsewhere(args)
         code = app(args, prog_name="compclip", standalone_mode=False)
     except typer.TyperException as e:  # the command line itself: an unknown option, a missing or malformed value
         ctx = getattr(e, "ctx", None)

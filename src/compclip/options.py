@@ -14,13 +14,17 @@ from typing import Any
 
 from .errors import UsageError
 
+MODEL_HELP = "open_clip name (e.g. ViT-B-16-SigLIP, compclip-tiny-siglip), hf-hub: id, or compclip checkpoint folder."
+
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | tuple[str, ...] | None = None, factory: Any = None,
-           parse: Any = None) -> Any:
+           parse: Any = None, aliases: tuple[str, ...] = ()) -> Any:
     """An option: a dataclass field with its default (none: required; `factory`: a fresh mutable one) and the one-line
     help its flag and listing show. `flag` names the command-line flag when it is not `--field-name`; a tuple field
-    takes one flag per element; a dict field takes repeated KEY=VALUE items, or what `parse` reads from them."""
-    metadata = {"help": help, **({"flag": flag} if flag else {}), **({"parse": parse} if parse else {})}
+    takes one flag per element; a dict field takes repeated KEY=VALUE items, or what `parse` reads from them. `aliases`
+    are other flags of the same meaning (open_clip_train's name where compclip's differs)."""
+    metadata = {"help": help, **({"flag": flag} if flag else {}), **({"parse": parse} if parse else {}),
+                **({"aliases": aliases} if aliases else {})}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

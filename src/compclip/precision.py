@@ -8,14 +8,27 @@ import torch
 
 from .errors import UsageError
 
-PRECISIONS = ("fp32", "amp_bf16", "amp")
+PRECISIONS = ("fp32", "amp_bf16", "amp")  # a scoring run's: autocast over fp32 weights
+# a training run's, as open_clip_train spells them: autocast, OpenAI's mixed precision (16-bit weights, 32-bit layer norms),
+# or every weight in 16 bits (open_clip's `create_model(precision=...)` casts the weights of the last two kinds)
+TRAIN_PRECISIONS = (*PRECISIONS, "amp_bfloat16", "bf16", "fp16", "pure_bf16", "pure_fp16")
 
 
 def autocast(device: torch.device, precision: str):
-    """`torch.autocast` for amp (fp16) and amp_bf16, nothing for fp32."""
-    if precision == "fp32":
+    """`torch.autocast` for amp (fp16) and amp_bf16 (amp_bfloat16), nothing otherwise (open_clip_train's `get_autocast`)."""
+    if precision not in ("amp", "amp_bf16", "amp_bfloat16"):
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "amp_bf16" else torch.float16)
+    return torch.autocast(device_type=device.type, dtype=torch.float16 if precision == "amp" else torch.bfloat16)
+
+
+def weights_precision(precision: str) -> str:
+    """What open_clip's `create_model` builds the weights in for a training precision: fp32 under autocast."""
+    return precision if precision in ("bf16", "fp16", "pure_bf16", "pure_fp16") else "fp32"
+
+
+def input_dtype(precision: str) -> torch.dtype | None:
+    """The dtype images enter a model of 16-bit weights in (open_clip's `get_input_dtype`), None for fp32 weights."""
+    return {"bf16": torch.bfloat16, "pure_bf16": torch.bfloat16, "fp16": torch.float16, "pure_fp16": torch.float16}.get(precision)
 
 
 def resolve_device(device: str | None) -> str:

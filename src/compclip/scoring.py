@@ -240,8 +240,8 @@ class DualEncoderScorer(Scorer):
             for i, why in failed:
                 self.unreadable[self._sources[keys[i]][0].key] = why
             if batch is not None:
-                with autocast(self.device, self.precision):
-                    rows.append(encode(batch.to(self.device)).float().cpu())
+                with autocast(self.device, self.precision):  # images enter in the tower's dtype (16-bit weights: open_clip's bf16)
+                    rows.append(encode(batch.to(self.device, dtype=next(self.model.visual.parameters()).dtype)).float().cpu())
                 done += [keys[i] for i in indices]
         return done, torch.cat(rows) if rows else torch.empty(0)
 

@@ -161,6 +161,7 @@ class ImageTextReader(IterableDataset):
         self.epoch = 0
         self.admit: Callable[[str], bool] | None = None  # a method that trains on some captions only (a keyword's subset)
         self.partners = False  # each sample also carries a `partner` drawn from the whole data (`record_at`)
+        self.resampled = 0  # webdataset shards: samples an epoch, drawn with replacement (0: each shard once, in order)
 
     def num_records(self) -> int:
         """Records in one pass over the data, bad ones included (what `--epochs` counts, as open_clip counts samples)."""
@@ -433,6 +434,9 @@ class WebDatasetReader(ImageTextReader):
             yield sample
 
     def records(self):
+        if self.resampled:
+            yield from self._resampled_records()
+            return
         index, count = self.shard()
         # Whole shards per process when there are enough; otherwise every process reads
         # every shard and keeps every count-th sample, so no process sits idle.
@@ -444,14 +448,39 @@ class WebDatasetReader(ImageTextReader):
                 i += 1
                 if not by_shard and i % count != index:
                     continue
-                where = f"{url} key {sample['__key__']}"
-                image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
-                try:
-                    caption = sample_caption(sample, self.caption_field)
-                except json.JSONDecodeError as e:
-                    self.skips.skip("bad_record", where, f"json: {e}")
-                    continue
-                yield where, image, caption, sample.get(CONCEPTS_MEMBER)
+                record = self._record(url, sample)
+                if record is not None:
+                    yield record
+
+    def _resampled_records(self):
+        """open_clip's --dataset-resampled (webdataset's `ResampledShards`): this part draws shards with replacement from
+        all of them, seeded by (seed, epoch, part), until it has its share of `resampled` samples an epoch."""
+        index, count = self.shard()
+        rng = random.Random(((self.sample_seed or 0) + self.epoch) * 1_000_003 + index)
+        share, read, idle = -(-self.resampled // count), 0, 0
+        while read < share:
+            url = rng.choice(self.urls)
+            before = read
+            for sample in self._shard_samples(url):
+                record = self._record(url, sample)
+                if record is not None:
+                    read += 1
+                    yield record
+                    if read == share:
+                        return
+            idle = idle + 1 if read == before else 0
+            if idle > 10 * len(self.urls):  # every draw empty: nothing to resample
+                return
+
+    def _record(self, url: str, sample: dict[str, Any]) -> tuple[str, Any, Any, Any] | None:
+        where = f"{url} key {sample['__key__']}"
+        image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
+        try:
+            caption = sample_caption(sample, self.caption_field)
+        except json.JSONDecodeError as e:
+            self.skips.skip("bad_record", where, f"json: {e}")
+            return None
+        return where, image, caption, sample.get(CONCEPTS_MEMBER)
 
     def concept_fields(self) -> tuple[str, ...] | None:
         """The concept fields the shards carry (`compclip concepts --into-shards`), judged by the first sample; None if none."""

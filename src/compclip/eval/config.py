@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..options import option
-from ..train.config import MODEL_HELP
+from ..options import MODEL_HELP, option
 
 
 def split_options(items: list[str]) -> dict[str, dict[str, str]]:

@@ -9,7 +9,7 @@ from ..models import load_model
 from ..models.checkpoint import CONFIG_NAME, load_module_weights, read_config
 from ..scoring import Box, DualEncoderScorer, Image, Scorer, UnreadableImagesError
 
-__all__ = ["Box", "DualEncoderScorer", "Image", "Scorer", "UnreadableImagesError", "load_scorer"]
+__all__ = ["Box", "DualEncoderScorer", "Image", "Scorer", "UnreadableImagesError", "load_scorer", "model_scorer"]
 
 
 def load_scorer(model: str, pretrained: str | None = None, device: str = "cpu", **settings: Any) -> Scorer:
@@ -17,12 +17,17 @@ def load_scorer(model: str, pretrained: str | None = None, device: str = "cpu", 
     cache, precision). A checkpoint whose method owns modules (`method.safetensors`) is scored by that method's scorer,
     its modules restored."""
     net, preprocess, tokenizer = load_model(model, pretrained, device=device)
-    settings = {"device": device, **settings}
     config = read_config(model) if (Path(model) / CONFIG_NAME).is_file() else {}
+    method = None
     if config.get("method_weights"):
         method = build_method(config["method"], **config.get("train_args", {}).get("method_options", {})).bind(net)
         load_module_weights(method, model)
-        scorer = method.to(device).eval().scorer(net, preprocess, tokenizer, **settings)
-        if scorer is not None:
-            return scorer
-    return DualEncoderScorer(net, preprocess, tokenizer, **settings)
+        method.to(device).eval()
+    return model_scorer(net, preprocess, tokenizer, method, device=device, **settings)
+
+
+def model_scorer(net, preprocess, tokenizer, method=None, **settings: Any) -> Scorer:
+    """The scorer of a model in memory: its method's own where the method brings one (OC-CLIP's structured score), else
+    the dual encoder's."""
+    scorer = method.scorer(net, preprocess, tokenizer, **settings) if method is not None else None
+    return scorer if scorer is not None else DualEncoderScorer(net, preprocess, tokenizer, **settings)

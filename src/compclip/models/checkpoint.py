@@ -90,7 +90,7 @@ def read_config(folder: str | Path) -> dict[str, Any]:
 
 
 # What a checkpoint may change of its named architecture (open_clip's force_* arguments): everything else must agree.
-FORCEABLE = {"quick_gelu", "text_cfg.context_length", "vision_cfg.image_size"}
+FORCEABLE = {"quick_gelu", "text_cfg.context_length", "vision_cfg.image_size", "vision_cfg.patch_dropout", "custom_text"}
 
 
 def _flat(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:

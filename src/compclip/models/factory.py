@@ -149,6 +149,8 @@ def load_model(
     force_quick_gelu: bool = False,
     force_context_length: int | None = None,
     force_image_size: int | None = None,
+    force_patch_dropout: float | None = None,
+    force_custom_text: bool = False,
     init_seed: int | None = 0,
 ) -> tuple[torch.nn.Module, Callable, LazyTokenizer]:
     """Build an open_clip model from a name, tag, file, hub id or checkpoint folder.
@@ -158,13 +160,20 @@ def load_model(
     weights (a bundled config, an architecture to train from scratch) is initialised from `init_seed`, the
     same weights on every load in every process, the caller's random state untouched; None draws them
     from the caller's generator (a trainer that seeds it itself).
+    The `force_*` overrides are open_clip's `create_model` ones, recorded in the model's config.
     Returns `(model, preprocess, tokenizer)`: the model in eval mode, the evaluation preprocessing.
     """
     name = str(name)
     folder = Path(name)
+    forced = {"force_quick_gelu": force_quick_gelu, "force_context_length": force_context_length, "force_image_size": force_image_size,
+              "force_patch_dropout": force_patch_dropout, "force_custom_text": force_custom_text}
     if folder.is_dir() and ":" not in name:
         if pretrained:
             raise UsageError(f"{name} is a compclip checkpoint folder: it brings its own weights, drop pretrained=")
+        given = [k for k, v in forced.items() if v not in (None, False)]
+        if given:
+            raise UsageError(f"{name} is a compclip checkpoint folder: its architecture is the one it was trained in; "
+                             f"--{given[0].replace('_', '-')} applies to an open_clip model name")
         return _load_checkpoint_folder(folder, device, precision)
     if folder.is_file():
         raise UsageError(f"{name} is a weights file: give the architecture as the name and the file as pretrained=")
@@ -176,6 +185,10 @@ def load_model(
         cfg["text_cfg"]["context_length"] = force_context_length
     if force_image_size is not None:
         cfg["vision_cfg"]["image_size"] = force_image_size
+    if force_patch_dropout is not None:
+        cfg["vision_cfg"]["patch_dropout"] = force_patch_dropout
+    if force_custom_text:
+        cfg["custom_text"] = True
 
     weights_file = tag = None
     if pretrained:
@@ -201,9 +214,7 @@ def load_model(
                 pretrained=tag,
                 device=device,
                 precision=precision,
-                force_quick_gelu=force_quick_gelu,
-                force_context_length=force_context_length,
-                force_image_size=force_image_size,
+                **forced,
             )
     except RuntimeError as e:
         if tag or name.startswith("hf-hub:"):
@@ -255,8 +266,11 @@ def _seeded(seed: int | None):
 
 def _load_checkpoint_folder(folder: Path, device, precision: str):
     config = check_checkpoint_folder(folder)
+    vision = config["model_cfg"].get("vision_cfg", {})
+    # a timm tower takes its image size from set_input_size, which open_clip calls for force_image_size alone
+    resized = {"force_image_size": vision["image_size"]} if "timm_model_name" in vision and "image_size" in vision else {}
     with _weights_follow():
-        model = open_clip.create_model(f"local-dir:{folder}", load_weights=False, device=device, precision=precision)
+        model = open_clip.create_model(f"local-dir:{folder}", load_weights=False, device=device, precision=precision, **resized)
     load_weights(model, folder / WEIGHTS_NAME)
     tokenizer = LazyTokenizer(**config["tokenizer"])
     _attach_spec(model, config["model_name"], config["model_cfg"], config.get("pretrained"), tokenizer)

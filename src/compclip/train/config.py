@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingFileError, UsageError
-from ..options import flag_of, option
+from ..options import MODEL_HELP, flag_of, option
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "const")
-MODEL_HELP = "open_clip name (e.g. ViT-B-16-SigLIP, compclip-tiny-siglip), hf-hub: id, or compclip checkpoint folder."
+REPORTERS = ("tensorboard", "wandb")
 
 
 @dataclass
@@ -27,12 +27,20 @@ class TrainConfig:
     recipe: str | None = option(None, "A paper's published setting (`compclip recipes`): its method, model, optimiser, schedule, "
                                       "batch, epochs and method options; a flag given beside it wins, and config.json records both.")
     pretrained: str | None = option(None, "open_clip pretrained tag or weights file for --model.")
+    force_quick_gelu: bool = option(False, "Build --model with QuickGELU (open_clip's flag: OpenAI weights under a GELU config).")
+    force_context_length: int | None = option(None, "Build --model with this text context length (open_clip's flag).")
+    force_image_size: int | None = option(None, "Build --model for this image size (open_clip's flag; position embeddings are "
+                                                "resized from --pretrained's).")
+    force_patch_dropout: float | None = option(None, "Build --model with this patch dropout (open_clip's flag; active in training "
+                                                     "only).")
+    force_custom_text: bool = option(False, "Build --model as open_clip's CustomTextCLIP (a separate text tower; open_clip's flag).")
     concepts: str | None = option(None, "Concept store from `compclip concepts`, for a method that reads concepts (`compclip methods` "
                                         "lists the fields each one reads).")
     method_options: dict[str, Any] = option(help="KEY=VALUE, repeatable: an option of the method, e.g. lambda_npc=2 (`compclip "
                                                  "methods` lists them).", flag="--method-opt", factory=dict)
-    image_key: str = option("image", "CSV/TSV image column.")
-    caption_key: str = option("caption", "CSV/TSV caption column, webdataset json field, or JSONL field (.npy).")
+    image_key: str = option("image", "CSV/TSV image column.", aliases=("--csv-img-key",))
+    caption_key: str = option("caption", "CSV/TSV caption column, webdataset json field, or JSONL field (.npy).",
+                              aliases=("--csv-caption-key",))
     image_root: str | None = option(None, "Folder the CSV/JSON image paths are relative to.  [default: the data file's folder, "
                                           "or its images/]")
     batch_size: int = option(32, "Images per process and micro-batch.")
@@ -43,18 +51,26 @@ class TrainConfig:
     epochs: int | None = option(None, "Passes over --train-data: sets --steps to ⌈epochs × samples / global batch⌉.")
     train_num_samples: int | None = option(None, "Samples in one epoch of --train-data (open_clip's flag); needed by --epochs on "
                                                  "webdataset shards.  [default: the data file's records]")
+    dataset_resampled: bool = option(False, "webdataset shards drawn with replacement (open_clip's flag): each DataLoader worker "
+                                            "draws its own seeded sequence of shards, --train-num-samples samples an epoch over all.")
     lr: float = option(1e-5, "Peak learning rate.")
     warmup_lr: float = option(0.0, "Learning rate the linear warm-up starts from (timm's --warmup-lr).")
     min_lr: float = option(0.0, "Learning rate the cosine schedule ends at (timm's --min-lr); rates of the method's own modules "
                                 "scale alike.")
     weight_decay: float = option(0.0, "Weight decay (not on gains, biases and logit scale/bias).", flag="--wd")
-    optimizer: str = option("adam", f"{', '.join(OPTIMIZERS)}.")
+    optimizer: str = option("adam", f"{', '.join(OPTIMIZERS)}.", aliases=("--opt",))
     betas: tuple[float, float] = option((0.9, 0.999), "Adam's betas (β1, β2)", flag=("--beta1", "--beta2"))
     eps: float = option(1e-8, "Adam ε.")
     warmup: int = option(0, "Linear warm-up steps.")
     warmup_fraction: float = option(0.0, "Linear warm-up over this share of the steps: sets --warmup.")
-    schedule: str = option("cosine", "cosine or const after warm-up.")
-    precision: str = option("fp32", "fp32, amp_bf16 or amp (fp16 with loss scaling).")
+    schedule: str = option("cosine", "cosine or const after warm-up.", aliases=("--lr-scheduler",))
+    precision: str = option("fp32", "As open_clip_train spells it: fp32; amp (fp16 autocast, loss scaling) or amp_bf16 (also "
+                                    "amp_bfloat16): fp32 weights, autocast; bf16 or fp16: OpenAI's mixed precision (weights in 16 "
+                                    "bits, layer norms in 32); pure_bf16 or pure_fp16: every weight in 16 bits.")
+    grad_clip_norm: float | None = option(None, "Clip the gradients' global L2 norm to this (open_clip's flag; under amp after "
+                                                "unscaling).")
+    torchcompile: bool = option(False, "torch.compile the model and the method's forward (open_clip's flag; the first steps "
+                                       "compile).")
     grad_checkpointing: bool = option(False, "Recompute activations in backward to save memory.")
     lock_image: bool = option(False, "Freeze the image tower.")
     lock_image_unlocked_groups: int = option(0, "With --lock-image (or a method that locks it): leave the image tower's last N layer "
@@ -66,8 +82,24 @@ class TrainConfig:
     seed: int = option(0, "Seed of the model's initialisation, data order, augmentation and negatives.")
     save_every: int = option(500, "Checkpoint every N steps (and at the end).")
     keep: int = option(2, "Checkpoints to keep.")
-    log_every: int = option(1, "Write log.jsonl and tensorboard every N steps.")
-    eval_every: int = option(0, "Call the run's evaluation hook every N steps (0: never; `train(cfg, eval_hook)` from Python).")
+    resume: str | None = option(None, "Resume from a checkpoint folder (OUT/checkpoints/step_N), or latest: the newest in --out, "
+                                      "which must be there (open_clip's flag).  [default: the newest in --out where there is one]")
+    log_every: int = option(1, "Write log.jsonl, TensorBoard and W&B every N steps.", aliases=("--log-every-n-steps",))
+    report_to: str = option("tensorboard", f"Comma-separated loggers besides log.jsonl: {', '.join(REPORTERS)}, or none (open_clip's "
+                                           "flag). W&B runs offline under WANDB_MODE=offline (`wandb sync` uploads later).")
+    wandb_project_name: str = option("compclip", "The W&B project (open_clip's flag); the run is named after --out and resumes with it.")
+    eval_benchmarks: str | None = option(None, "Comma-separated benchmarks (as `compclip eval --benchmark`: NAME or NAME/SPLIT) run "
+                                               "on the model in training every --eval-every steps and at the end, on rank 0; figures go "
+                                               "to log.jsonl, TensorBoard and W&B as eval/NAME/METRIC.")
+    eval_data_root: str | None = option(None, "The benchmarks' data root (docs/data.md).  [default: $COMPCLIP_DATA]")
+    val_data: str | None = option(None, "Held-out image-caption pairs (the formats of --train-data): retrieval both ways and the "
+                                        "contrastive loss, open_clip's val metrics (val/image_to_text_R@1, ...), every --eval-every "
+                                        "steps and at the end.")
+    eval_every: int = option(0, "Evaluate every N steps (and at the last step): --eval-benchmarks, --val-data, or the hook of "
+                                "`train(cfg, eval_hook)` from Python.  [default 0: at the last step only]")
+    keep_best: str | None = option(None, "Keep the checkpoint best by this evaluation figure in OUT/checkpoints/best: a logged key "
+                                         "such as sugarcrepe/swap_att (its first score), winoground/group_score or "
+                                         "val/image_to_text_R@1 (higher is better).")
     device: str | None = option(None, "cpu to stay off the GPU.  [default: each process takes the GPU of its local rank, if any]")
     min_concept_coverage: float = option(0.5, "A concept method stops when fewer of the first step's captions have concepts it can "
                                               "use (0 never stops).")
@@ -77,7 +109,7 @@ class TrainConfig:
         """Every value checked before a model is built or a file written; errors name the CLI option."""
         from ..data import is_tar_shards
         from ..data.skips import MAX_WORKERS
-        from ..precision import PRECISIONS
+        from ..precision import TRAIN_PRECISIONS
 
         for name in ("method", "model"):
             if getattr(self, name) is None:
@@ -89,7 +121,7 @@ class TrainConfig:
         at_least = {"steps": 1, "batch_size": 1, "accum_freq": 1, "save_every": 1, "keep": 1, "log_every": 1,
                     "warmup": 0, "workers": 0, "shuffle": 0, "eval_every": 0, "skip_nonfinite": 0,
                     "weight_decay": 0, "lock_image_unlocked_groups": 0, "warmup_lr": 0, "min_lr": 0}
-        for name in ("epochs", "train_num_samples", "global_batch_size"):
+        for name in ("epochs", "train_num_samples", "global_batch_size", "force_context_length", "force_image_size"):
             if getattr(self, name) is not None:
                 at_least[name] = 1
         for name, low in at_least.items():
@@ -107,10 +139,12 @@ class TrainConfig:
             raise UsageError(f"--min-concept-coverage must lie in [0, 1], not {self.min_concept_coverage}")
         if not all(0 <= b < 1 for b in self.betas):
             raise UsageError(f"{flag_of(TrainConfig, 'betas')} must lie in [0, 1), not {self.betas[0]} and {self.betas[1]}")
-        for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", PRECISIONS)):
+        for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", TRAIN_PRECISIONS)):
             if getattr(self, name) not in allowed:
                 raise UsageError(f"{flag_of(TrainConfig, name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
         check_device(self.device)
+        self._validate_open_clip_flags()
+        self._validate_evaluation()
         out = Path(self.out)
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out} is a file; a run writes a folder")
@@ -121,6 +155,41 @@ class TrainConfig:
             if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
                 raise MissingFileError(f"{flag_of(TrainConfig, name)} {getattr(self, name)}: no such folder")
 
+    def _validate_open_clip_flags(self) -> None:
+        from ..data import is_tar_shards
+
+        if self.force_patch_dropout is not None and not 0 <= self.force_patch_dropout < 1:
+            raise UsageError(f"--force-patch-dropout must lie in [0, 1), not {self.force_patch_dropout}")
+        if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
+            raise UsageError(f"--grad-clip-norm must be positive, not {self.grad_clip_norm}")
+        unknown = [r for r in self.reporters if r not in REPORTERS]
+        if unknown:
+            raise UsageError(f"--report-to {self.report_to}: no logger {unknown[0]!r}; known: {', '.join(REPORTERS)} or none")
+        if self.dataset_resampled and not (is_tar_shards(self.train_data) and self.train_num_samples):
+            raise UsageError("--dataset-resampled draws webdataset shards with replacement: it needs shards as --train-data and "
+                             "--train-num-samples (the samples of an epoch), as open_clip_train does")
+        if self.resume not in (None, "latest") and not (Path(self.resume) / "training_state.pt").is_file():
+            raise MissingFileError(f"--resume {self.resume}: not a checkpoint folder (it has no training_state.pt); give "
+                                   "OUT/checkpoints/step_N or latest")
+
+    def _validate_evaluation(self) -> None:
+        if self.eval_benchmarks is not None:
+            from ..eval.base import data_root
+            from ..eval.run import resolve
+
+            resolve(self.eval_benchmarks)
+            root = data_root(self.eval_data_root)
+            if not root.is_dir():
+                raise MissingFileError(f"--eval-benchmarks: the data root {root} is not a folder (--eval-data-root or COMPCLIP_DATA)")
+        if self.val_data is not None and not Path(self.val_data).is_file():
+            raise MissingFileError(f"--val-data {self.val_data}: no such file")
+        if self.keep_best is not None and self.eval_benchmarks is None and self.val_data is None:
+            raise UsageError(f"--keep-best {self.keep_best} ranks checkpoints by an evaluation: give --eval-benchmarks or --val-data")
+
+    @property
+    def reporters(self) -> list[str]:
+        """--report-to as a list of loggers (none: only log.jsonl)."""
+        return [r.strip() for r in self.report_to.split(",") if r.strip() and r.strip() != "none"]
 
     def resolve_paths(self) -> None:
         """Options that name files as absolute paths, in place: what a run records and a resume compares is the files
@@ -160,7 +229,27 @@ class TrainConfig:
             self.warmup = round(self.warmup_fraction * self.steps)
 
 
-PATH_OPTIONS = ("train_data", "concepts", "image_root", "model", "pretrained")
+# open_clip_train's flags whose meaning compclip gives another flag (its own names of the same meaning are aliases of
+# the fields above): each one's error says which compclip flag it is.
+OPEN_CLIP_ELSEWHERE = {
+    "--save-frequency": "it counts epochs; compclip's --save-every counts steps",
+    "--save-most-recent": "compclip always points OUT/checkpoints/latest at the newest checkpoint",
+    "--delete-previous-checkpoint": "compclip's --keep 1 keeps the newest checkpoint alone",
+    "--logs": "compclip's --out is the run's folder (checkpoints, log.jsonl, tensorboard)",
+    "--name": "compclip's --out is the run's folder, and W&B's run name",
+    "--zeroshot-frequency": "it counts epochs; compclip's --eval-benchmarks zeroshot --eval-every N evaluates every N steps",
+    "--val-frequency": "it counts epochs; compclip's --eval-every N evaluates --val-data every N steps",
+    "--imagenet-val": "compclip's --eval-benchmarks zeroshot reads ImageNet from --eval-data-root (docs/data.md)",
+    "--skip-scheduler": "compclip's --schedule const keeps the rate after warm-up",
+    "--siglip": "compclip's --method siglip trains with the sigmoid loss",
+    "--dataset-type": "compclip reads the type from --train-data's name (.csv/.tsv, .tar shards, .json, .npy)",
+    "--csv-separator": "compclip reads the separator from the file's name: .csv (comma) or .tsv (tab)",
+    "--wandb-notes": "compclip names the W&B run after --out; its notes are W&B's WANDB_NOTES",
+    "--dist-url": "compclip reads torchrun's or SLURM's environment",
+    "--dist-backend": "compclip takes NCCL on GPUs and gloo on CPUs",
+}
+
+PATH_OPTIONS = ("train_data", "concepts", "image_root", "model", "pretrained", "val_data", "eval_data_root", "resume")
 
 
 def resolved(value: str | None) -> str | None:
@@ -177,6 +266,19 @@ def resolved(value: str | None) -> str | None:
             part = str(path.parent.resolve() / path.name)
         parts.append(part)
     return "::".join(parts)
+
+
+def reader_kwargs(cfg: TrainConfig, data: str, image_root: str | None) -> dict[str, Any]:
+    """What `open_reader` takes for the data file `data` of this run: its columns or field, and where its images are."""
+    from ..data import is_tar_shards
+
+    if data.endswith((".csv", ".tsv", ".tab")):
+        return {"image_key": cfg.image_key, "caption_key": cfg.caption_key, "image_root": image_root}
+    if is_tar_shards(data):
+        return {"caption_field": cfg.caption_key}
+    if data.endswith(".npy"):
+        return {"caption_key": cfg.caption_key}
+    return {"image_root": image_root}
 
 
 def check_device(device: str | None) -> None:

@@ -31,13 +31,15 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..data import ArrayReader, WebDatasetReader, is_tar_shards, open_reader
 from ..data.augment import BatchedView
-from ..errors import DataError, NonFiniteError, Preempted, StorageError, UsageError
-from ..io import atomic_path, storage_errors, write_json
+from ..errors import DataError, MissingFileError, NonFiniteError, Preempted, StorageError, UsageError
+from ..io import atomic_path, write_json
 from ..models.checkpoint import CONFIG_NAME, MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config, remove_checkpoint
-from ..precision import autocast
+from ..precision import autocast, input_dtype, weights_precision
 from ..progress import progress
-from .config import PATH_OPTIONS, TrainConfig, resolved
+from .config import PATH_OPTIONS, TrainConfig, reader_kwargs, resolved
 from .distributed import DistEnv, init_distributed
+from .evaluation import BEST_NAME, RunEvaluation, keep_if_best
+from .reporting import Reporters
 from .run_folder import RunLock, changed_options
 from .step import loss_step
 
@@ -147,10 +149,11 @@ class Trainer:
 
         cfg.validate()
         cfg.resolve_paths()
-        self.cfg, self.eval_hook = cfg, eval_hook
+        self.cfg = cfg
         self.env: DistEnv = init_distributed(cfg.device)
         self.out = Path(cfg.out)
         cfg.resolve_length(self.env.world_size, lambda: open_reader(cfg.train_data, **self._reader_kwargs()).num_records())
+        self.resume_from = self._resume_folder()
         self._check_same_run()  # reads OUT only: writing waits for `run` to own it
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else self._carried_concepts()
         self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)
@@ -158,7 +161,8 @@ class Trainer:
             raise UsageError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`), "
                              "or train on shards that carry them (`compclip concepts SHARDS --into-shards DIR`)")
         torch.manual_seed(cfg.seed)  # the model's initialisation, where it is built from scratch, then the method's modules
-        model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device, init_seed=None)
+        model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device, init_seed=None,
+                                              precision=weights_precision(cfg.precision), **self._forced())
         self.method.bind(model)  # the method's own modules, sized by the model (seeded like it)
         if (Path(cfg.model) / MODULES_NAME).is_file() and read_config(cfg.model).get("method") == cfg.method:
             load_module_weights(self.method, cfg.model)  # a checkpoint of this method goes on with the modules it trained
@@ -175,6 +179,8 @@ class Trainer:
         if self.env.distributed:
             ids = [self.env.device.index] if self.env.device.type == "cuda" else None
             self.module = DistributedDataParallel(self.module, device_ids=ids)
+        if cfg.torchcompile:
+            compile_blocks(model)
         self.optimizer = _optimizer(cfg, model, self.method)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         self.scaler = torch.amp.GradScaler(enabled=cfg.precision == "amp")
@@ -188,9 +194,18 @@ class Trainer:
         if self.method.wants_partners and not self.reader.random_access:
             self.reader.record_at(0)  # raises the reader's own reason, before a DataLoader worker would
         self.reader.partners = self.method.wants_partners
+        self.reader.resampled = cfg.train_num_samples if cfg.dataset_resampled else 0
+        self.evaluation = RunEvaluation(cfg, self.method, self.tokenizer, self.env.device, self.env.is_main, eval_hook)
         self.step, self.data = 0, DataPosition()
         self._stop_flag = multiprocessing.Value("b", 0)  # raised when this process gets a stop signal; its DataLoader workers read it
         self._resume()
+
+    def _forced(self) -> dict[str, Any]:
+        """open_clip's --force-* overrides of the architecture, as `load_model` takes them (a checkpoint folder has its own)."""
+        cfg = self.cfg
+        forced = {name: getattr(cfg, name) for name in ("force_quick_gelu", "force_context_length", "force_image_size",
+                                                         "force_patch_dropout", "force_custom_text")}
+        return {k: v for k, v in forced.items() if v not in (None, False)}
 
     def _carried_concepts(self) -> Any:
         """Shards from `compclip concepts --into-shards` carry each sample's record: no store is needed."""
@@ -202,14 +217,7 @@ class Trainer:
         return SampleConcepts(fields, self.cfg.train_data) if fields else None
 
     def _reader_kwargs(self) -> dict[str, Any]:
-        text = self.cfg.train_data
-        if text.endswith((".csv", ".tsv", ".tab")):
-            return {"image_key": self.cfg.image_key, "caption_key": self.cfg.caption_key, "image_root": self.cfg.image_root}
-        if is_tar_shards(text):
-            return {"caption_field": self.cfg.caption_key}
-        if text.endswith(".npy"):
-            return {"caption_key": self.cfg.caption_key}
-        return {"image_root": self.cfg.image_root}
+        return reader_kwargs(self.cfg, self.cfg.train_data, self.cfg.image_root)
 
     # -- data -------------------------------------------------------------------------
     def _loader(self) -> torch.utils.data.DataLoader:
@@ -240,12 +248,14 @@ class Trainer:
                 workers._shutdown_workers()
 
     def _epochs(self, loader: torch.utils.data.DataLoader) -> Iterator[dict[str, Any]]:
+        images_in = input_dtype(self.cfg.precision)  # 16-bit weights take 16-bit images (four-dimensional tensors)
         while True:
             empty, resumed = True, bool(self.data.positions)  # a run resumed at the end of an epoch finds it empty
             for batch in loader:
                 empty = False
                 self.data.consumed(batch)
-                yield {k: v.to(self.env.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                yield {k: v.to(self.env.device, dtype=images_in if v.ndim == 4 and v.is_floating_point() else None, non_blocking=True)
+                       if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             if empty and not resumed:
                 raise DataError(self._nothing_to_train_on())
             self.reader.skips.log_summary()
@@ -314,9 +324,20 @@ class Trainer:
         pointer = self.out / "checkpoints" / "latest"
         return pointer.parent / pointer.read_text().strip() if pointer.is_file() else None
 
+    def _resume_folder(self) -> Path | None:
+        """The checkpoint this run goes on from: --resume's folder, else the newest in OUT (None: a new run)."""
+        if self.cfg.resume is None:
+            return self._latest()
+        if self.cfg.resume == "latest":
+            folder = self._latest()
+            if folder is None:
+                raise MissingFileError(f"--resume latest: {self.out / 'checkpoints'} holds no checkpoint to resume")
+            return folder
+        return Path(self.cfg.resume)
+
     def _check_same_run(self) -> None:
         """A run resumes only under the options that made it; another run's are refused before anything is built."""
-        folder = self._latest()
+        folder = self.resume_from
         if folder is None:
             return
         saved = read_config(folder).get("train_args", {})
@@ -331,7 +352,7 @@ class Trainer:
     def _resume(self) -> None:
         from ..models import load_weights
 
-        folder = self._latest()
+        folder = self.resume_from
         if folder is None:
             return
         try:
@@ -363,6 +384,17 @@ class Trainer:
                     "to resume from it")
         return f"no earlier checkpoint: remove {self.out / 'checkpoints'} to start the run again"
 
+    def _keep_best(self, figures: dict[str, float]) -> None:
+        """Rank 0: OUT/checkpoints/best becomes this step's model when its --keep-best figure is the best yet."""
+        from ..models import save_checkpoint
+
+        value = self.evaluation.best(figures) if self.env.is_main else None
+        if value is None:
+            return
+        keep_if_best(self.out / "checkpoints" / BEST_NAME, value, self.step, metric=self.cfg.keep_best, save=lambda folder: save_checkpoint(
+            self.model, folder, modules=self.method.state_dict(), method=self.cfg.method, step=self.step,
+            train_args=dataclasses.asdict(self.cfg)))
+
     # -- logging ----------------------------------------------------------------------
     def _truncate_log(self) -> None:
         """Drop log lines past the resumed step: they are about to be written again."""
@@ -371,14 +403,6 @@ class Trainer:
             lines = [line for line in log.read_text().splitlines() if line and json.loads(line).get("step", 0) <= self.step]
             with atomic_path(log) as tmp:
                 tmp.write_text("".join(line + "\n" for line in lines))
-
-    def _log(self, record: dict[str, Any], tb) -> None:
-        with storage_errors(self.out / "log.jsonl"), open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        if tb is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    tb.add_scalar(key, value, record["step"])
 
     def _config_record(self) -> dict[str, Any]:
         """The run's options, and with a recipe its citation and each setting the run changed (`config.json`)."""
@@ -473,12 +497,19 @@ class Trainer:
         first = [next(batches) for _ in range(cfg.accum_freq)]  # read and checked before anything is written
         if coverage.add(first):
             self._check_coverage(coverage)
-        tb = None
+        reporters = None
         if self.env.is_main:
             write_json(self.out / "config.json", self._config_record())
-            from torch.utils.tensorboard import SummaryWriter
+            reporters = Reporters(self.out, cfg.reporters, self._config_record(), cfg.wandb_project_name)
+        try:
+            return self._loop(steps, batches, first, coverage, reporters)
+        finally:
+            if reporters is not None:
+                reporters.close()
 
-            tb = SummaryWriter(str(self.out / "tensorboard"))
+    def _loop(self, steps: range, batches: Iterator[dict[str, Any]], first: list[dict[str, Any]] | None, coverage: Coverage,
+              reporters: Reporters | None) -> dict[str, float]:
+        cfg = self.cfg
         per_step = cfg.batch_size * cfg.accum_freq * self.env.world_size
         bar = progress(steps, f"train {cfg.method} ({self.out.name})", total=len(steps), unit="step") if self.env.is_main else iter(steps)
         terms: dict[str, float] = {}
@@ -504,6 +535,9 @@ class Trainer:
                             cfg.skip_nonfinite)
                 self.optimizer.zero_grad(set_to_none=True)
             else:
+                if cfg.grad_clip_norm is not None:  # as open_clip_train: on the unscaled gradients
+                    self.scaler.unscale_(self.optimizer)
+                    grad_norm = torch.nn.utils.clip_grad_norm_(self._trained(), cfg.grad_clip_norm)
                 self.scaler.step(self.optimizer)
                 self.scaler.update()
             self.scheduler.step()
@@ -514,12 +548,17 @@ class Trainer:
             record = {"step": self.step, "epoch": self.data.epoch, "loss": sum(terms.values()), **terms,
                       "lr": self.scheduler.get_last_lr()[-1], "logit_scale": self.model.logit_scale.exp().item(),
                       "images_per_s": per_step / seconds, **coverage.record()}
-            if cfg.eval_every and self.eval_hook and self.step % cfg.eval_every == 0:
-                self.model.eval()
-                record.update({f"eval/{k}": v for k, v in self.eval_hook(self.model, self.step).items()})
-                self.model.train()
-            if self.env.is_main and (self.step % cfg.log_every == 0 or self.step == cfg.steps):
-                self._log(record, tb)
+            if cfg.grad_clip_norm is not None and problem is None:
+                record["grad_norm"] = float(grad_norm)  # before clipping, as torch returns it
+            evaluated = self.evaluation.due(self.step)
+            if evaluated:
+                figures = self.evaluation(self.model, self.step)
+                record.update(figures)
+                self._keep_best(figures)
+                if self.env.distributed:
+                    dist.barrier()  # the other ranks wait for rank 0's evaluation
+            if reporters is not None and (self.step % cfg.log_every == 0 or self.step == cfg.steps or evaluated):
+                reporters.log(record)
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(loss=f"{record['loss']:.4f}", img_s=f"{record['images_per_s']:.0f}")
             saved = self.step % cfg.save_every == 0 or self.step == cfg.steps
@@ -529,13 +568,13 @@ class Trainer:
             if stop is not None:
                 if not saved:
                     self.save()
-                if tb is not None:
-                    tb.close()
                 raise Preempted(f"{signal.Signals(stop).name} at step {self.step} of {cfg.steps}: checkpoint "
                                 f"{self.out / 'checkpoints' / f'step_{self.step:07d}'} written; run the same command to resume")
-        if tb is not None:
-            tb.close()
         return terms
+
+    def _trained(self) -> list[torch.nn.Parameter]:
+        """The parameters the optimizer updates: the model's and the method's own modules'."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     def _nonfinite(self, terms: dict[str, float]) -> str | None:
         """What is NaN or inf in this step (a loss term, else a gradient), or None. Under fp16 loss scaling the scaler
@@ -596,6 +635,18 @@ class Coverage:
 
     def record(self) -> dict[str, float]:
         return {"concept_coverage": self.share} if self.steps else {}
+
+
+def compile_blocks(model: torch.nn.Module) -> None:
+    """--torchcompile: `torch.compile` each transformer block of both towers in place (PyTorch's regional compilation:
+    the blocks share one compiled graph, compiled once, and every way a method reaches them, `encode_image` or its own
+    token path, runs compiled; the weights keep their names)."""
+    blocks = [block for name, module in model.named_modules() if name.rsplit(".", 1)[-1] in ("resblocks", "blocks")
+              for block in module.children()]
+    if not blocks:
+        raise UsageError(f"--torchcompile: {type(model).__name__} has no transformer blocks (resblocks or blocks) to compile")
+    for block in blocks:
+        block.compile()
 
 
 class _TrainModule(torch.nn.Module):

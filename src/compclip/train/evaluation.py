@@ -1,0 +1,181 @@
+"""Evaluation during training: the harness's benchmarks (`--eval-benchmarks`, each by its own rule, as `compclip eval`
+scores it) and open_clip_train's validation metrics (`--val-data`) on the model being trained, on rank 0, every
+`--eval-every` steps and at the last; the best checkpoint by one figure (`--keep-best`) in OUT/checkpoints/best."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import DataError, UsageError
+from ..io import write_json
+from .config import TrainConfig, reader_kwargs
+
+log = logging.getLogger("compclip.train")
+
+BEST_NAME = "best"  # OUT/checkpoints/best: the model folder of the best evaluation, with best.json beside its config
+BEST_RECORD = "best.json"
+
+
+class RunEvaluation:
+    """What a run evaluates, and when. `hook`, a Python caller's `eval_hook(model, step) -> {name: value}`, runs on
+    every rank; the benchmarks and the validation data on rank 0 alone."""
+
+    def __init__(self, cfg: TrainConfig, method, tokenizer, device: torch.device, is_main: bool,
+                 hook: Callable[[torch.nn.Module, int], dict[str, float]] | None = None):
+        from ..eval.base import data_root
+        from ..eval.run import benchmark_options, resolve
+
+        self.cfg, self.method, self.tokenizer, self.device, self.is_main, self.hook = cfg, method, tokenizer, device, is_main, hook
+        self.jobs = resolve(cfg.eval_benchmarks) if cfg.eval_benchmarks else []
+        self.options = benchmark_options(self.jobs, {}) if self.jobs else {}
+        self.root = data_root(cfg.eval_data_root) if self.jobs else None
+        for job in self.jobs:
+            from ..eval.base import REGISTRY
+
+            lacks = REGISTRY[job.name].lacks(self.root, job.splits)
+            if lacks:
+                raise UsageError(f"--eval-benchmarks {job.label}: cannot run: {lacks}")
+        if cfg.keep_best is not None:
+            labels = [j.label for j in self.jobs] + (["val"] if cfg.val_data else [])
+            if not any(cfg.keep_best == label or cfg.keep_best.startswith(label + "/") for label in labels):
+                raise UsageError(f"--keep-best {cfg.keep_best}: not a figure of this run's evaluation; it starts with one of "
+                                 f"{', '.join(labels)} (e.g. {labels[0]} for its first score)")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.jobs or self.cfg.val_data or self.hook)
+
+    def due(self, step: int) -> bool:
+        every = self.cfg.eval_every
+        return self.active and (step == self.cfg.steps or (every > 0 and step % every == 0))
+
+    @torch.no_grad()
+    def __call__(self, model: torch.nn.Module, step: int) -> dict[str, float]:
+        """The figures of this step's evaluation, as `eval/...` and `val/...` keys (empty on ranks other than 0, but for
+        the hook's)."""
+        figures: dict[str, float] = {}
+        model.eval()
+        self.method.eval()
+        try:
+            if self.hook is not None:
+                figures |= {f"eval/{k}": v for k, v in self.hook(model, step).items()}
+            if self.is_main:
+                figures |= self._benchmarks(model)
+                if self.cfg.val_data:
+                    figures |= validation_metrics(model, self._preprocess(model), self.tokenizer, self.cfg, self.device)
+        finally:
+            model.train()
+            self.method.train()
+        return figures
+
+    def _preprocess(self, model):
+        from ..models.factory import _preprocess
+
+        return _preprocess(model)
+
+    def _benchmarks(self, model: torch.nn.Module) -> dict[str, float]:
+        from ..eval.base import REGISTRY
+        from ..eval.run import run_skipping_unreadable
+        from ..eval.scorer import model_scorer
+
+        if not self.jobs:
+            return {}
+        scorer = model_scorer(model, self._preprocess(model), self.tokenizer, self.method, device=str(self.device),
+                              batch_size=self.cfg.batch_size, workers=0)
+        figures = {}
+        for job in self.jobs:
+            bench = REGISTRY[job.name]
+            result = run_skipping_unreadable(bench, job.label, scorer, self.root, bench.ties, job.splits, self.options[job.name])
+            figures |= {f"eval/{job.label}/{k}": v for k, v in flat_scores(result.metrics).items()}
+        return figures
+
+    def best(self, figures: dict[str, float]) -> float | None:
+        """The --keep-best figure among this evaluation's: the key named, else the first of the benchmark it names."""
+        if self.cfg.keep_best is None:
+            return None
+        prefix = "" if self.cfg.keep_best.startswith("val/") else "eval/"
+        key = prefix + self.cfg.keep_best
+        if key not in figures:
+            key = next((k for k in figures if k.startswith(key + "/")), None)
+            if key is None:
+                raise DataError(f"--keep-best {self.cfg.keep_best}: the evaluation gave no such figure; it gave "
+                                f"{', '.join(sorted(figures)) or 'none'}")
+        return figures[key]
+
+
+def keep_if_best(folder: Path, value: float, step: int, save: Callable[[Path], None], metric: str) -> bool:
+    """Replace `folder` (OUT/checkpoints/best) through `save` when `value` beats the one it holds; NaN never does."""
+    record = folder / BEST_RECORD
+    if math.isnan(value):
+        return False
+    if record.is_file() and json.loads(record.read_text(encoding="utf-8"))["value"] >= value:
+        return False
+    save(folder)
+    write_json(record, {"metric": metric, "value": value, "step": step})
+    log.info("step %d: %s %.4f, the best so far: kept in %s", step, metric, value, folder)
+    return True
+
+
+def flat_scores(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """A result's scores (floats, not counts) as `a/b/c` keys, in the result's order."""
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            out |= flat_scores(value, f"{prefix}{key}/")
+        elif isinstance(value, float):
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def validation_metrics(model: torch.nn.Module, preprocess, tokenizer, cfg: TrainConfig, device: torch.device) -> dict[str, float]:
+    """open_clip_train's `evaluate` over --val-data: each (image, caption) pair is its own query and its only match
+    (`get_clip_metrics`: mean and median rank, R@1/5/10, both ways) and the mean contrastive loss of the whole set
+    as one batch (`clip_val_loss`)."""
+    from ..data import open_reader
+
+    reader = open_reader(cfg.val_data, transform=preprocess, **reader_kwargs(cfg, cfg.val_data, image_root=None))
+    images, texts = [], []
+    batch: list[dict[str, Any]] = []
+    dtype = next(model.visual.parameters()).dtype
+
+    def flush():
+        pixels = torch.stack([s["image"] for s in batch]).to(device, dtype=dtype)
+        images.append(F.normalize(model.encode_image(pixels).float(), dim=-1).cpu())
+        texts.append(F.normalize(model.encode_text(tokenizer([s["caption"] for s in batch]).to(device)).float(), dim=-1).cpu())
+        batch.clear()
+
+    for sample in reader:
+        batch.append(sample)
+        if len(batch) == cfg.batch_size:
+            flush()
+    if batch:
+        flush()
+    if not images:
+        raise DataError(f"--val-data {cfg.val_data}: no readable image-caption pair ({reader.skips.summary()})")
+    image_features, text_features = torch.cat(images), torch.cat(texts)
+    logits_per_image = model.logit_scale.exp().float().cpu() * image_features @ text_features.T
+    metrics = clip_metrics(logits_per_image)
+    labels = torch.arange(len(image_features))
+    metrics["clip_val_loss"] = ((F.cross_entropy(logits_per_image, labels) + F.cross_entropy(logits_per_image.T, labels)) / 2).item()
+    metrics["num_samples"] = float(len(image_features))
+    return {f"val/{k}": v for k, v in metrics.items()}
+
+
+def clip_metrics(logits_per_image: torch.Tensor) -> dict[str, float]:
+    """open_clip_train's `get_clip_metrics`: the rank of each query's own pair (0 is first) over its row."""
+    metrics = {}
+    for name, logit in (("image_to_text", logits_per_image), ("text_to_image", logits_per_image.T)):
+        ranking = torch.argsort(logit, descending=True)
+        preds = torch.where(ranking == torch.arange(len(logit)).view(-1, 1))[1].float()
+        metrics[f"{name}_mean_rank"] = preds.mean().item() + 1
+        metrics[f"{name}_median_rank"] = math.floor(preds.median().item()) + 1
+        for k in (1, 5, 10):
+            metrics[f"{name}_R@{k}"] = (preds < k).float().mean().item()
+    return metrics

@@ -1,0 +1,224 @@
+"""open_clip_train's flags under their names (or an error naming compclip's), and evaluation during training: real runs
+of the tiny models, two torchrun processes, TensorBoard's event file and W&B's offline run folder read back."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from PIL import Image
+
+from conftest import run_main, shared_data
+from test_train import compclip, env_for_children, free_port, logged, make_dataset, settings_config
+
+
+def test_open_clip_names_are_aliases_and_other_meanings_name_compclips_flag(tmp_path, capsys):
+    data = make_dataset(tmp_path, n=16)
+    code, _, err = run_main(capsys, "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data,
+                            "--out", tmp_path / "run", "--steps", "1", "--batch-size", "8", "--workers", "0", "--opt", "adamw",
+                            "--lr-scheduler", "const", "--csv-img-key", "image", "--csv-caption-key", "caption",
+                            "--log-every-n-steps", "1")
+    assert code == 0, err
+    args = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (args["optimizer"], args["schedule"]) == ("adamw", "const")
+    for flag, compclips in (("--save-frequency", "--save-every"), ("--zeroshot-frequency", "--eval-benchmarks zeroshot"),
+                            ("--siglip", "--method siglip"), ("--delete-previous-checkpoint", "--keep 1")):
+        code, _, err = run_main(capsys, "train", f"{flag}=1" if "frequency" in flag else flag, "--method", "siglip")
+        assert code == 2 and f"{flag} is open_clip_train's flag" in err and compclips in err, err
+
+
+def test_resume_from_a_path_or_latest(tmp_path):
+    from compclip.errors import MissingFileError, UsageError
+    from compclip.train import train
+
+    train(settings_config(tmp_path, "a", steps=4, save_every=2, keep=3))
+    with pytest.raises(MissingFileError, match="holds no checkpoint"):
+        train(settings_config(tmp_path, "b", resume="latest"))
+    with pytest.raises(MissingFileError, match="not a checkpoint folder"):
+        settings_config(tmp_path, "b", resume=str(tmp_path / "a")).validate()
+    # from step 2 of run a into a new folder: steps 3 and 4 as run a took them
+    train(settings_config(tmp_path, "b", resume=str(tmp_path / "a" / "checkpoints" / "step_0000002")))
+    assert logged(tmp_path, "b", "loss") == {k: v for k, v in logged(tmp_path, "a", "loss").items() if k > 2}
+    train(settings_config(tmp_path, "b", resume="latest", steps=4))  # at its end already: nothing to do
+    with pytest.raises(UsageError, match="other options"):
+        train(settings_config(tmp_path, "c", resume=str(tmp_path / "a" / "checkpoints" / "step_0000002"), lr=0.5))
+
+
+def test_grad_clip_norm_bounds_the_update(tmp_path):
+    """Plain SGD: one step moves the weights by exactly lr × the clipped norm, when the gradient's norm exceeds it."""
+    from compclip.train.trainer import Trainer
+
+    trainer = Trainer(settings_config(tmp_path, "a", steps=1, optimizer="sgd", lr=0.1, schedule="const", grad_clip_norm=0.01))
+    before = [p.detach().clone() for p in trainer._trained()]
+    trainer.run()
+    moved = math.sqrt(sum(float((p.detach() - b).pow(2).sum()) for p, b in zip(trainer._trained(), before, strict=True)))
+    assert logged(tmp_path, "a", "grad_norm")[1] > 0.01
+    assert moved == pytest.approx(0.1 * 0.01, rel=1e-3)
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("pure_bf16", torch.bfloat16), ("bf16", torch.bfloat16), ("amp_bfloat16", torch.float32)])
+def test_open_clip_precisions_train_and_the_checkpoint_evaluates(tmp_path, precision, dtype):
+    from safetensors.torch import load_file
+
+    from compclip.eval.scorer import load_scorer
+    from compclip.train import train
+
+    train(settings_config(tmp_path, "a", steps=2, precision=precision, model="compclip-tiny-clip"))
+    weights = load_file(tmp_path / "a" / "checkpoints" / "step_0000002" / "model.safetensors")
+    assert weights["visual.conv1.weight"].dtype == dtype
+    # OpenAI's mixed precision keeps the layer norms in 32 bits; pure casts every weight
+    assert weights["ln_final.weight"].dtype == (torch.bfloat16 if precision == "pure_bf16" else torch.float32)
+    assert all(math.isfinite(v) for v in logged(tmp_path, "a", "loss").values())
+    scorer = load_scorer(str(tmp_path / "a" / "checkpoints" / "step_0000002"), workers=0)
+    image = tmp_path / "img" / "0.jpg"
+    assert torch.isfinite(scorer.pairs([image], ["a red square"])).all()
+
+
+def test_force_overrides_build_the_architecture_and_are_recorded(tmp_path):
+    import open_clip
+
+    from compclip.errors import UsageError
+    from compclip.models import load_model
+    from compclip.train import train
+
+    model, _, _ = load_model("compclip-tiny-clip", force_custom_text=True, force_quick_gelu=True, force_context_length=16)
+    assert isinstance(model, open_clip.CustomTextCLIP) and model.context_length == 16
+    assert isinstance(model.text.transformer.resblocks[0].mlp.gelu, open_clip.transformer.QuickGELU)
+    train(settings_config(tmp_path, "a", steps=1, model="compclip-tiny-siglip", force_image_size=32, force_patch_dropout=0.5))
+    saved = json.loads((tmp_path / "a" / "checkpoints" / "step_0000001" / "config.json").read_text())["model_cfg"]["vision_cfg"]
+    assert (saved["image_size"], saved["patch_dropout"]) == (32, 0.5)
+    again, _, _ = load_model(str(tmp_path / "a" / "checkpoints" / "step_0000001"))
+    assert again.visual.trunk.patch_embed.img_size == (32, 32)
+    with pytest.raises(UsageError, match="its architecture is the one it was trained in"):
+        load_model(str(tmp_path / "a" / "checkpoints" / "step_0000001"), force_quick_gelu=True)
+
+
+def test_torchcompile_compiles_each_block_and_changes_no_output():
+    from compclip.models import load_model
+    from compclip.train.trainer import compile_blocks
+
+    model, _, _ = load_model("compclip-tiny-clip")
+    images, tokens = torch.randn(2, 3, 64, 64), torch.randint(1, 400, (2, 77))
+    with torch.no_grad():
+        plain = model.encode_image(images), model.encode_text(tokens)
+    names = sorted(model.state_dict())
+    compile_blocks(model)
+    assert sorted(model.state_dict()) == names  # the weights keep their names: checkpoints load anywhere
+    assert all(b._compiled_call_impl is not None for b in [*model.visual.transformer.resblocks, *model.transformer.resblocks])
+    with torch.no_grad():
+        compiled = model.encode_image(images), model.encode_text(tokens)
+    for a, b in zip(plain, compiled, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_dataset_resampled_draws_shards_with_replacement(tmp_path):
+    import webdataset as wds
+
+    from compclip.data import WebDatasetReader
+    from compclip.errors import UsageError
+
+    for s in range(4):
+        with wds.TarWriter(str(tmp_path / f"shard-{s}.tar")) as sink:
+            for i in range(5):
+                img = Image.new("RGB", (8, 8), (s * 60, i * 40, 0))
+                sink.write({"__key__": f"{s}-{i}", "jpg": img, "txt": f"shard {s} sample {i}"})
+    urls = str(tmp_path / "shard-{0..3}.tar")
+    with pytest.raises(UsageError, match="--train-num-samples"):
+        settings_config(tmp_path, "a", train_data=urls, dataset_resampled=True).validate()
+
+    def epoch(seed, number):
+        reader = WebDatasetReader(urls)
+        reader.resampled, reader.sample_seed, reader.epoch = 12, seed, number
+        return [s["caption"] for s in reader]
+
+    first = epoch(0, 0)
+    assert len(first) == 12 and first == epoch(0, 0) and first != epoch(0, 1)  # seeded by epoch
+    shards = [c.split()[1] for c in first]
+    assert len(set(shards[:5])) == len(set(shards[5:10])) == 1  # whole shards, in their order, drawn at random
+    drawn = [[c.split()[1] for c in epoch(seed, 0)][::5] for seed in range(10)]
+    assert any(len(set(d)) < len(d) for d in drawn)  # with replacement: some epoch draws a shard twice
+
+
+def test_val_metrics_against_brute_force():
+    from compclip.train.evaluation import clip_metrics
+
+    torch.manual_seed(0)
+    logits = torch.randn(9, 9)
+    logits[3] = logits[3, 3]  # ties everywhere on row 3: its own pair ranks first, as argsort's order puts it
+    metrics = clip_metrics(logits)
+    for name, matrix in (("image_to_text", logits), ("text_to_image", logits.T)):
+        ranks = []
+        for i, row in enumerate(matrix.tolist()):
+            order = sorted(range(len(row)), key=lambda j: -row[j])  # stable, as torch's sort on the CPU
+            ranks.append(order.index(i))
+        assert metrics[f"{name}_mean_rank"] == pytest.approx(sum(ranks) / len(ranks) + 1)
+        for k in (1, 5, 10):
+            assert metrics[f"{name}_R@{k}"] == pytest.approx(sum(r < k for r in ranks) / len(ranks))
+        assert metrics[f"{name}_median_rank"] == sorted(ranks)[(len(ranks) - 1) // 2] + 1
+
+
+def wandb_history(path):
+    """The history rows of W&B's offline run file, read as its format is written (LevelDB's log: 32 KiB blocks of
+    records, each a crc32, a length and a kind: whole, first, middle or last piece of one protobuf `Record`)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, pending = 7, b""
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if left < 7 or (kind == 0 and length == 0):  # a block's padding
+            pos += left
+            continue
+        piece, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        pending = piece if kind in (1, 2) else pending + piece
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record.FromString(pending)
+            if record.WhichOneof("record_type") == "history":
+                yield {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+
+
+def sugarcrepe_root(tmp_path):
+    root = tmp_path / "bench"
+    (root / "coco" / "val2017").mkdir(parents=True)
+    (root / "sugarcrepe").symlink_to(shared_data("sugarcrepe"))
+    for name in {r["filename"] for r in json.loads((shared_data("sugarcrepe") / "swap_att.json").read_text()).values()}:
+        seed = int(name.split(".")[0])
+        Image.new("RGB", (32, 24), ((seed * 37) % 256, (seed * 91) % 256, (seed * 13) % 256)).save(root / "coco" / "val2017" / name)
+    return root
+
+
+def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    data, val = make_dataset(tmp_path, n=32), make_dataset(tmp_path / "val", n=10)
+    root, out, key = sugarcrepe_root(tmp_path), tmp_path / "run", "eval/sugarcrepe/swap_att/swap_att/acc"
+    env = {**env_for_children(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           "-m", "compclip", "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),
+           "--out", str(out), "--steps", "6", "--batch-size", "8", "--lr", "1e-3", "--workers", "0", "--eval-benchmarks",
+           "sugarcrepe/swap_att", "--eval-data-root", str(root), "--val-data", str(val), "--eval-every", "2", "--keep-best",
+           "sugarcrepe/swap_att", "--report-to", "tensorboard,wandb", "--save-every", "3"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = {r["step"]: r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())}
+    evaluated = {step: r[key] for step, r in figures.items() if key in r}
+    assert sorted(evaluated) == [2, 4, 6] and all("val/image_to_text_R@1" in figures[s] for s in evaluated)
+    tb = EventAccumulator(str(out / "tensorboard")).Reload()
+    assert {e.step: pytest.approx(e.value) for e in tb.Scalars(key)} == evaluated
+    history = {r["_step"]: r for r in wandb_history(next((out / "wandb").glob("offline-run-*/run-*.wandb")))}
+    assert {step: r[key] for step, r in history.items() if key in r} == pytest.approx(evaluated)
+    assert history[5]["loss"] == pytest.approx(figures[5]["loss"])
+    best = json.loads((out / "checkpoints" / "best" / "best.json").read_text())
+    assert best["value"] == max(evaluated.values()) and evaluated[best["step"]] == best["value"]
+    # the kept weights, evaluated afresh by `compclip eval`, give the figure logged at that step
+    again = subprocess.run(compclip("eval", "--model", str(out / "checkpoints" / "best"), "--benchmark", "sugarcrepe/swap_att",
+                                    "--data-root", str(root), "--out", str(tmp_path / "eval"), "--workers", "0", "--device", "cpu"),
+                           capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    record = json.loads((tmp_path / "eval" / "sugarcrepe-swap_att.json").read_text())
+    assert record["metrics"]["swap_att"]["acc"] == pytest.approx(best["value"], abs=1e-9)
