@@ -287,6 +287,45 @@ def test_cli_eval_writes_clip_benchmark_records_and_report(data_root, tmp_path):
     assert "sugarcrepe: ready" in check.stdout and "winoground: looked for " in check.stdout
 
 
+def clip_benchmark_command() -> list[str] | None:
+    """CLIP_benchmark's command line: installed here (the [bench] extra), or the environment COMPCLIP_BENCH_PYTHON names."""
+    import importlib.util
+
+    if importlib.util.find_spec("clip_benchmark") is not None:
+        return [sys.executable, "-m", "clip_benchmark.cli"]
+    python = os.environ.get("COMPCLIP_BENCH_PYTHON")
+    return [python, "-m", "clip_benchmark.cli"] if python else None
+
+
+@pytest.mark.skipif(clip_benchmark_command() is None, reason="CLIP_benchmark is not installed (pip install 'compclip[bench]')")
+def test_clip_benchmark_build_reads_a_results_folder(data_root, tmp_path):
+    """`clip_benchmark build` over compclip's result files: one CSV row each, the model's full name and the scores."""
+    from compclip.eval import EvalConfig, evaluate
+    from compclip.models import load_model, save_checkpoint
+
+    model, _, _ = load_model("compclip-tiny-clip")
+    save_checkpoint(model, tmp_path / "ckpt")
+    root = tmp_path / "data"
+    for colour in ("red", "green", "blue", "yellow", "white", "black"):  # six classes: CLIP_benchmark's acc5 is defined
+        (root / "zeroshot" / "colours" / colour).mkdir(parents=True)
+        Image.new("RGB", (32, 32), colour).save(root / "zeroshot" / "colours" / colour / "0.png")
+    for name in ("sugarcrepe", "coco"):
+        (root / name).symlink_to(data_root / name)
+    evaluate(EvalConfig(model=str(tmp_path / "ckpt"), benchmark="sugarcrepe/swap_att,zeroshot", out=str(tmp_path / "results"),
+                        data_root=str(root), workers=0, device="cpu"))
+    result = subprocess.run([*clip_benchmark_command(), "build", str(tmp_path / "results"), "--output", str(tmp_path / "b.csv")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(tmp_path / "b.csv", newline="") as f:
+        rows = {r["dataset"]: r for r in csv.DictReader(f)}
+    records = {n: json.loads((tmp_path / "results" / f"{n.replace('/', '-')}.json").read_text()) for n in rows}
+    assert set(rows) == {"sugarcrepe/swap_att", "zeroshot"}
+    assert rows["zeroshot"]["model_fullname"] == f"{tmp_path / 'ckpt'} "  # model, a space, and pretrained: "" for a checkpoint
+    for key in ("acc1", "acc5", "mean_per_class_recall"):
+        assert float(rows["zeroshot"][key]) == pytest.approx(records["zeroshot"]["metrics"][key])
+    assert float(rows["sugarcrepe/swap_att"]["overall"]) == pytest.approx(records["sugarcrepe/swap_att"]["metrics"]["overall"])
+
+
 def test_summary_average_only_over_all_ten_columns():
     from compclip.eval.report import AVERAGE, SUMMARY, summary_table
 

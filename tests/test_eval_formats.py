@@ -450,6 +450,11 @@ def test_zeroshot_ensembles_prompts_that_embed_differently(tmp_path):
     m = result.metrics["colours"]
     assert (m["acc"], m["n"], m["classes"], m["prompts"]) == (pytest.approx(expected), 6, 3, 9)
     assert m["templates_from"] == str(base / "templates.txt") and m["classnames_from"] == str(base / "classnames.txt")
+    right = [all(row[y] > v for j, v in enumerate(row) if j != y) for row, y in zip(
+        (pixels / np.linalg.norm(pixels, axis=1, keepdims=True)) @ weights.T, labels, strict=True)]
+    assert m["acc1"] == m["acc"] and math.isnan(m["acc5"])  # CLIP_benchmark's keys: no top-5 under 5 classes, as there
+    assert m["mean_per_class_recall"] == pytest.approx(np.mean([np.mean(right[2 * c:2 * c + 2]) for c in range(3)]))
+    assert result.metrics["acc1"] == m["acc1"]  # the record's top level: what `clip_benchmark build` puts in its row
 
     cb = tmp_path / "cb"  # CLIP_benchmark's files as they are: keyed by dataset, {c} templates, class-specific (CuPL) prompts
     cb.mkdir()
@@ -469,6 +474,24 @@ def test_zeroshot_ensembles_prompts_that_embed_differently(tmp_path):
     (base / "classnames.txt").write_text("red\ngreen\n")
     with pytest.raises(ValueError, match="3 class folders but 2 class names"):
         run("zeroshot", tmp_path)
+
+
+def test_clip_benchmark_zeroshot_figures_against_brute_force():
+    from compclip.eval import protocols
+    from compclip.eval.zeroshot import clip_benchmark_metrics
+
+    torch.manual_seed(0)
+    scores, target = torch.randn(40, 7), torch.tensor([i % 7 for i in range(33)] + [0] * 7)  # unbalanced classes
+    correct = protocols.picks(scores, target, "clip_benchmark")
+    got = clip_benchmark_metrics(scores, target, correct)
+    rows = scores.tolist()
+    ranked = [sorted(range(7), key=lambda j: -row[j]) for row in rows]
+    assert got["acc1"] == pytest.approx(np.mean([r[0] == y for r, y in zip(ranked, target.tolist(), strict=True)]))
+    assert got["acc5"] == pytest.approx(np.mean([y in r[:5] for r, y in zip(ranked, target.tolist(), strict=True)]))
+    per_class = {}
+    for r, y in zip(ranked, target.tolist(), strict=True):
+        per_class.setdefault(y, []).append(r[0] == y)
+    assert got["mean_per_class_recall"] == pytest.approx(np.mean([np.mean(v) for v in per_class.values()]))
 
 
 # ---- retrieval: Karpathy JSON, CLIP_benchmark's files, long captions ------------------------------------------------

@@ -3,8 +3,10 @@
 import copy
 import inspect
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import open_clip
@@ -21,6 +23,7 @@ from compclip.export import export
 from compclip.export import hf as to_hf
 from compclip.export.openclip import export_open_clip
 from compclip.models import BUNDLED_MODELS, bundled, load_model, save_checkpoint
+from conftest import run_main
 from test_models import assert_same_outputs
 from test_train import make_dataset
 
@@ -232,6 +235,79 @@ def test_llava_reads_the_penultimate_layer_of_clip_vision_model(clip_export, tmp
     assert (states[-2] - seen["penultimate"]).abs().max() < 1e-5  # what LLaVA's CLIPVisionTower feeds its projector
 
 
+def test_the_towers_with_projection_load_at_a_width_other_than_512(clip_export):
+    """What diffusers and SDXL load: each tower alone with its projection, sized by its own sub-config."""
+    from transformers import AutoTokenizer, CLIPTextModelWithProjection, CLIPVisionModelWithProjection
+
+    model, _, tokenizer, out, _ = clip_export
+    assert model.text_projection.shape[1] == 64
+    pixels = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    ids = AutoTokenizer.from_pretrained(out)(CAPTIONS, padding="max_length", max_length=77, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        image = CLIPVisionModelWithProjection.from_pretrained(out).eval()(pixel_values=pixels).image_embeds
+        text = CLIPTextModelWithProjection.from_pretrained(out).eval()(input_ids=ids).text_embeds
+        assert (image - model.encode_image(pixels)).abs().max() < 1e-5
+        assert (text - model.encode_text(tokenizer(CAPTIONS))).abs().max() < 1e-5
+
+
+def test_the_tokenizer_files_are_those_every_transformers_reads(clip_export):
+    """vocab.json and merges.txt, no tokenizer.json (4.x's tokenizers cannot parse 5.x's), no processor_config.json."""
+    from transformers import CLIPTokenizer
+
+    _, _, tokenizer, out, _ = clip_export
+    files = {p.name for p in out.iterdir()}
+    assert {"vocab.json", "merges.txt", "preprocessor_config.json"} <= files
+    assert not files & {"tokenizer.json", "processor_config.json"}
+    ids = CLIPTokenizer.from_pretrained(out)(CAPTIONS, padding="max_length", max_length=77)["input_ids"]
+    ours = tokenizer(CAPTIONS)
+    assert torch.equal(torch.tensor(ids)[ours != 0], ours[ours != 0])
+
+
+FLOOR_PYTHON = os.environ.get("COMPCLIP_TRANSFORMERS_FLOOR_PYTHON")
+FLOOR_SCRIPT = """
+import json, sys, torch, transformers
+from transformers import AutoProcessor, AutoTokenizer, CLIPModel, CLIPTextModelWithProjection, CLIPVisionModelWithProjection
+clip, siglip, pixels = sys.argv[1], sys.argv[2], torch.load(sys.argv[3])
+captions, canonical = json.loads(sys.argv[4]), json.loads(sys.argv[5])
+ids = AutoTokenizer.from_pretrained(clip)(captions, padding="max_length", max_length=77, return_tensors="pt")["input_ids"]
+with torch.no_grad():
+    model = CLIPModel.from_pretrained(clip).eval()
+    out = {"version": transformers.__version__, "ids": ids.tolist(),
+           "image": CLIPVisionModelWithProjection.from_pretrained(clip).eval()(pixel_values=pixels).image_embeds.tolist(),
+           "text": CLIPTextModelWithProjection.from_pretrained(clip).eval()(input_ids=ids).text_embeds.tolist(),
+           "pixels": AutoProcessor.from_pretrained(clip).image_processor.crop_size["height"],
+           "siglip_ids": AutoTokenizer.from_pretrained(siglip)(canonical)["input_ids"],
+           "siglip_image": transformers.SiglipModel.from_pretrained(siglip).eval().get_image_features(pixel_values=pixels).tolist()}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(FLOOR_PYTHON is None, reason="COMPCLIP_TRANSFORMERS_FLOOR_PYTHON names no Python with the oldest transformers allowed")
+def test_the_oldest_transformers_allowed_loads_both_exports(clip_export, tmp_path):
+    """In another environment, with the transformers pyproject.toml allows at the least (docs/benchmarks.md records a run)."""
+    import re
+
+    model, _, tokenizer, out, _ = clip_export
+    siglip, _, siglip_tokenizer = load_model("compclip-tiny-siglip-hf", init_seed=5)
+    siglip_out, _, _ = export(save_checkpoint(siglip, tmp_path / "ckpt"), tmp_path / "hf", "hf")
+    pixels = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    torch.save(pixels, tmp_path / "pixels.pt")
+    result = subprocess.run([FLOOR_PYTHON, "-c", FLOOR_SCRIPT, str(out), str(siglip_out), str(tmp_path / "pixels.pt"), json.dumps(CAPTIONS),
+                             json.dumps([open_clip.tokenizer.canonicalize_text(c) for c in CAPTIONS])],
+                            capture_output=True, text=True, env={**os.environ, **ENV})
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.splitlines()[-1])
+    floor = re.search(r'"transformers>=([\d.]+)"', (Path(__file__).parents[1] / "pyproject.toml").read_text()).group(1)
+    assert got["version"].startswith(floor)
+    ours = tokenizer(CAPTIONS)
+    assert torch.equal(torch.tensor(got["ids"])[ours != 0], ours[ours != 0])
+    assert got["siglip_ids"] == [[t for t in row if t != 0] for row in siglip_tokenizer(CAPTIONS).tolist()]  # padding aside
+    with torch.no_grad():
+        assert (torch.tensor(got["image"]) - model.encode_image(pixels)).abs().max() < 1e-5
+        assert (torch.tensor(got["text"]) - model.encode_text(ours)).abs().max() < 1e-5
+        assert (torch.tensor(got["siglip_image"]) - siglip.encode_image(pixels)).abs().max() < 1e-5
+
+
 def test_siglip_model_embeds_as_open_clip_through_its_tokenizer_and_processor(tmp_path):
     from transformers import AutoProcessor, SiglipModel
 
@@ -257,6 +333,7 @@ def test_siglip_model_embeds_as_open_clip_through_its_tokenizer_and_processor(tm
 
 
 def test_a_fine_tuned_checkpoint_goes_through_the_cli_into_transformers_with_its_scores_in_the_card(tmp_path):
+    from huggingface_hub import ModelCard
     from transformers import CLIPModel
 
     data = make_dataset(tmp_path, n=16)
@@ -275,11 +352,16 @@ def test_a_fine_tuned_checkpoint_goes_through_the_cli_into_transformers_with_its
     assert exported.returncode == 0, exported.stderr[-2000:]
     assert "CLIPModel.from_pretrained" in exported.stdout and "note: tokenizer:" in exported.stdout
     card = (tmp_path / "hf" / "README.md").read_text()
-    assert card.startswith("---\nlibrary_name: transformers\nlicense: mit\n") and "- clip\n" in card
-    assert "| method | clip |" in card and "| steps | 2 |" in card and f"| training data | {data} |" in card
-    for metric, value in record["metrics"].items():  # the run folder's eval results for these weights, with their protocol
-        if not isinstance(value, dict):
-            assert f"| zeroshot | {metric} | {value:.4f} | ties {record['ties']}, fp32" in card
+    parsed = ModelCard.load(tmp_path / "hf" / "README.md").data  # as the Hub reads it
+    assert (parsed.library_name, parsed.license, parsed.tags.count("clip")) == ("transformers", "mit", 1)
+    assert "| method | clip |" in card and "| steps | 2 |" in card and "| training data | train.csv |" in card
+    assert "| learning rate | 0.001 |" in card and str(tmp_path) not in card  # the exporter's paths stay on their machine
+    scores = {k: v for k, v in record["metrics"].items() if isinstance(v, float)}
+    for metric, value in scores.items():  # the run folder's eval results for these weights, with their protocol
+        assert f"| zeroshot | {metric} | {value:.4f} | ties {record['ties']}, fp32" in card
+    index = {(e.dataset_name, e.metric_type): e.metric_value for e in parsed.eval_results}
+    assert index == {("zeroshot", k): v for k, v in scores.items()}  # model-index, each result under its dataset's name
+    assert {e.task_type for e in parsed.eval_results} == {"zero-shot-image-classification"}
 
     model, _, tokenizer = load_model(str(ckpt))
     hf = CLIPModel.from_pretrained(tmp_path / "hf").eval()
@@ -292,6 +374,40 @@ def test_a_fine_tuned_checkpoint_goes_through_the_cli_into_transformers_with_its
     # other weights, other card: nothing evaluated the first step's
     assert run("export", ckpt.parent / "step_0000001", tmp_path / "first", "--format", "hf").returncode == 0
     assert "No `compclip eval` result was found" in (tmp_path / "first" / "README.md").read_text()
+
+
+def test_the_card_parses_as_the_hub_parses_it_for_odd_licenses_and_paths(tmp_path, capsys):
+    from huggingface_hub import ModelCard
+
+    from compclip.export import upload_arguments
+
+    odd = tmp_path / "data: #1 'quoted'"
+    odd.mkdir()
+    data = make_dataset(odd, n=16)
+    assert run_main(capsys, "train", "--method", "clip", "--model", "compclip-tiny-clip", "--train-data", data, "--out",
+                    tmp_path / "run", "--batch-size", 8, "--steps", 1, "--workers", 0, "--lr", "1e-5")[0] == 0
+    code, _, err = run_main(capsys, "export", tmp_path / "run", tmp_path / "x", "--license", "MIT License: see repo")
+    assert code == 2 and "not one of the Hub's license identifiers" in err and not (tmp_path / "x").exists()
+    code, _, err = run_main(capsys, "export", tmp_path / "run", tmp_path / "x", "--license", "mit", "--license-name", "mine")
+    assert code == 2 and "go with --license other" in err
+    # a run folder exports its newest checkpoint (checkpoints/latest)
+    for license, name, link in (("other", None, None), ("other", "acme: research-only #2", "LICENSE.md"), ("cc-by-nc-4.0", None, None)):
+        out = tmp_path / f"card-{license}-{name is None}"
+        extra = [*(["--license-name", name] if name else []), *(["--license-link", link] if link else [])]
+        assert run_main(capsys, "export", tmp_path / "run", out, "--license", license, *extra)[0] == 0
+        card = ModelCard.load(out / "README.md")
+        assert card.data.license == license and card.data.tags == ["compclip", "clip", "vision-language", "compositionality"]
+        if license == "other":  # the Hub asks a license_name of `other`
+            assert (card.data.license_name, card.data.license_link) == (name or "same-as-base-model", link)
+        assert "| learning rate | 1e-05 |" in card.text and "| training data | train.csv |" in card.text and str(odd) not in card.text
+    # --push-to-hub: offline here, so huggingface_hub's own call fails, in one line; the export stays
+    code, _, err = run_main(capsys, "export", tmp_path / "run", tmp_path / "pushed", "--push-to-hub", "someone/tiny-clip")
+    assert code == 2 and err.startswith("error: --push-to-hub someone/tiny-clip: OfflineModeIsEnabled") and "hf upload" in err
+    assert (tmp_path / "pushed" / "README.md").is_file()
+    config = json.loads((tmp_path / "run" / "checkpoints" / "step_0000001" / "config.json").read_text())
+    assert upload_arguments(tmp_path / "pushed", "someone/tiny-clip", config) == {
+        "repo_id": "someone/tiny-clip", "folder_path": str(tmp_path / "pushed"), "repo_type": "model",
+        "commit_message": "compclip export of compclip-tiny-clip (clip) step 1"}
 
 
 # ---- the QuickGELU guard -----------------------------------------------------------------------------------------------

@@ -120,20 +120,27 @@ def version() -> None:
 
 @app.command()
 def export(
-    checkpoint: Path = typer.Argument(..., help="A compclip checkpoint folder."),
+    checkpoint: Path = typer.Argument(..., help="A compclip checkpoint folder, or a run folder (its checkpoints/latest)."),
     out: str = typer.Argument(..., help="A folder to write (model, config, tokenizer, README.md model card), or for "
                                         "--format open_clip a .safetensors file: the state dict alone."),
     fmt: str = typer.Option("open_clip", "--format", help="open_clip (a local-dir: folder or a state dict file) or hf "
                                                               "(transformers CLIPModel / SiglipModel, what LLaVA-style code loads)."),
     results: list[Path] = typer.Option([], "--results", help="Folders searched for `compclip eval` results of these weights, for the "
                                                               "model card (repeatable).  [default: the checkpoint's run folder]"),
-    license: str = typer.Option("other", help="The license the model card declares: your base model's (e.g. mit, apache-2.0)."),
+    license: str = typer.Option("other", help="The license the model card declares, a Hub identifier: your base model's (e.g. mit, "
+                                               "apache-2.0), or other with --license-name."),
+    license_name: str = typer.Option(None, help="With --license other: the license's name.  [default: same-as-base-model]"),
+    license_link: str = typer.Option(None, help="With --license other: where the license's text is (a URL or a file of the repo)."),
+    push_to_hub: str = typer.Option(None, "--push-to-hub", help="Upload the export folder to this Hub repository (made if needed; "
+                                                                "the token is huggingface_hub's: HF_TOKEN or `hf auth login`)."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier export at OUT."),
 ) -> None:
-    """Write a checkpoint where users take it: open_clip and CLIP_benchmark, or Hugging Face transformers."""
+    """Write a checkpoint where users take it: open_clip and CLIP_benchmark, or Hugging Face transformers. CHECKPOINT may be
+    a run folder or its checkpoints/latest: the newest checkpoint."""
     from .export import export as write
 
-    target, usage, notes = write(checkpoint, out, fmt, force=force, results=results, license=license)
+    target, usage, notes = write(checkpoint, out, fmt, force=force, results=results, license=license, license_name=license_name,
+                                 license_link=license_link, push_to_hub=push_to_hub)
     typer.echo(f"wrote {target}; load it with:\n{usage}")
     for note in notes:
         typer.echo(f"note: {note}")

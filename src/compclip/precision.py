@@ -42,3 +42,11 @@ def resolve_device(device: str | None) -> str:
     if kind == "cuda" and (not torch.cuda.is_available() or int(index or 0) >= torch.cuda.device_count()):
         raise UsageError(f"--device {device}: torch sees {torch.cuda.device_count()} GPU(s) here")
     return device
+
+
+def image_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype a model's image tower takes its pixels in: that of its first convolution or linear layer (16 bits under
+    open_clip's bf16 and pure_bf16, whose embeddings and norms may stay in 32), fp32 where it has none."""
+    tower = getattr(model, "visual", model)
+    layer = next((m for m in tower.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))), None)
+    return layer.weight.dtype if layer is not None else torch.float32

@@ -30,7 +30,7 @@ from .data.images import ImageRef, image_ref
 from .errors import DataError, NonFiniteError
 from .io import atomic_path
 from .models.tokens import short_text_encoder
-from .precision import autocast
+from .precision import autocast, image_dtype
 from .progress import progress
 
 Box = tuple[float, float, float, float]  # left, top, right, bottom: a crop (ARO's regions)
@@ -241,7 +241,7 @@ class DualEncoderScorer(Scorer):
                 self.unreadable[self._sources[keys[i]][0].key] = why
             if batch is not None:
                 with autocast(self.device, self.precision):  # images enter in the tower's dtype (16-bit weights: open_clip's bf16)
-                    rows.append(encode(batch.to(self.device, dtype=next(self.model.visual.parameters()).dtype)).float().cpu())
+                    rows.append(encode(batch.to(self.device, dtype=image_dtype(self.model))).float().cpu())
                 done += [keys[i] for i in indices]
         return done, torch.cat(rows) if rows else torch.empty(0)
 

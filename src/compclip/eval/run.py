@@ -155,9 +155,9 @@ def refuse_another_models(out: Path, model: str, pretrained: str | None, weights
         if not isinstance(record, dict) or "metrics" not in record:
             continue
         theirs = record.get("weights_sha256")
-        same = theirs == weights if theirs and weights else (record.get("model"), record.get("pretrained")) == (model, pretrained)
+        same = theirs == weights if theirs and weights else (record.get("model"), record.get("pretrained") or None) == (model, pretrained)
         if not same:
-            named = record.get("model") if record.get("pretrained") is None else f"{record.get('model')} ({record.get('pretrained')})"
+            named = record.get("model") if not record.get("pretrained") else f"{record.get('model')} ({record.get('pretrained')})"
             raise UsageError(f"--out {out} holds results of another model: {file.name} is {named}'s; give each model its own --out "
                              "(`compclip report` compares folders), or --force to replace them")
 
@@ -194,7 +194,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     for job in jobs:
         bench = REGISTRY[job.name]
         rule = bench.ties if ties == "official" else ties
-        record: dict[str, Any] = {"dataset": job.label, "model": model, "pretrained": pretrained, "weights_sha256": weights,
+        # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
+        record: dict[str, Any] = {"dataset": job.label, "model": model, "pretrained": pretrained or "", "weights_sha256": weights,
                                   "task": bench.task,
                                   "ties": rule, "ties_option": ties, "precision": precision, "compclip_version": __version__,
                                   "options": dataclasses.asdict(made[job.name])}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import torch
 from ..errors import DataError, MissingFileError
 from ..options import option
 from . import protocols
-from .base import Benchmark, Missing, Result, accuracy, mean, read_json, register
+from .base import Benchmark, Missing, Result, accuracy, mean, rate, read_json, register
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
 
@@ -60,6 +61,19 @@ class Options:
                 raise MissingFileError(f"--bench-opt zeroshot.{name}={value}: no such file")
 
 
+def clip_benchmark_metrics(scores: torch.Tensor, target: torch.Tensor, correct: torch.Tensor) -> dict[str, float]:
+    """CLIP_benchmark's figures (metrics/zeroshot_classification.py, `evaluate`): acc1 (here under the run's tie rule),
+    acc5 by `topk` (NaN under 5 classes, as there), and mean_per_class_recall, sklearn's `balanced_accuracy_score`: the
+    mean over the classes that have images of the share of their images classified right."""
+    if not len(target):
+        return {"acc1": math.nan, "acc5": math.nan, "mean_per_class_recall": math.nan}
+    top5 = math.nan
+    if scores.shape[1] >= 5:
+        top5 = rate((scores.topk(5, dim=1).indices == target[:, None]).any(1))
+    recalls = [rate(correct[target == c]) for c in target.unique()]
+    return {"acc1": rate(correct), "acc5": top5, "mean_per_class_recall": sum(recalls) / len(recalls)}
+
+
 @register
 class ZeroShot(Benchmark):
     name = "zeroshot"
@@ -89,10 +103,14 @@ class ZeroShot(Benchmark):
                 found = [p for p in sorted(c.iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES and missing.keep([p])]
                 files += found
                 labels += [label] * len(found)
-            correct = protocols.picks(scorer.class_scores(files, prompts), torch.tensor(labels, dtype=torch.long), ties)
-            metrics[folder.name] = {**accuracy(correct), "classes": len(classes), "prompts": sum(map(len, prompts)),
-                                    "classnames_from": names_from, "templates_from": prompts_from}
-        metrics["overall"] = mean(m["acc"] for m in metrics.values())
+            scores, target = scorer.class_scores(files, prompts), torch.tensor(labels, dtype=torch.long)
+            correct = protocols.picks(scores, target, ties)
+            metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), "classes": len(classes),
+                                    "prompts": sum(map(len, prompts)), "classnames_from": names_from, "templates_from": prompts_from}
+        datasets = list(metrics.values())
+        metrics["overall"] = mean(m["acc"] for m in datasets)
+        for key in ("acc1", "acc5", "mean_per_class_recall"):  # CLIP_benchmark's keys, over the datasets
+            metrics[key] = mean(m[key] for m in datasets)
         return Result(metrics, missing)
 
     @staticmethod

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..io import atomic_dir
-from .card import CARD_MARK, find_results, model_card
+from .card import CARD_MARK, check_license, find_results, model_card
 
 FORMATS = ("open_clip", "hf")
 CARD_NAME = "README.md"
@@ -47,21 +47,35 @@ def _results_roots(checkpoint: Path, results: list[Path]) -> list[Path]:
     return [checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent]
 
 
+def run_checkpoint(path: Path) -> Path:
+    """A checkpoint folder as given, or the one a run's `checkpoints/latest` pointer names (the pointer, its folder, or the
+    run folder itself)."""
+    for pointer in (path, path / "latest", path / "checkpoints" / "latest"):
+        if pointer.is_file() and pointer.name == "latest":
+            return pointer.parent / pointer.read_text(encoding="utf-8").strip()
+    return path
+
+
 def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, force: bool = False, results: list[Path] | None = None,
-           license: str = "other") -> tuple[Path, str, list[str]]:
+           license: str = "other", license_name: str | None = None, license_link: str | None = None,
+           push_to_hub: str | None = None) -> tuple[Path, str, list[str]]:
     """Write `checkpoint` for `fmt` at `out`; returns what was written, the Python that loads it, and what a user must know.
 
     `fmt` open_clip with `out` a `.safetensors` file writes the state dict alone; any other `out` is a folder with the
-    weights, their config, the tokenizer (where it has a counterpart) and `README.md`, the model card.
+    weights, their config, the tokenizer (where it has a counterpart) and `README.md`, the model card, which
+    `push_to_hub` (a Hub repository id) then uploads.
     """
-    checkpoint = Path(checkpoint)
+    checkpoint = run_checkpoint(Path(checkpoint))
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}: {', '.join(FORMATS)}")
+    check_license(license, license_name, license_link)
     # the destination is checked before torch and open_clip load: a wrong one is an error in a fraction of a second
     single_file = str(out).endswith(".safetensors")
     if single_file:
         if fmt != "open_clip":
             raise UsageError(f"{out}: --format {fmt} writes a folder, not a .safetensors file")
+        if push_to_hub:
+            raise UsageError(f"--push-to-hub uploads an export folder with its model card: name a folder, not {out}")
         target = export_target(out, force)
     else:
         out = Path(out)
@@ -97,6 +111,35 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
             notes += oc_notes
             library = "open_clip"
         found = find_results(weights_sha256(checkpoint), _results_roots(checkpoint, list(results or [])))
-        card = model_card(config, library=library, kind=kind, license=license, usage=usage, notes=notes, results=found)
+        where = push_to_hub or out.name  # the card names the Hub repository or the folder, not the exporter's path to it
+        card = model_card(config, library=library, kind=kind, license=license, usage=usage.replace(str(out), where), notes=notes,
+                          results=found,
+                          license_name=license_name, license_link=license_link)
         (tmp / CARD_NAME).write_text(card, encoding="utf-8")
+    if push_to_hub:
+        notes.append(f"pushed to https://huggingface.co/{push(out, push_to_hub, config)}")
     return out, usage, notes
+
+
+def upload_arguments(out: Path, repo: str, config: dict) -> dict:
+    """What `huggingface_hub.upload_folder` is given: the whole export folder, as one commit that names the checkpoint."""
+    step = f" step {config['step']}" if config.get("step") is not None else ""
+    method = f" ({config['method']})" if config.get("method") else ""
+    return {"repo_id": repo, "folder_path": str(out), "repo_type": "model",
+            "commit_message": f"compclip export of {config['model_name']}{method}{step}"}
+
+
+def push(out: Path, repo: str, config: dict) -> str:
+    """Upload the export folder to the Hub repository `repo` (made if it is not there; the token is huggingface_hub's own:
+    HF_TOKEN or `hf auth login`); a failure is one line, the export kept."""
+    import huggingface_hub
+
+    try:
+        huggingface_hub.create_repo(repo, repo_type="model", exist_ok=True)
+        huggingface_hub.upload_folder(**upload_arguments(out, repo, config))
+    except Exception as e:  # offline, no token, no rights: huggingface_hub raises several kinds
+        from ..errors import DownloadError
+
+        raise DownloadError(f"--push-to-hub {repo}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; the export is "
+                            f"written at {out}: push it later with `hf upload {repo} {out}`") from None
+    return repo

@@ -58,33 +58,85 @@ def method_options(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for opts in made for k, v in dataclasses.asdict(opts).items()}
 
 
+# The license identifiers the Hub accepts in a card's `license:` (https://huggingface.co/docs/hub/repositories-licenses);
+# anything else is `other` with a `license_name` (and a `license_link`).
+HUB_LICENSES = frozenset((
+    "apache-2.0", "mit", "openrail", "bigscience-openrail-m", "creativeml-openrail-m", "bigscience-bloom-rail-1.0",
+    "bigcode-openrail-m", "afl-3.0", "artistic-2.0", "bsl-1.0", "bsd", "bsd-2-clause", "bsd-3-clause", "bsd-3-clause-clear",
+    "c-uda", "cc", "cc0-1.0", "cc-by-2.0", "cc-by-2.5", "cc-by-3.0", "cc-by-4.0", "cc-by-sa-3.0", "cc-by-sa-4.0", "cc-by-nc-2.0",
+    "cc-by-nc-3.0", "cc-by-nc-4.0", "cc-by-nd-4.0", "cc-by-nc-nd-3.0", "cc-by-nc-nd-4.0", "cc-by-nc-sa-2.0", "cc-by-nc-sa-3.0",
+    "cc-by-nc-sa-4.0", "cdla-sharing-1.0", "cdla-permissive-1.0", "cdla-permissive-2.0", "wtfpl", "ecl-2.0", "epl-1.0", "epl-2.0",
+    "etalab-2.0", "eupl-1.1", "eupl-1.2", "agpl-3.0", "gfdl", "gpl", "gpl-2.0", "gpl-3.0", "lgpl", "lgpl-2.1", "lgpl-3.0", "isc",
+    "h-research", "intel-research", "lppl-1.3c", "ms-pl", "apple-ascl", "apple-amlr", "mpl-2.0", "odc-by", "odbl", "openrail++",
+    "osl-3.0", "postgresql", "ofl-1.1", "ncsa", "unlicense", "zlib", "pddl", "lgpl-lr", "deepfloyd-if-license", "llama2", "llama3",
+    "llama3.1", "llama3.2", "llama3.3", "llama4", "gemma", "unknown", "other",
+))
+DEFAULT_LICENSE_NAME = "same-as-base-model"
+TASKS = {"zeroshot_classification": "zero-shot-image-classification"}  # CLIP_benchmark's task -> the Hub's, where it has one
+
+
+def check_license(license: str, name: str | None, link: str | None) -> None:
+    """A license the Hub accepts, before anything is loaded: an identifier of its list, or `other` with a name."""
+    from ..errors import UsageError
+
+    if license not in HUB_LICENSES:
+        raise UsageError(f"--license {license!r} is not one of the Hub's license identifiers (e.g. mit, apache-2.0, cc-by-4.0; "
+                         "https://huggingface.co/docs/hub/repositories-licenses): give one, or --license other --license-name "
+                         "NAME --license-link URL")
+    if (name is not None or link is not None) and license != "other":
+        raise UsageError(f"--license-name and --license-link name a license outside the Hub's list: they go with --license other, "
+                         f"not {license}")
+
+
 def _cell(value: Any) -> str:
     return "n/a" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value).replace("|", "\\|")
 
 
-def _front_matter(config: dict[str, Any], library: str, license: str, kind: str) -> str:
-    tags = ["compclip", *(config.get("method") or "").split("+"), kind, "vision-language", "compositionality"]
-    lines = ["---", f"library_name: {library}", f"license: {license}"]
-    base = base_model(config)
-    if base:
-        lines.append(f"base_model: {base}")
-    lines += ["pipeline_tag: zero-shot-image-classification", "tags:", *(f"- {t}" for t in tags if t), "---"]
-    return "\n".join(lines)
+def _setting(value: Any) -> str:
+    """A training setting as typed (1e-05, not a score's 0.0000); a data file by its name, not the exporter's path."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str) and ("/" in value or "\\" in value):
+        return "::".join(Path(part).name for part in value.split("::"))
+    return _cell(value)
+
+
+def _card_data(config: dict[str, Any], library: str, license: str, license_name: str | None, license_link: str | None, kind: str,
+               title: str, results: list[dict[str, Any]]):
+    """The front matter, as huggingface_hub writes and the Hub reads it: tags once each, the results as `model-index`."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    tags = list(dict.fromkeys(t for t in ["compclip", *(config.get("method") or "").split("+"), kind, "vision-language",
+                                          "compositionality"] if t))
+    evals = []
+    for r in results:
+        name, _, split = r["dataset"].partition("/")
+        for metric, value in r["metrics"].items():
+            if isinstance(value, float):
+                evals.append(EvalResult(task_type=TASKS.get(r.get("task"), r.get("task") or "other"), dataset_type=name,
+                                        dataset_name=r["dataset"], dataset_split=split or None, metric_type=metric,
+                                        metric_value=value, metric_name=f"{metric} (compclip eval {r.get('compclip_version')})"))
+    other = license == "other"
+    return ModelCardData(library_name=library, license=license, license_name=(license_name or DEFAULT_LICENSE_NAME) if other else None,
+                         license_link=license_link if other else None, base_model=base_model(config),
+                         pipeline_tag="zero-shot-image-classification", tags=tags, model_name=title if evals else None,
+                         eval_results=evals or None)
 
 
 def _training(config: dict[str, Any]) -> list[str]:
     args = config.get("train_args", {})
     if not args:
         return ["Not trained by compclip: these are the weights of the model named above."]
-    rows = [("method", config.get("method")), ("steps", config.get("step")), ("training data", args.get("train_data")),
+    rows = [("method", config.get("method")), ("recipe", args.get("recipe")), ("steps", config.get("step")),
+            ("training data", args.get("train_data")),
             ("concepts", args.get("concepts")), ("batch size (per process)", args.get("batch_size")), ("learning rate", args.get("lr")),
             ("weight decay", args.get("weight_decay")), ("schedule", args.get("schedule")), ("warm-up steps", args.get("warmup")),
             ("precision", args.get("precision")), ("seed", args.get("seed"))]
-    out = ["| setting | value |", "| --- | --- |", *(f"| {k} | {_cell(v)} |" for k, v in rows if v is not None)]
+    out = ["| setting | value |", "| --- | --- |", *(f"| {k} | {_setting(v)} |" for k, v in rows if v is not None)]
     options = method_options(config)
     if options:
         out += ["", "Method options (`docs/methods.md` gives each one's paper default):", "",
-                "| option | value |", "| --- | --- |", *(f"| {k} | {_cell(v)} |" for k, v in options.items())]
+                "| option | value |", "| --- | --- |", *(f"| {k} | {_setting(v)} |" for k, v in options.items())]
     return out
 
 
@@ -105,17 +157,22 @@ def _results(results: list[dict[str, Any]]) -> list[str]:
 
 
 def model_card(config: dict[str, Any], *, library: str, kind: str, license: str, usage: str, notes: list[str],
-               results: list[dict[str, Any]]) -> str:
-    """The README.md text."""
+               results: list[dict[str, Any]], license_name: str | None = None, license_link: str | None = None) -> str:
+    """The README.md text: huggingface_hub's `ModelCard` of the front matter and the body."""
+    from huggingface_hub import ModelCard
+
     method = config.get("method")
     title = f"{config['model_name']} fine-tuned with compclip ({method})" if method else f"{config['model_name']}, exported by compclip"
     pretrained = config.get("pretrained")
-    start = f"`{config['model_name']}`" + (f" with pretrained weights `{pretrained}`" if pretrained else " from random weights")
-    parts = [_front_matter(config, library, license, kind), CARD_MARK, f"# {title}", "",
-             f"Started from {start}; exported by compclip {__version__} for {library}.", "", "## Use", "", "```python", usage, "```", ""]
+    start = f"`{config['model_name']}`" + (f" with pretrained weights `{Path(pretrained).name}`" if pretrained else " from random weights")
+    data = _card_data(config, library, license, license_name, license_link, kind, title, results)
+    parts = [CARD_MARK, f"# {title}", "", f"Started from {start}; exported by compclip {__version__} for {library}.", ""]
+    if license == "other" and not license_name:
+        parts += ["License: the base model's (`compclip export --license` declares another).", ""]
+    parts += ["## Use", "", "```python", usage, "```", ""]
     if notes:
         parts += ["Notes:", "", *(f"- {n}" for n in notes), ""]
     parts += ["## Training", "", *_training(config), "", "## Evaluation", "",
               "The newest `compclip eval` result of each benchmark for these exact weights (matched by the SHA-256 of the "
               "checkpoint's weights file). Protocols: `compclip benchmarks` and `docs/data.md`.", "", *_results(results), ""]
-    return "\n".join(parts)
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n" + "\n".join(parts)))

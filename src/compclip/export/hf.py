@@ -8,6 +8,7 @@ through as a silently different model.
 from __future__ import annotations
 
 import gzip
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -139,6 +140,9 @@ def _clip(model: nn.Module, special: dict[str, int]) -> tuple[dict[str, torch.Te
     vcfg.update(hidden_size=v.conv1.out_channels, image_size=v.image_size[0], patch_size=v.patch_size[0], num_channels=3)
     if v.image_size[0] != v.image_size[1] or v.patch_size[0] != v.patch_size[1]:
         raise UnmappableError(f"visual: image {v.image_size} or patch {v.patch_size} not square: CLIPVisionConfig takes one size")
+    # each tower's own config holds the projection width too: CLIPVisionModelWithProjection / CLIPTextModelWithProjection
+    # (diffusers, SDXL) read it there, and default to 512
+    tcfg["projection_dim"] = vcfg["projection_dim"] = v.proj.shape[1]
     config = CLIPConfig(text_config=tcfg, vision_config=vcfg, projection_dim=v.proj.shape[1],
                         logit_scale_init_value=float(model.logit_scale.detach()))
     return {**vis, **txt, "logit_scale": model.logit_scale.reshape(())}, config
@@ -259,16 +263,22 @@ def image_processor(preprocess_cfg: dict[str, Any], kind: str):
     return CLIPImageProcessor(size={"shortest_edge": height}, crop_size={"height": height, "width": width}, do_center_crop=True, **common)
 
 
-def clip_bpe_tokenizer(context_length: int):
-    """transformers' CLIPTokenizer over the CLIP BPE open_clip ships (OpenAI's vocabulary, the same ids)."""
-    from transformers import CLIPTokenizer
-
+def clip_bpe() -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """The CLIP BPE open_clip ships as transformers reads it: the vocabulary (OpenAI's ids) and the merges."""
     with gzip.open(default_bpe()) as f:
         lines = f.read().decode("utf-8").split("\n")
     merges = [tuple(line.split()) for line in lines[1 : 49152 - 256 - 2 + 1]]  # as open_clip.tokenizer.SimpleTokenizer
     symbols = list(bytes_to_unicode().values())
     vocab = [*symbols, *(s + "</w>" for s in symbols), *("".join(m) for m in merges), "<|startoftext|>", "<|endoftext|>"]
-    return CLIPTokenizer(vocab={t: i for i, t in enumerate(vocab)}, merges=merges, model_max_length=context_length)
+    return {t: i for i, t in enumerate(vocab)}, merges
+
+
+def clip_bpe_tokenizer(context_length: int):
+    """transformers' CLIPTokenizer over the CLIP BPE open_clip ships (OpenAI's vocabulary, the same ids)."""
+    from transformers import CLIPTokenizer
+
+    vocab, merges = clip_bpe()
+    return CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=context_length)
 
 
 def tokenizer(open_clip_tokenizer: Any, kind: str, context_length: int) -> tuple[Any | None, list[str]]:
@@ -291,6 +301,8 @@ def tokenizer(open_clip_tokenizer: Any, kind: str, context_length: int) -> tuple
         if kind == "siglip":
             hf.model_input_names = hf.init_kwargs["model_input_names"] = ["input_ids"]  # SigLIP attends to padding, as open_clip
             notes.append(f"tokenizer: call it with padding='max_length', max_length={context_length}, as SigLIP was trained")
+            notes.append("tokenizer: transformers 4.x's SiglipProcessor asks for a SentencePiece tokenizer: there, load "
+                         "AutoTokenizer and AutoImageProcessor each on its own (5.x's AutoProcessor takes this one)")
         clean = getattr(inner.clean_fn, "__name__", "")
         if "canonical" in clean:
             notes.append("tokenizer: open_clip lower-cases and strips punctuation first (clean='canonicalize'); transformers' "
@@ -337,6 +349,27 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def _readable_by_older_transformers(folder: Path, kind: str) -> None:
+    """Tokenizer files that transformers 4.x reads too. CLIP's: `vocab.json` and `merges.txt` (every version builds its
+    tokenizer from them) and no `tokenizer.json`, whose newer serialisation 4.x's tokenizers cannot parse ("untagged enum
+    ModelWrapper"). SigLIP's: the class every version has (`PreTrainedTokenizerFast`, where 5.x writes its new
+    `TokenizersBackend`), and none of the loading arguments 5.x records. Every version builds the processor from
+    `preprocessor_config.json` and the tokenizer."""
+    (folder / "processor_config.json").unlink(missing_ok=True)  # 5.x's nesting of preprocessor_config.json, which 4.x
+    config_file = folder / "tokenizer_config.json"              # passes on as a second image_processor
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    for key in ("is_local", "local_files_only", "backend"):
+        config.pop(key, None)
+    if kind == "clip":
+        vocab, merges = clip_bpe()
+        (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
+        (folder / "tokenizer.json").unlink(missing_ok=True)
+    elif config.get("tokenizer_class") == "TokenizersBackend":
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def save(model: nn.Module, spec: dict[str, Any], open_clip_tokenizer: Any, folder: Path) -> tuple[str, list[str]]:
     """Write model, image processor and (where one exists) tokenizer into `folder`; returns the family and the notes."""
     from transformers import CLIPProcessor, SiglipProcessor
@@ -360,5 +393,6 @@ def save(model: nn.Module, spec: dict[str, Any], open_clip_tokenizer: Any, folde
         images.save_pretrained(folder)  # preprocessor_config.json: what CLIPImageProcessor.from_pretrained reads in any version
         if tok is not None:
             (CLIPProcessor if kind == "clip" else SiglipProcessor)(image_processor=images, tokenizer=tok).save_pretrained(folder)
+            _readable_by_older_transformers(folder, kind)
     notes.append(f"checked: image and text embeddings equal open_clip's within {max(d_image, d_text):.1e} (fp32)")
     return kind, notes

@@ -266,9 +266,11 @@ def _seeded(seed: int | None):
 
 def _load_checkpoint_folder(folder: Path, device, precision: str):
     config = check_checkpoint_folder(folder)
-    vision = config["model_cfg"].get("vision_cfg", {})
-    # a timm tower takes its image size from set_input_size, which open_clip calls for force_image_size alone
-    resized = {"force_image_size": vision["image_size"]} if "timm_model_name" in vision and "image_size" in vision else {}
+    # a timm tower trained at a forced image size: open_clip sets it through set_input_size, for force_image_size alone
+    size = config["model_cfg"].get("vision_cfg", {}).get("image_size")
+    named = open_clip.get_model_config(config["model_name"]) if ":" not in config["model_name"] else None
+    forced = named is not None and "timm_model_name" in named.get("vision_cfg", {}) and named["vision_cfg"].get("image_size") != size
+    resized = {"force_image_size": size} if forced else {}
     with _weights_follow():
         model = open_clip.create_model(f"local-dir:{folder}", load_weights=False, device=device, precision=precision, **resized)
     load_weights(model, folder / WEIGHTS_NAME)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..errors import DataError, UsageError
 from ..io import write_json
+from ..precision import image_dtype
 from .config import TrainConfig, reader_kwargs
 
 log = logging.getLogger("compclip.train")
@@ -143,7 +144,7 @@ def validation_metrics(model: torch.nn.Module, preprocess, tokenizer, cfg: Train
     reader = open_reader(cfg.val_data, transform=preprocess, **reader_kwargs(cfg, cfg.val_data, image_root=None))
     images, texts = [], []
     batch: list[dict[str, Any]] = []
-    dtype = next(model.visual.parameters()).dtype
+    dtype = image_dtype(model)
 
     def flush():
         pixels = torch.stack([s["image"] for s in batch]).to(device, dtype=dtype)
