@@ -7,7 +7,7 @@ import compclip
 
 # Lowest first. A module may import its own layer and those before it; the shared helpers (errors, io, options,
 # precision, progress, text) import none of the layers.
-LAYERS = ("data", "concepts", "models", "scoring", "methods", "train", "eval")
+LAYERS = ("data", "concepts", "models", "scoring", "methods", "eval", "train")  # training runs the harness on its model
 HELPERS = ("errors", "io", "lazy", "options", "plugins", "precision", "progress", "stats", "text")
 
 
@@ -85,3 +85,25 @@ def test_the_check_sees_imports_inside_functions(tmp_path):
     assert graph["compclip.methods.occlip"] == {"compclip.errors", "compclip.eval.scorer"}
     assert upward(graph) == ["compclip.methods.occlip -> compclip.eval.scorer"]
     assert cycles(graph) and all("compclip.eval.scorer -> compclip.methods" in c or "occlip" in c for c in cycles(graph))
+
+
+def test_the_readme_links_work_from_the_package_index():
+    """The package index shows README.md without the repository around it: a link to the docs is absolute, at the
+    repository `[project.urls]` names, and names a file (and heading) of this tree."""
+    import re
+    import tomllib
+
+    root = Path(__file__).parents[1]
+    repository = tomllib.loads((root / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert not [t for t in targets if not t.startswith(("http://", "https://", "#"))]  # no relative link
+    ours = [t.removeprefix(f"{repository}/blob/main/") for t in targets if t.startswith(repository)]
+    assert len(ours) >= 10
+    for target in ours:
+        file, _, anchor = target.partition("#")
+        assert (root / file).is_file(), target
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (root / file).read_text(encoding="utf-8"), flags=re.M)
+            slugs = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in headings}
+            assert anchor in slugs, target

@@ -9,13 +9,14 @@ from .checkpoint import (
     save_checkpoint,
     unwrap,
 )
-from .factory import LazyTokenizer, load_model, train_preprocess
+from .factory import LazyTokenizer, eval_preprocess, load_model, train_preprocess
 
 __all__ = [
     "BUNDLED_MODELS",
     "CheckpointMismatchError",
     "LazyTokenizer",
     "bundled",
+    "eval_preprocess",
     "load_model",
     "load_weights",
     "model_spec",

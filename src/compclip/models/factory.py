@@ -227,7 +227,7 @@ def load_model(
         load_weights(model, weights_file)
     tokenizer = _tokenizer_for(name, cfg)
     _attach_spec(model, name, cfg, str(pretrained) if pretrained else None, tokenizer)
-    return model.eval(), _preprocess(model), tokenizer
+    return model.eval(), eval_preprocess(model), tokenizer
 
 
 def _check_activation(name: str, cfg: dict[str, Any], file: Path | None, tag: str | None) -> None:
@@ -276,7 +276,7 @@ def _load_checkpoint_folder(folder: Path, device, precision: str):
     load_weights(model, folder / WEIGHTS_NAME)
     tokenizer = LazyTokenizer(**config["tokenizer"])
     _attach_spec(model, config["model_name"], config["model_cfg"], config.get("pretrained"), tokenizer)
-    return model.eval(), _preprocess(model), tokenizer
+    return model.eval(), eval_preprocess(model), tokenizer
 
 
 def _attach_spec(model: torch.nn.Module, name: str, cfg: dict, pretrained: str | None, tokenizer: LazyTokenizer) -> None:
@@ -285,7 +285,8 @@ def _attach_spec(model: torch.nn.Module, name: str, cfg: dict, pretrained: str |
     setattr(model, SPEC_ATTR, spec)
 
 
-def _preprocess(model: torch.nn.Module) -> Callable:
+def eval_preprocess(model: torch.nn.Module) -> Callable:
+    """open_clip's evaluation preprocessing for this model's preprocessing config."""
     return image_transform_v2(PreprocessCfg(**model.visual.preprocess_cfg), is_train=False)
 
 

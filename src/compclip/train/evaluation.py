@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..errors import DataError, UsageError
 from ..io import write_json
+from ..models import eval_preprocess
 from ..precision import image_dtype
 from .config import TrainConfig, reader_kwargs
 
@@ -70,16 +71,11 @@ class RunEvaluation:
             if self.is_main:
                 figures |= self._benchmarks(model)
                 if self.cfg.val_data:
-                    figures |= validation_metrics(model, self._preprocess(model), self.tokenizer, self.cfg, self.device)
+                    figures |= validation_metrics(model, eval_preprocess(model), self.tokenizer, self.cfg, self.device)
         finally:
             model.train()
             self.method.train()
         return figures
-
-    def _preprocess(self, model):
-        from ..models.factory import _preprocess
-
-        return _preprocess(model)
 
     def _benchmarks(self, model: torch.nn.Module) -> dict[str, float]:
         from ..eval.base import REGISTRY
@@ -88,7 +84,7 @@ class RunEvaluation:
 
         if not self.jobs:
             return {}
-        scorer = model_scorer(model, self._preprocess(model), self.tokenizer, self.method, device=str(self.device),
+        scorer = model_scorer(model, eval_preprocess(model), self.tokenizer, self.method, device=str(self.device),
                               batch_size=self.cfg.batch_size, workers=0)
         figures = {}
         for job in self.jobs:
