@@ -49,12 +49,14 @@ def test_grad_clip_norm_bounds_the_update(tmp_path):
     """Plain SGD: one step moves the weights by exactly lr × the clipped norm, when the gradient's norm exceeds it."""
     from compclip.train.trainer import Trainer
 
-    trainer = Trainer(settings_config(tmp_path, "a", steps=1, optimizer="sgd", lr=0.1, schedule="const", grad_clip_norm=0.01))
+    trainer = Trainer(settings_config(tmp_path, "a", steps=1, optimizer="sgd", lr=0.1, schedule="const", grad_clip_norm=0.01,
+                                      report_to="none"))
     before = [p.detach().clone() for p in trainer._trained()]
     trainer.run()
     moved = math.sqrt(sum(float((p.detach() - b).pow(2).sum()) for p, b in zip(trainer._trained(), before, strict=True)))
     assert logged(tmp_path, "a", "grad_norm")[1] > 0.01
     assert moved == pytest.approx(0.1 * 0.01, rel=1e-3)
+    assert not (tmp_path / "a" / "tensorboard").exists()  # --report-to none: log.jsonl alone
 
 
 @pytest.mark.parametrize(("precision", "dtype"), [("pure_bf16", torch.bfloat16), ("bf16", torch.bfloat16), ("amp_bfloat16", torch.float32)])
