@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/compclip demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks research
 
 # Two workers on two cores, one thread each: torch's threads in both workers (and in the processes they start) would
 # otherwise ask for twice the cores there are.

@@ -173,7 +173,7 @@ def test_demo_runs_end_to_end(tmp_path):
     summary = json.loads((tmp_path / "demo" / "report" / "seeds.json").read_text())
     assert summary["world_seeds"] == [5, 7] and len(summary["results"]["base"]["unseen"]["ZS shape"]) == 2
 
-    # the same two worlds run apart (everything reused), each in its own folder, then tabulated by benchmarks/study_table.py
+    # the same two worlds run apart (everything reused), each in its own folder, then tabulated by research/study_table.py
     # as the one run above tabulated them, but for the attention figure, which needs the models
     reports, trained = [], {p: p.stat().st_mtime_ns for p in (tmp_path / "demo").rglob("train/*/checkpoints/*/model.safetensors")}
     for w, root in ((5, tmp_path / "demo"), (7, other)):
@@ -183,7 +183,7 @@ def test_demo_runs_end_to_end(tmp_path):
         assert alone.returncode == 0 and alone.stderr == "", alone.stderr[-2000:]
         reports.append(tmp_path / f"world-{w}.json")
         reports[-1].write_bytes((root / "report" / "seeds.json").read_bytes())
-    script = Path(__file__).parents[1] / "benchmarks" / "study_table.py"
+    script = Path(__file__).parents[1] / "research" / "study_table.py"
     table = subprocess.run([sys.executable, script, *map(str, reports), "--out", str(tmp_path / "table")], capture_output=True,
                            text=True, timeout=300)
     assert table.returncode == 0, table.stderr[-2000:]

@@ -326,6 +326,26 @@ def test_clip_benchmark_build_reads_a_results_folder(data_root, tmp_path):
     assert float(rows["sugarcrepe/swap_att"]["overall"]) == pytest.approx(records["sugarcrepe/swap_att"]["metrics"]["overall"])
 
 
+def test_blind_equals_the_score_of_a_model_whose_image_tower_is_ignored(data_root, tmp_path):
+    """An image tower that gives one embedding for every image scores by its texts alone: --blind changes nothing, and the
+    report's image-grounded part is 0 on every split."""
+    from compclip.eval import EvalConfig, build_report, evaluate
+    from compclip.models import load_model, save_checkpoint
+
+    model, _, _ = load_model("compclip-tiny-clip")
+    with torch.no_grad():  # a final norm of zero gain: every image pools to its bias
+        model.visual.ln_post.weight.zero_()
+        model.visual.ln_post.bias.copy_(torch.randn(64, generator=torch.Generator().manual_seed(3)))
+    save_checkpoint(model, tmp_path / "ckpt")
+    records = evaluate(EvalConfig(model=str(tmp_path / "ckpt"), benchmark="sugarcrepe/swap_att,sugarcrepe_pp/swap_att",
+                                  out=str(tmp_path / "a"), data_root=str(data_root), workers=0, device="cpu", blind=True))
+    for record in records.values():
+        assert record["blind"] == record["metrics"]
+    assert 0.3 < records["sugarcrepe/swap_att"]["metrics"]["swap_att"]["acc"] < 0.9  # a text prior: not chance, not all
+    text = build_report([tmp_path / "a"], tmp_path / "report").read_text()
+    assert "## sugarcrepe-swap_att: what the texts alone score" in text and "| a | 0.0 |" in text
+
+
 def test_summary_average_only_over_all_ten_columns():
     from compclip.eval.report import AVERAGE, SUMMARY, summary_table
 

@@ -611,6 +611,27 @@ def test_a_scorer_without_text_scores_gives_tot_na_and_the_same_image_text_answe
     assert "| pairwise | — | — | — | 100.0 | n/a | 100.0 | n/a | — | — | — | — |" in report
 
 
+def test_blind_scores_the_texts_against_the_mean_image_by_hand(tmp_path):
+    """Images red, red, blue: their mean embedding is (2, 0, 1)/√5. Blind, "red" scores 2, "blue" 1 and "green" 0 against
+    every image: the first two examples stay right, the third (a blue image) goes to its red negative."""
+    for name, colour in (("1.jpg", "red"), ("2.jpg", "red"), ("3.jpg", "blue")):
+        solid(tmp_path / "coco" / "val2017" / name, colour)
+    (tmp_path / "sugarcrepe").mkdir()
+    rows = {"0": {"filename": "1.jpg", "caption": "a red car", "negative_caption": "a blue car"},
+            "1": {"filename": "2.jpg", "caption": "a red box", "negative_caption": "a green box"},
+            "2": {"filename": "3.jpg", "caption": "a blue ball", "negative_caption": "a red ball"}}
+    (tmp_path / "sugarcrepe" / "swap_att.json").write_text(json.dumps(rows))
+    bench, judge = REGISTRY["sugarcrepe"], scorer()
+    with judge.asked() as asked:
+        real = bench.run(judge, tmp_path, "strict").metrics["swap_att"]["acc"]
+    assert len(asked) == 3
+    with judge.blind(asked):
+        blind = bench.run(judge, tmp_path, "strict").metrics["swap_att"]["acc"]
+        assert torch.allclose(judge.images([tmp_path / "coco" / "val2017" / "3.jpg"])[0], torch.tensor([2.0, 0, 1]) / math.sqrt(5))
+    assert (real, blind) == (1.0, pytest.approx(2 / 3))
+    assert judge.images([tmp_path / "coco" / "val2017" / "3.jpg"]).tolist() == [[0.0, 0.0, 1.0]]  # the block over, images are themselves
+
+
 def test_sugarcrepe_scores_the_split_files_present_and_names_the_others(tmp_path):
     solid(tmp_path / "coco" / "val2017" / "1.jpg", "red")
     (tmp_path / "sugarcrepe").mkdir()

@@ -252,7 +252,7 @@ def test_palette_and_objects_per_scene(tmp_path):
 
 
 def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
-    """benchmarks/world_sweep.py at toy size: one world, base and fine-tune per knob value, each world made with
+    """research/world_sweep.py at toy size: one world, base and fine-tune per knob value, each world made with
     its value and the world seed asked for; a demo folder (or one of its worlds) whose world matches a value is
     reused, not trained again; a folder whose models were trained on another world is refused."""
     import os
@@ -263,7 +263,7 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     from compclip.demo import compare_methods
     from compclip.errors import UsageError
 
-    script = Path(__file__).parents[1] / "benchmarks" / "world_sweep.py"
+    script = Path(__file__).parents[1] / "research" / "world_sweep.py"
     toy = ["--knob", "completeness", "--methods", "siglip", "--seeds", "4", "--world-seed", "7", "--n-train", "200", "--n-test", "30",
            "--pretrain-steps", "2", "--pretrain-batch-size", "16", "--steps", "2", "--batch-size", "16"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -8,7 +8,7 @@
    with "a red star", "a star" and "something red" in turn, then the world's scenes with the single objects
    interleaved (colour alone would win the contrastive task and starve shape, and scenes alone make it
    forget shape, `docs/benchmarks.md`). For the default world compclip ships that base (`pack_base`, made by
-   `benchmarks/pack_base.py`), installed in a second; any other world, or `--rebuild-base`, pretrains it here;
+   `research/pack_base.py`), installed in a second; any other world, or `--rebuild-base`, pretrains it here;
 4. fine-tune that base once per method and seed (by default SigLIP, the positive control attswap, whose seen
    swap-attribute says whether the world can show binding at all, and C2LIP, with seed 0; `--methods` adds the
    peers: hardneg, negclip, clic, occlip) with equal steps and learning rate;
@@ -17,7 +17,7 @@
    significant only when its interval excludes zero. It writes
    `results/<model>[-s<seed>]/<split>/<benchmark>.json`, `report/report.md`, `report/seeds.md`,
    `report/seeds.json` and the plots under `--out`; `report/seeds.md` shows the attention figure and any
-   binding curve `benchmarks/world_sweep.py --demo OUT` drew there.
+   binding curve `research/world_sweep.py --demo OUT` drew there.
 The world and the base are made once, with the first seed; the seeds repeat the fine-tuning. So the intervals say
 what re-running the fine-tunes would show, not what a re-drawn world and a re-built base would: with `world_seeds`
 (`--world-seeds 0,1,2`) the demo draws each world and pretrains its own base on it (the first in `out`, the others
@@ -58,7 +58,7 @@ CURRICULUM = (
 PRETRAIN_STEPS = sum(run[-1] for run in CURRICULUM)  # --pretrain-steps scales every run's share of it
 PRETRAIN_BATCH = 128
 SHIPPED_BASE = Path(__file__).parent / "demo_base"  # `pack_base`'s output: the base the default world's demo would pretrain
-# Every method's fine-tune from the base, here and in benchmarks/world_ablation.py (steps and batch: run_demo's defaults):
+# Every method's fine-tune from the base, here and in research/world_ablation.py (steps and batch: run_demo's defaults):
 # 64,000 images, the fewest at which the positive control binds run after run (32,000 bound in some runs and not in
 # others; docs/results.md).
 METHODS, SEEDS = "siglip,attswap,c2lip", "0"  # what the demo compares by default, and over which fine-tuning seeds
@@ -107,7 +107,7 @@ class DemoConfig:
     rebuild_base: bool = option(False, "Pretrain the base here even where compclip ships it (the default world's: about 15 minutes "
                                         "on 2 cores).")
     study: bool = option(False, "The study's protocol in one flag: every method with the positive control, seeds 0,1,2 in each of "
-                                "worlds 0,1,2 (about 5 hours on 2 cores; one world a machine: benchmarks/study_table.py).")
+                                "worlds 0,1,2 (about 5 hours on 2 cores; one world a machine: research/study_table.py).")
 
 
 def run_demo(cfg: DemoConfig = DemoConfig()) -> dict[str, dict[str, dict[str, list[float]]]]:
@@ -137,7 +137,7 @@ def run_demo(cfg: DemoConfig = DemoConfig()) -> dict[str, dict[str, dict[str, li
                                              out / "report" / "attention.png")
         markdown += f"\n![attention of {concept!r}, C2LIP vs SigLIP fine-tuning, on an unseen scene](attention.png)\n"
         console.print(f"attention of the held-out {concept!r} on an unseen scene, C2LIP vs SigLIP fine-tuning: {figure}")
-    for curve in sorted((out / "report").glob("binding_curve_*.png")):  # drawn by benchmarks/world_sweep.py --demo OUT
+    for curve in sorted((out / "report").glob("binding_curve_*.png")):  # drawn by research/world_sweep.py --demo OUT
         markdown += f"\n![unseen swap-attribute as the world's {curve.stem[14:]} moves]({curve.name})\n"
     write_seeds_report(out / "report", markdown, seeds, scope, by_world, numbers)
     console.print(f"results in {out / 'results'}, report in {report}; {time.time() - start:.0f} s")
@@ -176,7 +176,7 @@ def tabulate(by_world: dict[int, dict[str, dict[str, dict[str, list]]]], seeds: 
 
 def write_seeds_report(report: Path, markdown: str, seeds: str, scope: str, by_world: dict, numbers: dict) -> None:
     """`report/seeds.md` and `report/seeds.json`: every world's numbers seed by seed, from which
-    `benchmarks/study_table.py` tabulates worlds run apart."""
+    `research/study_table.py` tabulates worlds run apart."""
     with atomic_path(report / "seeds.md") as tmp:
         tmp.write_text(markdown, encoding="utf-8")
     write_json(report / "seeds.json", {"seeds": parse_seeds(seeds, "--seeds"), "world_seeds": list(by_world), "scope": scope,

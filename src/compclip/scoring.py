@@ -14,10 +14,11 @@ tokenizer and the library versions (`model_key`), and each file (path, size, mti
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -138,6 +139,8 @@ class DualEncoderScorer(Scorer):
         self._real: dict[Path, str] = {}  # each file's real path, resolved once
         self.unreadable: dict[str, str] = {}  # image (file or member) -> why it does not decode
         self.encoded = {"images": 0, "texts": 0}  # how many this scorer actually computed
+        self._asked: set[str] = set()  # image keys scored (`asked`)
+        self._blind: torch.Tensor | None = None  # the one image embedding of a blind run (`blind`)
 
     # -- scores -----------------------------------------------------------------------
     def pairs(self, images, texts, boxes=None):
@@ -156,11 +159,37 @@ class DualEncoderScorer(Scorer):
 
     # -- embeddings -------------------------------------------------------------------
     def images(self, images: Sequence[Image], boxes: Sequence[Box] | None = None) -> torch.Tensor:
-        """L2-normalised embeddings, one row per image (repeats allowed), of the image or its `boxes` crop."""
+        """L2-normalised embeddings, one row per image (repeats allowed), of the image or its `boxes` crop; under `blind`,
+        the one embedding it gives for every image."""
         keys = self._image_keys(images, boxes)
+        if self._blind is not None:
+            return self._blind.expand(len(keys), -1)
         self._fill(self._images, keys, "images", self._encode_images)
         self._check_read(keys)
+        self._asked.update(keys)
         return torch.stack([self._images[k] for k in keys]) if keys else torch.empty(0, 0)
+
+    # -- the text prior ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def asked(self) -> Iterator[set[str]]:
+        """The keys of the images scored inside the block (a benchmark's images, crops included)."""
+        self._asked = set()
+        try:
+            yield self._asked
+        finally:
+            self._asked = set()
+
+    @contextlib.contextmanager
+    def blind(self, keys: set[str]) -> Iterator[None]:
+        """Inside the block, every image embeds as the normalised mean of the embeddings of `keys` (`compclip eval --blind`):
+        a score then depends on the texts alone, the model's prior over them given an average image of the benchmark."""
+        if not keys:
+            raise ValueError("blind: no image was scored to average")
+        self._blind = F.normalize(torch.stack([self._images[k] for k in sorted(keys)]).mean(0), dim=0)
+        try:
+            yield
+        finally:
+            self._blind = None
 
     def texts(self, captions: Sequence[str]) -> torch.Tensor:
         keys = list(captions)

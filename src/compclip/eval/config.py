@@ -38,6 +38,9 @@ class EvalConfig:
                                      "precision, and by each image file (path, size, mtime).")
     device: str | None = option(None, "cpu, cuda or cuda:N.  [default: cuda where torch sees a GPU, else cpu]")
     force: bool = option(False, "Replace results in --out that another model wrote (refused otherwise: one folder, one model).")
+    blind: bool = option(False, "Score each benchmark a second time blind: every image embedded as the mean embedding of the "
+                                "benchmark's images, so a score comes from the texts alone (the model's text prior); the result "
+                                "holds it under `blind`, and `compclip report` the image-grounded part, accuracy − blind.")
     precision: str | None = option(None, "fp32, amp_bf16 or amp (fp16 autocast).  [default: amp on a GPU, as CLIP_benchmark; fp32 "
                                          "on the CPU]")
 

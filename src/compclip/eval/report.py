@@ -145,6 +145,19 @@ def split_tables(results) -> dict[str, pd.DataFrame]:
     return frames
 
 
+def blind_tables(results) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+    """Per benchmark scored with --blind: the blind table (split_tables' layout) and accuracy − blind, for the models
+    that have both."""
+    blind = {m: {b: {**r, "metrics": r["blind"]} for b, r in records.items() if r.get("blind")} for m, records in results.items()}
+    real = split_tables(results)
+    out = {}
+    for bench, table in split_tables({m: r for m, r in blind.items() if r}).items():
+        seen = real[bench].loc[table.index, table.columns]
+        numeric = lambda frame: frame.apply(pd.to_numeric, errors="coerce")  # noqa: E731 (a "not applicable" cell is no number)
+        out[bench] = (table, numeric(seen) - numeric(table))
+    return out
+
+
 def _markdown(df: pd.DataFrame) -> str:
     cols = ["model", *df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
@@ -260,6 +273,14 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
             f"![{bench}]({bench}.png)",
             "",
         ]
+    for bench, (blind, grounded) in blind_tables(results).items():
+        with atomic_path(out / f"{bench}-blind.csv") as tmp:
+            blind.to_csv(tmp, float_format="%.2f")
+        parts += [f"## {bench}: what the texts alone score", "",
+                  "Blind (`compclip eval --blind`): every image embedded as the mean of the benchmark's images, so a score "
+                  "comes from the model's prior over the texts. A pairwise split's chance is 50; a text-only column (SugarCrepe++ "
+                  "TOT) reads no image, so its image-grounded part is 0 by construction.", "", _markdown(blind), "",
+                  "Image-grounded = accuracy − blind, in points:", "", _markdown(grounded), ""]
     if comparison is not None:
         frame, about, not_run = comparison
         with atomic_path(out / "paper.csv") as tmp:

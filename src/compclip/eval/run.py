@@ -1,6 +1,7 @@
 """`compclip eval`: one model, several benchmarks, one scorer shared by all of them."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -33,7 +34,7 @@ from . import (  # noqa: F401 (importing a benchmark's module registers it, timm
 )
 from .base import REGISTRY, data_root
 from .config import EvalConfig
-from .scorer import UnreadableImagesError, load_scorer
+from .scorer import DualEncoderScorer, UnreadableImagesError, load_scorer
 
 log = logging.getLogger("compclip.eval")
 
@@ -190,6 +191,9 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     refuse_another_models(Path(out), model, pretrained, weights, cfg.force)
     precision = cfg.precision or ("amp" if device.startswith("cuda") else "fp32")
     scorer = load_scorer(model, pretrained, device=device, precision=precision, **cfg.scorer_settings)
+    if cfg.blind and type(scorer).pairs is not DualEncoderScorer.pairs:
+        raise UsageError(f"--blind replaces each image's embedding by their mean: {model} scores through its method's own "
+                         f"modules ({type(scorer).__name__}), which read more of an image than one embedding")
     records = {}
     for job in jobs:
         bench = REGISTRY[job.name]
@@ -205,7 +209,11 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
             record.update(metrics={}, complete=False, lacks=lacks)
         else:
             start = time.perf_counter()
-            result = run_skipping_unreadable(bench, job.label, scorer, root, rule, job.splits, made[job.name])
+            with scorer.asked() if cfg.blind else contextlib.nullcontext(set()) as asked:
+                result = run_skipping_unreadable(bench, job.label, scorer, root, rule, job.splits, made[job.name])
+            if cfg.blind and asked:
+                with scorer.blind(asked):
+                    record["blind"] = null_nans(bench.run(scorer, root, rule, job.splits, made[job.name]).metrics)[0]
             metrics, nulls = null_nans(result.metrics)
             record.update(metrics=metrics, complete=result.complete, missing_images=result.missing.report(), absent=result.absent,
                           seconds=round(time.perf_counter() - start, 3))

@@ -1,6 +1,6 @@
 """Which pretraining order lets the binding world's base see shape? A contrastive curriculum probe.
 
-    python benchmarks/world_curriculum_probe.py runs/demo/world --phase1 600 --phase1-captions shape \\
+    python research/world_curriculum_probe.py runs/demo/world --phase1 600 --phase1-captions shape \\
         --phase2 mixed --steps 1200
 
 SigLIP pretraining from scratch in one process: `compclip-tiny-siglip-conv` (`--tower conv`) or

@@ -1,6 +1,6 @@
 """Can a vision tower of the demo's size learn the binding world's shapes at all? A supervised probe.
 
-    python benchmarks/world_shape_probe.py --towers vit-patch8,vit-convstem,cnn --steps 600
+    python research/world_shape_probe.py --towers vit-patch8,vit-convstem,cnn --steps 600
 
 Single-object 64-px scenes (the zero-shot test's kind; 8,000 to train, 1,000 to test, every colour)
 and plain cross-entropy on the shape, batch 128, AdamW 1e-3: the easiest form of what contrastive

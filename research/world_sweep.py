@@ -11,7 +11,7 @@ of `--seeds`: the same knob value in another draw is `--world-seed 1`.
 `--demo DIR` reuses a `compclip demo` folder (or one of its `--world-seeds` worlds) for the value whose world it
 already has, and draws the curve into its report too (`report/seeds.md` shows it from the demo's next run on).
 
-Run: .venv/bin/python benchmarks/world_sweep.py --knob heldout --values 0.1,0.25,0.5 \\
+Run: .venv/bin/python research/world_sweep.py --knob heldout --values 0.1,0.25,0.5 \\
          [--methods siglip,c2lip] [--seeds 0,1,2] [--world-seed 0] [--out runs/sweep] [--demo runs/demo]
          [--plot docs/binding_curve_heldout.png]
 """

@@ -1,6 +1,6 @@
 """Pretrain the demo's base on its default world and pack it as the one compclip ships (`src/compclip/demo_base/`).
 
-    python benchmarks/pack_base.py [--out runs/base] [--workers 2]
+    python research/pack_base.py [--out runs/base] [--workers 2]
 
 Runs the demo's stages 1-3 with `--rebuild-base` (world, concepts skipped, `CURRICULUM` from scratch: about 15 minutes on 2
 cores), then `compclip.demo.pack_base` over the final checkpoint with this commit's hash. `compclip demo` installs the

@@ -1,7 +1,8 @@
 """Method variants fine-tuned from `make demo`'s base on the binding world, over seeds, scored on one test split.
 
-Each variant trains 300 steps from the demo's base with the demo's data and learning rate, changing
-one thing: C2LIP's xac weight, xac temperature or separate phrase encoding (also at λ_npc 0.3);
+Each variant trains as the demo fine-tunes (1,000 steps from its base, its data and learning rate), changing
+one thing: C2LIP's npc weight (3, 10), xac weight (0.1, 1), xac attention (scaled) or temperature, or separate phrase
+encoding (also at λ_npc 0.3);
 CLIC's learning rate; OC-CLIP's patch-token layer, default queries, L_rel, a frozen image tower, a
 10× lower backbone learning rate (its module keeps 2e-4), or its module trained alone first (600
 steps, both towers frozen) and then with them; or the fine-tune's length (1,200 or 3,000 steps;
@@ -13,7 +14,7 @@ unless --reference) with the same seeds (`*`: its interval excludes zero). The u
 on the GPU, in fp32 as on the CPU; one process per variant and seed can share one GPU, and a last
 run over all of them only reads their results (`docs/benchmarks.md`).
 
-Run: .venv/bin/python benchmarks/world_ablation.py [--demo runs/demo] [--seeds 0,1,2] [--reference siglip] [--split unseen]
+Run: .venv/bin/python research/world_ablation.py [--demo runs/demo] [--seeds 0,1,2] [--reference siglip] [--split unseen]
      [--device cpu|cuda] [--workers 2] [NAME ...]
 """
 import argparse
@@ -28,8 +29,11 @@ from compclip.train import TrainConfig, train
 VARIANTS = {
     "siglip": {"method": "siglip"},
     "c2lip": {},
+    "npc3": {"method_options": {"lambda_npc": 3.0}},
+    "npc10": {"method_options": {"lambda_npc": 10.0}},
     "xac0.1": {"method_options": {"lambda_xac": 0.1}},
     "xac1": {"method_options": {"lambda_xac": 1.0}},
+    "scaled": {"method_options": {"xac_attention": "scaled"}},
     "temp1": {"method_options": {"xac_temperature": 1.0}},
     "separate": {"method_options": {"concept_mode": "separate"}},
     "separate-npc0.3": {"method_options": {"concept_mode": "separate", "lambda_npc": 0.3}},

@@ -5,7 +5,7 @@ and `2` of `--methods siglip,attswap,c2lip,hardneg,clic,occlip --seeds 0,1,2`, e
 tabulated as one `compclip demo --world-seeds` run tabulates them (`compclip.demo.tabulate`): the table over worlds,
 each world's own table, the reading and `seeds.png`, written to --out with a `seeds.json` of the worlds together.
 
-Run: .venv/bin/python benchmarks/study_table.py docs/study/world-0.json docs/study/world-1.json docs/study/world-2.json \\
+Run: .venv/bin/python research/study_table.py docs/study/world-0.json docs/study/world-1.json docs/study/world-2.json \\
          --out runs/study-table
 """
 import argparse

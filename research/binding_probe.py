@@ -1,6 +1,6 @@
 """Where binding is lost: each tower probed apart, and the joint score on the training captions' own swaps.
 
-    python benchmarks/binding_probe.py --demo runs/demo CHECKPOINT [CHECKPOINT ...]
+    python research/binding_probe.py --demo runs/demo CHECKPOINT [CHECKPOINT ...]
 
 For each checkpoint, on the first --scenes training scenes of the demo's world with two objects or more:
 - `swap_train`: how often image·caption beats image·(the caption with two objects' colours exchanged at every
