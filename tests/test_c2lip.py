@@ -8,7 +8,14 @@ import torch.nn.functional as F
 
 from compclip.concepts import extract
 from compclip.methods import build_method
-from compclip.methods.c2lip import concept_token_spans, npc_loss, span_embeddings, visual_token_embeddings, xac_loss
+from compclip.methods.c2lip import (
+    attribute_swaps,
+    concept_token_spans,
+    npc_loss,
+    span_embeddings,
+    visual_token_embeddings,
+    xac_loss,
+)
 from compclip.models import load_model
 from compclip.models.tokens import text_token_states
 
@@ -380,3 +387,41 @@ def test_training_encodes_captions_cut_after_the_longest_as_encode_text_would():
     out = build_method("siglip").outputs(model, {"image": torch.zeros(2, 3, 64, 64), "text": text})
     assert int(text.argmax(-1).max()) + 1 < text.shape[1]  # the cut is real
     assert torch.allclose(out["text_features"], F.normalize(model.encode_text(text), dim=-1), atol=1e-5)
+
+
+def test_attribute_swaps_exchange_modifiers_between_a_captions_phrases():
+    assert attribute_swaps(["a red square", "a blue circle"]) == [(0, "a blue square"), (1, "a red circle")]
+    assert attribute_swaps(["a small white star", "a large black cross"]) == [(0, "a large black star"), (1, "a small white cross")]
+    assert attribute_swaps(["a red square", "the square"]) == []  # no modifiers on one side, and one head
+    assert attribute_swaps(["a red square", "a red circle"]) == []  # the same modifiers: a swap changes nothing
+    # "a blue square" is the caption's own phrase, no negative; the two squares share a head, the blue ones modifiers
+    assert attribute_swaps(["a red square", "a blue circle", "a blue square"]) == [(1, "a red circle")]
+
+
+def test_swap_negatives_add_each_to_its_own_images_npc_term():
+    """npc_negatives=swap_attributes: L_npc plus, for each swapped phrase, −log σ(−(τ v·n + b)) against its own image alone,
+    over the same 𝒦, recomputed by a loop from the method's outputs; the swapped texts encode as open_clip encodes them."""
+    model, _, tokenizer = load_model("compclip-tiny-siglip-hf")
+    captions = ["a red couch next to a white table", "two dogs and a cat", "a large blue cube on a small green ball"]
+    store = concept_store(captions)
+    method = build_method("c2lip", concepts=store, npc_negatives="swap_attributes", lambda_npc=2.0)
+    batch = method.collate([{"image": torch.randn(3, 64, 64), "caption": c} for c in captions], tokenizer)
+    phrases = [[p for p, _, _ in store[c]["noun_phrases"]] for c in captions]
+    expected = [(i, text) for i, ps in enumerate(phrases) for _, text in attribute_swaps(ps)]
+    assert [e for e in expected if e[0] == 0] == [(0, "a white couch"), (0, "a red table")]
+    assert batch["swap_image"].tolist() == [i for i, _ in expected]
+    with torch.no_grad():
+        out = method.outputs(model.eval(), batch)
+        terms = method(out)
+        reference = model.encode_text(tokenizer([t for _, t in expected]), normalize=True)
+    assert torch.allclose(out["swap_features"], reference, atol=1e-5)
+    scale, bias = out["logit_scale"].item(), out["logit_bias"].item()
+    image, concepts, owner = out["image_features"], out["concept_features"], out["concept_image"]
+    swaps = sum(math.log1p(math.exp(scale * float(image[i] @ n) + bias)) for (i, _), n in zip(expected, out["swap_features"], strict=True))
+    npc = brute_npc(image, concepts, owner, scale, bias) + swaps / concepts.shape[0]
+    assert terms["npc"].item() == pytest.approx(2.0 * npc, rel=1e-5)
+    plain = build_method("c2lip", concepts=store, lambda_npc=2.0)
+    with torch.no_grad():
+        assert method(out)["npc"] > plain(out)["npc"]  # the same outputs, one more sum of positive terms
+    with pytest.raises(ValueError, match="npc_negatives must be one of none, swap_attributes"):
+        build_method("c2lip", concepts=store, npc_negatives="all")

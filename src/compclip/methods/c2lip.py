@@ -26,6 +26,7 @@ from .siglip import SigLIPLoss
 
 __all__ = [
     "C2LIPLoss",
+    "attribute_swaps",
     "concept_attention",
     "concept_token_spans",
     "npc_loss",
@@ -183,6 +184,45 @@ def span_embeddings(states: torch.Tensor, concept_image: torch.Tensor, spans: to
 
 
 XAC_ATTENTION = ("scaled", "cosine")
+NPC_NEGATIVES = ("none", "swap_attributes")
+DETERMINERS = frozenset(("a", "an", "the", "this", "that", "these", "those", "some", "one", "two", "three", "four", "another",
+                         "its", "his", "her", "their"))
+
+
+def attribute_swaps(phrases: Sequence[str]) -> list[tuple[int, str]]:
+    """For `npc_negatives=swap_attributes`: each phrase with the modifiers of another phrase of the same caption (the
+    words between its determiner and its head noun, the last word): "a red square" and "a blue circle" give (0, "a blue
+    square") and (1, "a red circle"). Phrases without modifiers, with the same head or the same modifiers give none; a
+    swap that is one of the caption's own phrases is dropped. Returns (index of the phrase, negative text)."""
+    parts = []
+    for phrase in phrases:
+        words = phrase.split()
+        det = words[:1] if len(words) > 1 and words[0].lower() in DETERMINERS else []
+        parts.append((det, words[len(det):-1], words[-1:]))
+    own = {p.lower() for p in phrases}
+    swaps = []
+    for i, (det, mods, head) in enumerate(parts):
+        for j, (_, other, other_head) in enumerate(parts):
+            if i == j or not mods or not other or [w.lower() for w in mods] == [w.lower() for w in other]:
+                continue
+            if [w.lower() for w in head] == [w.lower() for w in other_head]:
+                continue
+            text = " ".join(det + other + head)
+            if text.lower() not in own:
+                swaps.append((i, text))
+    return list(dict.fromkeys(swaps))
+
+
+def swap_negative_loss(image_emb: torch.Tensor, negatives: torch.Tensor, owners: torch.Tensor, logit_scale, logit_bias,
+                       n_concepts: int) -> torch.Tensor:
+    """The attribute-swap negatives' part of L_npc: −Σ_k log σ(−(τ v_{o_k}·n_k + b)) / 𝒦, each negative n_k against its
+    own image o_k alone (a local row), over the same 𝒦 concepts L_npc divides by."""
+    if negatives.shape[0] == 0 or n_concepts == 0:
+        return image_emb.sum() * 0.0
+    logits = logit_scale * (image_emb[owners] * negatives).sum(-1)
+    if logit_bias is not None:
+        logits = logits + logit_bias
+    return -F.logsigmoid(-logits).sum() / n_concepts
 
 
 @dataclass(frozen=True)
@@ -196,6 +236,9 @@ class Options:
     xac_temperature: float | None = option(None, "cross-attention temperature; none: √D (scaled) or 1 (cosine)")
     caption_concept: bool = option(False, "a caption without a noun phrase is its own concept (the released code's data.py); "
                                           "false: it adds none (the paper)")
+    npc_negatives: str = option("none", "none (the paper: other images' concepts are L_npc's only negatives) or swap_attributes "
+                                        "(ours): each phrase with the modifiers of another phrase of its caption ('a blue "
+                                        "square' for an image of a red square and a blue circle) is a negative of its own image")
 
 
 class C2LIPLoss(LossPart):
@@ -211,7 +254,8 @@ class C2LIPLoss(LossPart):
     name = "c2lip"
     needs = frozenset({"visual_tokens", "text_states"})
     # every image meets every concept of the global batch
-    outputs: ClassVar[Mapping[str, Output]] = {"concept_features": owned("concept_image")}
+    outputs: ClassVar[Mapping[str, Output]] = {"concept_features": owned("concept_image"),
+                                               "swap_features": owned("swap_image", gather=False)}
     uses_concepts = True
     uses_logit_bias = True
 
@@ -222,6 +266,9 @@ class C2LIPLoss(LossPart):
             raise UsageError(f"concept mode must be 'span' or 'separate', not {o.concept_mode!r}")
         if o.xac_attention not in XAC_ATTENTION:
             raise UsageError(f"xac_attention must be one of {', '.join(XAC_ATTENTION)}, not {o.xac_attention!r}")
+        if o.npc_negatives not in NPC_NEGATIVES:
+            raise UsageError(f"npc_negatives must be one of {', '.join(NPC_NEGATIVES)}, not {o.npc_negatives!r}")
+        self.swap_negatives = o.npc_negatives == "swap_attributes"
         self.mode, self.xac_attention, self.caption_concept = o.concept_mode, o.xac_attention, o.caption_concept
         self.lambda_npc, self.lambda_xac = o.lambda_npc, o.lambda_xac
         self.temperature = o.xac_temperature if o.xac_temperature is not None else 1.0 if o.xac_attention == "cosine" else None
@@ -230,8 +277,13 @@ class C2LIPLoss(LossPart):
 
     def prepare(self, batch, samples, tokenizer):
         images, spans, texts, covered = [], [], [], []
+        swaps, swap_images = [], []
         for i, (caption, tokens, record) in enumerate(zip(batch["caption"], batch["text"].tolist(), batch["concepts"], strict=True)):
             phrases = list(record["noun_phrases"]) if record else []
+            if self.swap_negatives:
+                found_swaps = [text for _, text in attribute_swaps([p[0] for p in phrases])]
+                swaps += found_swaps
+                swap_images += [i] * len(found_swaps)
             if not phrases and self.caption_concept:
                 phrases = [(caption, 0, len(caption))]
             if self.mode == "separate":
@@ -244,6 +296,9 @@ class C2LIPLoss(LossPart):
             spans += found
             covered.append(bool(found))
         batch["covered"] = covered  # captions that gave a concept (found in the store and, as spans, in the tokens)
+        if self.swap_negatives:
+            batch["swap_text"] = tokenizer(swaps) if swaps else batch["text"][:0]
+            batch["swap_image"] = torch.tensor(swap_images, dtype=torch.long)
         batch["concept_image"] = torch.tensor(images, dtype=torch.long)
         if self.mode == "span":
             batch["concept_span"] = torch.tensor(spans, dtype=torch.long).reshape(-1, 2)
@@ -258,6 +313,9 @@ class C2LIPLoss(LossPart):
             concepts = encode_short_texts(model, batch["concept_text"])
         out["concept_features"] = F.normalize(concepts, dim=-1)
         out["concept_image"] = batch["concept_image"]
+        if self.swap_negatives:
+            out["swap_features"] = F.normalize(encode_short_texts(model, batch["swap_text"]), dim=-1)
+            out["swap_image"] = batch["swap_image"]
 
     def forward(self, out):
         concepts = out.get("all_concept_features", out["concept_features"])
@@ -265,8 +323,12 @@ class C2LIPLoss(LossPart):
         common = {"image_offset": out.get("image_offset", 0), "n_concepts": concepts.shape[0]}
         scale, bias = out["logit_scale"], out["logit_bias"]
         tokens = F.normalize(out["visual_tokens"], dim=-1) if self.xac_attention == "cosine" else out["visual_tokens"]
+        npc = npc_loss(out["image_features"], concepts, owners, scale, bias, **common)
+        if self.swap_negatives:
+            npc = npc + swap_negative_loss(out["image_features"], out["swap_features"], out["swap_image"], scale, bias,
+                                           common["n_concepts"])
         return {
-            "npc": self.lambda_npc * npc_loss(out["image_features"], concepts, owners, scale, bias, **common),
+            "npc": self.lambda_npc * npc,
             "xac": self.lambda_xac * xac_loss(tokens, concepts, owners, scale, bias, self.temperature, **common),
         }
 
