@@ -46,7 +46,7 @@ from .stats import fmt, fmt_difference, interval, paired
 MODEL = "compclip-tiny-world"
 SINGLES = 8000  # single objects for the base, fewer in a world of fewer training scenes
 # The demo's world, where `WorldConfig` differs: two objects a scene, so that a swap of their colours is exactly one false
-# scene, and half of the captions statements in the tests' own form (docs/results.md: with long captions alone the
+# scene, and half of the captions statements in the tests' own form (docs/history.md: with long captions alone the
 # positive control binds captions in their form and not the tests' short statements).
 WORLD = {"min_objects": 2, "max_objects": 2, "statements": 0.5}
 # The base's runs, in order: (run, training data, caption field, learning rate, schedule, warm-up, steps by default).
@@ -60,7 +60,7 @@ PRETRAIN_BATCH = 128
 SHIPPED_BASE = Path(__file__).parent / "demo_base"  # `pack_base`'s output: the base the default world's demo would pretrain
 # Every method's fine-tune from the base, here and in research/world_ablation.py (steps and batch: run_demo's defaults):
 # 64,000 images, the fewest at which the positive control binds run after run (32,000 bound in some runs and not in
-# others; docs/results.md).
+# others; docs/history.md).
 METHODS, SEEDS = "siglip,attswap,c2lip", "0"  # what the demo compares by default, and over which fine-tuning seeds
 FINE_TUNE = {"steps": 1000, "batch_size": 64, "lr": 1e-3, "warmup": 20, "optimizer": "adamw"}
 # Every run's reading and saving: the world's scenes are drawn at random, so file order is already shuffled (and `::`

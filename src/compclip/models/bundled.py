@@ -8,7 +8,7 @@ patch embedding does not learn shape, `docs/benchmarks.md`). `compclip-tiny-worl
 demo model, has that image tower and CLIP's text tower (causal mask, pooled at the end-of-text token) of
 context 40: SigLIP's bidirectional tower pooled at the last position reads a short statement through 50
 padding positions, and at this size, fine-tuned on such statements, did not tell "a red square above a blue
-star" from its swap (docs/results.md). These use
+star" from its swap (docs/history.md). These use
 the CLIP BPE tokenizer, which open_clip ships. `compclip-tiny-siglip-hf` tokenizes as the SigLIP models
 do, through open_clip's `HFTokenizer` with `clean="canonicalize"` (lower case, punctuation removed), over a
 small WordPiece vocabulary built here on first use (SigLIP's own tokenizer lives on the hub).
