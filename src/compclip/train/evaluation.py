@@ -31,7 +31,7 @@ class RunEvaluation:
 
     def __init__(self, cfg: TrainConfig, method, tokenizer, device: torch.device, is_main: bool,
                  hook: Callable[[torch.nn.Module, int], dict[str, float]] | None = None):
-        from ..eval.base import data_root
+        from ..eval.base import REGISTRY, data_root
         from ..eval.run import benchmark_options, resolve
 
         self.cfg, self.method, self.tokenizer, self.device, self.is_main, self.hook = cfg, method, tokenizer, device, is_main, hook
@@ -39,8 +39,6 @@ class RunEvaluation:
         self.options = benchmark_options(self.jobs, {}) if self.jobs else {}
         self.root = data_root(cfg.eval_data_root) if self.jobs else None
         for job in self.jobs:
-            from ..eval.base import REGISTRY
-
             lacks = REGISTRY[job.name].lacks(self.root, job.splits)
             if lacks:
                 raise UsageError(f"--eval-benchmarks {job.label}: cannot run: {lacks}")
