@@ -132,6 +132,7 @@ class DualEncoderScorer(Scorer):
         self.model, self.preprocess, self.tokenizer = model.eval(), preprocess, tokenizer
         self.device, self.batch_size, self.workers = torch.device(device), batch_size, workers
         self.precision = precision
+        self.image_dtype = image_dtype(model)  # pixels enter in the tower's dtype (16-bit weights: open_clip's bf16)
         self.cache = Path(cache_dir) / f"{model_key(model)}-{precision}" if cache_dir else None
         self._images: dict[str, torch.Tensor] = {}
         self._texts: dict[str, torch.Tensor] = {}
@@ -269,8 +270,8 @@ class DualEncoderScorer(Scorer):
             for i, why in failed:
                 self.unreadable[self._sources[keys[i]][0].key] = why
             if batch is not None:
-                with autocast(self.device, self.precision):  # images enter in the tower's dtype (16-bit weights: open_clip's bf16)
-                    rows.append(encode(batch.to(self.device, dtype=image_dtype(self.model))).float().cpu())
+                with autocast(self.device, self.precision):
+                    rows.append(encode(batch.to(self.device, dtype=self.image_dtype)).float().cpu())
                 done += [keys[i] for i in indices]
         return done, torch.cat(rows) if rows else torch.empty(0)
 

@@ -499,8 +499,9 @@ class Trainer:
             self._check_coverage(coverage)
         reporters = None
         if self.env.is_main:
-            write_json(self.out / "config.json", self._config_record())
-            reporters = Reporters(self.out, cfg.reporters, self._config_record(), cfg.wandb_project_name)
+            record = self._config_record()
+            write_json(self.out / "config.json", record)
+            reporters = Reporters(self.out, cfg.reporters, record, cfg.wandb_project_name)
         try:
             return self._loop(steps, batches, first, coverage, reporters)
         finally:
