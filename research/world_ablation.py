@@ -3,7 +3,8 @@
 Each variant trains as the demo fine-tunes (1,000 steps from its base, its data and learning rate), changing
 one thing: C2LIP's npc weight (3, 10), xac weight (0.1, 1), xac attention (scaled) or temperature, L_npc's
 attribute-swap negatives (swapneg; with separate encoding, swapneg-separate, where the positives are encoded as the
-negatives are), or separate phrase encoding (also at λ_npc 0.3);
+negatives are), its concepts limited to modified phrases ("a red square", not "the picture": modified), or separate
+phrase encoding (also at λ_npc 0.3);
 CLIC's learning rate; OC-CLIP's patch-token layer, default queries, L_rel, a frozen image tower, a
 10× lower backbone learning rate (its module keeps 2e-4), or its module trained alone first (600
 steps, both towers frozen) and then with them; or the fine-tune's length (1,200 or 3,000 steps;
@@ -37,6 +38,7 @@ VARIANTS = {
     "scaled": {"method_options": {"xac_attention": "scaled"}},
     "swapneg": {"method_options": {"npc_negatives": "swap_attributes"}},
     "swapneg-separate": {"method_options": {"npc_negatives": "swap_attributes", "concept_mode": "separate"}},
+    "modified": {"method_options": {"concept_phrases": "modified"}},
     "temp1": {"method_options": {"xac_temperature": 1.0}},
     "separate": {"method_options": {"concept_mode": "separate"}},
     "separate-npc0.3": {"method_options": {"concept_mode": "separate", "lambda_npc": 0.3}},

@@ -11,6 +11,7 @@ from compclip.methods import build_method
 from compclip.methods.c2lip import (
     attribute_swaps,
     concept_token_spans,
+    modified_phrases,
     npc_loss,
     span_embeddings,
     visual_token_embeddings,
@@ -425,3 +426,25 @@ def test_swap_negatives_add_each_to_its_own_images_npc_term():
         assert method(out)["npc"] > plain(out)["npc"]  # the same outputs, one more sum of positive terms
     with pytest.raises(ValueError, match="npc_negatives must be one of none, swap_attributes"):
         build_method("c2lip", concepts=store, npc_negatives="all")
+
+
+def test_modified_phrases_keep_the_phrases_whose_head_has_a_modifier():
+    """concept_phrases=modified, from spaCy's POS tags: "a red square" and "a tennis ball" stay, "The picture" and "two
+    dogs" go; the method's concepts are exactly those phrases, and a store without POS tags is refused before training."""
+    captions = ["The picture shows a red square and a tennis ball.", "two dogs on a green bed"]
+    records = extract(captions, ("noun_phrases", "pos"))
+    kept = [[p[0] for p in modified_phrases(r["noun_phrases"], r["pos"])] for r in records]
+    assert [[p[0] for p in r["noun_phrases"]] for r in records] == [["The picture", "a red square", "a tennis ball"], ["two dogs", "a green bed"]]
+    assert kept == [["a red square", "a tennis ball"], ["a green bed"]]
+    _, _, tokenizer = load_model("compclip-tiny-siglip")
+    store = {r["caption"]: r for r in records}
+    samples = [{"image": torch.randn(3, 64, 64), "caption": c} for c in captions]
+    for mode in ("span", "separate"):
+        batch = build_method("c2lip", concepts=store, concept_phrases="modified", concept_mode=mode).collate(samples, tokenizer)
+        assert batch["concept_image"].tolist() == [0, 0, 1]
+        everything = build_method("c2lip", concepts=store, concept_mode=mode).collate(samples, tokenizer)
+        assert everything["concept_image"].tolist() == [0, 0, 0, 1, 1]
+    with pytest.raises(ValueError, match="concept_phrases=modified reads POS tags"):
+        build_method("c2lip", concepts=concept_store(captions), concept_phrases="modified").collate(samples, tokenizer)
+    with pytest.raises(ValueError, match="concept_phrases must be one of all, modified"):
+        build_method("c2lip", concepts=store, concept_phrases="adjectives")

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import UsageError
 from ..models.factory import LazyTokenizer
 from ..models.tokens import encode_short_texts, visual_token_embeddings
-from .base import LossPart, Output, option, owned, sigmoid_pairs_loss
+from .base import LossPart, Output, option, owned, require_concept_fields, sigmoid_pairs_loss
 from .siglip import SigLIPLoss
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "attribute_swaps",
     "concept_attention",
     "concept_token_spans",
+    "modified_phrases",
     "npc_loss",
     "span_embeddings",
     "visual_token_embeddings",
@@ -185,6 +186,8 @@ def span_embeddings(states: torch.Tensor, concept_image: torch.Tensor, spans: to
 
 XAC_ATTENTION = ("scaled", "cosine")
 NPC_NEGATIVES = ("none", "swap_attributes")
+CONCEPT_PHRASES = ("all", "modified")
+MODIFIER_TAGS = frozenset(("ADJ", "NOUN", "PROPN", "VERB"))  # "a red square", "a tennis ball", "a parked car"
 DETERMINERS = frozenset(("a", "an", "the", "this", "that", "these", "those", "some", "one", "two", "three", "four", "another",
                          "its", "his", "her", "their"))
 
@@ -213,6 +216,19 @@ def attribute_swaps(phrases: Sequence[str]) -> list[tuple[int, str]]:
     return list(dict.fromkeys(swaps))
 
 
+def modified_phrases(phrases: Sequence[tuple[str, int, int]], pos: Sequence[tuple[str, int, int, str]]) -> list[tuple[str, int, int]]:
+    """For `concept_phrases=modified`: the phrases whose head (their last token) has a modifier before it, a token tagged
+    ADJ, NOUN, PROPN or VERB ("a red square", "a tennis ball", "a parked car"; not "the picture", "two dogs"), from the
+    record's POS tags over the same characters."""
+    kept = []
+    for phrase in phrases:
+        _, start, end = phrase
+        tags = [tag for _, a, b, tag in pos if a >= start and b <= end]
+        if any(tag in MODIFIER_TAGS for tag in tags[:-1]):
+            kept.append(phrase)
+    return kept
+
+
 def swap_negative_loss(image_emb: torch.Tensor, negatives: torch.Tensor, owners: torch.Tensor, logit_scale, logit_bias,
                        n_concepts: int) -> torch.Tensor:
     """The attribute-swap negatives' part of L_npc: −Σ_k log σ(−(τ v_{o_k}·n_k + b)) / 𝒦, each negative n_k against its
@@ -239,6 +255,8 @@ class Options:
     npc_negatives: str = option("none", "none (the paper: other images' concepts are L_npc's only negatives) or swap_attributes "
                                         "(ours): each phrase with the modifiers of another phrase of its caption ('a blue "
                                         "square' for an image of a red square and a blue circle) is a negative of its own image")
+    concept_phrases: str = option("all", "all (the paper: every noun phrase is a concept) or modified (ours): only phrases whose "
+                                         "head noun has a modifier ('a red square', not 'the picture'); needs the store's POS tags")
 
 
 class C2LIPLoss(LossPart):
@@ -268,6 +286,9 @@ class C2LIPLoss(LossPart):
             raise UsageError(f"xac_attention must be one of {', '.join(XAC_ATTENTION)}, not {o.xac_attention!r}")
         if o.npc_negatives not in NPC_NEGATIVES:
             raise UsageError(f"npc_negatives must be one of {', '.join(NPC_NEGATIVES)}, not {o.npc_negatives!r}")
+        if o.concept_phrases not in CONCEPT_PHRASES:
+            raise UsageError(f"concept_phrases must be one of {', '.join(CONCEPT_PHRASES)}, not {o.concept_phrases!r}")
+        self.only_modified = o.concept_phrases == "modified"
         self.swap_negatives = o.npc_negatives == "swap_attributes"
         self.mode, self.xac_attention, self.caption_concept = o.concept_mode, o.xac_attention, o.caption_concept
         self.lambda_npc, self.lambda_xac = o.lambda_npc, o.lambda_xac
@@ -280,6 +301,11 @@ class C2LIPLoss(LossPart):
         swaps, swap_images = [], []
         for i, (caption, tokens, record) in enumerate(zip(batch["caption"], batch["text"].tolist(), batch["concepts"], strict=True)):
             phrases = list(record["noun_phrases"]) if record else []
+            if self.only_modified and phrases:
+                if "pos" not in record:
+                    raise UsageError(f"concept_phrases=modified reads POS tags, and the concept record of {caption!r} has none: "
+                                     "build the store with `compclip concepts --what noun-phrases,pos`")
+                phrases = modified_phrases(phrases, record["pos"])
             if self.swap_negatives:
                 found_swaps = [text for _, text in attribute_swaps([p[0] for p in phrases])]
                 swaps += found_swaps
@@ -334,4 +360,6 @@ class C2LIPLoss(LossPart):
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
+    if options.concept_phrases == "modified":
+        require_concept_fields(concepts, ("noun_phrases", "pos"), "c2lip with concept_phrases=modified")
     return [SigLIPLoss(), C2LIPLoss(options)]
