@@ -4,7 +4,10 @@ the seen and unseen test splits (SugarCrepe's swap-attribute and the other split
 The world's seen split is built so that a text prior cannot pass (each swap's two captions name pairings the training
 captions hold equally often): the blind swap-attribute there should be about 50 % for every model, a check of the world.
 
-Run: .venv/bin/python research/blind_world.py DEMO_OUT [--out DIR]   (DEMO_OUT: a `compclip demo --out` folder)
+`--variants hardneg,clic,occlip` adds fine-tunes the demo did not train, from `research/world_ablation.py` (trained
+there with the demo's settings and seed 0 unless they exist).
+
+Run: .venv/bin/python research/blind_world.py DEMO_OUT [--variants NAME,...] [--out DIR]   (DEMO_OUT: a `compclip demo --out` folder)
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from compclip.eval import EvalConfig, evaluate
 from compclip.stats import binomial_se, fmt
+from world_ablation import VARIANTS, trained
 
 
 def checkpoints(demo: Path) -> dict[str, Path]:
@@ -29,11 +33,13 @@ def checkpoints(demo: Path) -> dict[str, Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("demo", type=Path)
+    parser.add_argument("--variants", default="", help=f"world_ablation variants to add: {', '.join(VARIANTS)}")
     parser.add_argument("--out", type=Path, default=None, help="results folder  [default: DEMO/blind]")
     args = parser.parse_args()
     out = args.out or args.demo / "blind"
+    models = checkpoints(args.demo) | {name: trained(args.demo, name, 0) for name in filter(None, args.variants.split(","))}
     rows = []
-    for name, checkpoint in checkpoints(args.demo).items():
+    for name, checkpoint in models.items():
         for split in ("seen", "unseen"):
             records = evaluate(EvalConfig(model=str(checkpoint), benchmark="sugarcrepe,sugarcrepe_pp", out=str(out / name / split),
                                           data_root=str(args.demo / "world" / f"test_{split}"), device="cpu", blind=True))

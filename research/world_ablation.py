@@ -4,10 +4,10 @@ Each variant trains as the demo fine-tunes (1,000 steps from its base, its data 
 one thing: C2LIP's npc weight (3, 10), xac weight (0.1, 1), xac attention (scaled) or temperature, L_npc's
 attribute-swap negatives (swapneg; with separate encoding, swapneg-separate, where the positives are encoded as the
 negatives are), its concepts limited to modified phrases ("a red square", not "the picture": modified), or separate
-phrase encoding (also at λ_npc 0.3);
-CLIC's learning rate; OC-CLIP's patch-token layer, default queries, L_rel, a frozen image tower, a
-10× lower backbone learning rate (its module keeps 2e-4), or its module trained alone first (600
-steps, both towers frozen) and then with them; or the fine-tune's length (1,200 or 3,000 steps;
+phrase encoding (also at λ_npc 0.3); the peers with the demo's settings (hardneg, clic: the study's runs in this
+world); CLIC's learning rate; OC-CLIP's patch-token layer, default queries, L_rel, a frozen image tower, a 10× lower
+backbone learning rate (its module keeps 2e-4), or its module trained alone first (600 steps, both towers frozen) and
+then with them; or the fine-tune's length (1,200 or 3,000 steps;
 OC-CLIP's module alone for 3,000). Every variant runs once per seed (SigLIP, C2LIP and OC-CLIP with
 the demo's settings reuse the demo's own fine-tunes where it has them); the table gives the mean ±
 95 % interval over seeds and the paired difference from the reference variant (SigLIP fine-tuning
@@ -42,6 +42,8 @@ VARIANTS = {
     "temp1": {"method_options": {"xac_temperature": 1.0}},
     "separate": {"method_options": {"concept_mode": "separate"}},
     "separate-npc0.3": {"method_options": {"concept_mode": "separate", "lambda_npc": 0.3}},
+    "hardneg": {"method": "hardneg"},
+    "clic": {"method": "clic"},
     "clic-lr1e-5": {"method": "clic", "lr": 1e-5},
     "occlip": {"method": "occlip"},
     "occlip-layer0": {"method": "occlip", "method_options": {"layer": 0}},

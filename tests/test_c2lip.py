@@ -434,7 +434,8 @@ def test_modified_phrases_keep_the_phrases_whose_head_has_a_modifier():
     captions = ["The picture shows a red square and a tennis ball.", "two dogs on a green bed"]
     records = extract(captions, ("noun_phrases", "pos"))
     kept = [[p[0] for p in modified_phrases(r["noun_phrases"], r["pos"])] for r in records]
-    assert [[p[0] for p in r["noun_phrases"]] for r in records] == [["The picture", "a red square", "a tennis ball"], ["two dogs", "a green bed"]]
+    phrases = [[p[0] for p in r["noun_phrases"]] for r in records]
+    assert phrases == [["The picture", "a red square", "a tennis ball"], ["two dogs", "a green bed"]]
     assert kept == [["a red square", "a tennis ball"], ["a green bed"]]
     _, _, tokenizer = load_model("compclip-tiny-siglip")
     store = {r["caption"]: r for r in records}

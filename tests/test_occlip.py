@@ -296,7 +296,8 @@ def test_checkpoint_round_trip_and_exact_resume(tmp_path):
 
 def test_the_graph_scorer_equals_brute_force_and_runs_every_world_benchmark(tmp_path):
     """Checkpoints of OC-CLIP are scored by their binding module: pairs and the retrieval matrix against
-    per-pair loops from the image file and the parsed caption up; every world benchmark completes; TOT is n/a."""
+    per-pair loops from the image file and the parsed caption up, and blind (every image the mean of the scored images'
+    patch tokens); every world benchmark completes; TOT is n/a."""
     import json
 
     from compclip.concepts import extract
@@ -320,15 +321,21 @@ def test_the_graph_scorer_equals_brute_force_and_runs_every_world_benchmark(tmp_
     texts = [r["caption"] for r in records] + [r["negative_caption"] for r in records] + ["very bright"]
     binding = method.parts[0].binding
     with torch.no_grad():
-        expected = torch.zeros(len(files), len(texts))
-        for a, file in enumerate(files):
-            tokens = visual_token_embeddings(model, preprocess(decode_image(file))[None])[1][0]
+        per_image = [visual_token_embeddings(model, preprocess(decode_image(file))[None])[1][0] for file in files]
+        mean_image = torch.stack(per_image).mean(0)  # --blind's one image: the mean tokens, patch by patch
+        expected = torch.zeros(len(files) + 1, len(texts))
+        for a, tokens in enumerate([*per_image, mean_image]):
             for b, graph in enumerate(r["graph"] for r in extract(texts, "graph")):
                 encode = lambda t: F.normalize(model.encode_text(tokenizer([t])), dim=-1)[0]  # noqa: E731
                 nodes = [encode(t) for t, *_ in graph["nodes"]]
                 expected[a, b] = brute_score(binding, tokens, nodes, [(encode(r), s, o) for r, s, o in graph["edges"]]) if nodes else 0
+        expected, blind = expected[:-1], expected[-1]
     torch.testing.assert_close(scorer.matrix(files, texts), expected, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(scorer.pairs(files, texts[: len(files)]), torch.diagonal(expected), rtol=1e-5, atol=1e-5)
+    with scorer.asked() as asked:
+        torch.testing.assert_close(scorer.pairs(files, texts[: len(files)]), torch.diagonal(expected), rtol=1e-5, atol=1e-5)
+    with scorer.blind(asked):
+        torch.testing.assert_close(scorer.pairs(files, texts[: len(files)]), blind[: len(files)], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(scorer.matrix(files[:2], texts), blind.expand(2, -1), rtol=1e-5, atol=1e-5)
     for name in ("sugarcrepe", "sugarcrepe_pp", "zeroshot", "retrieval"):
         result = REGISTRY[name].run(scorer, root, "strict")
         assert result.complete, name

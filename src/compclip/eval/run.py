@@ -34,7 +34,7 @@ from . import (  # noqa: F401 (importing a benchmark's module registers it, timm
 )
 from .base import REGISTRY, data_root
 from .config import EvalConfig
-from .scorer import DualEncoderScorer, UnreadableImagesError, load_scorer
+from .scorer import UnreadableImagesError, load_scorer
 
 log = logging.getLogger("compclip.eval")
 
@@ -191,9 +191,9 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     refuse_another_models(Path(out), model, pretrained, weights, cfg.force)
     precision = cfg.precision or ("amp" if device.startswith("cuda") else "fp32")
     scorer = load_scorer(model, pretrained, device=device, precision=precision, **cfg.scorer_settings)
-    if cfg.blind and type(scorer).pairs is not DualEncoderScorer.pairs:
-        raise UsageError(f"--blind replaces each image's embedding by their mean: {model} scores through its method's own "
-                         f"modules ({type(scorer).__name__}), which read more of an image than one embedding")
+    if cfg.blind and not hasattr(scorer, "blind"):
+        raise UsageError(f"--blind replaces each image by the mean of the benchmark's images: {model}'s scorer "
+                         f"({type(scorer).__name__}) has no such mean")
     records = {}
     for job in jobs:
         bench = REGISTRY[job.name]

@@ -15,8 +15,9 @@ each summed over the batch as the paper writes them (divided by one shared count
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -237,6 +238,7 @@ class GraphScorer(DualEncoderScorer):
         self.binding, self.chunk, self.layer = binding, chunk, layer
         self._tokens: dict[str, torch.Tensor] = {}
         self._graphs: dict[str, dict] = {}
+        self._blind_tokens: torch.Tensor | None = None  # the one set of patch tokens of a blind run (`blind`)
         self._nlp = None  # spaCy, loaded on the first captions and kept: every benchmark brings new ones
         self.encoded["tokens"] = 0
 
@@ -258,11 +260,28 @@ class GraphScorer(DualEncoderScorer):
                               for c in range(0, len(tokens), self.chunk)])
 
     def tokens(self, images, boxes=None) -> torch.Tensor:
-        """Patch tokens in the joint space, (len(images), P, D), each image encoded once."""
+        """Patch tokens in the joint space, (len(images), P, D), each image encoded once; under `blind`, the one set of
+        tokens it gives for every image."""
         keys = self._image_keys(images, boxes)
+        if self._blind_tokens is not None:
+            return self._blind_tokens.expand(len(keys), -1, -1).to(self.device)
         self._fill(self._tokens, keys, "tokens", self._encode_tokens)
         self._check_read(keys)
+        self._asked.update(keys)
         return torch.stack([self._tokens[k] for k in keys]).to(self.device)
+
+    @contextlib.contextmanager
+    def blind(self, keys: set[str]) -> Iterator[None]:
+        """`compclip eval --blind` for the binding module, which reads an image's patch tokens, not one embedding: inside
+        the block every image gives the mean of the tokens of `keys`, patch by patch (our choice), so a score depends on
+        the caption's graph alone."""
+        if not keys:
+            raise ValueError("blind: no image was scored to average")
+        self._blind_tokens = torch.stack([self._tokens[k] for k in sorted(keys)]).mean(0)
+        try:
+            yield
+        finally:
+            self._blind_tokens = None
 
     def graphs(self, captions):
         """The captions' graphs as the binding module takes them: nodes, node mask, relations, ends, edge mask."""
