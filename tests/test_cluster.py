@@ -222,6 +222,56 @@ def children(pid):
     return found
 
 
+def wait_until(ready, proc, timeout=120):
+    import time
+
+    start = time.time()
+    while not ready():
+        if proc.poll() is not None or time.time() - start > timeout:
+            raise AssertionError(f"the command ended or stalled first: {proc.returncode}, {proc.stderr.read()[-2000:]}")
+        time.sleep(0.01)
+
+
+def test_a_stopped_world_or_eval_ends_in_one_line_keeping_what_it_finished(tmp_path):
+    """A cluster's stop to the whole process group, pool and DataLoader workers included: `world generate` (SIGTERM, while
+    its training images are being written) and `eval` (SIGUSR1, while a later benchmark's images load) end in one
+    `stopped:` line, exit 128 + the signal's number, leave no temporary file and keep every result they finished; the same
+    commands then finish, to the same figures."""
+    import json
+    import signal
+    import subprocess
+
+    from test_train import compclip, env_for_children
+
+    world = tmp_path / "world"
+    make = compclip("-q", "world", "generate", "--out", str(world), "--n-train", "3000", "--n-test", "300", "--size", "64")
+    proc = subprocess.Popen(make, env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_until(lambda: any(world.rglob(".*.tmp")), proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert err.strip().splitlines() == ["stopped: SIGTERM: the files it finished are kept, and no half-written file is left; "
+                                        "run the same command again to finish"]
+    assert not any(world.rglob("*.tmp")) and not (world / "manifest.json").exists()
+    assert subprocess.run(make, env=env_for_children(), timeout=300).returncode == 0
+
+    out = tmp_path / "results"
+    evaluate = compclip("-q", "eval", "--model", "compclip-tiny-clip", "--benchmark", "sugarcrepe,zeroshot,retrieval",
+                        "--data-root", str(world / "test_unseen"), "--out", str(out), "--workers", "2")
+    proc = subprocess.Popen(evaluate, env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    wait_until(lambda: (out / "sugarcrepe.json").is_file() and children(proc.pid), proc)
+    os.killpg(proc.pid, signal.SIGUSR1)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGUSR1, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("stopped: SIGUSR1: the files it finished are kept") and "Traceback" not in err
+    assert "Exception ignored" not in err and not any(out.rglob("*.tmp")) and not (out / "retrieval.json").exists()
+    finished = json.loads((out / "sugarcrepe.json").read_text())
+    assert subprocess.run(evaluate, env=env_for_children(), timeout=300).returncode == 0
+    assert json.loads((out / "sugarcrepe.json").read_text())["metrics"] == finished["metrics"]
+    assert json.loads((out / "retrieval.json").read_text())["metrics"]
+
+
 @pytest.mark.parametrize("sig, to", [("SIGTERM", "torchrun"), ("SIGUSR1", "ranks")])
 def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path, sig, to):
     """Two processes under torchrun: SIGTERM to torchrun (which passes it on), or SIGUSR1 to each rank (as srun delivers a

@@ -1,7 +1,8 @@
 """The `compclip` command line (typer). Subcommands import their heavy modules lazily, so help is instant.
 
 Every option is checked before anything is built or written; a problem the user can fix
-(`CompclipError`, or a malformed command line) prints one `error:` line and exits 2.
+(`CompclipError`, or a malformed command line) prints one `error:` line and exits 2; a cluster's stop signal, one
+`stopped:` line.
 """
 from __future__ import annotations
 
@@ -429,8 +430,10 @@ def _refuse_open_clip_elsewhere(args: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: a problem the user can fix prints one `error:` line and exits 2, not a traceback."""
-    from .errors import CompclipError
+    from . import stops
+    from .errors import CompclipError, Stopped
 
+    stops.answer()
     args = list(sys.argv[1:] if argv is None else argv)
     # --quiet / --verbose belong to the app's callback; accept them after the command too
     args = [a for a in args if a in GLOBAL_FLAGS] + [a for a in args if a not in GLOBAL_FLAGS]
@@ -442,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         typer.echo(f"error: {e.format_message()}{hint}", err=True)
         raise SystemExit(e.exit_code) from None
-    except CompclipError as e:
+    except (CompclipError, Stopped) as e:
         typer.echo(f"{e.label}: {e}", err=True)
         raise SystemExit(e.exit_code) from None
     raise SystemExit(code if isinstance(code, int) else 0)

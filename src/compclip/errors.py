@@ -50,6 +50,21 @@ class NonFiniteError(CompclipError, FloatingPointError):
     """A loss, gradient, weight or score that is NaN or infinite: training stops, a checkpoint or score is refused."""
 
 
+class Stopped(BaseException):
+    """A command other than `train` stopped by SIGTERM or SIGUSR1 (a cluster's stop). A BaseException, as KeyboardInterrupt:
+    no handler of bad records takes it for one. `compclip.cli.main` prints one `stopped:` line and exits 128 + the
+    signal's number, as a shell reports a process the signal ended; `finally` blocks have removed half-written files."""
+
+    label = "stopped"
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(f"{signal.Signals(signum).name}: the files it finished are kept, and no half-written file is left; "
+                         "run the same command again to finish")
+        self.exit_code = 128 + signum
+
+
 class Preempted(CompclipError):
     """A run stopped by the cluster (SIGTERM, SIGUSR1) after writing a checkpoint: the same command resumes it. Exits 75,
     sysexits' EX_TEMPFAIL ("try again"), so a job script can requeue on it."""

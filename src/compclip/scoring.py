@@ -27,6 +27,7 @@ from PIL import Image as PILImage
 from safetensors.torch import load_file, save_file
 from torch.utils.data import DataLoader, Dataset
 
+from . import stops
 from .data.images import ImageRef, image_ref
 from .errors import DataError, NonFiniteError
 from .io import atomic_path
@@ -264,9 +265,12 @@ class DualEncoderScorer(Scorer):
         """`encode` over the images of `keys`, decoded and preprocessed in DataLoader workers, in batches: the keys of
         the images that decoded and their rows; the others are recorded in `unreadable`."""
         images = _Images([self._sources[k] for k in keys], self.preprocess)
-        loader = DataLoader(images, batch_size=self.batch_size, num_workers=self.workers, collate_fn=_collate_images)
+        loader = DataLoader(images, batch_size=self.batch_size, num_workers=self.workers, collate_fn=_collate_images,
+                            worker_init_fn=stops.worker_init)
         done, rows = [], []
-        for batch, indices, failed in progress(loader, desc, total=len(loader), unit="batch"):
+        with stops.held():
+            batches = iter(loader)
+        for batch, indices, failed in progress(batches, desc, total=len(loader), unit="batch"):
             for i, why in failed:
                 self.unreadable[self._sources[keys[i]][0].key] = why
             if batch is not None:
