@@ -102,6 +102,22 @@ def test_user_errors_are_one_line_not_a_traceback(tmp_path):
     assert result.stderr.strip() == f"error: {tmp_path / 'nothing'}: no such folder (a compclip checkpoint is a folder)"
 
 
+def test_a_locale_that_cannot_spell_file_names_is_said_once(tmp_path):
+    """LANG=C on a system whose Python keeps the C locale (UTF-8 mode and coercion off): file names are ASCII, and an
+    image named "café.jpg" cannot be opened. The command says so once, with the fix; a UTF-8 locale says nothing."""
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "café.jpg")
+    narrow = {**os.environ, "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    probe = [sys.executable, "-c", "import os, sys; os.stat(sys.argv[1] + '/caf\\xe9.jpg')", str(tmp_path)]
+    assert "UnicodeEncodeError" in subprocess.run(probe, env=narrow, capture_output=True, text=True).stderr  # the fault is real
+    for env, said in ((narrow, 1), ({**os.environ, "LC_ALL": "C.UTF-8"}, 0)):
+        result = subprocess.run([sys.executable, "-m", "compclip", "-q", "benchmarks"], env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0
+        assert result.stderr.count("this locale's file-name encoding is ascii: files whose names it cannot spell (not ASCII) "
+                                   "cannot be opened; run with a UTF-8 locale (export LC_ALL=C.UTF-8)") == said, result.stderr
+
+
 def test_demo_runs_end_to_end(tmp_path):
     """`make demo`'s pipeline at toy size: world, concepts, pretraining, three methods over two seeds, evaluation, report
     with intervals and paired differences computed again here from the per-seed result files."""

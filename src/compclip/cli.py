@@ -104,6 +104,19 @@ def _options(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logs, open_clip's included (also after the command)."),
 ) -> None:
     progress.configure(quiet=quiet, verbose=verbose)
+    _warn_of_a_narrow_locale()
+
+
+def _warn_of_a_narrow_locale() -> None:
+    """Under a locale whose file-name encoding is not UTF-8 (LANG=C on an old system, Python's UTF-8 mode off), Python
+    cannot open a file whose name is not ASCII: every such image would be skipped as unreadable. Say why, once."""
+    encoding = sys.getfilesystemencoding()
+    if encoding.replace("-", "").lower() != "utf8":
+        import logging
+
+        logging.getLogger("compclip").warning(
+            "this locale's file-name encoding is %s: files whose names it cannot spell (not ASCII) cannot be opened; run "
+            "with a UTF-8 locale (export LC_ALL=C.UTF-8) or Python's UTF-8 mode (export PYTHONUTF8=1)", encoding)
 
 
 @app.command()
