@@ -70,7 +70,9 @@ def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
         try:
             img = Image.open(fp)
         except (Image.DecompressionBombWarning, Image.DecompressionBombError) as e:
-            raise ImageTooLarge(f"larger than the {Image.MAX_IMAGE_PIXELS:,} pixels PIL decodes safely ({e})") from None
+            size = re.search(r"\((\d+) pixels\)", str(e))  # PIL's message; its DOS warning is no news after the first
+            pixels = f"{int(size.group(1)):,} pixels" if size else str(e)
+            raise ImageTooLarge(f"{pixels}, over the {Image.MAX_IMAGE_PIXELS:,} PIL decodes safely") from None
     with img:
         img.load()
         return to_rgb(img)
