@@ -520,9 +520,11 @@ def test_two_nodes_compute_what_one_process_does_on_the_whole_batch(tmp_path):
 
 
 def test_two_nodes_write_one_run_folder_and_resume_after_one_is_killed(tmp_path):
-    """`compclip train` on two nodes into one shared --out: one run folder (rank 0 writes it; node 1's folder stays empty);
-    node 1 killed (SIGKILL) mid-run, then the job ended as a scheduler ends it; both launched again resume from the last
-    checkpoint to the losses of a run never killed."""
+    """`compclip train` on two nodes into one shared --out: one run folder (rank 0 writes it; node 1's folder stays empty).
+    Node 1 hangs mid-run (SIGSTOP): node 0's rank stops by itself after --dist-timeout, in one line naming the last
+    checkpoint, with exit 75; the scheduler ends node 1; both launched again resume from the last checkpoint to the losses
+    of a run never stopped."""
+    import re
     import signal
 
     from test_train import env_for_children, free_port, losses, make_dataset
@@ -535,20 +537,27 @@ def test_two_nodes_write_one_run_folder_and_resume_after_one_is_killed(tmp_path)
     def train(out):
         return ["-m", "compclip", "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),
                 "--out", str(tmp_path / out), "--steps", "24", "--batch-size", "4", "--save-every", "4", "--workers", "1",
-                "--lr", "1e-3", "--device", "cpu"]
+                "--lr", "1e-3", "--device", "cpu", "--dist-timeout", "20"]
 
     for proc in two_nodes(train("straight"), nodes, free_port(), env_for_children()):
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]
     procs = two_nodes(train("killed"), nodes, free_port(), env_for_children())
     wait_for_steps(tmp_path / "killed" / "log.jsonl", 6, procs[0])
-    for pid in [*children(procs[1].pid), procs[1].pid]:  # node 1 dies: its rank, then its agent
+    node1 = [*children(procs[1].pid), procs[1].pid]
+    for pid in node1:  # node 1 hangs: its rank and its agent
+        os.kill(pid, signal.SIGSTOP)
+    _, err = procs[0].communicate(timeout=120)  # node 0's rank gives up on it after --dist-timeout
+    latest = tmp_path / "killed" / "checkpoints" / (tmp_path / "killed" / "checkpoints" / "latest").read_text()
+    said = [line for line in err.splitlines() if line.startswith("error: rank 0 of 2:")]
+    assert len(said) == 1 and re.fullmatch(
+        r"error: rank 0 of 2: a collective with the other ranks failed at step \d+, as when another rank died, or hung past "
+        r"--dist-timeout 20 s \(Timed out waiting 20000ms for (send|recv) operation to complete\); the last checkpoint is "
+        + re.escape(str(latest)) + ": run the same command on every node to resume", said[0]), err[-3000:]
+    assert "exitcode: 75" in err  # the rank's own exit, which torchrun reports
+    for pid in node1:  # the scheduler ends the job
         os.kill(pid, signal.SIGKILL)
     procs[1].communicate(timeout=60)
-    for pid in [*children(procs[0].pid), procs[0].pid]:  # node 0's rank waits on its dead peer: the scheduler ends the job
-        os.kill(pid, signal.SIGKILL)
-    procs[0].communicate(timeout=60)
-    assert (tmp_path / "killed" / "checkpoints" / "latest").is_file()
     for proc in two_nodes(train("killed"), nodes, free_port(), env_for_children()):
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]

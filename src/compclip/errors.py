@@ -1,7 +1,7 @@
 """The one exception type for problems a user causes and can fix.
 
 `compclip.cli.main` prints a `CompclipError` as one `error:` line and exits 2 (a preempted run: a `preempted:` line,
-exit 75); every other exception is a bug and keeps its traceback. Each subclass also derives from the built-in
+exit 75; a distributed run that lost a rank: exit 75); every other exception is a bug and keeps its traceback. Each subclass also derives from the built-in
 exception a Python caller would expect (`ValueError`, `FileNotFoundError`, ...), so library
 code can catch either.
 """
@@ -71,3 +71,10 @@ class Preempted(CompclipError):
 
     exit_code = 75
     label = "preempted"
+
+
+class PeerLost(CompclipError):
+    """A distributed run whose collective failed: another rank died (its node lost) or hung past --dist-timeout. Exits 75,
+    as a preempted run: the job can be requeued and resumes from its last checkpoint."""
+
+    exit_code = 75

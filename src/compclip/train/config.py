@@ -101,6 +101,8 @@ class TrainConfig:
                                          "such as sugarcrepe/swap_att (its first score), winoground/group_score or "
                                          "val/image_to_text_R@1 (higher is better).")
     device: str | None = option(None, "cpu to stay off the GPU.  [default: each process takes the GPU of its local rank, if any]")
+    dist_timeout: int = option(1800, "Seconds a rank waits in a collective (gradients, the stop signal) for the others before it "
+                                     "stops with an error, as when another node died: torch's init_process_group timeout.")
     min_concept_coverage: float = option(0.5, "A concept method stops when fewer of the first step's captions have concepts it can "
                                               "use (0 never stops).")
     skip_nonfinite: int = option(0, "Steps with a NaN or inf loss or gradient skipped (no update) before training stops.")
@@ -119,7 +121,7 @@ class TrainConfig:
 
             get_recipe(self.recipe)
         at_least = {"steps": 1, "batch_size": 1, "accum_freq": 1, "save_every": 1, "keep": 1, "log_every": 1,
-                    "warmup": 0, "workers": 0, "shuffle": 0, "eval_every": 0, "skip_nonfinite": 0,
+                    "warmup": 0, "workers": 0, "shuffle": 0, "eval_every": 0, "skip_nonfinite": 0, "dist_timeout": 1,
                     "weight_decay": 0, "lock_image_unlocked_groups": 0, "warmup_lr": 0, "min_lr": 0}
         for name in ("epochs", "train_num_samples", "global_batch_size", "force_context_length", "force_image_size"):
             if getattr(self, name) is not None:

@@ -5,6 +5,7 @@ gradients back to the rank that owns them, so a loss over gathered columns train
 """
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import subprocess
@@ -58,18 +59,20 @@ def world_from_env() -> tuple[int, int, int]:
     return 0, 1, 0
 
 
-def init_distributed(device: str | None = None) -> DistEnv:
-    """Join the process group when launched with several processes; pick this process's device."""
+def init_distributed(device: str | None = None, timeout: float | None = None) -> DistEnv:
+    """Join the process group when launched with several processes; pick this process's device. `timeout`: seconds a
+    collective waits for the other ranks (torch's default where None)."""
     rank, world, local = world_from_env()
     cuda = torch.cuda.is_available() and device != "cpu"
     dev = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(dev)
     group = None
+    wait = {"timeout": datetime.timedelta(seconds=timeout)} if timeout is not None else {}
     if world > 1:
         if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if cuda else "gloo", rank=rank, world_size=world)
-        group = dist.new_group()
+            dist.init_process_group(backend="nccl" if cuda else "gloo", rank=rank, world_size=world, **wait)
+        group = dist.new_group(**wait)  # a new group does not take the default group's timeout
     return DistEnv(rank, world, local, dev, group)
 
 

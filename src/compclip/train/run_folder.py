@@ -21,7 +21,8 @@ LOCK_NAME = ".lock"
 # The options that do not change what a run computes: how it is launched, logged and checkpointed.
 NOT_DEFINING = frozenset({"out", "workers", "save_every", "keep", "log_every", "eval_every", "device", "grad_checkpointing",
                           "min_concept_coverage", "skip_nonfinite", "image_root", "resume", "report_to", "wandb_project_name",
-                          "eval_benchmarks", "eval_data_root", "val_data", "keep_best", "torchcompile"})
+                          "eval_benchmarks", "eval_data_root", "val_data", "keep_best", "torchcompile",
+                          "dist_timeout"})
 
 
 class RunLock:

@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..data import ArrayReader, WebDatasetReader, is_tar_shards, open_reader
 from ..data.augment import BatchedView
-from ..errors import DataError, MissingFileError, NonFiniteError, Preempted, StorageError, UsageError
+from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Preempted, StorageError, UsageError
 from ..io import atomic_path, write_json
 from ..models.checkpoint import CONFIG_NAME, MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config, remove_checkpoint
 from ..precision import autocast, input_dtype, weights_precision
@@ -85,6 +85,20 @@ def _optimizer(cfg: TrainConfig, model: torch.nn.Module, method) -> torch.optim.
     params = [p for g in groups for p in g["params"]]
     fused = all(p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in params)
     return adam(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused or None)
+
+
+def _collective_failed(e: RuntimeError) -> bool:
+    """A collective that broke off or timed out: torch's DistError, or gloo's and NCCL's own RuntimeErrors (a reset
+    connection, "Timed out waiting Nms"), which carry their library's name."""
+    return isinstance(e, dist.DistError) or any(name in str(e) for name in ("gloo", "NCCL", "ProcessGroup"))
+
+
+def _first_line(e: Exception) -> str:
+    """An error's first sentence without the library's source location: "Read error [127.0.0.1]:5858: Connection reset by
+    peer" of gloo's "[.../pair.cc:545] Read error [127.0.0.1]:5858: Connection reset by peer. This is typically ..."."""
+    line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    line = line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
+    return line.split(". ", 1)[0]
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # how SLURM (--signal, scancel) and Kubernetes ask a job to stop
@@ -150,7 +164,7 @@ class Trainer:
         cfg.validate()
         cfg.resolve_paths()
         self.cfg = cfg
-        self.env: DistEnv = init_distributed(cfg.device)
+        self.env: DistEnv = init_distributed(cfg.device, cfg.dist_timeout)
         self.out = Path(cfg.out)
         cfg.resolve_length(self.env.world_size, lambda: open_reader(cfg.train_data, **self._reader_kwargs()).num_records())
         self.resume_from = self._resume_folder()
@@ -488,6 +502,14 @@ class Trainer:
         batches = self._batches()
         try:
             return self._steps(steps, batches)
+        except RuntimeError as e:
+            if self.env.distributed and _collective_failed(e):
+                latest = self._latest()
+                kept = f"the last checkpoint is {latest}" if latest else "no checkpoint was written yet"
+                raise PeerLost(f"rank {self.env.rank} of {self.env.world_size}: a collective with the other ranks failed at step "
+                               f"{self.step + 1}, as when another rank died, or hung past --dist-timeout {self.cfg.dist_timeout} s "
+                               f"({_first_line(e)}); {kept}: run the same command on every node to resume") from None
+            raise
         finally:
             batches.close()
 
