@@ -144,7 +144,7 @@ def test_the_eval_cache_misses_when_the_checkpoints_preprocessing_changes(tmp_pa
 
 def test_a_resume_compares_the_files_its_paths_name_not_the_strings(tmp_path, monkeypatch):
     """The same CSV by its absolute path resumes; the same relative string from another folder names another CSV and is
-    refused. config.json records the paths resolved."""
+    refused, and so is the same path to a file that changed since (its size). config.json records the paths resolved."""
     import json
 
     from compclip.errors import UsageError
@@ -164,6 +164,11 @@ def test_a_resume_compares_the_files_its_paths_name_not_the_strings(tmp_path, mo
     was, now = tmp_path / "a" / "train.csv", tmp_path / "b" / "train.csv"
     with pytest.raises(UsageError, match=rf"other options \(train_data '{was}' -> '{now}'\)"):
         Trainer(TrainConfig(train_data="train.csv", steps=4, **common))
+    before = was.stat().st_size
+    was.write_text(was.read_text() + was.read_text().splitlines()[1] + "\n")  # the same path, a row more: another run's data
+    with pytest.raises(UsageError, match=rf"other options \(--train-data {was} names other files now \(1 file of {before:,} bytes "
+                                         rf"then, 1 file of {was.stat().st_size:,} bytes now\)\)"):
+        Trainer(TrainConfig(train_data=str(was), steps=4, **common))
 
 
 def wait_for_steps(log, steps, proc, timeout=120):

@@ -1,9 +1,9 @@
 """The one exception type for problems a user causes and can fix.
 
 `compclip.cli.main` prints a `CompclipError` as one `error:` line and exits 2 (a preempted run: a `preempted:` line,
-exit 75; a distributed run that lost a rank: exit 75); every other exception is a bug and keeps its traceback. Each subclass also derives from the built-in
-exception a Python caller would expect (`ValueError`, `FileNotFoundError`, ...), so library
-code can catch either.
+exit 75; a distributed run that lost a rank: exit 75); every other exception is a bug and keeps its traceback. Each
+subclass also derives from the built-in exception a Python caller would expect (`ValueError`, `FileNotFoundError`, ...),
+so library code can catch either.
 """
 from __future__ import annotations
 

@@ -627,6 +627,23 @@ def is_tar_shards(path: str | os.PathLike) -> bool:
     return Path(text).suffix.lower() == ".tar" or (".tar" in text and "{" in text)
 
 
+def data_files(path: str | os.PathLike) -> dict[str, int] | None:
+    """What a run's data is, beyond its path: how many files the path names (shards expanded) and their bytes. A resume
+    compares it (a file rewritten or shards added between runs); None for a path with a remote or piped shard."""
+    text = str(path)
+    if is_tar_shards(text):
+        import webdataset as wds
+
+        names = wds.shardlists.expand_urls(text)
+    elif text.lower().endswith(".npy"):  # arrays joined by "::", each with its captions beside it (`ArrayReader`)
+        names = [str(f) for a in text.split("::") for f in (Path(a), Path(a).with_name("scenes.jsonl"))]
+    else:
+        names = [text]
+    if any("://" in name or name.startswith("pipe:") for name in names):
+        return None
+    return {"files": len(names), "bytes": sum(os.stat(name).st_size for name in names if os.path.isfile(name))}
+
+
 def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:
     """Pick the reader from the path: `.tar` shards (brace patterns allowed), `.csv`/`.tsv`, a captions `.json`,
     or an image array `.npy`."""

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import ArrayReader, WebDatasetReader, is_tar_shards, open_reader
+from ..data import ArrayReader, WebDatasetReader, data_files, is_tar_shards, open_reader
 from ..data.augment import BatchedView
 from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Preempted, StorageError, UsageError
 from ..io import atomic_path, write_json
@@ -167,6 +167,7 @@ class Trainer:
         self.env: DistEnv = init_distributed(cfg.device, cfg.dist_timeout)
         self.out = Path(cfg.out)
         cfg.resolve_length(self.env.world_size, lambda: open_reader(cfg.train_data, **self._reader_kwargs()).num_records())
+        self.data_files = data_files(cfg.train_data)  # what a resume compares beside the options
         self.resume_from = self._resume_folder()
         self._check_same_run()  # reads OUT only: writing waits for `run` to own it
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else self._carried_concepts()
@@ -319,7 +320,7 @@ class Trainer:
             folder = self.out / "checkpoints" / f"step_{self.step:07d}"
             try:
                 save_checkpoint(self.model, folder, state=state, modules=self.method.state_dict(), method=self.cfg.method,
-                                step=self.step, train_args=dataclasses.asdict(self.cfg))
+                                step=self.step, train_args=dataclasses.asdict(self.cfg), train_data_files=self.data_files)
             except StorageError as e:
                 raise StorageError(f"{e}: training stopped at step {self.step}; the checkpoints before it are untouched: make room "
                                    "and run the same command to resume") from None
@@ -359,6 +360,10 @@ class Trainer:
         saved |= {k: resolved(saved[k]) for k in PATH_OPTIONS if isinstance(saved.get(k), str)}
         defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
         changes = changed_options(saved, dataclasses.asdict(self.cfg), defaults)
+        before = read_config(folder).get("train_data_files")
+        if before is not None and self.data_files is not None and before != self.data_files:
+            then, now = (f"{d['files']:,} file{'s' * (d['files'] != 1)} of {d['bytes']:,} bytes" for d in (before, self.data_files))
+            changes.append(f"--train-data {self.cfg.train_data} names other files now ({then} then, {now} now)")
         if changes:
             raise UsageError(f"--out {self.out} holds a run made with other options ({'; '.join(changes)}): resume it with its own "
                              f"options, or start a second stage from its weights: --model {folder} --out ANOTHER_FOLDER")
