@@ -380,6 +380,27 @@ def test_a_locked_image_tower_can_leave_its_last_groups_trained(tmp_path):
         train(settings_config(tmp_path, "bad", lock_image=True, lock_image_unlocked_groups=-1))
 
 
+def test_settings_that_cannot_learn_are_refused_before_a_step(tmp_path, caplog):
+    """One image a step has no negative; both towers locked under a method without modules leave only the temperature
+    to train: refused, naming the options, before any folder is written. A warm-up as long as the run is said once. The
+    same locks under OC-CLIP, whose binding module trains, are accepted."""
+    from compclip.errors import UsageError
+    from compclip.train import Trainer
+
+    with pytest.raises(UsageError, match=r"a step of 1 image \(--batch-size 1 on 1 process\(es\)\) has no negative"):
+        Trainer(settings_config(tmp_path, "one", batch_size=1))
+    with pytest.raises(UsageError, match="--lock-image and --lock-text freeze both towers, and method siglip owns no module"):
+        Trainer(settings_config(tmp_path, "locked", lock_image=True, lock_text=True))
+    assert not (tmp_path / "one").exists() and not (tmp_path / "locked").exists()
+    with caplog.at_level("WARNING", logger="compclip.train"):
+        Trainer(settings_config(tmp_path, "warm", warmup=4))
+    assert caplog.messages == ["--warmup 4 is not shorter than the run's 4 steps: the learning rate never reaches --lr 0.001"]
+    from compclip.concepts import build_store, iter_captions
+
+    build_store(iter_captions(tmp_path / "train.csv"), tmp_path / "concepts", "graph")
+    Trainer(settings_config(tmp_path, "module", method="occlip", concepts=str(tmp_path / "concepts"), lock_image=True, lock_text=True))
+
+
 def test_bf16_autocast_on_the_cpu_resumes_exactly(tmp_path):
     """amp_bf16 trains on a CPU, and a run stopped at step 2 and resumed gives steps 3-4 of the straight run."""
     from compclip.train import train
@@ -391,6 +412,18 @@ def test_bf16_autocast_on_the_cpu_resumes_exactly(tmp_path):
     a, b = logged(tmp_path, "straight", "loss"), logged(tmp_path, "resumed", "loss")
     assert sorted(b) == [1, 2, 3, 4] and [b[s] for s in (3, 4)] == pytest.approx([a[s] for s in (3, 4)], rel=1e-6)
     assert all(math.isfinite(v) for v in a.values()) and a[4] != a[1]
+
+
+def test_fp16_autocast_on_the_cpu_scales_its_loss_as_on_a_gpu(tmp_path):
+    """amp is fp16 autocast with loss scaling (open_clip_train's): on the CPU too, where torch's default GradScaler, CUDA's,
+    turns itself off with a warning and fp16 trains unscaled. The checkpoint keeps the scaler's state."""
+    from compclip.train import Trainer
+
+    trainer = Trainer(settings_config(tmp_path, "amp", precision="amp", steps=2, save_every=2))
+    assert trainer.scaler.is_enabled() and trainer.scaler.get_scale() == 65536.0
+    trainer.run()
+    state = torch.load(tmp_path / "amp" / "checkpoints" / "step_0000002" / "training_state.pt", weights_only=False)
+    assert state["scaler"]["scale"] > 0 and math.isfinite(logged(tmp_path, "amp", "loss")[2])
 
 
 def test_resume_restores_every_generator_to_its_saved_state(tmp_path):

@@ -187,6 +187,7 @@ class Trainer:
             model.lock_text_tower()
         if getattr(model, "logit_bias", None) is not None and not self.method.uses_logit_bias:
             model.logit_bias.requires_grad_(False)  # a softmax loss never reads it, and DDP wants every trained parameter used
+        self._refuse_what_cannot_learn(model)
         if cfg.grad_checkpointing:
             model.set_grad_checkpointing(True)
         self.model = model.train()
@@ -198,7 +199,8 @@ class Trainer:
             compile_blocks(model)
         self.optimizer = _optimizer(cfg, model, self.method)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
-        self.scaler = torch.amp.GradScaler(enabled=cfg.precision == "amp")
+        # on the run's own device: torch's default, CUDA's, turns itself off on a CPU, and fp16 then trains unscaled
+        self.scaler = torch.amp.GradScaler(self.env.device.type, enabled=cfg.precision == "amp")
         transform = self.method.image_transform(model)
         self.reader = open_reader(cfg.train_data, transform=transform or train_preprocess(model), **self._reader_kwargs())
         # decoded arrays take open_clip's training view per batch, bit for bit the same (`BatchedView`)
@@ -349,6 +351,22 @@ class Trainer:
                 raise MissingFileError(f"--resume latest: {self.out / 'checkpoints'} holds no checkpoint to resume")
             return folder
         return Path(self.cfg.resume)
+
+    def _refuse_what_cannot_learn(self, model: torch.nn.Module) -> None:
+        """Settings under which a run would spend its steps learning nothing are refused before it starts, not found out
+        from its losses; a warm-up that never ends is said once."""
+        cfg = self.cfg
+        per_step = cfg.batch_size * cfg.accum_freq * self.env.world_size
+        if per_step < 2:
+            raise UsageError(f"a step of {per_step} image (--batch-size {cfg.batch_size} on {self.env.world_size} process(es)) has no "
+                             "negative to contrast with: give at least 2")
+        learning = [n for n, p in model.named_parameters() if p.requires_grad and n not in ("logit_scale", "logit_bias")]
+        if not learning and not any(p.requires_grad for p in self.method.parameters()):
+            raise UsageError(f"--lock-image and --lock-text freeze both towers, and method {cfg.method} owns no module: only the "
+                             "temperature would train; unlock a tower (or --lock-image-unlocked-groups N)")
+        if cfg.warmup >= cfg.steps:
+            log.warning("--warmup %d is not shorter than the run's %d steps: the learning rate never reaches --lr %g", cfg.warmup,
+                        cfg.steps, cfg.lr)
 
     def _check_same_run(self) -> None:
         """A run resumes only under the options that made it; another run's are refused before anything is built."""
