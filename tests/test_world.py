@@ -313,3 +313,24 @@ def test_statements_caption_scenes_in_the_tests_own_form(tmp_path):
     assert 0.35 * several < short < 0.65 * several
     with pytest.raises(UsageError, match="statements"):
         WorldConfig(statements=1.5)
+
+
+@pytest.mark.parametrize(("settings", "said"), [
+    ({"heldout": 0.0}, r"--heldout must lie in \(0, 0.5\], not 0.0"),
+    ({"heldout": 0.6}, r"--heldout must lie in \(0, 0.5\], not 0.6"),
+    ({"heldout": 0.1, "colors": 2, "shapes": 2, "max_objects": 3}, r"holds out none of the 4 colour×shape pairings.*--heldout 0.25"),
+    ({"heldout": 0.25, "colors": 2, "shapes": 2}, r"leaves 3 of the 4 colour×shape pairings seen, and a scene of --max-objects 4"),
+    ({"size": 2000}, r"--size must lie in 32..1024 pixels"),
+])
+def test_a_world_that_cannot_be_drawn_is_refused_by_its_settings(settings, said):
+    """Settings under which generation crashed (no held-out pairing to draw an unseen scene from, fewer seen pairings than a
+    scene's objects) or never ended (almost every pairing held out; an image array of 100,000 pixels a side)."""
+    with pytest.raises(UsageError, match=said):
+        WorldConfig(**settings)
+
+
+def test_the_smallest_world_its_settings_allow_is_drawn(tmp_path):
+    """Three colours, two shapes, half held out, three objects at most: the bounds above are not tighter than needed."""
+    world = generate(tmp_path / "w", WorldConfig(seed=0, n_train=20, n_val=2, n_test=20, size=32, colors=3, shapes=2, heldout=0.5,
+                                                 max_objects=3), workers=1)
+    assert len(json.loads((world / "manifest.json").read_text())["heldout"]) == 3

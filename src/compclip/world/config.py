@@ -33,14 +33,24 @@ class WorldConfig:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
         if self.n_singles < 0:
             raise UsageError(f"--n-singles must be at least 0, not {self.n_singles}")
-        if self.size < 32:
-            raise UsageError(f"--size must be at least 32 pixels (shapes must stay legible), not {self.size}")
-        if not 0 <= self.heldout < 1:
-            raise UsageError(f"--heldout must lie in [0, 1), not {self.heldout}")
+        if not 32 <= self.size <= 1024:
+            raise UsageError(f"--size must lie in 32..1024 pixels (shapes legible, and {self.n_train:,} scenes of it in memory), "
+                             f"not {self.size}")
+        if not 0 < self.heldout <= 0.5:
+            raise UsageError(f"--heldout must lie in (0, 0.5], not {self.heldout}: the unseen split draws on the held-out "
+                             "pairings, and the seen split's scenes and swaps on the others")
         if not 1 <= self.min_objects <= self.max_objects <= 4 or self.max_objects < 2:
             raise UsageError(f"objects per scene: need 1 <= min <= max <= 4 and max >= 2, not {self.min_objects}..{self.max_objects}")
         if not (2 <= self.colors <= len(COLORS) and 2 <= self.shapes <= len(SHAPES)):
             raise UsageError(f"--colors must lie in 2..{len(COLORS)} and --shapes in 2..{len(SHAPES)}, not {self.colors} and {self.shapes}")
+        pairs = self.colors * self.shapes
+        if round(self.heldout * pairs) < 1:
+            raise UsageError(f"--heldout {self.heldout} holds out none of the {pairs} colour×shape pairings: the unseen split needs "
+                             f"one at least (--heldout {1 / pairs:.3g} or more)")
+        if pairs - round(self.heldout * pairs) < self.max_objects:
+            raise UsageError(f"--heldout {self.heldout} leaves {pairs - round(self.heldout * pairs)} of the {pairs} colour×shape pairings "
+                             f"seen, and a scene of --max-objects {self.max_objects} draws that many: hold out fewer, or lower "
+                             "--max-objects")
         for name in ("density", "completeness", "statements"):
             if not 0 <= getattr(self, name) <= 1:
                 raise UsageError(f"--{name} must lie in [0, 1], not {getattr(self, name)}")
