@@ -591,6 +591,28 @@ def test_report_names_a_result_that_does_not_parse_or_is_not_a_fraction(tmp_path
     assert not (tmp_path / "report").exists()
 
 
+def test_report_refuses_a_folder_given_twice_a_missing_one_and_an_out_that_is_a_file(tmp_path, capsys):
+    """The edges of `report`'s arguments, each one line: the same folder twice (it kept one row, silently), a folder that
+    is not there or is a file (it said "no result files"), and --out an existing file (a FileExistsError traceback)."""
+    from conftest import run_main
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "sugarcrepe.json").write_text('{"metrics": {"add": 0.9}}')
+    for args, said in (([folder, tmp_path / "." / "results"], f"error: {tmp_path / '.' / 'results'}: given twice; a report has one row "
+                                                               "per results folder\n"),
+                       ([tmp_path / "nothing"], f"error: {tmp_path / 'nothing'}: no such folder; give the folders that `compclip "
+                                                "eval --out` wrote, one per model\n"),
+                       ([folder / "sugarcrepe.json"], f"error: {folder / 'sugarcrepe.json'}: a file; give the folders that `compclip "
+                                                      "eval --out` wrote, one per model\n"),
+                       ([folder, "--out", folder / "sugarcrepe.json"], f"error: --out {folder / 'sugarcrepe.json'} is a file; the report "
+                                                                       "writes a folder\n")):
+        out = [] if "--out" in args else ["--out", tmp_path / "report"]
+        code, _, err = run_main(capsys, "report", *args, *out)
+        assert (code, err) == (2, said)
+    assert not (tmp_path / "report").exists()
+
+
 def test_weights_of_another_model_are_refused_naming_what_does_not_fit(tmp_path, capsys):
     """SigLIP-style weights given to a CLIP-style model crashed in open_clip's loader (AttributeError on logit_bias): now
     the error names the file and the keys that do not fit, for eval and train alike."""

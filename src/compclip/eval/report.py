@@ -48,8 +48,14 @@ def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any
     """{label: {benchmark: record}}; the label is the folder's name, or `parent/name` when names repeat."""
     folders = [Path(f) for f in folders]
     names = [f.name for f in folders]
+    twice = next((f for i, f in enumerate(folders) if f.resolve() in {g.resolve() for g in folders[:i]}), None)
+    if twice is not None:
+        raise UsageError(f"{twice}: given twice; a report has one row per results folder")
     results = {}
     for folder in folders:
+        if not folder.is_dir():
+            raise MissingFileError(f"{folder}: {'a file' if folder.exists() else 'no such folder'}; give the folders that "
+                                   "`compclip eval --out` wrote, one per model")
         files = sorted(folder.glob("*.json"))
         if not files:
             raise MissingFileError(f"{folder}: no result files (<benchmark>.json)")
@@ -246,6 +252,8 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
     out = Path(out)
     results = load_results(folders)
     comparison = paper_comparison(results, paper, paper_model) if paper else None  # a wrong name stops before writing
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; the report writes a folder")
     out.mkdir(parents=True, exist_ok=True)
     summary = summary_table(results)
     parts = ["# Results", "", "Accuracies and recalls in %. SC = SugarCrepe, ITT = image-to-text, TOT = text-only; "
