@@ -263,8 +263,8 @@ TRAIN_CASES = {
     "misspelled option": (["--lr-rate", "2"], ["No such option: --lr-rate"]),
     "misspelled method option": (["--method", "c2lip", "--method-opt", "lamda_npc=2"],
                                  ["method c2lip has no option lamda_npc (did you mean lambda_npc?)",
-                                  "its options: caption_concept, concept_mode, lambda_npc, lambda_xac, npc_negatives, xac_attention, "
-                                  "xac_temperature"]),
+                                  "its options: caption_concept, concept_mode, concept_phrases, lambda_npc, lambda_xac, npc_negatives, "
+                                  "xac_attention, xac_temperature"]),
     "method option of another method": (["--method-opt", "negatives=2"], ["method siglip has no option negatives"]),
     "method option of the wrong type": (["--method", "hardneg", "--method-opt", "negatives=two"],
                                         ["--method-opt negatives=two: expected int"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 import sys
 import typing
 from collections.abc import Callable
@@ -458,7 +459,12 @@ def main(argv: list[str] | None = None) -> None:
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         typer.echo(f"error: {e.format_message()}{hint}", err=True)
         raise SystemExit(e.exit_code) from None
-    except (CompclipError, Stopped) as e:
+    except CompclipError as e:
         typer.echo(f"{e.label}: {e}", err=True)
         raise SystemExit(e.exit_code) from None
+    except Stopped as e:  # files are closed; leave past atexit's pool finalisers, which would wait on a killed worker's lock
+        typer.echo(f"{e.label}: {e}", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(e.exit_code)
     raise SystemExit(code if isinstance(code, int) else 0)

@@ -1,12 +1,15 @@
 """A cluster's stop (SIGTERM, SIGUSR1) for every command but `train`, which answers it itself at a step boundary.
 
 `answer()`, called by the command line, turns the signal into `errors.Stopped` in the main process: `finally` blocks
-remove half-written files, finished files stay, and one line is printed; a forked worker ends quietly. `held()` defers
-it while a DataLoader forks its workers, which start with it blocked and take it once `worker_init` is in place.
+remove half-written files, finished files stay, and one line is printed. A DataLoader worker ends quietly
+(`worker_init`); `held()` defers the stop while a loader forks them, so they start with it blocked. A pool worker
+ignores it and is killed by `end_pool`: one that died by itself could hold the pool's queue lock, on which
+`Pool.terminate` would then wait forever.
 """
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import threading
@@ -15,16 +18,21 @@ from collections.abc import Iterator
 from .errors import Stopped
 
 SIGNALS = frozenset((signal.SIGTERM, signal.SIGUSR1))
-_state: dict[str, int | None] = {"main": None, "held": 0, "pending": None}
+_state: dict[str, int | None] = {"main": None, "held": 0, "pending": None, "stopping": 0}
 
 
 def _stop(signum: int, _frame) -> None:
-    if os.getpid() != _state["main"]:  # a forked worker: the main process says what happened
-        os._exit(0)
+    if os.getpid() != _state["main"]:  # a forked pool worker: its main process ends it (`end_pool`)
+        return
     if _state["held"]:
         _state["pending"] = signum
         return
+    _state["stopping"] = signum
     raise Stopped(signum)
+
+
+def _end_worker(_signum: int, _frame) -> None:
+    os._exit(0)
 
 
 def answer() -> None:
@@ -48,13 +56,30 @@ def held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         pending = _state["pending"]
         if pending and not _state["held"]:
-            _state["pending"] = None
+            _state["pending"], _state["stopping"] = None, pending
             raise Stopped(pending)
+
+
+def stopping() -> bool:
+    """Whether a stop is under way in this process: a `finally` block leaves pools to `end_pool`'s kill."""
+    return bool(_state["stopping"])
+
+
+def end_pool(pool) -> None:
+    """End a multiprocessing pool: `terminate()` normally; under a stop, kill its workers (and every other child) instead,
+    and the command leaves by `os._exit` (`cli.main`), past the pool's own finaliser, which would wait on the same lock."""
+    if pool is None:
+        return
+    if stopping():
+        for child in multiprocessing.active_children():
+            child.kill()
+        return
+    pool.terminate()
 
 
 def worker_init(_worker: int) -> None:
     """A DataLoader worker's answer to a stop sent to the whole process group: it ends quietly, and the main process stops
     and says so. Without this the worker dies of the signal, and the loader's shutdown prints a traceback."""
     for sig in SIGNALS:
-        signal.signal(sig, _stop)
+        signal.signal(sig, _end_worker)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)

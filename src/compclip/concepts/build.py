@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import stops
 from ..errors import DataError, UsageError
 from ..io import write_json
 from ..progress import progress
@@ -222,8 +223,7 @@ def build_store(
             write_shard(segment / f"shard-{next_shard:05d}.arrow", rows)
             stats["shards_written"] += 1
     finally:
-        if pool is not None:
-            pool.terminate()
+        stops.end_pool(pool)
         _WORKER.clear()
     write_json(segment / DONE, {"part": list(part), **stats})
     stats["seconds"] = time.perf_counter() - start

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import stops
 from ..data.readers import tar_members
 from ..errors import UsageError
 from ..io import atomic_path
@@ -132,7 +133,6 @@ def shards_with_concepts(
             stats["shards_written"] += 1
             stats["samples"] += samples
     finally:
-        if pool is not None:
-            pool.terminate()
+        stops.end_pool(pool)
         _WORKER.clear()
     return stats

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import stops
 from ..eval.sugarcrepe import SPLITS as SC_SPLITS
 from ..eval.sugarcrepe_pp import SPLITS as SCPP_SPLITS
 from ..io import atomic_path, write_json
@@ -205,7 +206,6 @@ def generate(out: str | Path, cfg: WorldConfig = WorldConfig(), workers: int = 2
                 r["file"] = f"{zs}_{r['index']:06d}.png"
             _zeroshot(root, singles, root / "singles")
     finally:
-        if pool is not None:
-            pool.terminate()
+        stops.end_pool(pool)
     write_json(manifest, {"config": asdict(cfg), "heldout": held, "format": FORMAT})
     return out
