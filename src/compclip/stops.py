@@ -1,10 +1,10 @@
 """A cluster's stop (SIGTERM, SIGUSR1) for every command but `train`, which answers it itself at a step boundary.
 
 `answer()`, called by the command line, turns the signal into `errors.Stopped` in the main process: `finally` blocks
-remove half-written files, finished files stay, and one line is printed. A DataLoader worker ends quietly
-(`worker_init`); `held()` defers the stop while a loader forks them, so they start with it blocked. A pool worker
-ignores it and is killed by `end_pool`: one that died by itself could hold the pool's queue lock, on which
-`Pool.terminate` would then wait forever.
+remove half-written files, finished files stay, and one line is printed. A worker ends quietly: a DataLoader's by
+`worker_init` (`held()` defers the stop while a loader forks them, so they start with it blocked), a pool's by the
+handler it inherits. A pool whose workers a stop ended is not terminated (`end_pool`): a worker may have died holding
+the pool's queue lock, on which `Pool.terminate` would wait forever; the command leaves by `os._exit` instead.
 """
 from __future__ import annotations
 
@@ -22,17 +22,13 @@ _state: dict[str, int | None] = {"main": None, "held": 0, "pending": None, "stop
 
 
 def _stop(signum: int, _frame) -> None:
-    if os.getpid() != _state["main"]:  # a forked pool worker: its main process ends it (`end_pool`)
-        return
+    if os.getpid() != _state["main"]:  # a forked pool worker ends as it would have (Pool.terminate sends this signal too)
+        os._exit(0)
     if _state["held"]:
         _state["pending"] = signum
         return
     _state["stopping"] = signum
     raise Stopped(signum)
-
-
-def _end_worker(_signum: int, _frame) -> None:
-    os._exit(0)
 
 
 def answer() -> None:
@@ -81,5 +77,5 @@ def worker_init(_worker: int) -> None:
     """A DataLoader worker's answer to a stop sent to the whole process group: it ends quietly, and the main process stops
     and says so. Without this the worker dies of the signal, and the loader's shutdown prints a traceback."""
     for sig in SIGNALS:
-        signal.signal(sig, _end_worker)
+        signal.signal(sig, _stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
