@@ -463,6 +463,7 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo(f"{e.label}: {e}", err=True)
         raise SystemExit(e.exit_code) from None
     except Stopped as e:  # files are closed; leave past atexit's pool finalisers, which would wait on a killed worker's lock
+        stops.end_children()
         typer.echo(f"{e.label}: {e}", err=True)
         sys.stdout.flush()
         sys.stderr.flush()

@@ -67,10 +67,16 @@ def end_pool(pool) -> None:
     if pool is None:
         return
     if stopping():
-        for child in multiprocessing.active_children():
-            child.kill()
+        end_children()
         return
     pool.terminate()
+
+
+def end_children() -> None:
+    """Kill this process's children (pool and DataLoader workers): one forked after the stop reached the group never got
+    it, and would outlive the command holding its output pipes open."""
+    for child in multiprocessing.active_children():
+        child.kill()
 
 
 def worker_init(_worker: int) -> None:
