@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from .errors import Stopped
 
-SIGNALS = frozenset((signal.SIGTERM, signal.SIGUSR1))
+SIGNALS = frozenset((signal.SIGTERM, signal.SIGUSR1))  # how SLURM (--signal, scancel) and Kubernetes ask a job to stop
 _state: dict[str, int | None] = {"main": None, "held": 0, "pending": None, "stopping": 0}
 
 

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from .. import stops
 from ..data import ArrayReader, WebDatasetReader, data_files, is_tar_shards, open_reader
 from ..data.augment import BatchedView
 from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Preempted, StorageError, UsageError
@@ -101,7 +102,6 @@ def _first_line(e: Exception) -> str:
     return line.split(". ", 1)[0]
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # how SLURM (--signal, scancel) and Kubernetes ask a job to stop
 
 
 def _worker_stop_signals(stopping, _worker: int) -> None:
@@ -481,7 +481,7 @@ class Trainer:
             self._signal = signum
             self._stop_flag.value = 1
 
-        previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS}
+        previous = {sig: signal.signal(sig, note) for sig in stops.SIGNALS}
         try:
             yield
         finally:
