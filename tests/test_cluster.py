@@ -496,15 +496,31 @@ def test_skips_are_said_once_a_run_not_every_epoch_in_every_worker(tmp_path):
 
 def two_nodes(args, workdirs, port, env):
     """Two `torchrun --nnodes 2 --nproc-per-node 1` launches on this machine, as two nodes would run them: c10d
-    rendezvous at 127.0.0.1, each node in its own working folder (its local disk)."""
+    rendezvous at 127.0.0.1, each node in its own working folder (its local disk). Node 1 starts once node 0 listens on
+    the endpoint, so node 0 hosts the rendezvous store as a cluster's head node does (started together, either may win
+    the port, and a test that hangs node 1 would hang the store)."""
     import subprocess
     import sys
 
-    return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                              "--node-rank", str(rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                              "--rdzv-id", "compclip-test", *args],
-                             cwd=workdirs[rank], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for rank in (0, 1)]
+    def launch(rank):
+        return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                                 "--node-rank", str(rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                                 "--rdzv-id", "compclip-test", *args],
+                                cwd=workdirs[rank], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    head = launch(0)
+    wait_until(lambda: listening(port), head)
+    return [head, launch(1)]
+
+
+def listening(port):
+    """Whether a socket on this machine listens on `port`, read from /proc/net without connecting to it."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as rows:
+            next(rows)
+            if any(int(row.split()[1].rsplit(":", 1)[1], 16) == port and row.split()[3] == "0A" for row in rows):
+                return True
+    return False
 
 
 def test_two_nodes_compute_what_one_process_does_on_the_whole_batch(tmp_path):
