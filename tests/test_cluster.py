@@ -455,6 +455,36 @@ def test_each_writers_full_disk_error_becomes_one_storage_error(tmp_path):
         assert (disk / "kept.json").read_text() == '{\n  "a": 1\n}\n' and sorted(p.name for p in disk.iterdir()) == ["kept.json"]
 
 
+def test_a_quota_used_up_at_fsync_is_one_line_and_keeps_the_earlier_result(tmp_path, capsys, monkeypatch):
+    """A group quota (EDQUOT) as NFS reports it: the write is buffered and the error comes at fsync. `eval` into a folder
+    already holding its result ends in one line naming the result file and the quota, exit 2; the earlier result and no
+    temporary file are left (a kernel without tmpfs quotas cannot make a real one, so the error is injected)."""
+    import errno
+    import json
+
+    from conftest import run_main
+
+    retrieval_data(tmp_path / "data")
+    evaluate = ("eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", tmp_path / "data", "--out",
+                tmp_path / "results")
+    assert run_main(capsys, *evaluate)[0] == 0
+    result = tmp_path / "results" / "retrieval.json"
+    before = result.read_bytes()
+    fsync = os.fsync
+
+    def over_quota(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path / "results")):
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", over_quota)
+    code, _, err = run_main(capsys, *evaluate, "--force")
+    assert code == 2 and err.splitlines()[-1] == (f"error: {result}: not written: the disk quota is used up (Disk quota exceeded); "
+                                                  "the earlier retrieval.json there is as it was"), err
+    assert result.read_bytes() == before and json.loads(before)["metrics"]
+    assert sorted(p.name for p in result.parent.iterdir() if p.name.startswith(".")) == []
+
+
 def test_a_bundled_model_is_said_random_once_not_warned_at_every_load(monkeypatch, caplog):
     """open_clip warns "initialized randomly" at every load of a model without weights; for a model compclip bundles that is
     by design: one INFO line a process, no warning. A named model without its weights still warns."""

@@ -197,6 +197,8 @@ def sugarcrepe_root(tmp_path):
 def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from compclip.train.config import VALIDATION_FIGURES
+
     data, val = make_dataset(tmp_path, n=32), make_dataset(tmp_path / "val", n=10)
     root, out, key = sugarcrepe_root(tmp_path), tmp_path / "run", "eval/sugarcrepe/swap_att/swap_att/acc"
     env = {**env_for_children(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
@@ -210,6 +212,7 @@ def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(t
     figures = {r["step"]: r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())}
     evaluated = {step: r[key] for step, r in figures.items() if key in r}
     assert sorted(evaluated) == [2, 4, 6] and all("val/image_to_text_R@1" in figures[s] for s in evaluated)
+    assert {k for k in figures[6] if k.startswith("val/")} == {*VALIDATION_FIGURES, "val/num_samples"}  # what --keep-best may name
     tb = EventAccumulator(str(out / "tensorboard")).Reload()
     assert {e.step: pytest.approx(e.value) for e in tb.Scalars(key)} == evaluated
     history = {r["_step"]: r for r in wandb_history(next((out / "wandb").glob("offline-run-*/run-*.wandb")))}
@@ -224,3 +227,37 @@ def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(t
     assert again.returncode == 0, again.stderr[-2000:]
     record = json.loads((tmp_path / "eval" / "sugarcrepe-swap_att.json").read_text())
     assert record["metrics"]["swap_att"]["acc"] == pytest.approx(best["value"], abs=1e-9)
+
+
+def test_keep_best_keeps_the_lowest_loss_or_rank_and_the_highest_score(tmp_path):
+    """A loss or a rank is best lowest: `--keep-best val/clip_val_loss` kept the worst step while every figure was ranked
+    highest first. The kept step is each series' argmin or argmax; a NaN never replaces it."""
+    from compclip.train.evaluation import keep_if_best
+
+    series = [0.7, 0.4, float("nan"), 0.9, 0.4, 0.2, 0.5]
+    for figure, pick in (("val/clip_val_loss", min), ("val/image_to_text_mean_rank", min), ("val/text_to_image_R@1", max),
+                         ("eval/sugarcrepe/swap_att/swap_att/acc", max)):
+        folder, saved = tmp_path / figure.replace("/", "_"), []
+        for step, value in enumerate(series, 1):
+            keep_if_best(folder, figure, value, step, save=lambda f, step=step, saved=saved: (f.mkdir(exist_ok=True), saved.append(step)))
+        finite = [v for v in series if not math.isnan(v)]
+        best = json.loads((folder / "best.json").read_text())
+        assert best == {"metric": figure, "value": pick(finite), "step": series.index(pick(finite)) + 1,
+                        "higher_is_better": pick is max}
+        improved, so_far = [], None
+        for step, value in enumerate(series, 1):  # the steps that strictly beat every earlier one
+            if not math.isnan(value) and (so_far is None or (value < so_far if pick is min else value > so_far)):
+                improved, so_far = [*improved, step], value
+        assert saved == improved, figure
+
+
+@pytest.mark.parametrize("figure", ["val/num_samples", "val/image_to_text_R@2", "val/i2t_R@1"])
+def test_keep_best_names_a_validation_figure_or_is_refused_before_training(tmp_path, capsys, figure):
+    data = make_dataset(tmp_path, n=8)
+    code, _, err = run_main(capsys, "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data,
+                            "--val-data", data, "--keep-best", figure, "--out", tmp_path / "run", "--steps", "2",
+                            "--batch-size", "4", "--workers", "0")
+    assert code == 2 and err.startswith(f"error: --keep-best {figure}: not a figure of --val-data; they are "
+                                        "val/image_to_text_mean_rank, "), err
+    assert err.count("\n") == 1 and "val/clip_val_loss" in err and "num_samples" not in err.split(":", 2)[2]
+    assert not (tmp_path / "run").exists()

@@ -14,6 +14,8 @@ from ..options import MODEL_HELP, flag_of, option
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "const")
 REPORTERS = ("tensorboard", "wandb")
+VALIDATION_FIGURES = (*(f"val/{way}_{figure}" for way in ("image_to_text", "text_to_image")  # --val-data's, as open_clip_train
+                         for figure in ("mean_rank", "median_rank", "R@1", "R@5", "R@10")), "val/clip_val_loss")  # names them
 
 
 @dataclass
@@ -99,7 +101,7 @@ class TrainConfig:
                                 "`train(cfg, eval_hook)` from Python.  [default 0: at the last step only]")
     keep_best: str | None = option(None, "Keep the checkpoint best by this evaluation figure in OUT/checkpoints/best: a logged key "
                                          "such as sugarcrepe/swap_att (its first score), winoground/group_score or "
-                                         "val/image_to_text_R@1 (higher is better).")
+                                         "val/image_to_text_R@1 (higher is better; lower for val/clip_val_loss and the val ranks).")
     device: str | None = option(None, "cpu to stay off the GPU.  [default: each process takes the GPU of its local rank, if any]")
     dist_timeout: int = option(1800, "Seconds a rank waits in a collective (gradients, the stop signal) for the others before it "
                                      "stops with an error, as when another node died: torch's init_process_group timeout.")
@@ -187,6 +189,8 @@ class TrainConfig:
             raise MissingFileError(f"--val-data {self.val_data}: no such file")
         if self.keep_best is not None and self.eval_benchmarks is None and self.val_data is None:
             raise UsageError(f"--keep-best {self.keep_best} ranks checkpoints by an evaluation: give --eval-benchmarks or --val-data")
+        if self.keep_best is not None and self.keep_best.startswith("val/") and self.keep_best not in VALIDATION_FIGURES:
+            raise UsageError(f"--keep-best {self.keep_best}: not a figure of --val-data; they are {', '.join(VALIDATION_FIGURES)}")
 
     @property
     def reporters(self) -> list[str]:

@@ -23,6 +23,11 @@ log = logging.getLogger("compclip.train")
 
 BEST_NAME = "best"  # OUT/checkpoints/best: the model folder of the best evaluation, with best.json beside its config
 BEST_RECORD = "best.json"
+LOWER_IS_BETTER = ("loss", "_rank")  # the figures where less is better: val/clip_val_loss and val/*_mean_rank, *_median_rank
+
+
+def higher_is_better(figure: str) -> bool:
+    return not figure.endswith(LOWER_IS_BETTER)
 
 
 class RunEvaluation:
@@ -91,8 +96,9 @@ class RunEvaluation:
             figures |= {f"eval/{job.label}/{k}": v for k, v in flat_scores(result.metrics).items()}
         return figures
 
-    def best(self, figures: dict[str, float]) -> float | None:
-        """The --keep-best figure among this evaluation's: the key named, else the first of the benchmark it names."""
+    def best(self, figures: dict[str, float]) -> tuple[str, float] | None:
+        """The --keep-best figure among this evaluation's, and its value: the key named, else the first of the benchmark
+        it names."""
         if self.cfg.keep_best is None:
             return None
         prefix = "" if self.cfg.keep_best.startswith("val/") else "eval/"
@@ -102,19 +108,23 @@ class RunEvaluation:
             if key is None:
                 raise DataError(f"--keep-best {self.cfg.keep_best}: the evaluation gave no such figure; it gave "
                                 f"{', '.join(sorted(figures)) or 'none'}")
-        return figures[key]
+        return key, figures[key]
 
 
-def keep_if_best(folder: Path, value: float, step: int, save: Callable[[Path], None], metric: str) -> bool:
-    """Replace `folder` (OUT/checkpoints/best) through `save` when `value` beats the one it holds; NaN never does."""
+def keep_if_best(folder: Path, figure: str, value: float, step: int, save: Callable[[Path], None]) -> bool:
+    """Replace `folder` (OUT/checkpoints/best) through `save` when `value` beats the one it holds, by the figure's
+    direction (a loss or a rank is best lowest); NaN never does."""
     record = folder / BEST_RECORD
     if math.isnan(value):
         return False
-    if record.is_file() and json.loads(record.read_text(encoding="utf-8"))["value"] >= value:
-        return False
+    higher = higher_is_better(figure)
+    if record.is_file():
+        kept = json.loads(record.read_text(encoding="utf-8"))["value"]
+        if (kept >= value) if higher else (kept <= value):
+            return False
     save(folder)
-    write_json(record, {"metric": metric, "value": value, "step": step})
-    log.info("step %d: %s %.4f, the best so far: kept in %s", step, metric, value, folder)
+    write_json(record, {"metric": figure, "value": value, "step": step, "higher_is_better": higher})
+    log.info("step %d: %s %.4f, the best so far: kept in %s", step, figure, value, folder)
     return True
 
 

@@ -425,10 +425,10 @@ class Trainer:
         """Rank 0: OUT/checkpoints/best becomes this step's model when its --keep-best figure is the best yet."""
         from ..models import save_checkpoint
 
-        value = self.evaluation.best(figures) if self.env.is_main else None
-        if value is None:
+        best = self.evaluation.best(figures) if self.env.is_main else None
+        if best is None:
             return
-        keep_if_best(self.out / "checkpoints" / BEST_NAME, value, self.step, metric=self.cfg.keep_best, save=lambda folder: save_checkpoint(
+        keep_if_best(self.out / "checkpoints" / BEST_NAME, *best, self.step, save=lambda folder: save_checkpoint(
             self.model, folder, modules=self.method.state_dict(), method=self.cfg.method, step=self.step,
             train_args=dataclasses.asdict(self.cfg)))
 
