@@ -233,6 +233,29 @@ def test_attention_command_draws_two_models_and_their_difference(tmp_path):
         assert png.width > 3 * png.height  # four panels side by side
 
 
+@pytest.mark.parametrize("change, said", [
+    ({"--image": "bad.png"}, "error: {bad}: not an image PIL can read (UnidentifiedImageError: cannot identify image file "),
+    ({"--image": "."}, "error: --image .: a folder, not an image file"),
+    ({"--concept": "  "}, 'error: --concept is empty: give the words to look for, e.g. "black sweater"'),
+    ({"--temperature": "0"}, "error: --temperature 0.0: must be above 0 (the similarities are divided by it)"),
+    ({"--temperature": "-1"}, "error: --temperature -1.0: must be above 0"),
+])
+def test_attention_refuses_what_it_cannot_draw_in_one_line(tmp_path, capsys, monkeypatch, change, said):
+    """A file that is not an image was a PIL traceback; an empty concept, and a temperature of 0 (a NaN map) or below
+    (the map inverted), were drawn without a word."""
+    from PIL import Image
+
+    from conftest import run_main
+
+    monkeypatch.chdir(tmp_path)
+    Image.new("RGB", (40, 30), (200, 30, 30)).save("red.png")
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    options = {"--model": "compclip-tiny-siglip", "--image": "red.png", "--concept": "red", "--out": "map.png"} | change
+    code, _, err = run_main(capsys, "attention", *[item for pair in options.items() for item in pair])
+    assert code == 2 and err.splitlines()[-1].startswith(said.format(bad="bad.png")), err
+    assert not (tmp_path / "map.png").exists()
+
+
 def test_short_text_encoder_equals_encode_text():
     from compclip.models.tokens import short_text_encoder
 

@@ -288,12 +288,15 @@ def attention(
                                                  "xac_attention=scaled; the default cosine at 1 is near uniform to look at]"),
 ) -> None:
     """Draw a concept's cross-attention over an image, and the difference between two models."""
+    from .errors import MissingFileError, UsageError
     from .plots import attention_comparison
 
     if not image.is_file():
-        from .errors import MissingFileError
-
-        raise MissingFileError(f"--image {image}: no such file")
+        raise MissingFileError(f"--image {image}: {'a folder, not an image file' if image.is_dir() else 'no such file'}")
+    if not concept.strip():
+        raise UsageError('--concept is empty: give the words to look for, e.g. "black sweater"')
+    if temperature is not None and not temperature > 0:
+        raise UsageError(f"--temperature {temperature}: must be above 0 (the similarities are divided by it)")
     models = [(model, pretrained)] + ([(compare, None)] if compare is not None else [])
     typer.echo(f"wrote {attention_comparison(image, concept, models, out, temperature)}")
 

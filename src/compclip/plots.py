@@ -124,10 +124,14 @@ def attention_comparison(image: str | Path, concept: str, models: list[tuple[str
     """`compclip attention`: each (model, pretrained tag) model's cross-attention map of `concept` over the image,
     drawn side by side (with their difference for two models)."""
     from .data import decode_image
+    from .errors import DataError
     from .methods.c2lip import concept_attention
     from .models import load_model
 
-    picture = decode_image(image)
+    try:
+        picture = decode_image(image)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:  # the reader's corrupt_image, said at once
+        raise DataError(f"{image}: not an image PIL can read ({type(e).__name__}: {e})") from None
     maps = {}
     for name, tag in models:
         net, preprocess, tokenizer = load_model(name, tag)
