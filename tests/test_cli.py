@@ -68,6 +68,21 @@ def test_the_study_is_one_flag(capsys):
     assert code == 2 and err.strip() == "error: --study sets the methods, seeds and worlds itself: drop --seeds"
 
 
+@pytest.mark.parametrize("given, said", [
+    (["--methods", "siglip,c2lip,siglip"], "--methods siglip,c2lip,siglip: names siglip twice (its runs would share one folder)"),
+    (["--seeds", "0,-1"], "--seeds: '0,-1': a seed is at least 0"),
+    (["--world-seeds", "-3"], "--world-seeds: '-3': a seed is at least 0"),
+    (["--workers", "0"], "--workers must be at least 1, not 0"),
+    (["--world", "heldout"], "--world 'heldout': expected KEY=VALUE, e.g. heldout=0.5"),
+])
+def test_the_demo_refuses_its_edge_inputs_before_it_writes(tmp_path, capsys, given, said):
+    """A method twice trained one run folder twice over; a negative seed failed in numpy; no worker failed after the
+    world was drawn, naming world generation's --shard-size; a malformed --world gave KEY=VALUE as its own example."""
+    code, _, err = run_main(capsys, "demo", "--out", tmp_path / "demo", *given)
+    assert code == 2 and err.strip() == f"error: {said}"
+    assert not (tmp_path / "demo").exists()
+
+
 def test_the_demo_reads_its_table_in_one_line():
     from compclip.demo import reading
 

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import re
 import sys
 import typing
 from collections.abc import Callable
@@ -92,7 +93,8 @@ def declared_values(cls: type, options: dict[str, Any]) -> dict[str, Any]:
         if typing.get_origin(hints[f.name]) is tuple:
             values[f.name] = tuple(options[_parameter(name)] for name in flag)
         elif typing.get_origin(hints[f.name]) is dict and f.name in options:
-            parse = f.metadata.get("parse") or (lambda items, flag=flag: key_values(items, flag, "KEY=VALUE"))
+            example = re.search(r"e\.g\. ([\w.]+=[\w.]*\w)", f.metadata["help"])  # the help's own example, named once
+            parse = f.metadata.get("parse") or (lambda items, flag=flag, e=example: key_values(items, flag, e[1] if e else "KEY=1"))
             values[f.name] = parse(options[f.name])
         elif f.name in options:
             values[f.name] = options[f.name]

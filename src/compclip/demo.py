@@ -201,13 +201,15 @@ def study_protocol(methods: str, seeds: str, world_seeds: str | None) -> tuple[s
 
 
 def parse_seeds(text: str, flag: str) -> list[int]:
-    """Comma-separated distinct integers."""
+    """Comma-separated distinct integers of at least 0 (numpy's generators take no negative seed)."""
     try:
         values = [int(x) for x in text.split(",")]
     except ValueError:
         raise UsageError(f"{flag}: expected comma-separated integers, not {text!r}") from None
     if len(set(values)) != len(values):
         raise UsageError(f"{flag}: {text!r} repeats a seed")
+    if min(values) < 0:
+        raise UsageError(f"{flag}: {text!r}: a seed is at least 0")
     return values
 
 
@@ -283,7 +285,7 @@ def compare_methods(
     from .world import generate
 
     for flag, value in (("--pretrain-steps", pretrain_steps), ("--pretrain-batch-size", pretrain_batch_size), ("--steps", steps),
-                        ("--batch-size", batch_size)):
+                        ("--batch-size", batch_size), ("--workers", workers)):
         if value < 1:
             raise UsageError(f"{flag} must be at least 1, not {value}")
     seed_list = parse_seeds(seeds, "--seeds")
@@ -292,6 +294,9 @@ def compare_methods(
     unknown = [m for m in methods.split(",") for part in m.split("+") if part not in list_methods()]
     if unknown:
         raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(list_methods())}")
+    twice = sorted({m for m in methods.split(",") if methods.split(",").count(m) > 1})
+    if twice:
+        raise UsageError(f"--methods {methods}: names {', '.join(twice)} twice (its runs would share one folder)")
     console = console or log_console()
     cfg = world_config(world, seed, n_train, n_test)
     if cfg.n_singles < 1:
