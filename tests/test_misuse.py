@@ -131,6 +131,18 @@ def test_resume_refuses_another_runs_options(work, capsys, change, fragment):
     assert json.loads((out / "config.json").read_text())["batch_size"] == 8  # the run's own record is left alone
 
 
+def test_a_finished_run_run_again_says_there_is_nothing_to_train(work, capsys):
+    """It printed "finished 2 steps: " and nothing after it, as if the run had trained and lost its figures."""
+    _, data = work
+    out = copy_run(work, "finished")
+    before = (out / "log.jsonl").read_text()
+    result = in_process(capsys, *TRAIN, "--train-data", data, "--out", out, "--steps", "2", "--save-every", "1")
+    assert result.returncode == 0 and result.stdout.strip() == (
+        f"nothing to train: {out} has finished its 2 steps; a second stage starts from its weights: --model "
+        f"{out / 'checkpoints' / 'step_0000002'} --out ANOTHER_FOLDER")
+    assert (out / "log.jsonl").read_text() == before
+
+
 def test_a_damaged_training_state_offers_the_previous_checkpoint(work, capsys):
     _, data = work
     out = copy_run(work, "damaged")

@@ -60,7 +60,7 @@ def test_the_readme_method_example_trains_from_the_command_line(tmp_path):
                    "compclip-tiny-siglip", "--train-data", "pairs.csv", "--out", "run", "--steps", "2", "--batch-size", "4",
                    "--workers", "0", "--lr", "1e-3")
     assert run.returncode == 0, run.stderr[-3000:]
-    assert re.search(r"finished 2 steps: smoothclip \d", run.stdout)
+    assert re.search(r"finished 2 steps; the last step's loss: smoothclip \d", run.stdout)
     config = json.loads((tmp_path / "run" / "checkpoints" / "step_0000002" / "config.json").read_text())
     assert config["method"] == "smoothclip" and config["train_args"]["method_options"] == {"smoothing": "0.2"}
 

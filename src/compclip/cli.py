@@ -215,11 +215,16 @@ def concepts(
 def train(ctx: typer.Context, **options: Any) -> None:
     """Fine-tune a model (single process, or under torchrun / SLURM srun with one process per GPU)."""
     from .train import train as run
+    from .train.run_folder import latest_checkpoint
 
     typed = _typed(ctx, TrainConfig)
     cfg = TrainConfig.from_given({k: v for k, v in declared_values(TrainConfig, options).items() if k in typed})
     terms = run(cfg)
-    typer.echo(f"finished {cfg.steps} steps: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))
+    if not terms:
+        typer.echo(f"nothing to train: {cfg.out} has finished its {cfg.steps} steps; a second stage starts from its weights: "
+                   f"--model {latest_checkpoint(cfg.out)} --out ANOTHER_FOLDER")
+        return
+    typer.echo(f"finished {cfg.steps} steps; the last step's loss: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))
 
 
 def _typed(ctx: typer.Context, cls: type) -> set[str]:

@@ -25,6 +25,12 @@ NOT_DEFINING = frozenset({"out", "workers", "save_every", "keep", "log_every", "
                           "dist_timeout"})
 
 
+def latest_checkpoint(out: str | Path) -> Path | None:
+    """The run's newest complete checkpoint, as OUT/checkpoints/latest names it (None before the first)."""
+    pointer = Path(out) / "checkpoints" / "latest"
+    return pointer.parent / pointer.read_text().strip() if pointer.is_file() else None
+
+
 class RunLock:
     """Held from the run's start to its end by the process that writes the folder (rank 0)."""
 

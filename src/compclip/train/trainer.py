@@ -41,7 +41,7 @@ from .config import PATH_OPTIONS, TrainConfig, reader_kwargs, resolved
 from .distributed import DistEnv, init_distributed
 from .evaluation import BEST_NAME, RunEvaluation, keep_if_best
 from .reporting import Reporters
-from .run_folder import RunLock, changed_options
+from .run_folder import RunLock, changed_options, latest_checkpoint
 from .step import loss_step
 
 log = logging.getLogger("compclip.train")
@@ -337,16 +337,12 @@ class Trainer:
         if self.env.distributed:
             dist.barrier()
 
-    def _latest(self) -> Path | None:
-        pointer = self.out / "checkpoints" / "latest"
-        return pointer.parent / pointer.read_text().strip() if pointer.is_file() else None
-
     def _resume_folder(self) -> Path | None:
         """The checkpoint this run goes on from: --resume's folder, else the newest in OUT (None: a new run)."""
         if self.cfg.resume is None:
-            return self._latest()
+            return latest_checkpoint(self.out)
         if self.cfg.resume == "latest":
-            folder = self._latest()
+            folder = latest_checkpoint(self.out)
             if folder is None:
                 raise MissingFileError(f"--resume latest: {self.out / 'checkpoints'} holds no checkpoint to resume")
             return folder
@@ -527,7 +523,7 @@ class Trainer:
             return self._steps(steps, batches)
         except RuntimeError as e:
             if self.env.distributed and _collective_failed(e):
-                latest = self._latest()
+                latest = latest_checkpoint(self.out)
                 kept = f"the last checkpoint is {latest}" if latest else "no checkpoint was written yet"
                 raise PeerLost(f"rank {self.env.rank} of {self.env.world_size}: a collective with the other ranks failed at step "
                                f"{self.step + 1}, as when another rank died, or hung past --dist-timeout {self.cfg.dist_timeout} s "
