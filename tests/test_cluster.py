@@ -184,8 +184,7 @@ def wait_for_steps(log, steps, proc, timeout=120):
     raise AssertionError(f"no step {steps} within {timeout} s")
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
-def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_path, sig):
+def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_path):
     """SLURM's --signal=USR1@120 and scancel's SIGTERM reach the whole process group, DataLoader workers included: the run
     writes a checkpoint at the next step boundary, says so in one line, exits 75 (EX_TEMPFAIL), and the same command
     resumes it to the same losses as a run never stopped."""
@@ -201,21 +200,22 @@ def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_pa
                                "--save-every", "1000", "--workers", "2", "--log-every", "1")
     straight = subprocess.run(cmd("straight"), env=env_for_children(), capture_output=True, text=True, timeout=300)
     assert straight.returncode == 0, straight.stderr[-2000:]
-    proc = subprocess.Popen(cmd("stopped"), env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    wait_for_steps(tmp_path / "stopped" / "log.jsonl", 3, proc)
-    os.killpg(proc.pid, getattr(signal, sig))  # the whole group, as the cluster does
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 75, err[-2000:]
-    last = err.strip().splitlines()[-1]
-    step = int(last.split(" at step ")[1].split()[0])
-    assert last == (f"preempted: {sig} at step {step} of 40: checkpoint {tmp_path / 'stopped' / 'checkpoints' / f'step_{step:07d}'} "
-                    "written; run the same command to resume") and "Traceback" not in err
-    assert (tmp_path / "stopped" / "checkpoints" / "latest").read_text() == f"step_{step:07d}" and 3 <= step < 40
-    resumed = subprocess.run(cmd("stopped"), env=env_for_children(), capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert losses(tmp_path / "stopped") == pytest.approx(losses(tmp_path / "straight"), rel=1e-6)
-    assert json.loads((tmp_path / "stopped" / "log.jsonl").read_text().splitlines()[-1])["step"] == 40
+    for sig in ("SIGTERM", "SIGUSR1"):
+        proc = subprocess.Popen(cmd(sig), env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        wait_for_steps(tmp_path / sig / "log.jsonl", 3, proc)
+        os.killpg(proc.pid, getattr(signal, sig))  # the whole group, as the cluster does
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 75, err[-2000:]
+        last = err.strip().splitlines()[-1]
+        step = int(last.split(" at step ")[1].split()[0])
+        assert last == (f"preempted: {sig} at step {step} of 40: checkpoint {tmp_path / sig / 'checkpoints' / f'step_{step:07d}'} "
+                        "written; run the same command to resume") and "Traceback" not in err
+        assert (tmp_path / sig / "checkpoints" / "latest").read_text() == f"step_{step:07d}" and 3 <= step < 40
+        resumed = subprocess.run(cmd(sig), env=env_for_children(), capture_output=True, text=True, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert losses(tmp_path / sig) == pytest.approx(losses(tmp_path / "straight"), rel=1e-6), sig
+        assert json.loads((tmp_path / sig / "log.jsonl").read_text().splitlines()[-1])["step"] == 40
 
 
 def children(pid):
@@ -277,8 +277,7 @@ def test_a_stopped_world_or_eval_ends_in_one_line_keeping_what_it_finished(tmp_p
     assert json.loads((out / "retrieval.json").read_text())["metrics"]
 
 
-@pytest.mark.parametrize("sig, to", [("SIGTERM", "torchrun"), ("SIGUSR1", "ranks")])
-def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path, sig, to):
+def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path):
     """Two processes under torchrun: SIGTERM to torchrun (which passes it on), or SIGUSR1 to each rank (as srun delivers a
     job's --signal to its tasks). Both ranks stop after the same step with one checkpoint of both, and the same command
     resumes to the losses of a run never stopped."""
@@ -300,22 +299,23 @@ def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(t
 
     straight = subprocess.run(cmd("straight"), env=env_for_children(), capture_output=True, text=True, timeout=300)
     assert straight.returncode == 0, straight.stderr[-2000:]
-    proc = subprocess.Popen(cmd("stopped"), env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_steps(tmp_path / "stopped" / "log.jsonl", 3, proc)
-    targets = [proc.pid] if to == "torchrun" else children(proc.pid)
-    assert len(targets) == (1 if to == "torchrun" else 2)
-    for pid in targets:
-        os.kill(pid, getattr(signal, sig))
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    lines = [line for line in err.splitlines() if line.startswith("preempted: ")]
-    assert len(lines) == 2 and lines[0] == lines[1], err[-3000:]  # each rank says it, of the same step
-    step = int(lines[0].split(" at step ")[1].split()[0])
-    state = torch.load(tmp_path / "stopped" / "checkpoints" / f"step_{step:07d}" / "training_state.pt", weights_only=True)
-    assert state["step"] == step and len(state["ranks"]) == 2
-    resumed = subprocess.run(cmd("stopped"), env=env_for_children(), capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert losses(tmp_path / "stopped") == pytest.approx(losses(tmp_path / "straight"), rel=1e-6)
+    for sig, to in (("SIGTERM", "torchrun"), ("SIGUSR1", "ranks")):
+        proc = subprocess.Popen(cmd(to), env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for_steps(tmp_path / to / "log.jsonl", 3, proc)
+        targets = [proc.pid] if to == "torchrun" else children(proc.pid)
+        assert len(targets) == (1 if to == "torchrun" else 2)
+        for pid in targets:
+            os.kill(pid, getattr(signal, sig))
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode != 0
+        lines = [line for line in err.splitlines() if line.startswith("preempted: ")]
+        assert len(lines) == 2 and lines[0] == lines[1], err[-3000:]  # each rank says it, of the same step
+        step = int(lines[0].split(" at step ")[1].split()[0])
+        state = torch.load(tmp_path / to / "checkpoints" / f"step_{step:07d}" / "training_state.pt", weights_only=True)
+        assert state["step"] == step and len(state["ranks"]) == 2
+        resumed = subprocess.run(cmd(to), env=env_for_children(), capture_output=True, text=True, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert losses(tmp_path / to) == pytest.approx(losses(tmp_path / "straight"), rel=1e-6), sig
 
 
 def shard(path, n=12, damage=None, cut=None):

@@ -263,17 +263,19 @@ def test_keep_best_names_a_validation_figure_or_is_refused_before_training(tmp_p
     assert not (tmp_path / "run").exists()
 
 
-def test_wandb_without_a_login_is_one_line_saying_what_to_do(tmp_path):
+def test_wandb_without_a_login_is_one_line_saying_what_to_do(tmp_path, capsys, monkeypatch):
     """`--report-to wandb` where no API key is set (a fresh account on a cluster): W&B's UsageError was a traceback. Now one
     line with W&B's reason and the two ways on, exit 2, before any step; no checkpoint is written."""
+    import os
+
     data = make_dataset(tmp_path, n=8)
-    env = {k: v for k, v in env_for_children().items() if not k.startswith("WANDB_")} | {"HOME": str(tmp_path)}
+    for name in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no W&B settings
     out = tmp_path / "run"
-    result = subprocess.run(compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),
-                                     "--out", str(out), "--steps", "2", "--batch-size", "4", "--workers", "0", "--report-to", "wandb"),
-                            env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert result.stderr.splitlines()[-1] == ("error: --report-to wandb: W&B did not start (No API key configured. Use `wandb login` "
-                                              f"to log in.); run `wandb login`, or set WANDB_MODE=offline to log into {out / 'wandb'} "
-                                              "and `wandb sync` it later")
+    code, _, err = run_main(capsys, "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data, "--out",
+                            out, "--steps", "2", "--batch-size", "4", "--workers", "0", "--report-to", "wandb")
+    assert code == 2 and err.splitlines()[-1] == ("error: --report-to wandb: W&B did not start (No API key configured. Use `wandb "
+                                                  f"login` to log in.); run `wandb login`, or set WANDB_MODE=offline to log into "
+                                                  f"{out / 'wandb'} and `wandb sync` it later"), err
     assert not (out / "checkpoints").exists() and not (out / "log.jsonl").exists()
