@@ -277,6 +277,41 @@ def test_a_stopped_world_or_eval_ends_in_one_line_keeping_what_it_finished(tmp_p
     assert json.loads((out / "retrieval.json").read_text())["metrics"]
 
 
+def test_pool_workers_have_no_handler_for_a_stop_so_terminate_always_ends_them():
+    """A Python handler runs only between bytecodes: a SIGTERM from `Pool.terminate` that reached a worker just as it
+    blocked on the queue lock (which terminate holds) was never run, and `concepts` hung in terminate's join (seen once in
+    a full suite). compclip's pools reset the stop signals in each worker, under a process that answers stops itself;
+    a worker blocked on that lock then dies of the signal."""
+    import subprocess
+    import sys
+
+    from test_train import env_for_children
+
+    script = """
+import os, signal, time
+from compclip import stops
+def dispositions(_):
+    return str([signal.getsignal(s) for s in sorted(stops.SIGNALS)])
+stops.answer()
+pool = stops.pool(2)
+print(*sorted(set(pool.map(dispositions, range(8)))))
+busy = pool.map_async(time.sleep, [1.0, 1.0], chunksize=1)  # each worker takes one and lets go of the queue's lock
+time.sleep(0.3)
+lock, worker = pool._inqueue._rlock, pool._pool[0]
+lock.acquire()  # as terminate does: both workers, done, now wait on it
+busy.wait()
+time.sleep(0.3)
+os.kill(worker.pid, signal.SIGTERM)
+worker.join(10)
+print(worker.exitcode == -signal.SIGTERM)  # killed by the signal, not ended by a handler
+lock.release()
+pool.terminate()
+print("ended")
+"""
+    result = subprocess.run([sys.executable, "-c", script], env=env_for_children(), capture_output=True, text=True, timeout=60)
+    assert result.stdout.split("\n")[:3] == ["[<Handlers.SIG_DFL: 0>, <Handlers.SIG_DFL: 0>]", "True", "ended"], result.stderr[-2000:]
+
+
 def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path):
     """Two processes under torchrun: SIGTERM to torchrun (which passes it on), or SIGUSR1 to each rank (as srun delivers a
     job's --signal to its tasks). Both ranks stop after the same step with one checkpoint of both, and the same command

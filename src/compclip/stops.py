@@ -2,8 +2,8 @@
 
 `answer()`, called by the command line, turns the signal into `errors.Stopped` in the main process: `finally` blocks
 remove half-written files, finished files stay, and one line is printed. A worker ends quietly: a DataLoader's by
-`worker_init` (`held()` defers the stop while a loader forks them, so they start with it blocked), a pool's by the
-handler it inherits. A pool whose workers a stop ended is not terminated (`end_pool`): a worker may have died holding
+`worker_init` (`held()` defers the stop while a loader forks them, so they start with it blocked), a pool's (`pool`)
+of the signal itself. A pool whose workers a stop ended is not terminated (`end_pool`): a worker may have died holding
 the pool's queue lock, on which `Pool.terminate` would wait forever; the command leaves by `os._exit` instead.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ _state: dict[str, int | None] = {"main": None, "held": 0, "pending": None, "stop
 
 
 def _stop(signum: int, _frame) -> None:
-    if os.getpid() != _state["main"]:  # a forked pool worker ends as it would have (Pool.terminate sends this signal too)
+    if os.getpid() != _state["main"]:  # a worker forked before it reset the signal (`pool`'s initializer) ends at once
         os._exit(0)
     if _state["held"]:
         _state["pending"] = signum
@@ -59,6 +59,18 @@ def held() -> Iterator[None]:
 def stopping() -> bool:
     """Whether a stop is under way in this process: a `finally` block leaves pools to `end_pool`'s kill."""
     return bool(_state["stopping"])
+
+
+def pool(workers: int):
+    """A forked multiprocessing pool whose workers die of a stop, and of `Pool.terminate`'s SIGTERM, as a process
+    without a handler does. A Python handler runs only between bytecodes: one that reaches a worker just as it blocks on
+    the pool's queue lock (which `terminate()` holds) never runs, and `terminate()` then waits on that worker forever."""
+    return multiprocessing.get_context("fork").Pool(workers, initializer=_default_signals)
+
+
+def _default_signals() -> None:
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def end_pool(pool) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing as mp
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -209,7 +208,7 @@ def build_store(
     bar = progress(counted(captions), "concepts", total=total, unit="caption")
     tasks = ((keys, chunk, fields, with_prep, batch_size) for keys, chunk in _chunks(bar, config, done, part, stats, CHUNK))
     _WORKER["nlp"] = nlp  # forked workers inherit the loaded pipeline: no reload
-    pool = mp.get_context("fork").Pool(workers) if workers > 1 else None
+    pool = stops.pool(workers) if workers > 1 else None
     results = pool.imap(_work, tasks) if pool is not None else map(_work, tasks)
     rows: list[dict[str, Any]] = []
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import multiprocessing as mp
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -122,7 +121,7 @@ def shards_with_concepts(
     todo = [(u, out / n, fields, with_prep, caption_key) for u, n in zip(paths, names, strict=True) if not (out / n).exists()]
     stats: dict[str, Any] = {"shards_written": 0, "skipped_shards": len(paths) - len(todo), "samples": 0, "damaged": {}, "failed": {}}
     _WORKER["nlp"] = load_nlp() if PARSED & set(fields) else None  # forked workers inherit it
-    pool = mp.get_context("fork").Pool(min(workers, len(todo))) if workers > 1 and len(todo) > 1 else None
+    pool = stops.pool(min(workers, len(todo))) if workers > 1 and len(todo) > 1 else None
     try:
         for url, samples, damaged, failed in (pool.imap_unordered(_copy_shard, todo) if pool is not None else map(_copy_shard, todo)):
             if damaged:

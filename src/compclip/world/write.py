@@ -19,7 +19,6 @@ knobs (`density`, `completeness`, `saliency`) are the levers the binding literat
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import random
 import shutil
 from contextlib import nullcontext
@@ -187,7 +186,7 @@ def generate(out: str | Path, cfg: WorldConfig = WorldConfig(), workers: int = 2
     if made.get("config") == asdict(cfg) and made.get("format") == FORMAT:
         return out
     held = heldout_pairs(cfg.seed, cfg.heldout, *cfg.palette)
-    pool = mp.get_context("fork").Pool(workers) if workers > 1 else None
+    pool = stops.pool(workers) if workers > 1 else None
     try:
         for split, n in (("train", cfg.n_train), ("val", cfg.n_val), ("singles", cfg.n_singles)):
             if n == 0:
