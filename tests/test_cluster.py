@@ -277,18 +277,19 @@ def test_a_stopped_world_or_eval_ends_in_one_line_keeping_what_it_finished(tmp_p
     assert json.loads((out / "retrieval.json").read_text())["metrics"]
 
 
-def test_pool_workers_have_no_handler_for_a_stop_so_terminate_always_ends_them():
-    """A Python handler runs only between bytecodes: a SIGTERM from `Pool.terminate` that reached a worker just as it
-    blocked on the queue lock (which terminate holds) was never run, and `concepts` hung in terminate's join (seen once in
-    a full suite). compclip's pools reset the stop signals in each worker, under a process that answers stops itself;
-    a worker blocked on that lock then dies of the signal."""
+def test_pool_workers_die_of_a_stop_and_with_their_command(tmp_path):
+    """Two hangs of a pool's workers. A Python handler runs only between bytecodes: a SIGTERM from `Pool.terminate` that
+    reached a worker just as it blocked on the queue lock (which terminate holds) was never run, and `concepts` waited in
+    terminate's join forever; compclip's pools reset the stop signals in each worker, so one blocked on that lock dies of
+    the signal. And a worker blocked on a lock whose holder a stop killed outlived its command, keeping its output pipe
+    open (a caller reading it to the end waited forever); the kernel now ends it with the command."""
     import subprocess
     import sys
 
     from test_train import env_for_children
 
-    script = """
-import os, signal, time
+    blocked = """
+import os, signal, sys, time
 from compclip import stops
 def dispositions(_):
     return str([signal.getsignal(s) for s in sorted(stops.SIGNALS)])
@@ -298,18 +299,24 @@ print(*sorted(set(pool.map(dispositions, range(8)))))
 busy = pool.map_async(time.sleep, [1.0, 1.0], chunksize=1)  # each worker takes one and lets go of the queue's lock
 time.sleep(0.3)
 lock, worker = pool._inqueue._rlock, pool._pool[0]
-lock.acquire()  # as terminate does: both workers, done, now wait on it
+lock.acquire()  # as terminate does, or a worker killed while it waited for a task: both workers, done, wait on it
 busy.wait()
 time.sleep(0.3)
-os.kill(worker.pid, signal.SIGTERM)
-worker.join(10)
-print(worker.exitcode == -signal.SIGTERM)  # killed by the signal, not ended by a handler
-lock.release()
-pool.terminate()
-print("ended")
+if sys.argv[1] == "terminate":
+    os.kill(worker.pid, signal.SIGTERM)
+    worker.join(10)
+    print(worker.exitcode == -signal.SIGTERM)  # killed by the signal, not ended by a handler
+    lock.release()
+    pool.terminate()
+print("ended", flush=True)
+os._exit(0)  # as a stopped command leaves: past the pool's finaliser
 """
-    result = subprocess.run([sys.executable, "-c", script], env=env_for_children(), capture_output=True, text=True, timeout=60)
+    run = lambda how: subprocess.run([sys.executable, "-c", blocked, how], env=env_for_children(), capture_output=True, text=True,  # noqa: E731
+                                     timeout=60)  # capture_output reads to the end: until every worker has let go of the pipe
+    result = run("terminate")
     assert result.stdout.split("\n")[:3] == ["[<Handlers.SIG_DFL: 0>, <Handlers.SIG_DFL: 0>]", "True", "ended"], result.stderr[-2000:]
+    result = run("leave")
+    assert result.returncode == 0 and result.stdout.split("\n")[1] == "ended", result.stderr[-2000:]
 
 
 def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path):

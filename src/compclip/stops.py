@@ -9,6 +9,7 @@ the pool's queue lock, on which `Pool.terminate` would wait forever; the command
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -65,12 +66,25 @@ def pool(workers: int):
     """A forked multiprocessing pool whose workers die of a stop, and of `Pool.terminate`'s SIGTERM, as a process
     without a handler does. A Python handler runs only between bytecodes: one that reaches a worker just as it blocks on
     the pool's queue lock (which `terminate()` holds) never runs, and `terminate()` then waits on that worker forever."""
-    return multiprocessing.get_context("fork").Pool(workers, initializer=_default_signals)
+    return multiprocessing.get_context("fork").Pool(workers, initializer=_pool_worker, initargs=(os.getpid(),))
 
 
-def _default_signals() -> None:
+def _pool_worker(parent: int) -> None:
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
+    _die_with(parent)
+
+
+def _die_with(parent: int) -> None:
+    """Linux: the kernel kills this worker when the thread that forked it ends. A pool replaces a worker that a stop
+    killed at once, from its own thread, possibly after `end_children` looked; the replacement, orphaned, would keep the
+    command's output pipes (and the pool's queue) open forever."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl: not Linux
+        return
+    if os.getppid() != parent:  # it ended before the request was made
+        os._exit(0)
 
 
 def end_pool(pool) -> None:
