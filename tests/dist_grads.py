@@ -62,8 +62,10 @@ def compute(env, accum: int = 1, method_name: str = "c2lip", device: str = "cpu"
 
 if __name__ == "__main__":
     from compclip.train import init_distributed
+    from compclip.train.distributed import leave
 
     env = init_distributed("cpu")
     terms, grads = compute(env, *(int(sys.argv[2]), *sys.argv[3:4]) if len(sys.argv) > 2 else ())
     if env.is_main:
         torch.save({"terms": terms, "grads": grads, "world_size": env.world_size}, sys.argv[1])
+    leave(env)

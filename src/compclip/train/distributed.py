@@ -24,6 +24,8 @@ class DistEnv:
     # feature gathers get their own communicator, so their backward all-reduce never
     # interleaves with DDP's gradient buckets on the default group
     group: object | None = None
+    joined: bool = False  # init_distributed made the default group: `leave` ends it
+
 
     @property
     def is_main(self) -> bool:
@@ -67,13 +69,22 @@ def init_distributed(device: str | None = None, timeout: float | None = None) ->
     dev = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(dev)
-    group = None
+    group, joined = None, False
     wait = {"timeout": datetime.timedelta(seconds=timeout)} if timeout is not None else {}
     if world > 1:
         if not dist.is_initialized():
             dist.init_process_group(backend="nccl" if cuda else "gloo", rank=rank, world_size=world, **wait)
+            joined = True
         group = dist.new_group(**wait)  # a new group does not take the default group's timeout
-    return DistEnv(rank, world, local, dev, group)
+    return DistEnv(rank, world, local, dev, group, joined)
+
+
+def leave(env: DistEnv) -> None:
+    """End the process groups `init_distributed` made. A rank that exits with them alive can abort in gloo's threads
+    at interpreter exit ("terminate called without an active exception", pytorch/pytorch#190489): torchrun then
+    reports a finished or preempted run as failed."""
+    if env.joined and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class _GatherRows(torch.autograd.Function):

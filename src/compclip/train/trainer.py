@@ -38,7 +38,7 @@ from ..models.checkpoint import CONFIG_NAME, MODULES_NAME, STATE_NAME, first_non
 from ..precision import autocast, input_dtype, weights_precision
 from ..progress import progress
 from .config import PATH_OPTIONS, TrainConfig, reader_kwargs, resolved
-from .distributed import DistEnv, init_distributed
+from .distributed import DistEnv, init_distributed, leave
 from .evaluation import BEST_NAME, RunEvaluation, keep_if_best
 from .reporting import Reporters
 from .run_folder import RunLock, changed_options, latest_checkpoint
@@ -157,14 +157,22 @@ class DataPosition:
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, eval_hook: Callable[[torch.nn.Module, int], dict[str, float]] | None = None):
-        from ..concepts import ConceptStore
-        from ..methods import build_method
-        from ..models import load_model, train_preprocess
-
         cfg.validate()
         cfg.resolve_paths()
         self.cfg = cfg
         self.env: DistEnv = init_distributed(cfg.device, cfg.dist_timeout)
+        try:
+            self._set_up(eval_hook)
+        except BaseException:  # a refusal on every rank: leave the group as a finished run does
+            leave(self.env)
+            raise
+
+    def _set_up(self, eval_hook: Callable[[torch.nn.Module, int], dict[str, float]] | None) -> None:
+        from ..concepts import ConceptStore
+        from ..methods import build_method
+        from ..models import load_model, train_preprocess
+
+        cfg = self.cfg
         self.out = Path(cfg.out)
         cfg.resolve_length(self.env.world_size, lambda: open_reader(cfg.train_data, **self._reader_kwargs()).num_records())
         self.data_files = data_files(cfg.train_data)  # what a resume compares beside the options
@@ -455,14 +463,20 @@ class Trainer:
         """Train to `steps`, owning OUT meanwhile (`RunLock`, rank 0). Nothing is written before the lock is held and the
         first step's data is read and checked; a new run that fails before that leaves no folder behind."""
         lock = RunLock(self.out).acquire() if self.env.is_main else None
+        lost = False
         try:
             if self.env.is_main and self.step:
                 self._truncate_log()
             with self._train_log(), self._stop_signals():
                 return self._run()
+        except PeerLost:
+            lost = True  # ending a group with a rank gone could wait on it
+            raise
         finally:
             if lock is not None:
                 lock.release(keep_folder=(self.out / "config.json").exists())
+            if not lost:
+                leave(self.env)
 
     @contextlib.contextmanager
     def _stop_signals(self):
