@@ -612,6 +612,25 @@ def test_two_nodes_compute_what_one_process_does_on_the_whole_batch(tmp_path):
     assert_same(load_result(tmp_path / "grads.pt"), dist_grads.compute(DistEnv(), 1, "c2lip"))
 
 
+@pytest.mark.parametrize("raised, said", [
+    ("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms for recv operation to complete",
+     "Timed out waiting 20000ms for recv operation to complete"),
+    ("Application timeout caused pair closure", "Application timeout caused pair closure"),  # DDP's other buckets, as seen
+    ("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [127.0.0.1]:5858: Connection reset by peer. This is "
+     "typically the result of another rank dying", "Read error [127.0.0.1]:5858: Connection reset by peer"),
+    ("mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)", None),  # a bug stays a traceback
+])
+def test_a_lost_peer_is_told_from_gloos_words_and_a_bug_is_not(raised, said):
+    """Each form gloo gives a collective that a hung or dead rank broke off: "pair closure", without a source location
+    and the library's name, was a traceback on the hung node's peer (seen in a suite run)."""
+    from compclip.train.trainer import _collective_failed, _first_line
+
+    error = RuntimeError(raised)
+    assert _collective_failed(error) == (said is not None)
+    if said is not None:
+        assert _first_line(error) == said
+
+
 def test_two_nodes_write_one_run_folder_and_resume_after_one_is_killed(tmp_path):
     """`compclip train` on two nodes into one shared --out: one run folder (rank 0 writes it; node 1's folder stays empty).
     Node 1 hangs mid-run (SIGSTOP): node 0's rank stops by itself after --dist-timeout, in one line naming the last
@@ -645,7 +664,8 @@ def test_two_nodes_write_one_run_folder_and_resume_after_one_is_killed(tmp_path)
     said = [line for line in err.splitlines() if line.startswith("error: rank 0 of 2:")]
     assert len(said) == 1 and re.fullmatch(
         r"error: rank 0 of 2: a collective with the other ranks failed at step \d+, as when another rank died, or hung past "
-        r"--dist-timeout 20 s \(Timed out waiting 20000ms for (send|recv) operation to complete\); the last checkpoint is "
+        r"--dist-timeout 20 s \((Timed out waiting 20000ms for (send|recv) operation to complete|Application timeout caused pair "
+        r"closure)\); the last checkpoint is "
         + re.escape(str(latest)) + ": run the same command on every node to resume", said[0]), err[-3000:]
     assert "exitcode: 75" in err  # the rank's own exit, which torchrun reports
     for pid in node1:  # the scheduler ends the job

@@ -88,10 +88,17 @@ def _optimizer(cfg: TrainConfig, model: torch.nn.Module, method) -> torch.optim.
     return adam(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused or None)
 
 
+# gloo's and NCCL's own words for a collective that broke off or timed out, with or without their source location
+# ("[.../gloo/transport/tcp/pair.cc:545] Read error ..."): gloo/transport/tcp/unbound_buffer.cc raises "Timed out waiting
+# Nms for recv operation to complete" in the operation that timed out and "Application timeout caused pair closure" in
+# every other one then pending, as DDP's gradient buckets are
+COLLECTIVE_FAILURES = ("gloo", "NCCL", "ProcessGroup", "Timed out waiting", "Application timeout caused pair closure",
+                       "Connection closed by peer", "Connection reset by peer")
+
+
 def _collective_failed(e: RuntimeError) -> bool:
-    """A collective that broke off or timed out: torch's DistError, or gloo's and NCCL's own RuntimeErrors (a reset
-    connection, "Timed out waiting Nms"), which carry their library's name."""
-    return isinstance(e, dist.DistError) or any(name in str(e) for name in ("gloo", "NCCL", "ProcessGroup"))
+    """A collective that broke off or timed out: torch's DistError, or gloo's and NCCL's own RuntimeErrors."""
+    return isinstance(e, dist.DistError) or any(words in str(e) for words in COLLECTIVE_FAILURES)
 
 
 def _first_line(e: Exception) -> str:
