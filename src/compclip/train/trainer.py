@@ -319,8 +319,6 @@ class Trainer:
         return objs
 
     def save(self) -> None:
-        from ..models import save_checkpoint
-
         bad = first_nonfinite(self.model.state_dict())  # never a checkpoint that cannot be used
         if bad is not None:
             raise NonFiniteError(f"step {self.step}: weight {bad} holds NaN or inf: not saved, training stopped (checkpoints "
@@ -336,8 +334,7 @@ class Trainer:
             }
             folder = self.out / "checkpoints" / f"step_{self.step:07d}"
             try:
-                save_checkpoint(self.model, folder, state=state, modules=self.method.state_dict(), method=self.cfg.method,
-                                step=self.step, train_args=dataclasses.asdict(self.cfg), train_data_files=self.data_files)
+                self._write_model(folder, state=state)
             except StorageError as e:
                 raise StorageError(f"{e}: training stopped at step {self.step}; the checkpoints before it are untouched: make room "
                                    "and run the same command to resume") from None
@@ -434,14 +431,17 @@ class Trainer:
 
     def _keep_best(self, figures: dict[str, float]) -> None:
         """Rank 0: OUT/checkpoints/best becomes this step's model when its --keep-best figure is the best yet."""
-        from ..models import save_checkpoint
-
         best = self.evaluation.best(figures) if self.env.is_main else None
         if best is None:
             return
-        keep_if_best(self.out / "checkpoints" / BEST_NAME, *best, self.step, save=lambda folder: save_checkpoint(
-            self.model, folder, modules=self.method.state_dict(), method=self.cfg.method, step=self.step,
-            train_args=dataclasses.asdict(self.cfg)))
+        keep_if_best(self.out / "checkpoints" / BEST_NAME, *best, self.step, save=self._write_model)
+
+    def _write_model(self, folder: Path, **extra: Any) -> None:
+        """This step's model and method modules with the run's options and data: what a checkpoint and `best` both hold."""
+        from ..models import save_checkpoint
+
+        save_checkpoint(self.model, folder, modules=self.method.state_dict(), method=self.cfg.method, step=self.step,
+                        train_args=dataclasses.asdict(self.cfg), train_data_files=self.data_files, **extra)
 
     # -- logging ----------------------------------------------------------------------
     def _truncate_log(self) -> None:
