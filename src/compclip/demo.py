@@ -294,7 +294,8 @@ def compare_methods(
     unknown = [m for m in methods.split(",") for part in m.split("+") if part not in list_methods()]
     if unknown:
         raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(list_methods())}")
-    twice = sorted({m for m in methods.split(",") if methods.split(",").count(m) > 1})
+    named = methods.split(",")
+    twice = sorted({m for m in named if named.count(m) > 1})
     if twice:
         raise UsageError(f"--methods {methods}: names {', '.join(twice)} twice (its runs would share one folder)")
     console = console or log_console()

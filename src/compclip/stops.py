@@ -23,7 +23,7 @@ _state: dict[str, int | None] = {"main": None, "held": 0, "pending": None, "stop
 
 
 def _stop(signum: int, _frame) -> None:
-    if os.getpid() != _state["main"]:  # a worker forked before it reset the signal (`pool`'s initializer) ends at once
+    if os.getpid() != _state["main"]:  # a worker (a DataLoader's, or a pool's before its initializer ran) ends at once
         os._exit(0)
     if _state["held"]:
         _state["pending"] = signum

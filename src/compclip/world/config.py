@@ -8,6 +8,11 @@ from ..options import option
 from .scene import COLORS, SHAPES
 
 
+def heldout_count(fraction: float, pairs: int) -> int:
+    """How many of `pairs` colour×shape pairings a world holds out for its unseen split."""
+    return round(fraction * pairs)
+
+
 @dataclass(frozen=True)
 class WorldConfig:
     seed: int = option(0, "Seed of the held-out pairings and every scene.")
@@ -44,11 +49,12 @@ class WorldConfig:
         if not (2 <= self.colors <= len(COLORS) and 2 <= self.shapes <= len(SHAPES)):
             raise UsageError(f"--colors must lie in 2..{len(COLORS)} and --shapes in 2..{len(SHAPES)}, not {self.colors} and {self.shapes}")
         pairs = self.colors * self.shapes
-        if round(self.heldout * pairs) < 1:
+        held = heldout_count(self.heldout, pairs)
+        if held < 1:
             raise UsageError(f"--heldout {self.heldout} holds out none of the {pairs} colour×shape pairings: the unseen split needs "
                              f"one at least (--heldout {1 / pairs:.3g} or more)")
-        if pairs - round(self.heldout * pairs) < self.max_objects:
-            raise UsageError(f"--heldout {self.heldout} leaves {pairs - round(self.heldout * pairs)} of the {pairs} colour×shape pairings "
+        if pairs - held < self.max_objects:
+            raise UsageError(f"--heldout {self.heldout} leaves {pairs - held} of the {pairs} colour×shape pairings "
                              f"seen, and a scene of --max-objects {self.max_objects} draws that many: hold out fewer, or lower "
                              "--max-objects")
         for name in ("density", "completeness", "statements"):

@@ -34,7 +34,7 @@ from ..eval.sugarcrepe_pp import SPLITS as SCPP_SPLITS
 from ..io import atomic_path, write_json
 from ..progress import progress
 from .captions import holds, long_caption, negatives, pair_statement, short_phrases, single_captions
-from .config import WorldConfig
+from .config import WorldConfig, heldout_count
 from .scene import COLORS, SHAPES, Scene, place, render
 
 # of the benchmark files: 2 keeps the seen split's negatives to seen pairings, 3 links each zero-shot image's colour copy to its
@@ -48,7 +48,7 @@ def heldout_pairs(seed: int, fraction: float, colors=tuple(COLORS), shapes=SHAPE
     pairs = [(c, s) for c in colors for s in shapes]
     rng = random.Random(seed)
     while True:
-        held = sorted(rng.sample(pairs, round(fraction * len(pairs))))
+        held = sorted(rng.sample(pairs, heldout_count(fraction, len(pairs))))
         seen = set(pairs) - set(held)
         if {c for c, _ in seen} == set(colors) and {s for _, s in seen} == set(shapes):
             return held
