@@ -78,18 +78,29 @@ def test_a_wrong_checksum_is_rejected(server, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_download_skips_verified_files_and_records_unknown_checksums(server, tmp_path):
-    manifest = {"toy": [Asset(url(server), "toy/a.bin", hashlib.sha256(PAYLOAD).hexdigest()), Asset(url(server), "toy/b.bin")]}
+def test_download_skips_verified_files_and_fetches_a_changed_one_again(server, tmp_path):
+    good = hashlib.sha256(PAYLOAD).hexdigest()
+    manifest = {"toy": [Asset(url(server), "toy/a.bin", good), Asset(url(server), "toy/b.bin", good)]}
     assert [p.name for p in download("toy", tmp_path, manifest)] == ["a.bin", "b.bin"]
-    ledger = (tmp_path / "checksums.json").read_text()
-    assert hashlib.sha256(PAYLOAD).hexdigest() in ledger and "toy/b.bin" in ledger
     download("toy", tmp_path, manifest)
     assert len(server.requests) == 2  # nothing fetched again
     (tmp_path / "toy" / "b.bin").write_bytes(b"tampered")
-    download("toy", tmp_path, manifest)  # b no longer matches its recorded checksum: fetched again
+    download("toy", tmp_path, manifest)  # b no longer matches its pinned checksum: fetched again
     assert (tmp_path / "toy" / "b.bin").read_bytes() == PAYLOAD and len(server.requests) == 3
     with pytest.raises(UsageError, match="no download for 'nope'"):
         download("nope", tmp_path, manifest)
+
+
+def test_every_download_is_https_with_a_pinned_checksum():
+    """No file is trusted on first download, and none travels in clear (COCO's archives were plain http, unpinned)."""
+    from compclip.eval.download import MANIFEST
+
+    assets = [a for assets in MANIFEST.values() for a in assets]
+    assert {a.url.split("://")[0] for a in assets} == {"https"}
+    assert all(len(a.sha256) == 64 and int(a.sha256, 16) >= 0 for a in assets)
+    coco = {a.path: a.sha256 for a in MANIFEST["coco_val2017"] + MANIFEST["coco_captions"]}
+    assert coco == {"coco/val2017.zip": "4f7e2ccb2866ec5041993c9cf2a952bbed69647b115d0f74da7ce8f4bef82f05",
+                    "coco/annotations_trainval2017.zip": "113a836d90195ee1f884e704da6304dfaaecff1f023f49b6ca93c4aaae470268"}
 
 
 def test_the_manifest_checksums_are_the_published_files(tmp_path):

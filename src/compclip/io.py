@@ -1,20 +1,24 @@
 """Atomic file writes: a crash never leaves a half-written result behind, what is written has the mode `open()` would
 give it under the process's umask, and a write the file system refuses (full disk, quota, read-only, permission) is
-one `StorageError` naming the file and what was kept."""
+one `StorageError` naming the file and what was kept. Files compclip appends to or locks in place are opened without
+following a link planted there, and a folder's lock names its owner."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import StorageError
+from .errors import DataError, StorageError, UsageError
 
 FULL = -1  # torch.save's writer reports a failed write without its errno: a full disk or quota, as far as it says
 WHY = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up", errno.EROFS: "the file system is read-only",
@@ -131,3 +135,77 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp)
+
+
+def _planted(path: Path) -> DataError:
+    return DataError(f"{path}: a symbolic link (to {os.readlink(path)}) where compclip writes its own file; compclip does not "
+                     "write through links it did not make (in a shared folder anyone with write access can plant one): remove it")
+
+
+def refuse_links(folder: Path, names: tuple[str, ...]) -> None:
+    """Refuse a symbolic link at any of `names` inside `folder`: writing into it, or deleting what it holds, would reach
+    whatever the link points at."""
+    for name in names:
+        if (folder / name).is_symlink():
+            raise _planted(folder / name)
+
+
+def open_own(path: str | os.PathLike, flags: int, mode: int = 0o666) -> int:
+    """`os.open` that never follows a symbolic link at `path` (`O_NOFOLLOW`), for files compclip appends to or truncates
+    in place (a run's lock and logs); the mode is `open()`'s, under the umask."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _planted(Path(path)) from None
+        raise
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line to a log compclip owns, refusing a planted link there."""
+    with storage_errors(path):
+        fd = open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+class FolderLock:
+    """An advisory lock (`flock`) on `FILE`, holding the owner's host, pid and start time. The kernel drops it when its
+    process ends, however it ends, so a lock left by a killed process is taken over, never waited on; a second process
+    is refused in one line naming the first, or with `wait` waits for it (a short critical section)."""
+
+    def __init__(self, file: Path, what: str, wait: bool = False):
+        self.file, self.what, self.wait, self.fd = file, what, wait, None
+
+    def acquire(self) -> FolderLock:
+        with storage_errors(self.file):
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            fd = open_own(self.file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            owner = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise UsageError(f"{self.file.parent} is in use by {self.what} ({owner}): wait for it to finish") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"host {socket.gethostname()}, pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        self.fd = fd
+        os.register_at_fork(after_in_child=self._forget)  # a forked worker must not keep the lock alive
+        return self
+
+    def _forget(self) -> None:
+        """In a forked child: close its copy of the descriptor, so the lock dies with the process that took it."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *_: object) -> None:
+        self.release()

@@ -1,6 +1,13 @@
-"""Sentence splitting: one rule for the methods that recombine sentences and the retrieval protocol."""
+"""Text rules shared by several layers: sentence splitting (one rule for the methods that recombine sentences and the
+retrieval protocol), and text from files compclip did not write set into Markdown.
+
+A results folder, a run's options and a checkpoint's config can come from someone else: put into a model card or a
+report unescaped, their `|` splits a table's row, a newline ends it, and `<script>` or `<img onerror=...>` is markup that
+GitHub, the Hub or a browser renders or runs.
+"""
 from __future__ import annotations
 
+import html
 import re
 
 # A sentence ends at a run of . ! ? followed by whitespace, a capital or the end: "3.5 m" stays whole.
@@ -11,3 +18,13 @@ def sentences(caption: str) -> list[tuple[int, int]]:
     """Character spans of the caption's sentences, whitespace trimmed; a blank caption is one empty span."""
     spans = [(m.start(), m.start() + len(m.group().rstrip())) for m in _SENTENCE.finditer(caption)]
     return spans or [(0, len(caption))]
+
+
+_MARKDOWN = re.compile(r"([\\`*\[\]|~])")  # an underscore inside a word is no emphasis on GitHub or the Hub
+
+
+def markdown_text(value: object) -> str:
+    """`value` as inline Markdown text on one line: `<`, `>` and `&` as HTML entities, the marks that make code, emphasis,
+    links and table cells backslash-escaped, line breaks as spaces."""
+    one_line = " ".join(str(value).splitlines())
+    return _MARKDOWN.sub(r"\\\1", html.escape(one_line, quote=False))

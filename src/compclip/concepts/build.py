@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import stops
 from ..errors import DataError, UsageError
-from ..io import write_json
+from ..io import FolderLock, write_json
 from ..progress import progress
 from .config import SHARD_SIZE
 from .pipeline import BATCH_SIZE, PARSED, clean, extract_unique, load_nlp, parse_what, pipeline_id
@@ -28,6 +28,8 @@ from .store import DONE, FORMAT, INDEX, MANIFEST, PARTS, ConceptStore, caption_k
 log = logging.getLogger("compclip.concepts")
 
 CHUNK = 1_000  # captions per task handed to a worker
+LOCK_NAME = ".lock"  # in a part's folder: one run fills a part at a time
+INDEX_LOCK_NAME = ".index.lock"  # in the store: one part writes the index at a time
 
 
 def parse_part(text: str | None, env: Mapping[str, str] = os.environ) -> tuple[int, int]:
@@ -189,6 +191,19 @@ def build_store(
     config = config_for(fields, with_prep, nlp)
     _start(out, config)
     segment = part_folder(out, *part)
+    with FolderLock(segment / LOCK_NAME, f"another compclip concepts run of part {part[0]}/{part[1]}"):
+        stats = _fill_part(captions, out, segment, config, nlp, fields, with_prep, workers, batch_size, shard_size, total, part)
+    if stats["missing_parts"]:
+        return None, stats
+    with FolderLock(out / INDEX_LOCK_NAME, "another part writing the index", wait=True):  # parts may finish together
+        stats["records"] = write_index(out)
+    return ConceptStore(out), stats
+
+
+def _fill_part(captions: Iterable[Any], out: Path, segment: Path, config: dict[str, Any], nlp: Any, fields: tuple[str, ...],
+               with_prep: bool, workers: int, batch_size: int, shard_size: int, total: int | None,
+               part: tuple[int, int]) -> dict[str, Any]:
+    """Parse and write this part's captions that the store lacks, holding the part's lock; the run's counts."""
     for stale in segment.glob(".shard-*.tmp"):  # a killed run's unfinished shard
         stale.unlink()
     (segment / DONE).unlink(missing_ok=True)
@@ -228,7 +243,4 @@ def build_store(
     stats["seconds"] = time.perf_counter() - start
     stats["captions_per_s"] = stats["captions"] / stats["seconds"] if stats["seconds"] else float("inf")
     stats["missing_parts"] = [i for i in range(part[1]) if not (part_folder(out, i, part[1]) / DONE).is_file()]
-    if stats["missing_parts"]:
-        return None, stats
-    stats["records"] = write_index(out)
-    return ConceptStore(out), stats
+    return stats

@@ -4,12 +4,12 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..data.readers import undecodable
+from ..data.table import open_table, table_rows
 from ..errors import DataError, MissingFileError, UsageError
 
 log = logging.getLogger("compclip.concepts")
@@ -51,9 +51,8 @@ def _readable(caption: Any, where: str, seen: list[int]) -> Any:
 
 
 def _csv_captions(path: Path, caption_key: str) -> Iterator[Any]:
-    csv.field_size_limit(sys.maxsize)
     sep = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
-    with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
+    with open_table(path) as f:
         columns = csv.DictReader(f, delimiter=sep).fieldnames or []
     if caption_key not in columns:
         raise DataError(f"{path}: no column {caption_key!r} (columns: {columns}); set --caption-key")
@@ -62,9 +61,10 @@ def _csv_captions(path: Path, caption_key: str) -> Iterator[Any]:
 
 def _csv_column(path: Path, sep: str, caption_key: str) -> Iterator[Any]:
     seen = [0]
-    with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
-        for number, row in enumerate(csv.DictReader(f, delimiter=sep), 2):
-            yield _readable(row.get(caption_key), f"{path}:{number}", seen)
+    for number, row, malformed in table_rows(path, sep):
+        if malformed:
+            log.warning("%s:%d: %s: skipped", path, number, malformed)
+        yield _readable(row.get(caption_key), f"{path}:{number}", seen) if row is not None else None
 
 
 def _jsonl_captions(path: Path, caption_key: str) -> Iterator[Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +32,7 @@ import pyarrow as pa
 
 from ..data.concept_records import record_from_json
 from ..errors import DataError, MissingConceptError, MissingFileError
-from ..io import atomic_path, write_json
+from ..io import atomic_path, refuse_links, write_json
 
 FORMAT = 2
 MANIFEST = "manifest.json"
@@ -102,6 +103,9 @@ def shard_keys(path: Path) -> np.ndarray:
         raise damaged_shard(path, e) from None
 
 
+INDEX_FILE = re.compile(r"(hi|lo|rows)-[0-9a-f]{12}\.npy")
+
+
 def write_index(folder: Path) -> int:
     """Index every shard of the store; returns the number of distinct records. A key found twice
     (parts run with different counts) keeps its first record."""
@@ -117,6 +121,7 @@ def write_index(folder: Path) -> int:
         order = order[first]
     ident = uuid.uuid4().hex[:12]
     index_dir = folder / "index"
+    refuse_links(folder, ("index",))
     names = {name: f"index/{name}-{ident}.npy" for name in ("hi", "lo", "rows")}
     dtype = np.uint32 if len(every) < 2**32 else np.uint64
     for name, array in (("hi", words[order, 0]), ("lo", words[order, 1]), ("rows", order.astype(dtype))):
@@ -126,8 +131,8 @@ def write_index(folder: Path) -> int:
         "format": FORMAT, "records": len(order),
         "shards": [[str(p.relative_to(folder)), len(k)] for p, k in zip(shards, keys, strict=True)], **names,
     })
-    for old in index_dir.glob("*.npy"):
-        if f"index/{old.name}" not in names.values():
+    for old in index_dir.iterdir():  # only the index files an earlier write_index made
+        if INDEX_FILE.fullmatch(old.name) and f"index/{old.name}" not in names.values():
             old.unlink(missing_ok=True)
     return len(order)
 

@@ -14,7 +14,6 @@ import json
 import os
 import random
 import re
-import sys
 import tarfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..errors import DataError, UsageError
 from .concept_records import record_from_json
 from .skips import SkipCounter
+from .table import open_table, table_rows
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 Sample = dict[str, Any]
@@ -301,24 +301,22 @@ class CsvReader(ImageTextReader):
             raise DataError(f"{self.path}: no column {missing} (columns: {columns}); set --image-key / --caption-key")
 
     def _open(self):
-        # surrogateescape keeps undecodable bytes visible, so one bad row is skipped, not the file
-        return open(self.path, newline="", encoding="utf-8-sig", errors="surrogateescape")  # a BOM is not part of the first column
+        return open_table(self.path)
 
     def num_records(self) -> int:
         return len(self._all_rows())
 
     def _rows_of(self) -> Iterator[tuple[str, Any, Any, str | None]]:
-        """Every row as (where, image path or None, caption, None), or for a row of the wrong length (where, None, None,
-        what is wrong with it)."""
-        csv.field_size_limit(sys.maxsize)
-        with self._open() as f:
-            rows = csv.DictReader(f, delimiter=self.sep)
-            for row in rows:
-                where = f"{self.path}:{rows.line_num}"
-                if None in row or None in row.values():  # DictReader's marks of a long or short row
-                    fields = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None, []))
-                    yield where, None, None, f"{fields} fields, header has {len(rows.fieldnames)}"
-                    continue
+        """Every row as (where, image path or None, caption, None), or for a malformed row (where, None, None, what is
+        wrong with it)."""
+        for line, row, malformed in table_rows(self.path, self.sep):
+            where = f"{self.path}:{line}"
+            if malformed:
+                yield where, None, None, malformed
+            elif None in row or None in row.values():  # DictReader's marks of a long or short row
+                fields = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None, []))
+                yield where, None, None, f"{fields} fields, header has {len(row) - (None in row)}"
+            else:
                 rel = row[self.image_key].strip()
                 yield where, image_path(self.image_root, rel) if rel else None, row[self.caption_key], None
 

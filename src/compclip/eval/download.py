@@ -1,14 +1,14 @@
-"""`compclip data download`: the official public files, resumable, checked by SHA-256.
+"""`compclip data download`: the official public files over https, resumable, each checked against a pinned SHA-256.
 
 A transfer that breaks leaves `FILE.part`; running again asks the server for the rest (HTTP
 Range) and appends. A finished file whose SHA-256 differs from the manifest is rejected and
-removed. Files whose publishers give no checksum (COCO's zip) are trusted on first download:
-their SHA-256 is recorded in `ROOT/checksums.json` and later downloads must match it.
+removed, so no file is trusted on first download. COCO publishes no checksum for its archives: theirs are the SHA-256
+and size that independent mirrors record alike (ParlAI's `parlai/tasks/coco_caption/build.py` lists
+val2017.zip's; 815,585,330 and 252,907,541 bytes).
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import zipfile
 from dataclasses import dataclass
@@ -17,7 +17,6 @@ from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 from ..errors import DownloadError, UsageError
-from ..io import write_json
 from ..progress import progress
 
 SC = "https://raw.githubusercontent.com/RAIVNLab/sugar-crepe/main/data"
@@ -29,7 +28,7 @@ CHUNK = 1 << 20
 class Asset:
     url: str
     path: str  # relative to the data root
-    sha256: str | None = None
+    sha256: str
     unzip_to: str | None = None  # a folder relative to the root, for archives
 
 
@@ -56,12 +55,13 @@ MANIFEST: dict[str, list[Asset]] = {
         Asset(f"{SCPP}/swap_att.json", "sugarcrepe_pp/swap_att.json", "450d0fd9fcad3e6f44950dc634e7f901ab1c6d9c60a569ade5ae8ffb3d203ad8"),
         Asset(f"{SCPP}/swap_obj.json", "sugarcrepe_pp/swap_obj.json", "5f33cae824de431a7ecd3c5de6301f689815f9497aa36d96b154bbaf117b201b"),
     ],
-    "coco_val2017": [Asset("http://images.cocodataset.org/zips/val2017.zip", "coco/val2017.zip", None, unzip_to="coco")],
+    "coco_val2017": [Asset("https://images.cocodataset.org/zips/val2017.zip", "coco/val2017.zip",
+                           "4f7e2ccb2866ec5041993c9cf2a952bbed69647b115d0f74da7ce8f4bef82f05", unzip_to="coco")],
     "coco_captions": [
         Asset(
-            "http://images.cocodataset.org/annotations/annotations_trainval2017.zip",
+            "https://images.cocodataset.org/annotations/annotations_trainval2017.zip",
             "coco/annotations_trainval2017.zip",
-            None,
+            "113a836d90195ee1f884e704da6304dfaaecff1f023f49b6ca93c4aaae470268",
             unzip_to="coco/annotations",
         )
     ],
@@ -76,7 +76,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def fetch(url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> str:
+def fetch(url: str, dest: Path, sha256: str, timeout: float = 60) -> str:
     """Download `url` to `dest`, resuming `dest.part`; returns the file's SHA-256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
@@ -102,7 +102,7 @@ def fetch(url: str, dest: Path, sha256: str | None = None, timeout: float = 60) 
         if total and part.stat().st_size < total:
             raise DownloadError(f"{url}: got {part.stat().st_size} of {total} bytes; run again to resume")
     got = sha256_of(part)
-    if sha256 is not None and got != sha256:
+    if got != sha256:
         part.unlink()
         raise DownloadError(f"{url}: SHA-256 {got} does not match the expected {sha256}; the file was removed")
     os.replace(part, dest)
@@ -115,17 +115,11 @@ def download(name: str, root: str | Path, manifest: dict[str, list[Asset]] | Non
     if name not in manifest:
         raise UsageError(f"no download for {name!r}; available: {', '.join(sorted(manifest))}")
     root = Path(root)
-    ledger_path = root / "checksums.json"
-    ledger = json.loads(ledger_path.read_text()) if ledger_path.is_file() else {}
     done = []
     for asset in manifest[name]:
         dest = root / asset.path
-        expected = asset.sha256 or ledger.get(asset.path)
-        if not (dest.is_file() and (expected is None or sha256_of(dest) == expected)):
-            got = fetch(asset.url, dest, expected)
-            if asset.sha256 is None:
-                ledger[asset.path] = got
-                write_json(ledger_path, ledger)
+        if not (dest.is_file() and sha256_of(dest) == asset.sha256):
+            fetch(asset.url, dest, asset.sha256)
         if asset.unzip_to:
             with zipfile.ZipFile(dest) as archive:
                 archive.extractall(root / asset.unzip_to)

@@ -14,12 +14,14 @@ from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 
 from ..errors import DataError, MissingFileError, UsageError
 from ..io import atomic_path
 from ..plots import grouped_bars
+from ..text import markdown_text
 from .base import NOT_APPLICABLE
 
 COLUMNS = {  # header: (benchmark, metric path); a metric that is a dict is read as its "acc"
@@ -165,11 +167,12 @@ def blind_tables(results) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
 
 
 def _markdown(df: pd.DataFrame) -> str:
+    """A table whose model labels, column names and text cells (folder names and result fields: anyone's) are text."""
     cols = ["model", *df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+    lines = ["| " + " | ".join(markdown_text(c) for c in cols) + " |", "|" + " --- |" * len(cols)]
     for model, row in df.iterrows():
-        cells = [v if isinstance(v, str) else "—" if math.isnan(v) else f"{v:.1f}" for v in row]
-        lines.append("| " + " | ".join([str(model), *cells]) + " |")
+        cells = [markdown_text(v) if isinstance(v, str) else "—" if math.isnan(v) else f"{v:.1f}" for v in row]
+        lines.append("| " + " | ".join([markdown_text(model), *cells]) + " |")
     return "\n".join(lines)
 
 
@@ -234,7 +237,7 @@ def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str
     """The comparison as Markdown: paper | yours | difference per column, then the columns not run."""
     cols = ["column", "table", *[c for c in frame.columns if c != "table"]]
     lines = [f"Against {about['citation']}, row {about['model']!r} (in %; a difference is yours − the paper's):", "",
-             "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+             "| " + " | ".join(markdown_text(c) for c in cols) + " |", "|" + " --- |" * len(cols)]
     for name, row in frame.iterrows():
         cells = [str(name), row["table"]]
         for col in cols[2:]:
@@ -265,26 +268,26 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
     parts += ["![summary](summary.png)", ""]
     incomplete = [f"{m}/{b}" for m, recs in results.items() for b, r in recs.items() if not r.get("complete", True)]
     if incomplete:
-        parts += [f"Incomplete (missing images or files): {', '.join(incomplete)}.", ""]
+        parts += [f"Incomplete (missing images or files): {markdown_text(', '.join(incomplete))}.", ""]
     for bench, table in split_tables(results).items():
         with atomic_path(out / f"{bench}.csv") as tmp:
             table.to_csv(tmp, float_format="%.2f")
         grouped_bars(table.rename(columns=_short), bench, out / f"{bench}.png")
         ties = {r[bench].get("ties") for r in results.values() if bench in r}
         parts += [
-            f"## {bench}",
+            f"## {markdown_text(bench)}",
             "",
-            f"Ties: {', '.join(sorted(t for t in ties if t))}.",
+            f"Ties: {markdown_text(', '.join(sorted(str(t) for t in ties if t)))}.",
             "",
             _markdown(table),
             "",
-            f"![{bench}]({bench}.png)",
+            f"![{markdown_text(bench)}]({quote(bench)}.png)",
             "",
         ]
     for bench, (blind, grounded) in blind_tables(results).items():
         with atomic_path(out / f"{bench}-blind.csv") as tmp:
             blind.to_csv(tmp, float_format="%.2f")
-        parts += [f"## {bench}: what the texts alone score", "",
+        parts += [f"## {markdown_text(bench)}: what the texts alone score", "",
                   "Blind (`compclip eval --blind`): every image embedded as the mean of the benchmark's images, so a score "
                   "comes from the model's prior over the texts. A pairwise split's chance is 50; a text-only column (SugarCrepe++ "
                   "TOT) reads no image, so its image-grounded part is 0 by construction.", "", _markdown(blind), "",

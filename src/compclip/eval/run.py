@@ -187,10 +187,10 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     device = resolve_device(cfg.device)
     jobs, root, made = check_options(cfg)
     model, pretrained, ties, out = cfg.model, cfg.pretrained, cfg.ties, cfg.out
-    weights = weights_sha256(model, pretrained)
-    refuse_another_models(Path(out), model, pretrained, weights, cfg.force)
     precision = cfg.precision or ("amp" if device.startswith("cuda") else "fp32")
     scorer = load_scorer(model, pretrained, device=device, precision=precision, **cfg.scorer_settings)
+    weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
+    refuse_another_models(Path(out), model, pretrained, weights, cfg.force)
     if cfg.blind and not hasattr(scorer, "blind"):
         raise UsageError(f"--blind replaces each image by the mean of the benchmark's images: {model}'s scorer "
                          f"({type(scorer).__name__}) has no such mean")

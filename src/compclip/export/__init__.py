@@ -110,7 +110,7 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
             usage, oc_notes = write_open_clip_folder(checkpoint, tmp, out, tokenizer)
             notes += oc_notes
             library = "open_clip"
-        found = find_results(weights_sha256(checkpoint), _results_roots(checkpoint, list(results or [])))
+        found = find_results(weights_sha256(model), _results_roots(checkpoint, list(results or [])))
         where = push_to_hub or out.name  # the card names the Hub repository or the folder, not the exporter's path to it
         card = model_card(config, library=library, kind=kind, license=license, usage=usage.replace(str(out), where), notes=notes,
                           results=found,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..text import markdown_text
 
 CARD_MARK = "<!-- written by compclip export -->"  # how `--force` knows a folder is an earlier export, safe to replace
 _MAX_RESULT_BYTES = 4 << 20
@@ -89,7 +91,7 @@ def check_license(license: str, name: str | None, link: str | None) -> None:
 
 
 def _cell(value: Any) -> str:
-    return "n/a" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value).replace("|", "\\|")
+    return "n/a" if value is None else f"{value:.4f}" if isinstance(value, float) else markdown_text(value)
 
 
 def _setting(value: Any) -> str:
@@ -152,7 +154,7 @@ def _results(results: list[dict[str, Any]]) -> list[str]:
         protocol = ", ".join([*protocol, f"compclip {r.get('compclip_version')}"])
         for metric, value in r["metrics"].items():
             if not isinstance(value, dict):
-                out.append(f"| {r['dataset']} | {metric} | {_cell(value)} | {protocol} |")
+                out.append(f"| {markdown_text(r['dataset'])} | {markdown_text(metric)} | {_cell(value)} | {markdown_text(protocol)} |")
     return out
 
 
@@ -164,14 +166,16 @@ def model_card(config: dict[str, Any], *, library: str, kind: str, license: str,
     method = config.get("method")
     title = f"{config['model_name']} fine-tuned with compclip ({method})" if method else f"{config['model_name']}, exported by compclip"
     pretrained = config.get("pretrained")
-    start = f"`{config['model_name']}`" + (f" with pretrained weights `{Path(pretrained).name}`" if pretrained else " from random weights")
+    start = markdown_text(config["model_name"]) + (f" with pretrained weights {markdown_text(Path(pretrained).name)}" if pretrained
+                                                   else " from random weights")
     data = _card_data(config, library, license, license_name, license_link, kind, title, results)
-    parts = [CARD_MARK, f"# {title}", "", f"Started from {start}; exported by compclip {__version__} for {library}.", ""]
+    parts = [CARD_MARK, f"# {markdown_text(title)}", "", f"Started from {start}; exported by compclip {__version__} for {library}.", ""]
     if license == "other" and not license_name:
         parts += ["License: the base model's (`compclip export --license` declares another).", ""]
-    parts += ["## Use", "", "```python", usage, "```", ""]
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", usage)), default=0))  # longer than any run in it
+    parts += ["## Use", "", f"{fence}python", usage, fence, ""]
     if notes:
-        parts += ["Notes:", "", *(f"- {n}" for n in notes), ""]
+        parts += ["Notes:", "", *(f"- {markdown_text(n)}" for n in notes), ""]
     parts += ["## Training", "", *_training(config), "", "## Evaluation", "",
               "The newest `compclip eval` result of each benchmark for these exact weights (matched by the SHA-256 of the "
               "checkpoint's weights file). Protocols: `compclip benchmarks` and `docs/data.md`.", "", *_results(results), ""]

@@ -8,14 +8,16 @@ Nothing here ever unpickles code: safetensors, or `torch.load(weights_only=True)
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import pickle
 import warnings
 import zipfile
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import open_clip
 import torch
@@ -24,7 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .. import __version__
-from ..errors import DataError, MissingFileError, NonFiniteError
+from ..errors import CompclipError, DataError, MissingFileError, NonFiniteError
 from ..io import atomic_dir, write_json
 
 CONFIG_NAME = "config.json"
@@ -33,6 +35,7 @@ OPEN_CLIP_CONFIG_NAME = "open_clip_config.json"
 STATE_NAME = "training_state.pt"  # optimizer, scheduler, RNG and data position, for resuming
 MODULES_NAME = "method.safetensors"  # the modules a method owns (not part of the open_clip model)
 SPEC_ATTR = "compclip_spec"  # set on every model load_model returns
+DIGEST_ATTR = "compclip_weights_sha256"  # the SHA-256 of the weights file load_model read, where it read one
 _SPEC_KEYS = ("model_name", "model_cfg", "preprocess_cfg", "tokenizer", "pretrained")
 
 
@@ -73,6 +76,13 @@ def model_spec(model: torch.nn.Module) -> dict[str, Any]:
             "so that its open_clip name and config can be saved with it"
         )
     return spec
+
+
+def weights_sha256(model: torch.nn.Module) -> str | None:
+    """The SHA-256 of the weights file this model was loaded from (a checkpoint folder's, or a `pretrained` file), as it
+    was read: it names these exact weights in results and model cards. None for open_clip tags, hub ids and random
+    weights."""
+    return getattr(unwrap(model), DIGEST_ATTR, None)
 
 
 def read_config(folder: str | Path) -> dict[str, Any]:
@@ -188,7 +198,10 @@ _BUFFERS_NOT_WEIGHTS = ("attn_mask",)
 
 
 def is_torchscript(file: Path) -> bool:
-    """A TorchScript archive (OpenAI's CLIP files, `torch.jit.save`): a zip holding compiled code."""
+    """A TorchScript archive (OpenAI's CLIP files, `torch.jit.save`): a zip holding compiled code. A `.safetensors` file is
+    never one: it is read as safetensors or refused."""
+    if file.suffix == ".safetensors":
+        return False
     try:
         with zipfile.ZipFile(file) as z:
             return any("/code/__torch__/" in n for n in z.namelist())
@@ -201,16 +214,84 @@ def _torchscript_code(file: Path) -> str:
         return "\n".join(z.read(n).decode("utf-8", "replace") for n in z.namelist() if "/code/__torch__/" in n and n.endswith(".py"))
 
 
+class _Scripted:
+    """A TorchScript object read as data: `attributes` is what the archive stores for it; none of its code runs."""
+
+    qualname = "__torch__"
+
+    def __setstate__(self, state: Any) -> None:
+        self.attributes = state
+
+
+class _TorchScriptData(pickle.Unpickler):
+    """`data.pkl` of a TorchScript archive, unpickled without `torch.jit.load`: scripted classes become `_Scripted` records
+    (their `__setstate__`, compiled code that `torch.jit.load` would run, never runs), tensors are rebuilt from the
+    archive's storages, and any other global is refused."""
+
+    _ALLOWED: ClassVar[dict[tuple[str, str], Any]] = {("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
+                ("torch._utils", "_rebuild_parameter"): torch._utils._rebuild_parameter,
+                ("collections", "OrderedDict"): OrderedDict,
+                # TorchScript's typed lists and type tags: each returns the value it is given (torch/jit/_pickle.py)
+                **{("torch.jit._pickle", f"build_{kind}list"): lambda values: values for kind in ("int", "double", "bool", "tensor")},
+                ("torch.jit._pickle", "restore_type_tag"): lambda value, _type: value}
+
+    def __init__(self, archive: zipfile.ZipFile, prefix: str):
+        super().__init__(io.BytesIO(archive.read(f"{prefix}data.pkl")))
+        self.archive, self.prefix = archive, prefix
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "__torch__" or module.startswith("__torch__."):
+            return type(name, (_Scripted,), {"qualname": f"{module}.{name}"})
+        if module == "torch" and name.endswith("Storage") and isinstance(getattr(torch, name, None), type):
+            return getattr(torch, name)
+        if (module, name) in self._ALLOWED:
+            return self._ALLOWED[(module, name)]
+        raise pickle.UnpicklingError(f"a TorchScript archive holding {module}.{name}, which is not a tensor")
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, storage_type, key, _location, _numel = pid
+        if kind != "storage":
+            raise pickle.UnpicklingError(f"a TorchScript archive with a {kind!r} record")
+        raw = torch.UntypedStorage.from_buffer(self.archive.read(f"{self.prefix}data/{key}"), dtype=torch.uint8)
+        with warnings.catch_warnings():  # torch.load builds the same TypedStorage for _rebuild_tensor_v2
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.storage.TypedStorage(wrap_storage=raw, dtype=storage_type.dtype, _internal=True)
+
+
+def _scripted_tensors(obj: _Scripted, prefix: str, out: dict[str, torch.Tensor]) -> None:
+    if not isinstance(obj.attributes, dict):
+        raise pickle.UnpicklingError(f"{obj.qualname} at {prefix.rstrip('.') or 'the top'} is stored by its own __getstate__, "
+                                     "to be rebuilt by scripted code (__setstate__) that compclip does not run")
+    for name, value in obj.attributes.items():
+        if isinstance(value, torch.Tensor):
+            out[prefix + name] = value
+        elif isinstance(value, _Scripted):
+            _scripted_tensors(value, f"{prefix}{name}.", out)
+
+
+def read_torchscript(file: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a TorchScript archive's modules, by their state-dict names, read as `torch.load(weights_only=True)`
+    reads a state dict: nothing in the archive runs (`torch.jit.load` would run its scripted `__setstate__` methods)."""
+    with zipfile.ZipFile(file) as archive:
+        found = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+        if len(found) != 1:
+            raise pickle.UnpicklingError("a TorchScript archive without one data.pkl")
+        top = _TorchScriptData(archive, found[0].removesuffix("data.pkl")).load()
+    if not isinstance(top, _Scripted):
+        raise pickle.UnpicklingError("a TorchScript archive whose data is not a scripted module")
+    state: dict[str, torch.Tensor] = {}
+    _scripted_tensors(top, "", state)
+    return state
+
+
 def read_state_dict(file: str | Path) -> dict[str, torch.Tensor]:
     """Tensors of a `.safetensors`, `.pt`, `.pth` or `.bin` file, refusing pickled code, or of a TorchScript archive
-    (its weights only: OpenAI's extras and buffers that are not weights are dropped)."""
+    (its weights only, read without running its code: OpenAI's extras and buffers that are not weights are dropped)."""
     file = Path(file)
     try:
         with _reading(file):
             if is_torchscript(file):
-                with warnings.catch_warnings():  # torch.jit is deprecated, and OpenAI's archives are still TorchScript
-                    warnings.simplefilter("ignore", FutureWarning)
-                    state = torch.jit.load(str(file), map_location="cpu").state_dict()
+                state = read_torchscript(file)
                 return {k: v for k, v in state.items() if k not in OPENAI_EXTRAS and k.rsplit(".", 1)[-1] not in _BUFFERS_NOT_WEIGHTS}
             return open_clip_load_state_dict(str(file), weights_only=True)
     except RuntimeError as e:
@@ -247,35 +328,48 @@ def trained_activation(file: str | Path) -> tuple[bool | None, str]:
     return None, ""
 
 
-def load_weights(model: torch.nn.Module, file: str | Path) -> None:
+def load_weights(model: torch.nn.Module, file: str | Path) -> str:
     """Load an open_clip state dict strictly, reading the file once; a mismatch names every
-    missing, unexpected and wrongly shaped key, and a weight holding NaN or inf is refused."""
+    missing, unexpected and wrongly shaped key, and a weight holding NaN or inf is refused. Returns the SHA-256 of the
+    file as loaded: a file replaced while it was read (a run rewriting `checkpoints/best`) is read again."""
     file = Path(file)
-    try:
-        if is_torchscript(file):
-            model.load_state_dict(read_state_dict(file), strict=True)
-        else:
+    for _ in range(3):
+        try:
             with _reading(file):
-                open_clip.load_checkpoint(model, str(file), strict=True, weights_only=True)
-        bad = first_nonfinite(model.state_dict())
-        if bad is not None:
-            raise NonFiniteError(f"{file}: weight {bad} holds NaN or inf: refused (a model with it scores nothing)")
-    except (RuntimeError, AttributeError, KeyError, ValueError) as e:  # open_clip's loader fails in several ways on foreign weights
-        state, expected = read_state_dict(file), model.state_dict()  # only on failure: say why
-        missing, unexpected = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
-        mismatched = [(k, tuple(state[k].shape), tuple(expected[k].shape)) for k in sorted(expected.keys() & state.keys())
-                      if state[k].shape != expected[k].shape]
-        if missing or unexpected or mismatched:
-            raise CheckpointMismatchError(file, missing=missing, unexpected=unexpected, mismatched=mismatched) from None
-        raise DataError(f"{file}: not a readable weights file ({type(e).__name__}: {e})") from None
+                before, digest = _identity(file), sha256_of(file)
+            if is_torchscript(file):
+                model.load_state_dict(read_state_dict(file), strict=True)
+            else:
+                with _reading(file):
+                    open_clip.load_checkpoint(model, str(file), strict=True, weights_only=True)
+            bad = first_nonfinite(model.state_dict())
+            if bad is not None:
+                raise NonFiniteError(f"{file}: weight {bad} holds NaN or inf: refused (a model with it scores nothing)")
+        except (RuntimeError, AttributeError, KeyError, ValueError) as e:  # open_clip's loader fails in several ways on foreign weights
+            if isinstance(e, CompclipError):
+                raise
+            state, expected = read_state_dict(file), model.state_dict()  # only on failure: say why
+            missing, unexpected = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
+            mismatched = [(k, tuple(state[k].shape), tuple(expected[k].shape)) for k in sorted(expected.keys() & state.keys())
+                          if state[k].shape != expected[k].shape]
+            if missing or unexpected or mismatched:
+                raise CheckpointMismatchError(file, missing=missing, unexpected=unexpected, mismatched=mismatched) from None
+            raise DataError(f"{file}: not a readable weights file ({type(e).__name__}: {e})") from None
+        if _identity(file) == before:
+            return digest
+    raise DataError(f"{file}: replaced three times while it was read; run again once nothing rewrites it")
 
 
-def weights_sha256(model: str | Path, pretrained: str | None = None) -> str | None:
-    """The SHA-256 of the weights file behind a model name (a checkpoint folder's, or a `pretrained` file), which
-    names these exact weights in results and model cards; None for open_clip tags and hub ids."""
-    file = Path(model) / WEIGHTS_NAME if (Path(model) / WEIGHTS_NAME).is_file() else Path(pretrained) if pretrained else None
-    if file is None or not file.is_file():
-        return None
+def _identity(file: Path) -> tuple[int, ...]:
+    """What changes when a file is replaced (a rename: another inode) or rewritten in place (size, modification time)."""
+    try:
+        st = file.stat()
+    except FileNotFoundError:
+        return ()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def sha256_of(file: str | Path) -> str:
     digest = hashlib.sha256()
     with open(file, "rb") as f:
         while chunk := f.read(1 << 22):

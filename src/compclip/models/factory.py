@@ -10,6 +10,7 @@ import contextlib
 import copy
 import difflib
 import importlib.util
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -20,9 +21,9 @@ import torch
 from open_clip.tokenizer import HFTokenizer
 from open_clip.transform import PreprocessCfg, image_transform_v2
 
-from ..errors import DownloadError, UsageError
+from ..errors import DataError, DownloadError, UsageError
 from . import bundled
-from .checkpoint import SPEC_ATTR, WEIGHTS_NAME, check_checkpoint_folder, load_weights, trained_activation
+from .checkpoint import DIGEST_ATTR, SPEC_ATTR, WEIGHTS_NAME, check_checkpoint_folder, load_weights, trained_activation
 
 log = logging.getLogger("compclip.models")
 
@@ -59,6 +60,7 @@ class LazyTokenizer:
                 folder = str(bundled.wordpiece_folder())
                 self._tokenizer = HFTokenizer(folder, self.context_length, clean=bundled.HF_TOKENIZED[self.source])
             else:
+                _refuse_remote_code(self.source)
                 try:
                     self._tokenizer = open_clip.get_tokenizer(self.source, context_length=self.context_length)
                 except ImportError:
@@ -92,6 +94,28 @@ class LazyTokenizer:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._build(), name)
+
+
+def _refuse_remote_code(source: str) -> None:
+    """open_clip passes a config's `tokenizer_kwargs` to transformers' `AutoTokenizer`, so a `local-dir:` folder or hub
+    repository whose `open_clip_config.json` sets `trust_remote_code` would import and run that folder's Python. compclip
+    never takes that setting from a file."""
+    schema, _, where = source.partition(":")
+    try:
+        if schema == "local-dir":
+            config = json.loads((Path(where) / "open_clip_config.json").read_text(encoding="utf-8"))
+        elif schema == "hf-hub":
+            from open_clip.factory import _get_hf_config
+
+            config = _get_hf_config(where)
+        else:
+            return
+        asked = config["model_cfg"]["text_cfg"]["tokenizer_kwargs"].get("trust_remote_code")
+    except Exception:  # a config that cannot be read or fetched: open_clip's own loading reports it, with its reason
+        return
+    if asked:
+        raise DataError(f"the tokenizer {source}: its open_clip_config.json asks to run the tokenizer's own Python "
+                        "(tokenizer_kwargs.trust_remote_code); compclip never runs code a downloaded or given file asks for")
 
 
 def _need_transformers(source: str) -> None:
@@ -224,7 +248,7 @@ def load_model(
             ) from e
         raise
     if weights_file is not None:
-        load_weights(model, weights_file)
+        setattr(model, DIGEST_ATTR, load_weights(model, weights_file))
     tokenizer = _tokenizer_for(name, cfg)
     _attach_spec(model, name, cfg, str(pretrained) if pretrained else None, tokenizer)
     return model.eval(), eval_preprocess(model), tokenizer
@@ -273,7 +297,7 @@ def _load_checkpoint_folder(folder: Path, device, precision: str):
     resized = {"force_image_size": size} if forced else {}
     with _weights_follow():
         model = open_clip.create_model(f"local-dir:{folder}", load_weights=False, device=device, precision=precision, **resized)
-    load_weights(model, folder / WEIGHTS_NAME)
+    setattr(model, DIGEST_ATTR, load_weights(model, folder / WEIGHTS_NAME))
     tokenizer = LazyTokenizer(**config["tokenizer"])
     _attach_spec(model, config["model_name"], config["model_cfg"], config.get("pretrained"), tokenizer)
     return model.eval(), eval_preprocess(model), tokenizer

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..io import atomic_path, storage_errors
+from ..io import append_line, atomic_path
 
 WANDB_ID_NAME = "wandb_id"  # the W&B run of this folder: a resumed run logs into the same one
 
@@ -25,8 +25,7 @@ class Reporters:
 
     def log(self, record: dict[str, Any]) -> None:
         """One line of `log.jsonl`, and its numbers to the loggers at `record["step"]`."""
-        with storage_errors(self.out / "log.jsonl"), open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_line(self.out / "log.jsonl", json.dumps(record))
         scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
         if self.tb is not None:
             for key, value in scalars.items():

@@ -7,15 +7,11 @@ would resume.
 """
 from __future__ import annotations
 
-import fcntl
-import os
-import socket
-import time
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..io import storage_errors
+from ..io import FolderLock, refuse_links
 
 LOCK_NAME = ".lock"
 # The options that do not change what a run computes: how it is launched, logged and checkpointed.
@@ -31,42 +27,31 @@ def latest_checkpoint(out: str | Path) -> Path | None:
     return pointer.parent / pointer.read_text().strip() if pointer.is_file() else None
 
 
-class RunLock:
+# What a run writes in OUT: a planted link at any of them would be written through, or its target's files deleted.
+RUN_FILES = (LOCK_NAME, "log.jsonl", "train.log", "checkpoints", "tensorboard", "wandb", "wandb_id")
+
+
+class RunLock(FolderLock):
     """Held from the run's start to its end by the process that writes the folder (rank 0)."""
 
     def __init__(self, out: Path):
-        self.out, self.fd, self.created = out, None, not out.exists()
+        super().__init__(out / LOCK_NAME, "another compclip train")
+        self.out, self.created = out, not out.exists()
 
     def acquire(self) -> RunLock:
-        path = self.out / LOCK_NAME
-        with storage_errors(path):
-            self.out.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self.out.is_dir():
+            refuse_links(self.out, RUN_FILES)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
-            os.close(fd)
-            raise UsageError(f"--out {self.out} is in use by another compclip train ({owner}): wait for it to finish, or "
-                             "choose another --out") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"host {socket.gethostname()}, pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
-        self.fd = fd
-        os.register_at_fork(after_in_child=self._forget)  # a forked DataLoader worker must not keep the lock alive
-        return self
-
-    def _forget(self) -> None:
-        """In a forked child: close its copy of the descriptor, so the lock dies with the process that took it."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+            return super().acquire()
+        except UsageError as e:
+            raise UsageError(f"--out {str(e).removesuffix(': wait for it to finish')}: wait for it to finish, or choose "
+                             "another --out") from None
 
     def release(self, keep_folder: bool = True) -> None:
         """Unlock; with `keep_folder` False, a folder this run created and left without a checkpoint is removed."""
         if self.fd is None:
             return
-        os.close(self.fd)
-        self.fd = None
+        super().release()
         if not keep_folder and self.created and not (self.out / "checkpoints").exists():
             for name in (LOCK_NAME, "train.log"):
                 (self.out / name).unlink(missing_ok=True)

@@ -33,7 +33,7 @@ from .. import stops
 from ..data import ArrayReader, WebDatasetReader, data_files, is_tar_shards, open_reader
 from ..data.augment import BatchedView
 from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Preempted, StorageError, UsageError
-from ..io import atomic_path, write_json
+from ..io import atomic_path, open_own, write_json
 from ..models.checkpoint import CONFIG_NAME, MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config, remove_checkpoint
 from ..precision import autocast, input_dtype, weights_precision
 from ..progress import progress
@@ -520,7 +520,8 @@ class Trainer:
         if not self.env.is_main:
             yield
             return
-        handler = logging.FileHandler(self.out / "train.log", encoding="utf-8")
+        stream = os.fdopen(open_own(self.out / "train.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8")
+        handler = logging.StreamHandler(stream)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger = logging.getLogger("compclip")
         level = logger.level
@@ -532,7 +533,7 @@ class Trainer:
         finally:
             logger.removeHandler(handler)
             logger.setLevel(level)
-            handler.close()
+            stream.close()
 
     def _run(self) -> dict[str, float]:
         cfg = self.cfg

@@ -178,6 +178,9 @@ def _zeroshot(root: Path, records: list[dict], folder: Path) -> None:
         (root / "zeroshot" / task / "templates.txt").write_text(lines)
 
 
+WORLD_FOLDERS = ("train", "val", "singles", "test_seen", "test_unseen")  # what `generate` writes beside its manifest
+
+
 def generate(out: str | Path, cfg: WorldConfig = WorldConfig(), workers: int = 2) -> Path:
     """Write the world to `out`; a folder made with the same settings is reused as it is."""
     out = Path(out)
@@ -185,6 +188,11 @@ def generate(out: str | Path, cfg: WorldConfig = WorldConfig(), workers: int = 2
     made = json.loads(manifest.read_text()) if manifest.is_file() else {}
     if made.get("config") == asdict(cfg) and made.get("format") == FORMAT:
         return out
+    if made:  # another world was made here: none of its files may stay beside the new one's (a class folder would hold both)
+        manifest.unlink()
+        for name in WORLD_FOLDERS:
+            if (out / name).is_dir() and not (out / name).is_symlink():
+                shutil.rmtree(out / name)
     held = heldout_pairs(cfg.seed, cfg.heldout, *cfg.palette)
     pool = stops.pool(workers) if workers > 1 else None
     try:
