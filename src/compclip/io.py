@@ -87,13 +87,44 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _owned_prefix(path: Path) -> str:
+    """The start of a temporary sibling's name: it names the process that made it, so a later writer of the same path
+    on this host can tell one left by a killed process (SIGKILL runs no `finally`) from one still being written."""
+    return f".{path.name}.{socket.gethostname()}-{os.getpid()}."
+
+
+def _remove_left_behind(path: Path) -> None:
+    """Remove the temporary siblings of `path` that a process on this host, no longer running, made and left: a model
+    copy of an export or a checkpoint killed mid-write is otherwise never removed."""
+    made = re.compile(re.escape(f".{path.name}.{socket.gethostname()}-") + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)")
+    for entry in path.parent.iterdir() if path.parent.is_dir() else ():
+        found = made.fullmatch(entry.name)
+        if found is None or entry.is_symlink() or _alive(int(found.group(1))):
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; on success it replaces `path` in one rename."""
     path = Path(path)
     with storage_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        _remove_left_behind(path)
+        fd, tmp = tempfile.mkstemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent)
         os.close(fd)
         tmp = Path(tmp)
         try:
@@ -121,13 +152,14 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     with storage_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        _remove_left_behind(path)
+        tmp = Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent))
         try:
             yield tmp
             _as_open_would(tmp)
             old = None
             if path.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+                old = Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".old", dir=path.parent))
                 os.replace(path, old / path.name)
             os.replace(tmp, path)
             if old is not None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import stops
 from ..errors import DataError, UsageError
-from ..io import FolderLock, write_json
+from ..io import FolderLock, refuse_links, write_json
 from ..progress import progress
 from .config import SHARD_SIZE
 from .pipeline import BATCH_SIZE, PARSED, clean, extract_unique, load_nlp, parse_what, pipeline_id
@@ -30,6 +30,7 @@ log = logging.getLogger("compclip.concepts")
 CHUNK = 1_000  # captions per task handed to a worker
 LOCK_NAME = ".lock"  # in a part's folder: one run fills a part at a time
 INDEX_LOCK_NAME = ".index.lock"  # in the store: one part writes the index at a time
+STORE_FOLDERS = ("index", PARTS)  # what a run writes into and deletes from: a link planted there is refused
 
 
 def parse_part(text: str | None, env: Mapping[str, str] = os.environ) -> tuple[int, int]:
@@ -117,6 +118,7 @@ def _start(out: Path, config: dict[str, Any]) -> None:
     """Write the manifest, or check that the store at `out` was made the same way."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; a concept store is a folder")
+    refuse_links(out, STORE_FOLDERS)
     manifest = out / MANIFEST
     if not manifest.is_file():
         write_json(manifest, {"format": FORMAT, "config": config})
@@ -191,6 +193,7 @@ def build_store(
     config = config_for(fields, with_prep, nlp)
     _start(out, config)
     segment = part_folder(out, *part)
+    refuse_links(segment.parent, (segment.name,))  # this part's damaged and unfinished shards are removed
     with FolderLock(segment / LOCK_NAME, f"another compclip concepts run of part {part[0]}/{part[1]}"):
         stats = _fill_part(captions, out, segment, config, nlp, fields, with_prep, workers, batch_size, shard_size, total, part)
     if stats["missing_parts"]:

@@ -162,8 +162,27 @@ def blind_tables(results) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
     for bench, table in split_tables({m: r for m, r in blind.items() if r}).items():
         seen = real[bench].loc[table.index, table.columns]
         numeric = lambda frame: frame.apply(pd.to_numeric, errors="coerce")  # noqa: E731 (a "not applicable" cell is no number)
-        out[bench] = (table, numeric(seen) - numeric(table))
+        grounded = numeric(seen) - numeric(table)
+        for model in table.index:  # one image: its mean is itself, and "accuracy − blind" is 0 by construction, not a finding
+            if results[model][bench].get("blind_images") == 1:
+                grounded.loc[model] = float("nan")
+        out[bench] = (table, grounded)
     return out
+
+
+def mixed_protocols(results) -> list[str]:
+    """A warning paragraph for each setting that differs between the models' results of one benchmark (precision,
+    compclip version, tie rule): their numbers may differ for that reason alone, so the report says so."""
+    lines = []
+    for key, what in (("precision", "precisions"), ("compclip_version", "compclip versions"), ("ties", "tie rules")):
+        mixed = []
+        for bench in sorted({b for records in results.values() for b in records}):
+            values = {m: str(records[bench].get(key, "unknown")) for m, records in results.items() if bench in records}
+            if len(set(values.values())) > 1:
+                mixed.append(f"{bench} ({', '.join(f'{m}: {v}' for m, v in values.items())})")
+        if mixed:
+            lines += [f"**Mixed {what}**, so these columns may differ for that reason alone: {markdown_text('; '.join(mixed))}.", ""]
+    return lines
 
 
 def _markdown(df: pd.DataFrame) -> str:
@@ -266,6 +285,7 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
         summary.to_csv(tmp, float_format="%.2f")
     grouped_bars(summary.rename(columns=_short), "summary", out / "summary.png")
     parts += ["![summary](summary.png)", ""]
+    parts += mixed_protocols(results)
     incomplete = [f"{m}/{b}" for m, recs in results.items() for b, r in recs.items() if not r.get("complete", True)]
     if incomplete:
         parts += [f"Incomplete (missing images or files): {markdown_text(', '.join(incomplete))}.", ""]
@@ -291,7 +311,8 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
                   "Blind (`compclip eval --blind`): every image embedded as the mean of the benchmark's images, so a score "
                   "comes from the model's prior over the texts. A pairwise split's chance is 50; a text-only column (SugarCrepe++ "
                   "TOT) reads no image, so its image-grounded part is 0 by construction.", "", _markdown(blind), "",
-                  "Image-grounded = accuracy − blind, in points:", "", _markdown(grounded), ""]
+                  "Image-grounded = accuracy − blind, in points (— where the benchmark scored one image: its blind score is "
+                  "the real one by construction):", "", _markdown(grounded), ""]
     if comparison is not None:
         frame, about, not_run = comparison
         with atomic_path(out / "paper.csv") as tmp:

@@ -214,6 +214,10 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
             if cfg.blind and asked:
                 with scorer.blind(asked):
                     record["blind"] = null_nans(bench.run(scorer, root, rule, job.splits, made[job.name]).metrics)[0]
+                if len(asked) == 1:
+                    record["blind_images"] = 1
+                    log.warning("%s: --blind: the benchmark scored one image, so its mean is that image and the blind "
+                                "score equals the real one by construction; it says nothing of the text prior", job.label)
             metrics, nulls = null_nans(result.metrics)
             record.update(metrics=metrics, complete=result.complete, missing_images=result.missing.report(), absent=result.absent,
                           seconds=round(time.perf_counter() - start, 3))

@@ -1,0 +1,79 @@
+"""Would the tests fail if this line were wrong? Apply one realistic one-line bug at a time to a copy of `src/`, run the
+tests that name its area against the copy, and count the bugs the tests catch.
+
+    .venv/bin/python tests/mutations.py            # every mutation below
+    .venv/bin/python tests/mutations.py 3 7        # only those
+
+Each mutation is (file under src/compclip, the exact text, its replacement, the tests to run). A mutation whose text is
+not found is reported as stale (the code moved on: update it). Not part of the suite: it runs the named tests once
+per bug (minutes).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HANDED = "tests/test_handed_files.py"
+
+MUTATIONS = [
+    ("models/checkpoint.py", 'if file.suffix == ".safetensors":\n        return False', "pass", HANDED),
+    ("models/checkpoint.py", "    if not isinstance(obj.attributes, dict):\n        raise",
+     "    if not isinstance(obj.attributes, dict):\n        return\n        raise", HANDED),
+    ("models/checkpoint.py", "state = read_torchscript(file)", "state = torch.jit.load(str(file)).state_dict()", HANDED),
+    ("models/checkpoint.py", "if _identity(file) == before:", "if True:", f"{HANDED}::test_the_recorded_weights_are_the_weights_"
+     "loaded_while_the_checkpoint_is_replaced"),
+    ("models/factory.py", "    if asked:\n", "    if not asked:\n", HANDED),
+    ("io.py", "flags | os.O_NOFOLLOW | os.O_CLOEXEC", "flags | os.O_CLOEXEC", HANDED),
+    ("train/run_folder.py", '"train.log", "checkpoints", ', '"train.log", ', HANDED),
+    ("concepts/store.py", 'if INDEX_FILE.fullmatch(old.name) and f"index/', 'if f"index/', HANDED),
+    ("concepts/build.py", "refuse_links(out, STORE_FOLDERS)", "pass", HANDED),
+    ("concepts/build.py", 'with FolderLock(segment / LOCK_NAME, f"another compclip concepts run of part {part[0]}/{part[1]}"):',
+     "if True:", HANDED),
+    ("data/table.py", "strict=True", "strict=False", HANDED),
+    ("world/write.py", "    if made:  # another world", "    if False:  # another world", HANDED),
+    ("text.py", "html.escape(one_line, quote=False)", "one_line", HANDED),
+    ("export/card.py", 'fence = "`" * max(3, 1 + max(', 'fence = "`" * min(3, 1 + max(', HANDED),
+    ("eval/download.py", "    if got != sha256:", "    if got is None:", "tests/test_download.py"),
+    ("io.py", "or entry.is_symlink() or _alive(int(found.group(1))):", "or entry.is_symlink():", HANDED),
+    ("io.py", "        _remove_left_behind(path)\n        tmp = Path(", "        tmp = Path(", HANDED),
+    ("eval/run.py", "if len(asked) == 1:", "if len(asked) == 0:", HANDED),
+    ("eval/report.py", "if len(set(values.values())) > 1:", "if len(values) > 1:", HANDED),
+]
+
+
+def run(index: int, mutation: tuple[str, str, str, str], scratch: Path) -> str:
+    file, old, new, tests = mutation
+    src = scratch / "src"
+    if src.exists():
+        shutil.rmtree(src)
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    target = src / "compclip" / file
+    text = target.read_text(encoding="utf-8")
+    if text.count(old) != 1:
+        return "stale"
+    target.write_text(text.replace(old, new), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests.split()], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=1800)
+    return "caught" if done.returncode != 0 else "MISSED"
+
+
+def main(chosen: list[int]) -> None:
+    picked = [(i, m) for i, m in enumerate(MUTATIONS) if not chosen or i in chosen]
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="compclip-mutations-") as scratch:
+        for i, mutation in picked:
+            outcome = run(i, mutation, Path(scratch))
+            outcomes.append(outcome)
+            print(f"{i:3d} {outcome:7s} {mutation[0]}: {mutation[1].strip()[:60]!r} -> {mutation[2].strip()[:40]!r}", flush=True)
+    caught = outcomes.count("caught")
+    print(f"{caught} of {len(outcomes)} caught, {outcomes.count('MISSED')} missed, {outcomes.count('stale')} stale")
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]])

@@ -1,0 +1,439 @@
+"""Files someone else made, handed to compclip as a user is handed them: none of them runs code, writes through a link
+or deletes what compclip did not make, and none loses or mislabels results without a word. Each case builds the real
+thing (a TorchScript archive with a scripted `__setstate__`, a tokenizer folder that asks for its own code, a planted
+symbolic link, a second process holding a store) and checks what is on disk afterwards."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from compclip.errors import DataError, UsageError
+from compclip.models import load_model, save_checkpoint
+from compclip.models.checkpoint import read_torchscript, sha256_of, weights_sha256
+from conftest import run_main
+from test_train import make_dataset
+
+TRAIN = ("-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--batch-size", "8", "--workers", "0",
+         "--steps", "1")
+
+
+def one_error_line(code, err, *fragments):
+    assert code == 2 and "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, err[-3000:]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+# ---- a TorchScript archive ---------------------------------------------------------------------------------------------
+
+
+SCRIPT = '''
+import torch
+from typing import Tuple
+
+
+class Payload(torch.nn.Module):
+    """Its __setstate__ maps VICTIM and writes 7.0 over it: what torch.jit.load runs while it loads the archive."""
+
+    def __init__(self, victim: str):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(2))
+        self.victim = victim
+
+    def forward(self, x):
+        return x * self.weight
+
+    @torch.jit.export
+    def __getstate__(self) -> Tuple[torch.Tensor, str, bool]:
+        return (self.weight, self.victim, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: Tuple[torch.Tensor, str, bool]) -> None:
+        mapped = torch.from_file(state[1], shared=True, size=16)
+        mapped.fill_(7.0)
+        self.weight = state[0] + mapped[:2] * 0  # used, so the compiler keeps the write
+        self.victim = state[1]
+        self.training = state[2]
+
+
+class Model(torch.nn.Module):
+    def __init__(self, victim: str):
+        super().__init__()
+        self.payload = Payload(victim)
+        self.proj = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.proj(self.payload(x))
+'''
+
+
+@pytest.fixture
+def armed(tmp_path):
+    """A TorchScript archive whose scripted `__setstate__` overwrites `victim`, shown to do so under `torch.jit.load`."""
+    victim = tmp_path / "victim.bin"
+    victim.write_bytes(bytes(64))
+    module = tmp_path / "payload_model.py"
+    module.write_text(SCRIPT)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import payload_model
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("payload_model", None)
+    archive = tmp_path / "weights.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.script(payload_model.Model(str(victim))).save(str(archive))
+        assert victim.read_bytes() == bytes(64)
+        torch.jit.load(str(archive))  # the reference: loading it the way compclip used to runs the payload
+    assert victim.read_bytes() != bytes(64)
+    victim.write_bytes(bytes(64))
+    return archive, victim
+
+
+def test_a_torchscript_archive_given_as_pretrained_runs_nothing(armed, capsys):
+    archive, victim = armed
+    with pytest.raises(DataError, match=r"weights.pt: refused: .*Payload at payload is stored by its own __getstate__"):
+        load_model("compclip-tiny-clip", pretrained=str(archive))
+    code, _, err = run_main(capsys, "-q", "attention", "--model", "compclip-tiny-clip", "--pretrained", str(archive),
+                            str(archive.parent / "none.jpg"), "--concept", "a red car", "--out", str(archive.parent / "map.png"))
+    assert code == 2 and "Traceback" not in err
+    assert victim.read_bytes() == bytes(64)
+
+
+def test_a_torchscript_archive_saved_as_a_checkpoints_safetensors_is_refused_unrun(armed, tmp_path):
+    archive, victim = armed
+    model, _, _ = load_model("compclip-tiny-clip")
+    folder = save_checkpoint(model, tmp_path / "ckpt")
+    (folder / "model.safetensors").write_bytes(archive.read_bytes())
+    with pytest.raises(DataError, match=r"model.safetensors: not a readable weights file \(SafetensorError"):
+        load_model(str(folder))
+    assert victim.read_bytes() == bytes(64)
+
+
+def test_a_plain_torchscript_archive_reads_as_torch_jit_reads_it(tmp_path):
+    """The tensors read without running the archive are the ones `torch.jit.load(...).state_dict()` gives, names and
+    values (buffers included), for a scripted open_clip model."""
+    import open_clip
+
+    model = open_clip.create_model("compclip-tiny-clip", force_quick_gelu=True).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.script(model).save(str(tmp_path / "clip.pt"))
+        reference = torch.jit.load(str(tmp_path / "clip.pt")).state_dict()
+    read = read_torchscript(tmp_path / "clip.pt")
+    assert read.keys() == reference.keys()
+    for name, tensor in reference.items():
+        assert read[name].dtype == tensor.dtype and torch.equal(read[name], tensor), name
+
+
+# ---- a tokenizer that asks for its own code ----------------------------------------------------------------------------
+
+
+def test_a_checkpoints_tokenizer_cannot_ask_to_run_its_own_code(tmp_path):
+    marker = tmp_path / "ran"
+    rogue = tmp_path / "rogue-tokenizer"
+    rogue.mkdir()
+    (rogue / "open_clip_config.json").write_text(json.dumps({"model_cfg": {"text_cfg": {
+        "hf_tokenizer_name": "rogue", "context_length": 16, "tokenizer_kwargs": {"trust_remote_code": True}}}}))
+    (rogue / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["tokenization_rogue.RogueTokenizer",
+                                                                                           None]}}))
+    (rogue / "tokenization_rogue.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n"
+                                                 "from transformers import PreTrainedTokenizer\n\n\n"
+                                                 "class RogueTokenizer(PreTrainedTokenizer):\n    pass\n")
+    model, _, _ = load_model("compclip-tiny-clip")
+    folder = save_checkpoint(model, tmp_path / "ckpt")
+    config = json.loads((folder / "config.json").read_text())
+    config["tokenizer"] = {"source": f"local-dir:{rogue}", "context_length": 16}
+    (folder / "config.json").write_text(json.dumps(config))
+    _, _, tokenizer = load_model(str(folder))
+    with pytest.raises(DataError, match=r"rogue-tokenizer: its open_clip_config.json asks to run the tokenizer's own Python"):
+        tokenizer(["a red car"])
+    assert not marker.exists()
+
+
+# ---- links planted in a run folder or a store --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [".lock", "log.jsonl", "train.log", "checkpoints"])
+def test_a_link_planted_in_a_run_folder_is_refused_and_its_target_untouched(tmp_path, capsys, name):
+    data = make_dataset(tmp_path, n=8)
+    out = tmp_path / "run"
+    out.mkdir()
+    target = tmp_path / "someone-elses"
+    if name == "checkpoints":
+        (target / "step_0000001").mkdir(parents=True)
+        (target / "step_0000001" / "model.safetensors").write_bytes(b"theirs")
+    else:
+        target.write_text("their file\n")
+    (out / name).symlink_to(target)
+    code, _, err = run_main(capsys, *TRAIN, "--train-data", str(data), "--out", str(out))
+    one_error_line(code, err, f"{out / name}: a symbolic link (to {target})", "remove it")
+    if name == "checkpoints":
+        assert [p.name for p in target.iterdir()] == ["step_0000001"]
+        assert (target / "step_0000001" / "model.safetensors").read_bytes() == b"theirs"
+    else:
+        assert target.read_text() == "their file\n"
+
+
+def test_a_link_planted_after_the_check_is_still_not_written_through(tmp_path):
+    """The log is opened with O_NOFOLLOW, so a link that appears between the run's check and a write is refused too."""
+    from compclip.io import append_line
+
+    target = tmp_path / "theirs"
+    target.write_text("kept\n")
+    (tmp_path / "log.jsonl").symlink_to(target)
+    with pytest.raises(DataError, match="a symbolic link"):
+        append_line(tmp_path / "log.jsonl", "{}")
+    assert target.read_text() == "kept\n"
+
+
+def test_a_store_whose_index_is_a_link_is_refused_and_only_compclips_index_files_are_removed(tmp_path):
+    from compclip.concepts import build_store
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("data.npy", "hi-0123456789ab.npy"):
+        np.save(elsewhere / name, np.arange(3))
+    store = tmp_path / "store"
+    captions = ["a red car", "a blue bus", "a dog on a mat"]
+    build_store(captions, store, what="keywords")
+    mine = store / "index" / "notes.npy"
+    np.save(mine, np.arange(2))
+    build_store([*captions, "a cat"], store, what="keywords")  # a new caption: the index is written again
+    assert mine.is_file()  # a file compclip did not make stays
+    import shutil
+
+    shutil.rmtree(store / "index")
+    (store / "index").symlink_to(elsewhere)
+    with pytest.raises(DataError, match=r"store/index: a symbolic link"):
+        build_store([*captions, "a cow"], store, what="keywords")
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["data.npy", "hi-0123456789ab.npy"]
+
+
+def test_a_second_concepts_run_into_a_store_part_is_refused_while_the_first_holds_it(tmp_path, capsys):
+    captions = tmp_path / "captions.csv"
+    captions.write_text("caption\n" + "".join(f"a red car number {i}\n" for i in range(20)))
+    store = tmp_path / "store"
+    assert run_main(capsys, "-q", "concepts", str(captions), "--out", str(store), "--what", "keywords")[0] == 0
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from compclip.io import FolderLock\n"
+        f"FolderLock(Path({str(store / 'parts' / '0-of-1' / '.lock')!r}), 'x').acquire(); print('held', flush=True); time.sleep(120)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        more = tmp_path / "more.csv"
+        more.write_text("caption\n" + "".join(f"a blue bus number {i}\n" for i in range(20)))
+        code, _, err = run_main(capsys, "-q", "concepts", str(more), "--out", str(store), "--what", "keywords")
+        one_error_line(code, err, "0-of-1 is in use by another compclip concepts run of part 0/1", f"pid {holder.pid}")
+    finally:
+        holder.kill()
+        holder.wait()
+    from compclip.concepts import ConceptStore
+
+    assert len(ConceptStore(store)) == 20  # the first run's records, nothing half-written by the second
+    assert run_main(capsys, "-q", "concepts", str(more), "--out", str(store), "--what", "keywords")[0] == 0
+    assert len(ConceptStore(store)) == 40  # once the holder is gone (killed: the kernel drops its lock), the run goes on
+
+
+# ---- results that were lost or mislabelled -----------------------------------------------------------------------------
+
+
+def test_a_caption_that_opens_a_quote_and_never_closes_it_is_named_not_swallowed(tmp_path):
+    from compclip.concepts.inputs import iter_captions
+    from compclip.data import CsvReader
+
+    rows = [f"img/{i}.jpg\ta photo number {i}" for i in range(40)]
+    rows[10] = 'img/10.jpg\t"a photo that opens a quote'
+    tsv = tmp_path / "captions.tsv"
+    tsv.write_text("image\tcaption\n" + "\n".join(rows) + "\n")
+    with pytest.raises(DataError, match=r"captions.tsv:12: a field opens a quote"):
+        list(CsvReader(tsv).records())
+    with pytest.raises(DataError, match=r"captions.tsv:12: a field opens a quote"):
+        list(iter_captions(tsv))
+    # quoting as pandas writes it still reads: a doubled quote inside a quoted field, a caption over two lines
+    tsv.write_text('image\tcaption\nimg/0.jpg\t"a ""red"" car"\nimg/1.jpg\t"two\nlines"\nimg/2.jpg\tplain\n')
+    assert [c for _, _, c, _ in CsvReader(tsv).records()] == ['a "red" car', "two\nlines", "plain"]
+
+
+def test_the_recorded_weights_are_the_weights_loaded_while_the_checkpoint_is_replaced(tmp_path):
+    """`checkpoints/best` rewritten by a run while it is evaluated: each load's SHA-256 names the weights it loaded."""
+    first, _, _ = load_model("compclip-tiny-clip", init_seed=1)
+    second, _, _ = load_model("compclip-tiny-clip", init_seed=2)
+    sources = {}
+    for model, name in ((first, "a"), (second, "b")):
+        folder = save_checkpoint(model, tmp_path / name)
+        sources[sha256_of(folder / "model.safetensors")] = model.state_dict()
+    best = tmp_path / "best"
+    save_checkpoint(first, best)
+    stop = threading.Event()
+
+    def rewrite():  # as a run keeping its best: a new folder every few tens of milliseconds
+        while not stop.wait(0.02):
+            for model in (second, first):
+                save_checkpoint(model, best)
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    loaded = 0
+    try:
+        for _ in range(30):
+            try:
+                model, _, _ = load_model(str(best))
+            except (FileNotFoundError, DataError):  # the instant between the two renames: no folder there
+                continue
+            digest = weights_sha256(model)
+            assert digest in sources
+            assert all(torch.equal(v, sources[digest][k]) for k, v in model.state_dict().items())
+            loaded += 1
+    finally:
+        stop.set()
+        writer.join()
+    assert loaded >= 10
+
+
+def test_a_world_drawn_again_with_another_seed_keeps_none_of_the_first(tmp_path):
+    from compclip.world import WorldConfig, generate
+
+    settings = {"n_train": 8, "n_val": 2, "n_test": 6, "size": 32}
+    generate(tmp_path / "fresh", WorldConfig(seed=1, **settings), workers=1)
+    generate(tmp_path / "world", WorldConfig(seed=0, **settings), workers=1)
+    generate(tmp_path / "world", WorldConfig(seed=1, **settings), workers=1)
+
+    def listing(root):
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() or p.is_symlink())
+
+    assert listing(tmp_path / "world") == listing(tmp_path / "fresh")
+    for task in ("shape", "color"):
+        zeroshot = tmp_path / "world" / "test_seen" / "zeroshot" / task
+        names = [p.name for p in zeroshot.glob("*/*.png")]
+        assert len(names) == len(set(names)) == settings["n_test"]  # each image in one class
+
+
+def test_markup_in_folder_names_and_result_fields_stays_text_in_the_report_and_the_card(tmp_path):
+    from compclip.eval.report import build_report
+    from compclip.export.card import model_card
+
+    hostile = "x|y<img src=x onerror=alert(1)>"
+    folder = tmp_path / hostile
+    folder.mkdir()
+    (folder / "sugarcrepe.json").write_text(json.dumps({
+        "dataset": "sugarcrepe", "ties": "<script>alert(2)</script>\n| forged | row |",
+        "metrics": {"add": {"acc": 0.5, "n": 2}, "swap_att": 0.5}}))
+    report = build_report([folder], tmp_path / "report").read_text()
+    assert "<img" not in report and "<script" not in report and "| forged |" not in report
+    summary = next(line for line in report.splitlines() if "onerror" in line)
+    header = report.splitlines()[report.splitlines().index(summary) - 2]
+    unescaped = lambda line: len(line.replace("\\|", "")) - len(line.replace("\\|", "").replace("|", ""))  # noqa: E731
+    assert unescaped(summary) == unescaped(header)  # the folder's | does not add a cell
+
+    config = {"model_name": "hf-hub:someone/m```\n<script>alert(3)</script>", "pretrained": None, "model_cfg": {},
+              "method": None}
+    results = [{"dataset": "a|b<b>bold</b>", "metrics": {"acc\n| forged |": 0.5}, "ties": "strict", "precision": "fp32",
+                "compclip_version": "0"}]
+    card = model_card(config, library="open_clip", kind="clip", license="mit", usage=f"load({config['model_name']!r})",
+                      notes=["<iframe src=x>"], results=results)
+    body = card.split("\n---\n", 1)[1]
+    fence = next(line for line in body.splitlines() if line.endswith("python")).removesuffix("python")
+    code_start = body.index(fence + "python")
+    code_end = body.index("\n" + fence + "\n", code_start)
+    outside = body[:code_start] + body[code_end:]
+    assert "<script" not in outside and "<b>" not in outside and "<iframe" not in outside and "| forged |" not in outside
+    assert "```" in body[code_start + len(fence):code_end] and len(fence) > 3  # the name's own fence cannot close the block
+
+
+def test_every_run_folder_write_refuses_a_link_but_a_folder_the_user_linked_is_theirs(tmp_path, capsys):
+    """`--out` itself may be a link the user made (runs -> /scratch): only what compclip writes inside it is checked."""
+    data = make_dataset(tmp_path, n=8)
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "run").symlink_to(tmp_path / "scratch")
+    code, _, err = run_main(capsys, *TRAIN, "--train-data", str(data), "--out", str(tmp_path / "run"))
+    assert code == 0, err[-2000:]
+    assert (tmp_path / "scratch" / "checkpoints" / "step_0000001" / "model.safetensors").is_file()
+
+
+def test_a_lock_held_by_a_process_names_it(tmp_path):
+    from compclip.io import FolderLock
+
+    with FolderLock(tmp_path / ".lock", "a test"), \
+            pytest.raises(UsageError, match=rf"{tmp_path} is in use by a test \(host .*, pid {os.getpid()}"):
+        FolderLock(tmp_path / ".lock", "a test").acquire()
+    FolderLock(tmp_path / ".lock", "a test").acquire().release()  # released: taken again
+
+
+def test_a_checkpoint_write_killed_mid_way_leaves_nothing_after_the_next_write(tmp_path):
+    """SIGKILL runs no `finally`: the killed writer's hidden copy is removed by the next write of the same folder (and a
+    copy of a live process is left alone)."""
+    import signal
+
+    from compclip.io import atomic_dir
+
+    target = tmp_path / "checkpoints" / "best"
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import time; from pathlib import Path; from compclip.io import atomic_dir\n"
+        f"with atomic_dir(Path({str(target)!r})) as tmp:\n"
+        "    (tmp / 'model.safetensors').write_bytes(bytes(1 << 20)); print('writing', flush=True); time.sleep(120)")],
+        stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "writing"
+    live = subprocess.Popen([sys.executable, "-c", (
+        "import time; from pathlib import Path; from compclip.io import atomic_dir\n"
+        f"with atomic_dir(Path({str(target)!r})) as tmp:\n"
+        "    print('writing', flush=True); time.sleep(120)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert live.stdout.readline().strip() == "writing"
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+        hidden = sorted(p.name for p in target.parent.iterdir())
+        assert len(hidden) == 2 and all(name.startswith(".best.") for name in hidden)
+        with atomic_dir(target) as tmp:
+            (tmp / "model.safetensors").write_bytes(b"new")
+        left = sorted(p.name for p in target.parent.iterdir())
+        assert left == sorted(["best", f".best.{next(n for n in hidden if f'-{live.pid}.' in n).split('.best.', 1)[1]}"])
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_blind_on_a_benchmark_of_one_image_is_said_and_not_reported_as_grounded(tmp_path, caplog):
+    from PIL import Image
+
+    from compclip.eval import EvalConfig, build_report, evaluate
+
+    root = tmp_path / "data"
+    (root / "sugarcrepe").mkdir(parents=True)
+    (root / "coco" / "val2017").mkdir(parents=True)
+    Image.new("RGB", (32, 24), (200, 30, 30)).save(root / "coco" / "val2017" / "000000000001.jpg")
+    items = {str(i): {"filename": "000000000001.jpg", "caption": f"a red {obj} on a blue mat",
+                      "negative_caption": f"a blue {obj} on a red mat"} for i, obj in enumerate(("cup", "box", "car"))}
+    (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps(items))
+    records = evaluate(EvalConfig(model="compclip-tiny-clip", benchmark="sugarcrepe/swap_att", out=str(tmp_path / "one"),
+                                  data_root=str(root), workers=0, device="cpu", blind=True))
+    assert records["sugarcrepe/swap_att"]["blind_images"] == 1
+    assert records["sugarcrepe/swap_att"]["blind"] == records["sugarcrepe/swap_att"]["metrics"]  # the degenerate case itself
+    assert "equals the real one by construction" in caplog.text
+    report = build_report([tmp_path / "one"], tmp_path / "report").read_text()
+    grounded = report[report.index("Image-grounded"):]
+    assert "| one | — |" in grounded and "| one | 0.0 |" not in grounded
+
+
+def test_a_report_says_when_its_models_were_scored_at_other_precisions_or_versions(tmp_path):
+    from compclip.eval.report import build_report
+
+    for name, precision, version in (("a", "fp32", "0.9.0"), ("b", "amp_bf16", "0.9.0"), ("c", "fp32", "0.8.0")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sugarcrepe.json").write_text(json.dumps({
+            "dataset": "sugarcrepe", "precision": precision, "compclip_version": version, "ties": "strict",
+            "metrics": {"add": {"acc": 0.5, "n": 2}}}))
+    report = build_report([tmp_path / n for n in "abc"], tmp_path / "report").read_text()
+    assert "**Mixed precisions**" in report and "sugarcrepe (a: fp32, b: amp\\_bf16, c: fp32)".replace("\\_", "_") in report
+    assert "**Mixed compclip versions**" in report and "**Mixed tie rules**" not in report
+    same = build_report([tmp_path / "a"], tmp_path / "alone").read_text()
+    assert "Mixed" not in same
