@@ -276,8 +276,8 @@ def test_the_recorded_weights_are_the_weights_loaded_while_the_checkpoint_is_rep
     save_checkpoint(first, best)
     stop = threading.Event()
 
-    def rewrite():  # as a run keeping its best: a new folder every few tens of milliseconds
-        while not stop.wait(0.02):
+    def rewrite():  # as a run keeping its best, often: a new folder every tenth of a second
+        while not stop.wait(0.1):
             for model in (second, first):
                 save_checkpoint(model, best)
 
@@ -285,7 +285,9 @@ def test_the_recorded_weights_are_the_weights_loaded_while_the_checkpoint_is_rep
     writer.start()
     loaded = 0
     try:
-        for _ in range(30):
+        for _ in range(200):
+            if loaded == 10:
+                break
             try:
                 model, _, _ = load_model(str(best))
             except (FileNotFoundError, DataError):  # the instant between the two renames: no folder there
@@ -437,3 +439,68 @@ def test_a_report_says_when_its_models_were_scored_at_other_precisions_or_versio
     assert "**Mixed compclip versions**" in report and "**Mixed tie rules**" not in report
     same = build_report([tmp_path / "a"], tmp_path / "alone").read_text()
     assert "Mixed" not in same
+
+
+# ---- damaged files: one line, not a traceback ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path):
+    from compclip.concepts import build_store
+
+    build_store([f"a red car number {i}" for i in range(30)], tmp_path / "store", what="keywords")
+    return tmp_path / "store"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "object", "short"])
+def test_a_damaged_store_index_is_named(store, damage):
+    from compclip.concepts import ConceptStore
+
+    index = json.loads((store / "index.json").read_text())
+    array = store / index["hi"]
+    if damage == "truncated":
+        array.write_bytes(array.read_bytes()[:100])
+    elif damage == "object":
+        np.save(array, np.array([{"a": 1}] * 30, dtype=object), allow_pickle=True)
+    else:
+        np.save(array, np.arange(3, dtype=np.uint64))
+    with pytest.raises(DataError, match=r"index.json: a damaged store index .*writes the index anew"):
+        ConceptStore(store)
+
+
+@pytest.mark.parametrize("text", ['{"format": 2, "config"', "[1, 2]", '{"format": 2}'])
+def test_a_damaged_store_manifest_is_named(store, text, capsys):
+    from compclip.concepts import ConceptStore
+
+    (store / "manifest.json").write_text(text)
+    with pytest.raises(DataError, match=r"manifest.json: a damaged store manifest"):
+        ConceptStore(store)
+    captions = store.parent / "c.csv"
+    captions.write_text("caption\na blue bus\n")
+    code, _, err = run_main(capsys, "-q", "concepts", str(captions), "--out", str(store), "--what", "keywords")
+    one_error_line(code, err, "manifest.json: a damaged store manifest")
+
+
+def test_latin1_captions_of_a_retrieval_set_are_named_by_line(tmp_path):
+    from compclip.eval.retrieval import load_pairs
+
+    file = tmp_path / "captions.csv"
+    file.write_bytes(b"image,caption\na.jpg,a dog\n" * 1 + "b.jpg,a caf\u00e9 on a street\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"captions.csv:3: not UTF-8 \(byte e9\)"):
+        load_pairs(file)
+    # far into a file, past the reader's first chunk: still the right line
+    file.write_bytes(b"image,caption\n" + b"a.jpg,a dog\n" * 20000 + "b.jpg,caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"captions.csv:20002: not UTF-8"):
+        load_pairs(file)
+
+
+def test_a_write_past_the_file_size_limit_is_one_line(tmp_path):
+    script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+              "from compclip.io import write_json\n"
+              "from compclip.errors import StorageError\n"
+              f"try:\n    write_json({str(tmp_path / 'big.json')!r}, ['x' * 100] * 1000)\n"
+              "except StorageError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "big.json: not written: the file would pass this process's file-size limit (ulimit -f)" in done.stdout
+    assert not list(tmp_path.iterdir())  # no half-written file

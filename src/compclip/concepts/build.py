@@ -7,7 +7,6 @@ index over every part's shards (the records are never copied).
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -23,7 +22,20 @@ from ..io import FolderLock, refuse_links, write_json
 from ..progress import progress
 from .config import SHARD_SIZE
 from .pipeline import BATCH_SIZE, PARSED, clean, extract_unique, load_nlp, parse_what, pipeline_id
-from .store import DONE, FORMAT, INDEX, MANIFEST, PARTS, ConceptStore, caption_key, shard_keys, to_row, write_index, write_shard
+from .store import (
+    DONE,
+    FORMAT,
+    INDEX,
+    MANIFEST,
+    PARTS,
+    ConceptStore,
+    caption_key,
+    manifest_of,
+    shard_keys,
+    to_row,
+    write_index,
+    write_shard,
+)
 
 log = logging.getLogger("compclip.concepts")
 
@@ -123,7 +135,7 @@ def _start(out: Path, config: dict[str, Any]) -> None:
     if not manifest.is_file():
         write_json(manifest, {"format": FORMAT, "config": config})
         return
-    found = json.loads(manifest.read_text(encoding="utf-8"))
+    found = manifest_of(manifest)
     if found["config"] != config:
         raise UsageError(f"{out} holds concepts made with {found['config']}, not {config}: choose another --out")
     if found.get("format", 1) == 1:

@@ -66,12 +66,24 @@ def caption_key(config: dict[str, Any], caption: str) -> bytes:
     return hashlib.blake2b(key_salt(config) + caption.encode("utf-8"), digest_size=KEY_BYTES).digest()
 
 
+def manifest_of(path: Path) -> dict[str, Any]:
+    """A store's manifest as written, of any format; a damaged one is refused in one line."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(manifest["config"]["what"], list):  # every format has its config's fields
+            raise TypeError("config.what is not a list")
+    except (ValueError, AttributeError, KeyError, TypeError) as e:
+        raise DataError(f"{path}: a damaged store manifest ({type(e).__name__}: {e}); the store's shards are kept: move the "
+                        f"folder aside and run `compclip concepts CAPTIONS --out {path.parent}` into a new one") from None
+    return manifest
+
+
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The store's manifest; a store of another format is refused with the command that rebuilds it."""
     path = folder / MANIFEST
     if not path.is_file():
         raise MissingFileError(f"{path}: not a concept store (run `compclip concepts` first)")
-    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest = manifest_of(path)
     found = manifest.get("format", 1)
     if found != FORMAT:
         hint = (f"upgrade it in place, without parsing again: `compclip concepts CAPTIONS --out {folder}`"
@@ -188,12 +200,18 @@ class ConceptStore:
             parts = sorted(p.name for p in (self.folder / PARTS).glob("*") if p.is_dir())
             raise DataError(f"{self.folder}: the store is not indexed yet (parts present: {', '.join(parts) or 'none'}); "
                             f"finish the missing parts, or run `compclip concepts CAPTIONS --out {self.folder}` to complete and index it")
-        index = json.loads(path.read_text(encoding="utf-8"))
-        self._paths = [self.folder / p for p, _ in index["shards"]]
-        self._starts = np.cumsum([0] + [n for _, n in index["shards"]]).tolist()
-        self._size = index["records"]
-        load = lambda name: np.load(self.folder / index[name], mmap_mode="r").view(np.ndarray) if self._size else np.empty(0, np.uint64)  # noqa: E731
-        self._hi, self._lo, self._rows = load("hi"), load("lo"), load("rows")
+        try:
+            index = json.loads(path.read_text(encoding="utf-8"))
+            self._paths = [self.folder / p for p, _ in index["shards"]]
+            self._starts = np.cumsum([0] + [n for _, n in index["shards"]]).tolist()
+            self._size = index["records"]
+            load = lambda name: np.load(self.folder / index[name], mmap_mode="r").view(np.ndarray) if self._size else np.empty(0, np.uint64)  # noqa: E731
+            self._hi, self._lo, self._rows = load("hi"), load("lo"), load("rows")
+            if not len(self._hi) == len(self._lo) == len(self._rows) == self._size:
+                raise ValueError(f"the index lists {self._size} records, its arrays hold {len(self._hi)}")
+        except (OSError, ValueError, KeyError, TypeError) as e:  # a cut copy, a truncated .npy, an object-dtype array
+            raise DataError(f"{path}: a damaged store index ({type(e).__name__}: {e}); run `compclip concepts CAPTIONS --out "
+                            f"{self.folder}` again: it writes the index anew from the shards") from None
         self._shards: dict[int, _Shard] = {}
 
     def __getstate__(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..data import image_path
+from ..errors import DataError
 from ..text import sentences
 from . import protocols
 from .base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
@@ -37,12 +38,28 @@ def layout_file(folder: Path) -> Path | None:
     return next((f for pattern in LAYOUTS for f in sorted(folder.glob(pattern))), None)
 
 
+def _not_utf8(file: Path) -> DataError:
+    """The line and byte where `file` stops being UTF-8 (a text reader's error gives the offset in its chunk only)."""
+    data = file.read_bytes()
+    try:
+        data.decode("utf-8")
+        at = len(data)
+    except UnicodeDecodeError as e:
+        at = e.start
+    line = data[:at].count(b"\n") + 1
+    return DataError(f"{file}:{line}: not UTF-8 (byte {data[at:at + 1].hex()}); a benchmark's captions are read as UTF-8: "
+                     "convert the file (iconv -f latin1 -t utf-8)")
+
+
 def load_pairs(file: Path) -> list[tuple[Path, str]]:
     """(image path, caption) pairs of a retrieval dataset, from its layout file."""
     folder = file.parent
     if file.name == "captions.csv":
-        with open(file, newline="", encoding="utf-8-sig") as f:
-            return [(locate(folder, r["image"]), r["caption"]) for r in csv.DictReader(f)]
+        try:
+            with open(file, newline="", encoding="utf-8-sig") as f:
+                return [(locate(folder, r["image"]), r["caption"]) for r in csv.DictReader(f)]
+        except UnicodeDecodeError:
+            raise _not_utf8(file) from None
     if file.name.startswith("dataset_"):
         return [(locate(folder, str(Path(im.get("filepath", "")) / im["filename"])), s["raw"])
                 for im in read_json(file)["images"] if im.get("split") == "test" for s in im["sentences"]]
