@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -135,6 +136,14 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

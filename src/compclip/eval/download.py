@@ -8,7 +8,6 @@ val2017.zip's; 815,585,330 and 252,907,541 bytes).
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import zipfile
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 from ..errors import DownloadError, UsageError
+from ..io import sha256_of
 from ..progress import progress
 
 SC = "https://raw.githubusercontent.com/RAIVNLab/sugar-crepe/main/data"
@@ -66,14 +66,6 @@ MANIFEST: dict[str, list[Asset]] = {
         )
     ],
 }
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fetch(url: str, dest: Path, sha256: str, timeout: float = 60) -> str:

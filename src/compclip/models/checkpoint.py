@@ -7,7 +7,6 @@ Nothing here ever unpickles code: safetensors, or `torch.load(weights_only=True)
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import pickle
@@ -27,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from .. import __version__
 from ..errors import CompclipError, DataError, MissingFileError, NonFiniteError
-from ..io import atomic_dir, write_json
+from ..io import atomic_dir, sha256_of, write_json
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -367,14 +366,6 @@ def _identity(file: Path) -> tuple[int, ...]:
     except FileNotFoundError:
         return ()
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def sha256_of(file: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(file, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def first_nonfinite(tensors: Mapping[str, torch.Tensor]) -> str | None:
