@@ -304,6 +304,8 @@ def attention(
         raise UsageError('--concept is empty: give the words to look for, e.g. "black sweater"')
     if temperature is not None and not temperature > 0:
         raise UsageError(f"--temperature {temperature}: must be above 0 (the similarities are divided by it)")
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder: give the PNG to write, e.g. --out {out / 'attention.png'}")
     models = [(model, pretrained)] + ([(compare, None)] if compare is not None else [])
     typer.echo(f"wrote {attention_comparison(image, concept, models, out, temperature)}")
 

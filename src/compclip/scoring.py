@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -24,16 +25,21 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from PIL import Image as PILImage
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch.utils.data import DataLoader, Dataset
 
 from . import stops
 from .data.images import ImageRef, image_ref
+from .data.shared_memory import check_shared_memory
 from .errors import DataError, NonFiniteError
 from .io import atomic_path
+from .models import image_bytes
 from .models.tokens import short_text_encoder
 from .precision import autocast, image_dtype
 from .progress import progress
+
+log = logging.getLogger("compclip.eval")
 
 Box = tuple[float, float, float, float]  # left, top, right, bottom: a crop (ARO's regions)
 Image = ImageRef | str | Path  # what a benchmark hands a scorer: a file, or an image inside a data file
@@ -248,7 +254,16 @@ class DualEncoderScorer(Scorer):
         if self.cache is None:
             return None
         file = self._cache_file(kind, keys)
-        return load_file(file)["embeddings"] if file.is_file() else None
+        if not file.is_file():
+            return None
+        try:
+            embeddings = load_file(file)["embeddings"]
+            if embeddings.ndim < 2 or len(embeddings) != len(keys) or not torch.isfinite(embeddings).all():
+                raise ValueError(f"{tuple(embeddings.shape)} rows for {len(keys)} {kind}, or a non-finite value")
+        except (SafetensorError, KeyError, ValueError, OSError) as e:  # a cut copy, another tool's file, a disk error
+            log.warning("%s: a damaged cache entry (%s: %s): encoded again, and the entry written anew", file, type(e).__name__, e)
+            return None
+        return embeddings
 
     def _save(self, kind: str, keys: list[str], embeddings: torch.Tensor) -> None:
         if self.cache is None:
@@ -265,6 +280,7 @@ class DualEncoderScorer(Scorer):
         """`encode` over the images of `keys`, decoded and preprocessed in DataLoader workers, in batches: the keys of
         the images that decoded and their rows; the others are recorded in `unreadable`."""
         images = _Images([self._sources[k] for k in keys], self.preprocess)
+        check_shared_memory(self.workers, min(self.batch_size, len(keys)) * image_bytes(self.model), f"batches of {desc}")
         loader = DataLoader(images, batch_size=self.batch_size, num_workers=self.workers, collate_fn=_collate_images,
                             worker_init_fn=stops.worker_init)
         done, rows = [], []

@@ -51,7 +51,11 @@ def parse_part(text: str | None, env: Mapping[str, str] = os.environ) -> tuple[i
         if "SLURM_ARRAY_TASK_COUNT" not in env:
             return 0, 1
         first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
-        return int(env["SLURM_ARRAY_TASK_ID"]) - first, int(env["SLURM_ARRAY_TASK_COUNT"])
+        i, n = int(env["SLURM_ARRAY_TASK_ID"]) - first, int(env["SLURM_ARRAY_TASK_COUNT"])
+        if n > 1:  # said first: a job array made for something else would otherwise parse a part and wait for the rest
+            log.warning("no --part given, and this is task %d of a SLURM array of %d: parsing part %d/%d of the captions only "
+                        "(the array's other tasks parse the rest; --part 0/1 parses them all here)", i, n, i, n)
+        return i, n
     try:
         i, n = (int(x) for x in text.split("/"))
     except ValueError:

@@ -1,12 +1,15 @@
 """The spaCy pipeline and `extract`: captions in, one concept record per caption out, in memory."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..errors import MissingFileError, UsageError
 from .keywords import find_keywords
 from .parse import base_chunks, noun_phrases, pos_tags, scene_graph
+
+log = logging.getLogger("compclip.concepts")
 
 WHAT = ("noun_phrases", "pos", "graph", "keywords")
 PARSED = frozenset(("noun_phrases", "pos", "graph"))
@@ -56,14 +59,16 @@ def clean(caption: Any) -> str:
 
 
 def record(caption: str, doc, what: Sequence[str], with_prep: bool = False) -> dict[str, Any]:
+    """The fields `what` of one caption; without a parse (`doc` None: a caption too long for spaCy, or keywords alone),
+    the parsed fields are empty."""
     rec: dict[str, Any] = {"caption": caption}
     chunks = base_chunks(doc) if doc is not None and ("noun_phrases" in what or "graph" in what) else []
     if "noun_phrases" in what:
-        rec["noun_phrases"] = noun_phrases(doc, chunks, with_prep)
+        rec["noun_phrases"] = noun_phrases(doc, chunks, with_prep) if doc is not None else []
     if "pos" in what:
-        rec["pos"] = pos_tags(doc)
+        rec["pos"] = pos_tags(doc) if doc is not None else []
     if "graph" in what:
-        rec["graph"] = scene_graph(doc, chunks)
+        rec["graph"] = scene_graph(doc, chunks) if doc is not None else {"nodes": [], "edges": []}
     if "keywords" in what:
         rec["keywords"] = find_keywords(caption)
     return rec
@@ -73,8 +78,12 @@ def extract_unique(captions: Sequence[str], what: Sequence[str], with_prep: bool
     """Records for already-clean, distinct captions (the engine's unit of work)."""
     if not PARSED & set(what):
         return [record(c, None, what) for c in captions]
-    docs = nlp.pipe(captions, batch_size=batch_size)
-    return [record(c, doc, what, with_prep) for c, doc in zip(captions, docs, strict=True)]
+    fits = [c for c in captions if len(c) <= nlp.max_length]
+    if len(fits) < len(captions):  # spaCy refuses a text over its max_length (1,000,000 characters) for the whole batch
+        log.warning("%d caption(s) longer than spaCy parses (%s characters, e.g. %r...): their parsed fields are left empty",
+                    len(captions) - len(fits), f"{nlp.max_length:,}", next(c for c in captions if len(c) > nlp.max_length)[:40])
+    docs = dict(zip(fits, nlp.pipe(fits, batch_size=batch_size), strict=True))
+    return [record(c, docs.get(c), what, with_prep) for c in captions]
 
 
 def extract(

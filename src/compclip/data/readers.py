@@ -8,12 +8,14 @@ undecodable captions, malformed rows) are skipped and counted, never fatal; see 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import itertools
 import json
 import os
 import random
 import re
+import stat
 import tarfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -31,7 +33,7 @@ from .concept_records import record_from_json
 from .skips import SkipCounter
 from .table import open_table, table_rows
 
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "tif", "tiff", "bmp")  # open_clip's four, and what else PIL decodes
 Sample = dict[str, Any]
 
 
@@ -61,9 +63,16 @@ class ImageTooLarge(ValueError):
     """An image of more pixels than PIL decodes without a decompression-bomb warning (`Image.MAX_IMAGE_PIXELS`)."""
 
 
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket"}
+
+
 def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
     """Fully decode an image (so truncated files fail here, not later) and convert to RGB. One larger than PIL's
     decompression-bomb limit is refused (`ImageTooLarge`) before it is decoded."""
+    kind = None if isinstance(source, bytes) else stat.S_IFMT(os.stat(source).st_mode)
+    if kind not in (None, stat.S_IFREG):  # opening a FIFO would wait for a writer, forever
+        raise ValueError(f"not a regular file ({_KINDS.get(kind, 'a special file')})")
     fp = io.BytesIO(source) if isinstance(source, bytes) else source
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -79,7 +88,8 @@ def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
 
 
 def to_rgb(img: Image.Image) -> Image.Image:
-    """An image of any PIL mode as 8-bit RGB, as a viewer shows it: 16- and 32-bit integer greys scaled to 0-255 (PIL's
+    """An image of any PIL mode as 8-bit RGB in a viewer's colours (its EXIF orientation is not applied, as open_clip
+    reads images): 16- and 32-bit integer greys scaled to 0-255 (PIL's
     own conversion clips them, so a 16-bit PNG turns white), float greys in [0, 1] scaled by 255 (otherwise clipped),
     transparency composited over white (PIL drops the alpha and shows what the transparent pixels hide), CMYK and
     the rest by PIL's conversion."""
@@ -400,7 +410,7 @@ def sample_caption(sample: dict[str, Any], caption_field: str = "caption") -> An
 
 
 class WebDatasetReader(ImageTextReader):
-    """webdataset tar shards: an image (jpg/png/webp) plus `txt`, or `json` with a caption field."""
+    """webdataset tar shards: an image (jpg/jpeg/png/webp/gif/tif/tiff/bmp) plus `txt`, or `json` with a caption field."""
 
     def __init__(self, urls: str | list[str], transform: Callable | None = None, caption_field: str = "caption"):
         import webdataset as wds
@@ -510,6 +520,10 @@ class FolderReader(ImageTextReader):
 
     def _pairs(self, data: Any) -> Iterator[tuple[str, Any, Any]]:
         if isinstance(data, dict) and "annotations" in data and "images" in data:  # COCO
+            bad = [key for key in ("images", "annotations") if not isinstance(data[key], list)]
+            if bad:
+                raise DataError(f"{self.captions_path}: COCO captions whose \"{bad[0]}\" is {type(data[bad[0]]).__name__}, not a "
+                                "list of records")
             files = {im.get("id"): im.get("file_name") for im in data["images"] if isinstance(im, dict)}
             for i, ann in enumerate(data["annotations"]):
                 ann = ann if isinstance(ann, dict) else {}
@@ -625,9 +639,11 @@ def is_tar_shards(path: str | os.PathLike) -> bool:
     return Path(text).suffix.lower() == ".tar" or (".tar" in text and "{" in text)
 
 
-def data_files(path: str | os.PathLike) -> dict[str, int] | None:
-    """What a run's data is, beyond its path: how many files the path names (shards expanded) and their bytes. A resume
-    compares it (a file rewritten or shards added between runs); None for a path with a remote or piped shard."""
+def data_files(path: str | os.PathLike) -> dict[str, Any] | None:
+    """What a run's data is, beyond its path: how many files the path names (shards expanded), their bytes, and a
+    SHA-256 of their contents (of a file over `WHOLE_UP_TO`, its size, first and last MiB: hashing a corpus of shards
+    at every start would cost more than the run's first steps). A resume compares it (a file rewritten, in place at the
+    same size too, or shards added between runs); None for a path with a remote or piped shard."""
     text = str(path)
     if is_tar_shards(text):
         import webdataset as wds
@@ -639,7 +655,23 @@ def data_files(path: str | os.PathLike) -> dict[str, int] | None:
         names = [text]
     if any("://" in name or name.startswith("pipe:") for name in names):
         return None
-    return {"files": len(names), "bytes": sum(os.stat(name).st_size for name in names if os.path.isfile(name))}
+    present = [name for name in names if os.path.isfile(name)]
+    digest = hashlib.sha256()
+    for name in present:
+        size = os.stat(name).st_size
+        digest.update(f"{size}\n".encode())
+        with open(name, "rb") as f:
+            if size <= WHOLE_UP_TO:
+                while chunk := f.read(1 << 22):
+                    digest.update(chunk)
+            else:
+                digest.update(f.read(1 << 20))
+                f.seek(size - (1 << 20))
+                digest.update(f.read())
+    return {"files": len(names), "bytes": sum(os.stat(name).st_size for name in present), "sha256": digest.hexdigest()}
+
+
+WHOLE_UP_TO = 256 << 20  # a data file up to this size is hashed whole for `data_files` (a captions CSV, a world's array)
 
 
 def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:

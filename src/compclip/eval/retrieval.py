@@ -13,6 +13,7 @@ Image names are looked up in the folder, then in its `images/` and `flickr30k-im
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 
 import torch
@@ -55,9 +56,10 @@ def load_pairs(file: Path) -> list[tuple[Path, str]]:
     """(image path, caption) pairs of a retrieval dataset, from its layout file."""
     folder = file.parent
     if file.name == "captions.csv":
+        csv.field_size_limit(sys.maxsize)  # a long caption is a caption (csv's default stops at 131,072 characters)
         try:
             with open(file, newline="", encoding="utf-8-sig") as f:
-                return [(locate(folder, r["image"]), r["caption"]) for r in csv.DictReader(f)]
+                return [(locate(folder, r["image"].strip()), r["caption"]) for r in csv.DictReader(f)]  # as training reads it
         except UnicodeDecodeError:
             raise _not_utf8(file) from None
     if file.name.startswith("dataset_"):

@@ -8,8 +8,9 @@ from .checkpoint import (
     read_state_dict,
     save_checkpoint,
     unwrap,
+    weights_sha256,
 )
-from .factory import LazyTokenizer, eval_preprocess, load_model, train_preprocess
+from .factory import LazyTokenizer, eval_preprocess, image_bytes, load_model, train_preprocess
 
 __all__ = [
     "BUNDLED_MODELS",
@@ -17,6 +18,7 @@ __all__ = [
     "LazyTokenizer",
     "bundled",
     "eval_preprocess",
+    "image_bytes",
     "load_model",
     "load_weights",
     "model_spec",
@@ -24,4 +26,5 @@ __all__ = [
     "save_checkpoint",
     "train_preprocess",
     "unwrap",
+    "weights_sha256",
 ]

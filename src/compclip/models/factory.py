@@ -23,7 +23,7 @@ from open_clip.transform import PreprocessCfg, image_transform_v2
 
 from ..errors import DataError, DownloadError, UsageError
 from . import bundled
-from .checkpoint import DIGEST_ATTR, SPEC_ATTR, WEIGHTS_NAME, check_checkpoint_folder, load_weights, trained_activation
+from .checkpoint import DIGEST_ATTR, SPEC_ATTR, WEIGHTS_NAME, check_checkpoint_folder, load_weights, trained_activation, unwrap
 
 log = logging.getLogger("compclip.models")
 
@@ -307,6 +307,14 @@ def _attach_spec(model: torch.nn.Module, name: str, cfg: dict, pretrained: str |
     preprocess_cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in model.visual.preprocess_cfg.items()}
     spec = {"model_name": name, "model_cfg": cfg, "preprocess_cfg": preprocess_cfg, "tokenizer": tokenizer.spec, "pretrained": pretrained}
     setattr(model, SPEC_ATTR, spec)
+
+
+def image_bytes(model: torch.nn.Module) -> int:
+    """The bytes of one preprocessed image of this model (3 float32 channels at its input size): what a DataLoader worker
+    passes through shared memory per image."""
+    size = unwrap(model).visual.preprocess_cfg["size"]
+    height, width = (size, size) if isinstance(size, int) else size
+    return 3 * height * width * 4
 
 
 def eval_preprocess(model: torch.nn.Module) -> Callable:

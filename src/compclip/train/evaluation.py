@@ -93,7 +93,15 @@ class RunEvaluation:
         for job in self.jobs:
             bench = REGISTRY[job.name]
             result = run_skipping_unreadable(bench, job.label, scorer, self.root, bench.ties, job.splits, self.options[job.name])
-            figures |= {f"eval/{job.label}/{k}": v for k, v in flat_scores(result.metrics).items()}
+            scores = flat_scores(result.metrics)
+            unscored = [k for k, v in scores.items() if math.isnan(v)]
+            if unscored:  # NaN is no JSON, and a logger's chart of it shows nothing: said here, left out of the figures
+                missing = result.missing.report()
+                log.warning("--eval-benchmarks %s: %d of its %d figures scored no example (%d images missing, e.g. %s; %s): "
+                            "left out of this step's figures", job.label, len(unscored), len(scores), missing["count"],
+                            ", ".join(missing["examples"]) or "none", "; ".join(f"{p} {w}" for p, w in result.absent.items())
+                            or "no file absent")
+            figures |= {f"eval/{job.label}/{k}": v for k, v in scores.items() if not math.isnan(v)}
         return figures
 
     def best(self, figures: dict[str, float]) -> tuple[str, float] | None:
@@ -104,7 +112,12 @@ class RunEvaluation:
         prefix = "" if self.cfg.keep_best.startswith("val/") else "eval/"
         key = prefix + self.cfg.keep_best
         if key not in figures:
+            named = key
             key = next((k for k in figures if k.startswith(key + "/")), None)
+            label = next((f"eval/{j.label}" for j in self.jobs if named == f"eval/{j.label}" or named.startswith(f"eval/{j.label}/")),
+                         None)
+            if key is None and label is not None and not any(k.startswith(label + "/") for k in figures):
+                return None  # the benchmark scored nothing this time (said above): no best to judge
             if key is None:
                 raise DataError(f"--keep-best {self.cfg.keep_best}: the evaluation gave no such figure; it gave "
                                 f"{', '.join(sorted(figures)) or 'none'}")

@@ -32,8 +32,10 @@ from torch.nn.parallel import DistributedDataParallel
 from .. import stops
 from ..data import ArrayReader, WebDatasetReader, data_files, is_tar_shards, open_reader
 from ..data.augment import BatchedView
+from ..data.shared_memory import check_shared_memory
 from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Preempted, StorageError, UsageError
 from ..io import atomic_path, open_own, write_json
+from ..models import image_bytes
 from ..models.checkpoint import CONFIG_NAME, MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config, remove_checkpoint
 from ..precision import autocast, input_dtype, weights_precision
 from ..progress import progress
@@ -257,6 +259,7 @@ class Trainer:
         self.reader.resume_positions = dict(self.data.positions)
         self.reader.worker_rotation = self.data.batches % max(1, self.cfg.workers)
         self.reader.sample_seed, self.reader.epoch, self.reader.shuffle = self.cfg.seed * 1000, self.data.epoch, self.cfg.shuffle
+        check_shared_memory(self.cfg.workers, self.cfg.batch_size * image_bytes(self.model), f"batches of {self.cfg.batch_size} images")
         return torch.utils.data.DataLoader(
             self.reader,
             batch_size=self.cfg.batch_size,
@@ -387,9 +390,11 @@ class Trainer:
         defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
         changes = changed_options(saved, dataclasses.asdict(self.cfg), defaults)
         before = read_config(folder).get("train_data_files")
-        if before is not None and self.data_files is not None and before != self.data_files:
+        now_files = self.data_files or {}  # a run of an older compclip recorded no sha256: what it recorded is compared
+        if before is not None and any(before[k] != now_files[k] for k in before.keys() & now_files.keys()):
             then, now = (f"{d['files']:,} file{'s' * (d['files'] != 1)} of {d['bytes']:,} bytes" for d in (before, self.data_files))
-            changes.append(f"--train-data {self.cfg.train_data} names other files now ({then} then, {now} now)")
+            edited = " (their contents differ: edited in place)" if then == now else ""
+            changes.append(f"--train-data {self.cfg.train_data} names other files now ({then} then, {now} now){edited}")
         if changes:
             raise UsageError(f"--out {self.out} holds a run made with other options ({'; '.join(changes)}): resume it with its own "
                              f"options, or start a second stage from its weights: --model {folder} --out ANOTHER_FOLDER")
