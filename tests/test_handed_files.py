@@ -530,3 +530,148 @@ def test_too_little_shared_memory_for_the_workers_is_one_line_not_a_hang(tmp_pat
     one_error_line(done.returncode, done.stderr, "/dev/shm has 0.2 MiB free, and 2 DataLoader workers would pass",
                    "--shm-size", "fewer --workers")
     assert not (tmp_path / "run").exists()
+
+
+# ---- inputs that were mishandled ---------------------------------------------------------------------------------------
+
+
+def test_shards_images_in_every_format_pil_reads_are_images(tmp_path):
+    import io
+    import tarfile
+
+    from PIL import Image
+
+    from compclip.data import WebDatasetReader
+
+    shard = tmp_path / "shard-000.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i, (ext, fmt) in enumerate((("gif", "GIF"), ("tif", "TIFF"), ("tiff", "TIFF"), ("bmp", "BMP"), ("jpeg", "JPEG"))):
+            buffer = io.BytesIO()
+            Image.new("RGB", (20, 16), (10 * i, 100, 200)).save(buffer, fmt)
+            for name, payload in ((f"{i:04d}.{ext}", buffer.getvalue()), (f"{i:04d}.txt", f"picture {ext}".encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    reader = WebDatasetReader(str(shard))
+    samples = list(reader)
+    assert sorted(s["caption"] for s in samples) == sorted(f"picture {e}" for e in ("gif", "tif", "tiff", "bmp", "jpeg"))
+    assert all(s["image"].size == (20, 16) for s in samples)
+    assert reader.stats() == {**dict.fromkeys(reader.stats(), 0), "read": 5}
+
+
+def test_a_fifo_as_an_image_is_skipped_not_waited_on(tmp_path):
+    data = make_dataset(tmp_path, n=8)
+    os.mkfifo(tmp_path / "img" / "pipe.jpg")
+    data.write_text(data.read_text() + "img/pipe.jpg,a red square left of a blue circle\n")
+    script = ("from compclip.data import CsvReader\n"
+              f"r = CsvReader({str(data)!r}); n = len(list(r)); print(n, r.stats()['corrupt_image'])")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)  # the old code blocks
+    assert done.stdout.split() == ["8", "1"], done.stderr[-2000:]
+    assert "pipe.jpg: ValueError: not a regular file (a FIFO)" in done.stderr
+
+
+def test_an_image_name_padded_with_spaces_is_found_by_eval_as_by_train(tmp_path):
+    from compclip.data import CsvReader
+    from compclip.eval.retrieval import load_pairs
+
+    data = make_dataset(tmp_path, n=4)
+    data.write_text(data.read_text().replace("img/", " img/").replace(".jpg,", ".jpg  ,"))
+    pairs = load_pairs(data.rename(tmp_path / "captions.csv"))
+    assert all(image.is_file() for image, _ in pairs)
+    assert [c for _, _, c, _ in CsvReader(tmp_path / "captions.csv").records()] == [c for _, c in pairs]
+
+
+def test_a_caption_longer_than_spacy_parses_and_than_csv_reads_is_kept(tmp_path, caplog):
+    from compclip.concepts import extract
+    from compclip.eval.retrieval import load_pairs
+
+    long = "a red car " * 110_000  # 1.1 million characters
+    records = extract(["a blue bus", long], what=("noun_phrases", "pos", "graph", "keywords"))
+    assert records[0]["noun_phrases"] and records[1]["noun_phrases"] == [] and records[1]["graph"] == {"nodes": [], "edges": []}
+    assert records[1]["keywords"]  # what needs no parse is still there
+    assert "1 caption(s) longer than spaCy parses (1,000,000 characters" in caplog.text
+    (tmp_path / "captions.csv").write_text(f"image,caption\na.jpg,{long}\n")
+    assert load_pairs(tmp_path / "captions.csv")[0][1] == long
+
+
+@pytest.mark.parametrize("key", ["annotations", "images"])
+def test_coco_captions_with_a_null_list_are_one_line(tmp_path, capsys, key):
+    coco = {"images": [{"id": 1, "file_name": "a.jpg"}], "annotations": [{"image_id": 1, "caption": "a dog"}]}
+    coco[key] = None
+    (tmp_path / "captions.json").write_text(json.dumps(coco))
+    code, _, err = run_main(capsys, "-q", "concepts", str(tmp_path / "captions.json"), "--out", str(tmp_path / "store"))
+    one_error_line(code, err, f'captions.json: COCO captions whose "{key}" is NoneType, not a list of records')
+
+
+@pytest.mark.parametrize("damage", ["truncated", "other_key", "wrong_rows"])
+def test_a_damaged_eval_cache_entry_is_encoded_again(tmp_path, caplog, damage):
+    from safetensors.torch import save_file
+
+    from compclip.eval import EvalConfig, evaluate
+
+    data = make_dataset(tmp_path, n=6)
+    (tmp_path / "root" / "retrieval").mkdir(parents=True)
+    (tmp_path / "root" / "retrieval" / "set").symlink_to(tmp_path)
+    (tmp_path / "captions.csv").write_text(data.read_text())
+
+    def run(out):
+        return evaluate(EvalConfig(model="compclip-tiny-clip", benchmark="retrieval", data_root=str(tmp_path / "root"),
+                                   out=str(tmp_path / out), workers=0, device="cpu", cache=str(tmp_path / "cache")))
+
+    first = run("a")["retrieval"]["metrics"]
+    entries = sorted((tmp_path / "cache").rglob("images-*.safetensors"))
+    assert len(entries) == 1
+    if damage == "truncated":
+        entries[0].write_bytes(entries[0].read_bytes()[:50])
+    elif damage == "other_key":
+        save_file({"features": torch.zeros(6, 64)}, entries[0])
+    else:
+        save_file({"embeddings": torch.zeros(2, 64)}, entries[0])
+    again = run("b")["retrieval"]["metrics"]
+    assert again == first and "a damaged cache entry" in caplog.text
+    assert run("c")["retrieval"]["metrics"] == first  # the entry was written anew
+
+
+def test_attention_out_an_existing_folder_is_one_line(tmp_path, capsys):
+    from PIL import Image
+
+    Image.new("RGB", (40, 32)).save(tmp_path / "photo.jpg")
+    (tmp_path / "maps").mkdir()
+    code, _, err = run_main(capsys, "-q", "attention", "--model", "compclip-tiny-siglip", "--image", str(tmp_path / "photo.jpg"),
+                            "--concept", "a dog", "--out", str(tmp_path / "maps"))
+    one_error_line(code, err, f"--out {tmp_path / 'maps'} is a folder", "attention.png")
+
+
+def test_concepts_inside_a_slurm_array_says_it_parses_one_part(caplog):
+    from compclip.concepts import parse_part
+
+    assert parse_part(None, {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "10"}) == (3, 10)
+    assert "task 3 of a SLURM array of 10: parsing part 3/10 of the captions only" in caplog.text
+    assert "--part 0/1 parses them all here" in caplog.text
+
+
+def test_a_resume_refuses_data_edited_in_place_at_the_same_size(tmp_path, capsys):
+    data = make_dataset(tmp_path, n=8)
+    out = tmp_path / "run"
+    assert run_main(capsys, *TRAIN, "--train-data", str(data), "--out", str(out), "--save-every", "1")[0] == 0
+    text = data.read_text()
+    edited = text.replace("a red square", "a der square")  # the same bytes, other captions
+    assert len(edited) == len(text) and edited != text
+    data.write_text(edited)
+    code, _, err = run_main(capsys, *TRAIN[:-1], "2", "--train-data", str(data), "--out", str(out), "--save-every", "1")
+    one_error_line(code, err, "names other files now (1 file of", "their contents differ: edited in place")
+
+
+def test_an_in_training_evaluation_that_scores_nothing_is_said_and_logs_no_nan(tmp_path, capsys):
+    data = make_dataset(tmp_path, n=8)
+    root = tmp_path / "root"
+    (root / "retrieval" / "set").mkdir(parents=True)
+    (root / "retrieval" / "set" / "captions.csv").write_text("image,caption\ngone1.jpg,a dog\ngone2.jpg,a cat\n")
+    code, _, err = run_main(capsys, *TRAIN[:-1], "2", "--train-data", str(data), "--out", str(tmp_path / "run"),
+                            "--eval-benchmarks", "retrieval", "--eval-data-root", str(root), "--eval-every", "1",
+                            "--report-to", "none")
+    assert code == 0, err[-2000:]
+    lines = (tmp_path / "run" / "log.jsonl").read_text().splitlines()
+    assert all("NaN" not in line for line in lines) and [json.loads(line)["step"] for line in lines] == [1, 2]
+    said = (tmp_path / "run" / "train.log").read_text()
+    assert said.count("--eval-benchmarks retrieval: 9 of its 9 figures scored no example (2 images missing") == 2
