@@ -55,8 +55,8 @@ MUTATIONS = [
     ("concepts/build.py", "    found = manifest_of(manifest)", "    found = json.loads(manifest.read_text())", HANDED),
     ("concepts/build.py", "        if n > 1:  # said first", "        if n > 100:  # said first", HANDED),
     ("scoring.py", "except (SafetensorError, KeyError, ValueError, OSError) as e:", "except OSError as e:", HANDED),
-    ("cli.py", "    if out.is_dir():\n        raise UsageError(f\"--out {out} is a folder", "    if False:\n        raise UsageError(f\"--out {out} "
-     "is a folder", HANDED),
+    ("cli.py", "    if out.is_dir():\n        raise UsageError(f\"--out {out} is a folder",
+     "    if False:\n        raise UsageError(f\"--out {out} is a folder", HANDED),
     ("train/evaluation.py", 'for k, v in scores.items() if not math.isnan(v)}', "for k, v in scores.items()}", HANDED),
     ("data/shared_memory.py", "    if free < need:", "    if False:", HANDED),
     ("io.py", "       errno.EFBIG:", "       -999:", HANDED),
