@@ -675,3 +675,13 @@ def test_an_in_training_evaluation_that_scores_nothing_is_said_and_logs_no_nan(t
     assert all("NaN" not in line for line in lines) and [json.loads(line)["step"] for line in lines] == [1, 2]
     said = (tmp_path / "run" / "train.log").read_text()
     assert said.count("--eval-benchmarks retrieval: 9 of its 9 figures scored no example (2 images missing") == 2
+
+
+def test_an_address_space_limit_too_low_for_torch_is_one_line(tmp_path):
+    """`ulimit -v` (a scheduler's memory limit) below what torch's libraries map: an ImportError from deep inside torch."""
+    data = make_dataset(tmp_path, n=8)
+    done = subprocess.run(["bash", "-c", 'ulimit -v 1000000 && exec "$0" -m compclip "$@"', sys.executable, *TRAIN,
+                           "--train-data", str(data), "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    one_error_line(done.returncode, done.stderr, "failed to map segment", "this process may map 1.0 GiB (ulimit -v)")
+    assert not (tmp_path / "run").exists()

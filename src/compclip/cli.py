@@ -454,6 +454,14 @@ def _refuse_open_clip_elsewhere(args: list[str]) -> None:
             raise UsageError(f"{flag} is open_clip_train's flag: {OPEN_CLIP_ELSEWHERE[flag]}")
 
 
+def _address_space_limit() -> int | None:
+    """The process's address-space limit in bytes (`ulimit -v`), or None when there is none."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: a problem the user can fix prints one `error:` line and exits 2, not a traceback."""
     from . import stops
@@ -474,6 +482,14 @@ def main(argv: list[str] | None = None) -> None:
     except CompclipError as e:
         typer.echo(f"{e.label}: {e}", err=True)
         raise SystemExit(e.exit_code) from None
+    except (ImportError, MemoryError) as e:
+        limit = _address_space_limit()
+        if limit is None or (isinstance(e, ImportError) and "failed to map segment" not in str(e)):
+            raise
+        typer.echo(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'out of memory'}: this process may map "
+                   f"{limit / (1 << 30):.1f} GiB (ulimit -v), less than torch and a model need; raise the limit "
+                   "(ulimit -v unlimited, or a larger --mem for a scheduler that sets it)", err=True)
+        raise SystemExit(2) from None
     except Stopped as e:  # files are closed; leave past atexit's pool finalisers, which would wait on a killed worker's lock
         stops.end_children()
         typer.echo(f"{e.label}: {e}", err=True)
