@@ -685,3 +685,32 @@ def test_an_address_space_limit_too_low_for_torch_is_one_line(tmp_path):
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
     one_error_line(done.returncode, done.stderr, "failed to map segment", "this process may map 1.0 GiB (ulimit -v)")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_hub_repository_whose_config_asks_for_remote_code_is_refused(tmp_path, monkeypatch):
+    """The same refusal for `hf-hub:`, served offline by huggingface_hub from its cache as a download would be."""
+    import open_clip
+    from safetensors.torch import save_file
+
+    source, _, _ = load_model("compclip-tiny-clip")
+    snapshot = tmp_path / "hub" / "models--someone--rogue" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    cfg = open_clip.get_model_config("compclip-tiny-clip")
+    cfg["text_cfg"] |= {"hf_tokenizer_name": "someone/rogue", "tokenizer_kwargs": {"trust_remote_code": True}}
+    (snapshot / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg}))
+    save_file({k: v.contiguous() for k, v in source.state_dict().items()}, snapshot / "open_clip_model.safetensors")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    _, _, tokenizer = load_model("hf-hub:someone/rogue")
+    with pytest.raises(DataError, match=r"hf-hub:someone/rogue: its open_clip_config.json asks to run the tokenizer's own Python"):
+        tokenizer(["a red car"])
+
+
+def test_an_object_array_as_training_data_is_one_line(tmp_path, capsys):
+    array = tmp_path / "images.npy"
+    np.save(array, np.array([{"pixels": 1}] * 4, dtype=object), allow_pickle=True)
+    (tmp_path / "scenes.jsonl").write_text("".join('{"caption": "a dog"}\n' for _ in range(4)))
+    code, _, err = run_main(capsys, *TRAIN, "--train-data", str(array), "--out", str(tmp_path / "run"))
+    one_error_line(code, err, "images.npy: not an image array (ValueError: ", "Python objects in dtype", "expected uint8 images")

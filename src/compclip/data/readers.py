@@ -581,7 +581,11 @@ class ArrayReader(ImageTextReader):
             for p in (array, lines):
                 if not p.is_file():
                     raise DataError(f"{p}: no such file (an image array needs its captions JSONL beside it)")
-            images = np.load(array, mmap_mode="r")
+            try:
+                images = np.load(array, mmap_mode="r")
+            except (ValueError, OSError, EOFError) as e:  # an object array (a pickle), a truncated or foreign file
+                raise DataError(f"{array}: not an image array ({type(e).__name__}: {e}); expected uint8 images of shape "
+                                "(N, H, W, 3), as `compclip world generate` writes them") from None
             if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
                 raise DataError(f"{array}: expected uint8 images of shape (N, H, W, 3), found {images.dtype} {images.shape}")
             captions_ = []
