@@ -63,7 +63,7 @@ MUTATIONS = [
 ]
 
 
-def run(index: int, mutation: tuple[str, str, str, str], scratch: Path) -> str:
+def run(mutation: tuple[str, str, str, str], scratch: Path) -> str:
     file, old, new, tests = mutation
     src = scratch / "src"
     if src.exists():
@@ -71,7 +71,7 @@ def run(index: int, mutation: tuple[str, str, str, str], scratch: Path) -> str:
     shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     target = src / "compclip" / file
     text = target.read_text(encoding="utf-8")
-    if text.count(old) != 1:
+    if old and text.count(old) != 1:
         return "stale"
     target.write_text(text.replace(old, new), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -84,8 +84,11 @@ def main(chosen: list[int]) -> None:
     picked = [(i, m) for i, m in enumerate(MUTATIONS) if not chosen or i in chosen]
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="compclip-mutations-") as scratch:
+        for tests in dict.fromkeys(m[3] for _, m in picked):  # the unmutated code must pass, or "caught" means nothing
+            if run(("io.py", "", "", tests), Path(scratch)) != "MISSED":
+                raise SystemExit(f"the tests fail on the unmutated code: {tests}")
         for i, mutation in picked:
-            outcome = run(i, mutation, Path(scratch))
+            outcome = run(mutation, Path(scratch))
             outcomes.append(outcome)
             print(f"{i:3d} {outcome:7s} {mutation[0]}: {mutation[1].strip()[:60]!r} -> {mutation[2].strip()[:40]!r}", flush=True)
     caught = outcomes.count("caught")
