@@ -15,27 +15,42 @@ from compclip.train import TrainConfig, Trainer
 from conftest import run_main
 from test_train import make_dataset
 
-PAPERS = {  # what each paper's text says, typed in again from the papers (the recipe files must agree)
+PAPERS = {  # what each source says, typed in again from the papers and the authors' released code (the recipes must agree)
     "c2lip-cc3m": {"model": "ViT-B-16-SigLIP", "pretrained": "webli", "lr": 1e-5, "global_batch_size": 768, "epochs": 5,
-                   "method_options": {"lambda_npc": 1.0, "lambda_xac": 0.01}},
-    "clic-coco": {"model": "ViT-B-32", "optimizer": "adamw", "betas": [0.9, 0.98], "eps": 1e-8, "weight_decay": 0.1,
-                  "schedule": "cosine", "warmup_fraction": 0.2, "warmup_lr": 1e-7, "lr": 1e-6, "min_lr": 1e-8,
-                  "global_batch_size": 800, "epochs": 5,
+                   "method_options": {"lambda_npc": 1.0, "lambda_xac": 0.01},
+                   # scripts/train_full_model_wds_data.sh
+                   "optimizer": "adamw", "weight_decay": 0.1, "betas": [0.9, 0.98], "eps": 1e-6, "warmup": 50, "batch_size": 96,
+                   "precision": "bf16", "seed": 42, "dataset_resampled": True},
+    "clic-coco": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "optimizer": "adamw", "betas": [0.9, 0.98], "eps": 1e-8,
+                  "weight_decay": 0.1, "schedule": "cosine", "warmup_fraction": 0.2, "warmup_lr": 1e-7, "lr": 1e-6, "min_lr": 1e-8,
+                  "global_batch_size": 800, "batch_size": 200, "epochs": 5, "precision": "amp",
                   "method_options": {"train_image": False, "lambda_cont": 0.5, "lambda_neg": 0.5, "lambda_uni": 1.0}},
-    "clic-laion": {"epochs": 1, "global_batch_size": 800, "lr": 1e-6},
-    "negclip-coco": {"model": "ViT-B-32", "pretrained": "openai", "global_batch_size": 256},
-    "hardneg-color": {"model": "ViT-B-32", "optimizer": "adam", "weight_decay": 0.1, "lr": 5e-6, "schedule": "const",
-                      "global_batch_size": 64, "epochs": 3, "method_options": {"negative_classes": "color", "negatives_as": "replace",
-                                                                                "directions": "sum"}},
-    "hardneg-size": {"lr": 5e-6, "global_batch_size": 64, "epochs": 3, "method_options": {"negative_classes": "size"}},
-    "occlip-coco": {"global_batch_size": 128, "epochs": 100, "method_options": {"module_lr": 2e-4}},
-    "occlip-coco-openclip-ft": {"method": "clip", "global_batch_size": 256, "lr": 4e-6, "epochs": 20},
+    "clic-laion": {"model": "ViT-B-32-quickgelu", "epochs": 1, "global_batch_size": 800, "lr": 1e-6, "precision": "amp"},
+    # NegCLIP: the ARO README's command on the vinid/open_clip fork, and the fork's params.py defaults
+    "negclip-coco": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 256, "batch_size": 256, "lr": 1e-6,
+                     "epochs": 5, "warmup": 50, "weight_decay": 0.2, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp"},
+    "hardneg-color": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "optimizer": "adam", "weight_decay": 0.1, "lr": 5e-6,
+                      "schedule": "const", "warmup": 0, "global_batch_size": 64, "epochs": 3, "precision": "amp",
+                      "method_options": {"negative_classes": "color", "negatives_as": "replace", "directions": "sum", "negatives": 1}},
+    "hardneg-object": {"model": "ViT-B-32-quickgelu", "lr": 5e-6, "epochs": 3, "precision": "amp",
+                       "method_options": {"negative_classes": "object"}},
+    "hardneg-location": {"model": "ViT-B-32-quickgelu", "lr": 5e-6, "epochs": 3, "precision": "amp",
+                         "method_options": {"negative_classes": "location"}},
+    "hardneg-size": {"model": "ViT-B-32-quickgelu", "lr": 5e-6, "global_batch_size": 64, "epochs": 3, "precision": "amp",
+                     "method_options": {"negative_classes": "size"}},
+    # OC-CLIP §4.2
+    "occlip-coco": {"model": "ViT-B-16", "global_batch_size": 128, "epochs": 100, "lr": 2e-4, "method_options": {"module_lr": 2e-4}},
+    "occlip-coco-openclip-ft": {"method": "clip", "model": "ViT-B-16", "global_batch_size": 256, "lr": 4e-6, "epochs": 20},
 }
+# Each (model, pretrained) of the recipes: the architecture whose activation the weights were trained with
+RECIPE_WEIGHTS = {("ViT-B-16-SigLIP", "webli"), ("ViT-B-32-quickgelu", "openai"), ("ViT-B-16", "laion400m_e32")}
 
 
 def test_every_recipe_is_train_options_each_cited_or_marked_compclips_choice(tmp_path):
     data = tmp_path / "d.csv"
     data.write_text("image,caption\n")
+    shard = tmp_path / "d-000.tar"  # a recipe that draws shards with replacement (C2LIP's) names shards
+    shard.write_bytes(bytes(1024))
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     assert {"c2lip-cc3m", "clic-coco", "clic-laion", "negclip-coco", "occlip-coco", "occlip-coco-openclip-ft"} <= set(list_recipes())
     assert {f"hardneg-{c}" for c in ("color", "object", "location", "size")} <= set(list_recipes())
@@ -48,7 +63,8 @@ def test_every_recipe_is_train_options_each_cited_or_marked_compclips_choice(tmp
         declared = {f.name for f in dataclasses.fields(method_options(recipe.settings["method"]))}
         assert set(recipe.settings.get("method_options", {})) <= declared, name
         build_method(recipe.settings["method"], **recipe.settings.get("method_options", {}))  # every option parses
-        cfg = TrainConfig.from_given({"recipe": name, "train_data": str(data), "out": str(tmp_path / name)})
+        resampled = {"train_data": str(shard), "train_num_samples": 100} if recipe.settings.get("dataset_resampled") else {}
+        cfg = TrainConfig.from_given({"recipe": name, "train_data": str(data), "out": str(tmp_path / name), **resampled})
         cfg.validate()
         assert cfg.recipe == name and not recipe.overrides(dataclasses.asdict(cfg))
     for name, paper in PAPERS.items():
@@ -77,28 +93,31 @@ def test_compclip_recipes_lists_every_recipe_with_its_citation_and_choices(capsy
     for name in list_recipes():
         assert f"{name}: {get_recipe(name).citation}" in out
     assert "  method_options.lambda_xac=0.01  (§4.1: λ_xac = 0.01)" in out
-    assert "  precision=amp_bf16  (compclip's choice: " in out
+    assert "  precision=bf16  (the script's --precision bf16: open_clip's bf16" in out
+    assert "  method_options.layer=-2  (compclip's choice: §4.2: patches from earlier layers" in out
     code, _, err = run_main(capsys, "train", "--recipe", "c2lip-cc4m", "--train-data", "x.csv", "--out", "o")
     assert code == 2 and err.startswith("error: --recipe c2lip-cc4m: no such recipe (did you mean c2lip-cc3m?)")
 
 
 def test_train_with_the_c2lip_recipe_runs_its_optimiser_schedule_and_loss_weights(tmp_path, capsys):
     """`compclip train --recipe c2lip-cc3m` with a tiny model and two steps: what the trainer builds is the paper's (AdamW
-    of the authors' script, lr 1e-5, β, ε, weight decay, warm-up then cosine, λ_npc 1, λ_xac 0.01, bf16 autocast), the flags
-    given win, config.json records the recipe and each override, and the same command resumes (nothing left to do)."""
+    of the authors' script, lr 1e-5, β, ε, weight decay, warm-up then cosine, λ_npc 1, λ_xac 0.01, open_clip's bf16, seed 42),
+    the flags given win (--no-dataset-resampled on a CSV), config.json records the recipe and each override, and the same
+    command resumes (nothing left to do)."""
     data = make_dataset(tmp_path, n=16)
     assert run_main(capsys, "-q", "concepts", data, "--out", tmp_path / "store", "--what", "noun-phrases")[0] == 0
     args = ["-q", "train", "--recipe", "c2lip-cc3m", "--model", "compclip-tiny-siglip", "--train-data", data, "--concepts",
             tmp_path / "store", "--out", tmp_path / "run", "--steps", "2", "--batch-size", "8", "--global-batch-size", "16",
-            "--workers", "0"]
+            "--workers", "0", "--no-dataset-resampled"]
     code, _, err = run_main(capsys, *args)
     assert code == 0, err
     record = json.loads((tmp_path / "run" / "config.json").read_text())
     assert record["recipe"] == "c2lip-cc3m" and record["recipe_record"]["citation"] == get_recipe("c2lip-cc3m").citation
     assert record["recipe_record"]["overrides"] == {
         "model": {"recipe": "ViT-B-16-SigLIP", "run": "compclip-tiny-siglip"}, "pretrained": {"recipe": "webli", "run": None},
-        "global_batch_size": {"recipe": 768, "run": 16}, "batch_size": {"recipe": 96, "run": 8}, "epochs": {"recipe": 5, "run": None}}
-    assert record["accum_freq"] == 2 and record["steps"] == 2 and record["precision"] == "amp_bf16"
+        "global_batch_size": {"recipe": 768, "run": 16}, "batch_size": {"recipe": 96, "run": 8}, "epochs": {"recipe": 5, "run": None},
+        "dataset_resampled": {"recipe": True, "run": False}}
+    assert record["accum_freq"] == 2 and record["steps"] == 2 and record["precision"] == "bf16" and record["seed"] == 42
     assert record["method_options"] == {"lambda_npc": 1.0, "lambda_xac": 0.01}
     logged = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged] == [1, 2] and set(logged[0]) >= {"siglip", "npc", "xac"}
@@ -106,7 +125,7 @@ def test_train_with_the_c2lip_recipe_runs_its_optimiser_schedule_and_loss_weight
 
     cfg = TrainConfig.from_given({"recipe": "c2lip-cc3m", "model": "compclip-tiny-siglip", "train_data": str(data),
                                   "concepts": str(tmp_path / "store"), "out": str(tmp_path / "other"), "steps": 200,
-                                  "batch_size": 8, "workers": 0})
+                                  "batch_size": 8, "workers": 0, "dataset_resampled": False})
     trainer = Trainer(cfg)
     opt = trainer.optimizer
     assert type(opt) is torch.optim.AdamW and cfg.accum_freq == 96  # 768 images a step from 8 per micro-batch
@@ -233,3 +252,21 @@ def test_every_recipe_names_the_published_row_it_reproduces():
     for name in list_recipes():
         numbers = get_recipe(name).numbers
         assert numbers["model"] in {r["model"] for r in paper_numbers(numbers["paper"])["rows"]}, name
+
+
+def test_every_recipe_starts_from_the_weights_it_names(tmp_path):
+    """As shipped, each recipe's model and pretrained tag pass compclip's activation guard and reach open_clip's download
+    of the hub file its registry names (offline here, so the fetch itself is what fails: a DownloadError, not a refusal).
+    Seven recipes named OpenAI's weights under the GELU ViT-B-32 and stopped at the guard."""
+    import open_clip
+
+    from compclip.errors import DownloadError
+    from compclip.models import load_model
+
+    named = {(get_recipe(n).settings["model"], get_recipe(n).settings["pretrained"]) for n in list_recipes()}
+    assert named == RECIPE_WEIGHTS
+    for model, tag in sorted(named):
+        hub = open_clip.get_pretrained_cfg(model, tag).get("hf_hub")
+        assert hub, (model, tag)
+        with pytest.raises(DownloadError, match=rf"could not fetch the weights of {model} {tag}"):
+            load_model(model, tag)

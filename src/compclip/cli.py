@@ -61,6 +61,8 @@ def _flags(cls: type) -> list[inspect.Parameter]:
             kind, default = list[str], []
         elif type(None) in typing.get_args(kind):
             kind = Optional[next(a for a in typing.get_args(kind) if a is not type(None))]  # noqa: UP045 (typer reads Optional)
+        if kind is bool:  # --no-FLAG turns off what a recipe turns on (--no-dataset-resampled for a CSV)
+            flag = f"{flag}/--no-{flag.removeprefix('--')}"
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
                                         default=typer.Option(default, flag, *f.metadata.get("aliases", ()), help=help)))
     return params

@@ -33,6 +33,7 @@ from .concept_records import record_from_json
 from .skips import SkipCounter
 from .table import open_table, table_rows
 
+SEED_SPAN = 1 << 63  # torch's generators take a seed below 2**63: a --seed of 10 or more passed it, and training stopped
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "tif", "tiff", "bmp")  # open_clip's four, and what else PIL decodes
 Sample = dict[str, Any]
 
@@ -209,7 +210,7 @@ class ImageTextReader(IterableDataset):
             if pos < skip:
                 continue
             if self.sample_seed is not None:  # the CPU generator alone: torch.manual_seed also queues lazy CUDA/XPU
-                torch.default_generator.manual_seed(part_seed * 1_000_000_007 + pos)  # seeding, 0.14 ms a sample
+                torch.default_generator.manual_seed((part_seed * 1_000_000_007 + pos) % SEED_SPAN)  # 0.14 ms a sample
             sample = self._make(where, image, caption, concepts)
             if sample is not None and self.partners:
                 sample["partner"] = self._partner(sample, random.Random(part_seed * 1_000_000_009 + pos))
