@@ -56,3 +56,36 @@ def run_main(capsys, *args) -> tuple[int, str, str]:
         main([str(a) for a in args])
     out, err = capsys.readouterr()
     return exit_.value.code, out, err
+
+
+HUB_COMMIT = "0" * 40
+
+
+def plant_hub_repo(hub: Path, repo: str, files: dict, absent: tuple[str, ...] = ("config.json",)) -> Path:
+    """A model repository in a huggingface_hub cache at `hub`, as a download leaves it: `files` (name: bytes, or a
+    callable writing into the snapshot folder) under one snapshot that refs/main names, and `.no_exist` records for the
+    files the repository lacks (transformers asks for config.json), so that an offline load finds what a user's would."""
+    root = hub / f"models--{repo.replace('/', '--')}"
+    snapshot = root / "snapshots" / HUB_COMMIT
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (root / "refs").mkdir(exist_ok=True)
+    (root / "refs" / "main").write_text(HUB_COMMIT)
+    (root / ".no_exist" / HUB_COMMIT).mkdir(parents=True, exist_ok=True)
+    for name in absent:
+        (root / ".no_exist" / HUB_COMMIT / name).touch()
+    for name, content in files.items():
+        if callable(content):
+            content(snapshot)
+        else:
+            (snapshot / name).write_bytes(content)
+    return snapshot
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An empty huggingface_hub cache that this process and the commands it starts read (HF_HUB_OFFLINE is set)."""
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(hub))
+    return hub

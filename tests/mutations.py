@@ -4,13 +4,15 @@ tests that name its area against the copy, and count the bugs the tests catch.
     .venv/bin/python tests/mutations.py            # every mutation below
     .venv/bin/python tests/mutations.py 3 7        # only those
 
-Each mutation is (file under src/compclip, the exact text, its replacement, the tests to run). A mutation whose text is
-not found is reported as stale (the code moved on: update it). Not part of the suite: it runs the named tests once
-per bug (minutes).
+Each mutation is (file under src/compclip, the exact text, its replacement, the pytest arguments of the tests to run).
+Each set of tests first runs on the unmutated code, which must pass (else "caught" would mean nothing). A mutation whose
+text is not found is reported as stale (the code moved on: update it). Not part of the suite: it runs the named tests
+once per bug (about ten minutes in all).
 """
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,48 +20,65 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HANDED = "tests/test_handed_files.py"
+H = "tests/test_handed_files.py -k "
 
-MUTATIONS = [
-    ("models/checkpoint.py", 'if file.suffix == ".safetensors":\n        return False', "pass", HANDED),
+
+def k(words: str) -> str:
+    """The tests of the handed-files suite whose names hold any of `words` (space-separated)."""
+    return H + shlex.quote(" or ".join(words.split()))
+
+
+MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pytest arguments naming the area's tests)
+    ("models/checkpoint.py", 'if file.suffix == ".safetensors":\n        return False', "pass", k("torchscript")),
     ("models/checkpoint.py", "    if not isinstance(obj.attributes, dict):\n        raise",
-     "    if not isinstance(obj.attributes, dict):\n        return\n        raise", HANDED),
-    ("models/checkpoint.py", "state = read_torchscript(file)", "state = torch.jit.load(str(file)).state_dict()", HANDED),
-    ("models/checkpoint.py", "if _identity(file) == before:", "if True:", f"{HANDED}::test_the_recorded_weights_are_the_weights_"
-     "loaded_while_the_checkpoint_is_replaced"),
-    ("models/factory.py", "    if asked:\n", "    if not asked:\n", HANDED),
-    ("io.py", "flags | os.O_NOFOLLOW | os.O_CLOEXEC", "flags | os.O_CLOEXEC", HANDED),
-    ("train/run_folder.py", '"train.log", "checkpoints", ', '"train.log", ', HANDED),
-    ("concepts/store.py", 'if INDEX_FILE.fullmatch(old.name) and f"index/', 'if f"index/', HANDED),
-    ("concepts/build.py", "refuse_links(out, STORE_FOLDERS)", "pass", HANDED),
+     "    if not isinstance(obj.attributes, dict):\n        return\n        raise", k("torchscript")),
+    ("models/checkpoint.py", "state = read_torchscript(file)", "state = torch.jit.load(str(file)).state_dict()", k("torchscript")),
+    ("models/checkpoint.py", "if _identity(file) == before:", "if True:", k("replaced")),
+    ("models/factory.py", "    if asked:\n", "    if not asked:\n", k("tokenizer remote_code")),
+    ("models/factory.py", 'if schema == "local-dir":', 'if schema == "local_dir":', k("tokenizer")),
+    ("io.py", "flags | os.O_NOFOLLOW | os.O_CLOEXEC", "flags | os.O_CLOEXEC", k("planted")),
+    ("train/run_folder.py", '"train.log", "checkpoints", ', '"train.log", ', k("planted")),
+    ("train/run_folder.py", "        if self.out.is_dir():\n            refuse_links", "        if False:\n            refuse_links",
+     k("planted")),
+    ("concepts/store.py", 'if INDEX_FILE.fullmatch(old.name) and f"index/', 'if f"index/', k("index_is_a_link")),
+    ("concepts/build.py", "refuse_links(out, STORE_FOLDERS)", "pass", k("index_is_a_link")),
     ("concepts/build.py", 'with FolderLock(segment / LOCK_NAME, f"another compclip concepts run of part {part[0]}/{part[1]}"):',
-     "if True:", HANDED),
-    ("data/table.py", "strict=True", "strict=False", HANDED),
-    ("world/write.py", "    if made:  # another world", "    if False:  # another world", HANDED),
-    ("text.py", "html.escape(one_line, quote=False)", "one_line", HANDED),
-    ("export/card.py", 'fence = "`" * max(3, 1 + max(', 'fence = "`" * min(3, 1 + max(', HANDED),
+     "if True:", k("second_concepts_run")),
+    ("data/table.py", "strict=True", "strict=False", k("opens_a_quote")),
+    ("world/write.py", "    if made:  # another world", "    if False:  # another world", k("world_drawn")),
+    ("text.py", "html.escape(one_line, quote=False)", "one_line", k("markup")),
+    ("text.py", r'_MARKDOWN = re.compile(r"([\\`*\[\]|~])")', r'_MARKDOWN = re.compile(r"([\\`*\[\]~])")', k("markup")),
+    ("export/card.py", 'fence = "`" * max(3, 1 + max(', 'fence = "`" * min(3, 1 + max(', k("markup")),
     ("eval/download.py", "    if got != sha256:", "    if got is None:", "tests/test_download.py"),
-    ("io.py", "or entry.is_symlink() or _alive(int(found.group(1))):", "or entry.is_symlink():", HANDED),
-    ("io.py", "        _remove_left_behind(path)\n        tmp = Path(", "        tmp = Path(", HANDED),
-    ("eval/run.py", "if len(asked) == 1:", "if len(asked) == 0:", HANDED),
-    ("eval/report.py", "if len(set(values.values())) > 1:", "if len(values) > 1:", HANDED),
-    ("data/readers.py", "if kind not in (None, stat.S_IFREG):", "if False:", HANDED),
-    ("data/readers.py", '"webp", "gif", "tif", "tiff", "bmp")', '"webp")', HANDED),
-    ("data/readers.py", '"sha256": digest.hexdigest()}', "}", HANDED),
-    ("data/readers.py", 'bad = [key for key in ("images", "annotations") if not isinstance(data[key], list)]', "bad = []", HANDED),
-    ("eval/retrieval.py", 'locate(folder, r["image"].strip())', 'locate(folder, r["image"])', HANDED),
-    ("eval/retrieval.py", "        at = e.start", "        at = 0", HANDED),
-    ("eval/retrieval.py", "csv.field_size_limit(sys.maxsize)", "pass", HANDED),
-    ("concepts/pipeline.py", "fits = [c for c in captions if len(c) <= nlp.max_length]", "fits = list(captions)", HANDED),
-    ("concepts/store.py", "if not len(self._hi) == len(self._lo) == len(self._rows) == self._size:", "if False:", HANDED),
-    ("concepts/build.py", "    found = manifest_of(manifest)", "    found = json.loads(manifest.read_text())", HANDED),
-    ("concepts/build.py", "        if n > 1:  # said first", "        if n > 100:  # said first", HANDED),
-    ("scoring.py", "except (SafetensorError, KeyError, ValueError, OSError) as e:", "except OSError as e:", HANDED),
+    ("eval/download.py", '"https://images.cocodataset.org/zips/val2017.zip"', '"http://images.cocodataset.org/zips/val2017.zip"',
+     "tests/test_download.py"),
+    ("io.py", "or entry.is_symlink() or _alive(int(found.group(1))):", "or entry.is_symlink():", k("killed_mid_way")),
+    ("io.py", "        _remove_left_behind(path)\n        tmp = Path(", "        tmp = Path(", k("killed_mid_way")),
+    ("eval/run.py", "if len(asked) == 1:", "if len(asked) == 0:", k("blind")),
+    ("eval/report.py", "if len(set(values.values())) > 1:", "if len(values) > 1:", k("precisions")),
+    ("data/readers.py", "if kind not in (None, stat.S_IFREG):", "if False:", k("fifo")),
+    ("data/readers.py", '"webp", "gif", "tif", "tiff", "bmp")', '"webp")', k("every_format")),
+    ("data/readers.py", '"sha256": digest.hexdigest()}', "}", k("edited_in_place")),
+    ("data/readers.py", 'bad = [key for key in ("images", "annotations") if not isinstance(data[key], list)]', "bad = []",
+     k("null_list")),
+    ("data/readers.py", "            except (ValueError, OSError, EOFError) as e:  # an object array",
+     "            except (OSError, EOFError) as e:  # an object array", k("object_array")),
+    ("data/readers.py", "% SEED_SPAN)", ")", "tests/test_train.py -k seed_of_ten"),
+    ("eval/retrieval.py", 'locate(folder, r["image"].strip())', 'locate(folder, r["image"])', k("padded")),
+    ("eval/retrieval.py", "        at = e.start", "        at = 0", k("latin1")),
+    ("eval/retrieval.py", "csv.field_size_limit(sys.maxsize)", "pass", k("longer_than_spacy")),
+    ("concepts/pipeline.py", "fits = [c for c in captions if len(c) <= nlp.max_length]", "fits = list(captions)", k("longer_than_spacy")),
+    ("concepts/store.py", "if not len(self._hi) == len(self._lo) == len(self._rows) == self._size:", "if False:", k("damaged_store_index")),
+    ("concepts/build.py", "    found = manifest_of(manifest)", "    found = json.loads(manifest.read_text())", k("damaged_store_manifest")),
+    ("concepts/build.py", "        if n > 1:  # said first", "        if n > 100:  # said first", k("slurm")),
+    ("scoring.py", "except (SafetensorError, KeyError, ValueError, OSError) as e:", "except OSError as e:", k("eval_cache")),
     ("cli.py", "    if out.is_dir():\n        raise UsageError(f\"--out {out} is a folder",
-     "    if False:\n        raise UsageError(f\"--out {out} is a folder", HANDED),
-    ("train/evaluation.py", 'for k, v in scores.items() if not math.isnan(v)}', "for k, v in scores.items()}", HANDED),
-    ("data/shared_memory.py", "    if free < need:", "    if False:", HANDED),
-    ("io.py", "       errno.EFBIG:", "       -999:", HANDED),
+     "    if False:\n        raise UsageError(f\"--out {out} is a folder", k("attention_out")),
+    ("cli.py", '"failed to map segment" not in str(e)', '"failed to map" in str(e)', k("address_space")),
+    ("train/evaluation.py", "for k, v in scores.items() if not math.isnan(v)}", "for k, v in scores.items()}", k("scores_nothing")),
+    ("data/shared_memory.py", "    if free < need:", "    if False:", k("shared_memory")),
+    ("io.py", "       errno.EFBIG:", "       -999:", k("size_limit")),
+    ("cli.py", "        if kind is bool:  # --no-FLAG", "        if False:  # --no-FLAG", "tests/test_recipes.py -k c2lip_recipe"),
 ]
 
 
@@ -75,7 +94,7 @@ def run(mutation: tuple[str, str, str, str], scratch: Path) -> str:
         return "stale"
     target.write_text(text.replace(old, new), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests.split()], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *shlex.split(tests)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=1800)
     return "caught" if done.returncode != 0 else "MISSED"
 

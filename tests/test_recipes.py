@@ -270,3 +270,113 @@ def test_every_recipe_starts_from_the_weights_it_names(tmp_path):
         assert hub, (model, tag)
         with pytest.raises(DownloadError, match=rf"could not fetch the weights of {model} {tag}"):
             load_model(model, tag)
+
+
+@pytest.fixture(scope="module")
+def stand_in_hubs(tmp_path_factory):
+    """One huggingface_hub cache per (model, tag) of the recipes, made when first asked for: random weights of the
+    right shapes at the repository and file open_clip's registry names, and for SigLIP its hub tokenizer."""
+    import shutil
+
+    import open_clip
+    from safetensors.torch import save_file
+
+    from conftest import plant_hub_repo
+
+    made = {}
+
+    def hub(model: str, tag: str):
+        if (model, tag) not in made:
+            root = tmp_path_factory.mktemp("hub")
+            torch.manual_seed(0)
+            state = {k: v.contiguous() for k, v in open_clip.create_model(model).state_dict().items()}
+            files = {"weights": lambda snapshot: save_file(state, snapshot / "open_clip_model.safetensors")}
+            if "SigLIP" in model:
+                files["tokenizer"] = _stand_in_tokenizer
+            plant_hub_repo(root, open_clip.get_pretrained_cfg(model, tag)["hf_hub"].strip("/"), files)
+            made[(model, tag)] = root
+        return made[(model, tag)]
+
+    yield hub
+    for root in made.values():  # several hundred MB each
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _stand_in_tokenizer(snapshot):
+    """A tokenizer that `AutoTokenizer.from_pretrained` loads as SigLIP's hub repository serves one (ids below its vocab)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", "</s>", "<unk>", "a", "the", "big", "small", "red", "blue", "dog", "cat", "to", "left", "right", "of"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.normalizer, tok.pre_tokenizer = normalizers.Lowercase(), pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="</s>").save_pretrained(snapshot)
+
+
+def _recipe_data(root):
+    """Eight photos whose captions hold every hard-negative class (colour, object, location, size), as a CSV and as
+    webdataset shards (jpg + txt) for a recipe that draws shards with replacement."""
+    import io
+    import tarfile
+
+    from PIL import Image, ImageDraw
+
+    (root / "img").mkdir()
+    rows = []
+    for i in range(8):
+        img = Image.new("RGB", (64, 64), (120, 120, 120))
+        ImageDraw.Draw(img).rectangle([4, 20, 28, 44], fill=((220, 40, 40), (40, 70, 220))[i % 2])
+        img.save(root / "img" / f"{i}.jpg")
+        size, other = ("big", "small") if i % 2 else ("small", "big")
+        colour, second = ("red", "blue") if i % 4 < 2 else ("blue", "red")
+        side = "left" if i < 4 else "right"
+        rows.append((f"img/{i}.jpg", f"a {size} {colour} dog to the {side} of a {other} {second} cat"))
+    csv = root / "train.csv"
+    csv.write_text("image,caption\n" + "".join(f"{image},{caption}\n" for image, caption in rows))
+    for s in range(2):
+        with tarfile.open(root / f"shard-{s:03d}.tar", "w") as tar:
+            for i, (image, caption) in enumerate(rows[s * 4:(s + 1) * 4], s * 4):
+                for ext, payload in (("jpg", (root / image).read_bytes()), ("txt", caption.encode())):
+                    info = tarfile.TarInfo(f"{i:05d}.{ext}")
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+    return csv, str(root / "shard-{000..001}.tar")
+
+
+@pytest.mark.parametrize("name", list_recipes())
+def test_every_recipe_trains_from_its_pretrained_weights_offline_and_is_compared_with_its_row(name, tmp_path, capsys, monkeypatch,
+                                                                                              stand_in_hubs):
+    """`train --recipe NAME` as a user runs it, no flag beyond the data, the concepts, the run's length and size: the
+    pretrained weights (and SigLIP's hub tokenizer) come through open_clip's own download path (stand-ins of the right
+    shapes in the hub cache, offline), one step trains in the recipe's precision, the checkpoint is evaluated, and
+    `report --paper` sets it beside the paper's row the recipe names."""
+    recipe = get_recipe(name)
+    hub = stand_in_hubs(recipe.settings["model"], recipe.settings["pretrained"])
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(hub))
+    csv, shards = _recipe_data(tmp_path)
+    data = shards if recipe.settings.get("dataset_resampled") else csv
+    assert run_main(capsys, "-q", "concepts", csv, "--out", tmp_path / "store", "--what", "noun-phrases,pos,graph")[0] == 0
+    code, _, err = run_main(capsys, "-q", "train", "--recipe", name, "--train-data", data, "--concepts", tmp_path / "store",
+                            "--steps", "1", "--batch-size", "2", "--accum-freq", "1", "--workers", "0", "--out", tmp_path / "run")
+    assert code == 0, err[-3000:]
+    record = json.loads((tmp_path / "run" / "config.json").read_text())
+    kept = {k: record[k] for k in ("model", "pretrained", "precision", "seed", "dataset_resampled", "lr", "optimizer")}
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    assert kept == {k: recipe.settings.get(k, defaults[k]) for k in kept}, name
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_0000001"
+    assert json.loads((checkpoint / "config.json").read_text())["pretrained"] == recipe.settings["pretrained"]
+    root = tmp_path / "bench"
+    (root / "sugarcrepe").mkdir(parents=True)
+    (root / "coco" / "val2017").mkdir(parents=True)
+    (root / "coco" / "val2017" / "000000000001.jpg").write_bytes((tmp_path / "img" / "0.jpg").read_bytes())
+    (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps({"0": {
+        "filename": "000000000001.jpg", "caption": "a small red dog to the left of a big blue cat",
+        "negative_caption": "a small blue dog to the left of a big red cat"}}))
+    code, _, err = run_main(capsys, "-q", "eval", "--model", checkpoint, "--benchmark", "sugarcrepe/swap_att", "--data-root", root,
+                            "--workers", "0", "--out", tmp_path / "results")
+    assert code == 0, err[-3000:]
+    code, _, err = run_main(capsys, "-q", "report", tmp_path / "results", "--out", tmp_path / "report", "--paper",
+                            recipe.numbers["paper"], "--paper-model", recipe.numbers["model"])
+    assert code == 0, err[-3000:]
+    assert f"row {recipe.numbers['model']!r}" in (tmp_path / "report" / "paper.md").read_text()

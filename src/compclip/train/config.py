@@ -54,7 +54,8 @@ class TrainConfig:
     train_num_samples: int | None = option(None, "Samples in one epoch of --train-data (open_clip's flag); needed by --epochs on "
                                                  "webdataset shards.  [default: the data file's records]")
     dataset_resampled: bool = option(False, "webdataset shards drawn with replacement (open_clip's flag): each DataLoader worker "
-                                            "draws its own seeded sequence of shards, --train-num-samples samples an epoch over all.")
+                                            "draws its own seeded sequence of shards, --train-num-samples samples an epoch over all "
+                                            "(without it, the whole run is one epoch).")
     lr: float = option(1e-5, "Peak learning rate.")
     warmup_lr: float = option(0.0, "Learning rate the linear warm-up starts from (timm's --warmup-lr).")
     min_lr: float = option(0.0, "Learning rate the cosine schedule ends at (timm's --min-lr); rates of the method's own modules "
@@ -169,9 +170,9 @@ class TrainConfig:
         unknown = [r for r in self.reporters if r not in REPORTERS]
         if unknown:
             raise UsageError(f"--report-to {self.report_to}: no logger {unknown[0]!r}; known: {', '.join(REPORTERS)} or none")
-        if self.dataset_resampled and not (is_tar_shards(self.train_data) and self.train_num_samples):
-            raise UsageError("--dataset-resampled draws webdataset shards with replacement: it needs shards as --train-data and "
-                             "--train-num-samples (the samples of an epoch), as open_clip_train does")
+        if self.dataset_resampled and not is_tar_shards(self.train_data):
+            raise UsageError(f"--dataset-resampled draws webdataset shards with replacement: --train-data {self.train_data} is no "
+                             "shards (a CSV or an array is read whole each epoch: --no-dataset-resampled)")
         if self.resume not in (None, "latest") and not (Path(self.resume) / "training_state.pt").is_file():
             raise MissingFileError(f"--resume {self.resume}: not a checkpoint folder (it has no training_state.pt); give "
                                    "OUT/checkpoints/step_N or latest")

@@ -228,7 +228,9 @@ class Trainer:
         if self.method.wants_partners and not self.reader.random_access:
             self.reader.record_at(0)  # raises the reader's own reason, before a DataLoader worker would
         self.reader.partners = self.method.wants_partners
-        self.reader.resampled = cfg.train_num_samples if cfg.dataset_resampled else 0
+        # without --train-num-samples, an epoch of resampled shards is the whole run (its steps' samples, every process's)
+        whole_run = cfg.steps * cfg.batch_size * cfg.accum_freq * self.env.world_size
+        self.reader.resampled = (cfg.train_num_samples or whole_run) if cfg.dataset_resampled else 0
         self.evaluation = RunEvaluation(cfg, self.method, self.tokenizer, self.env.device, self.env.is_main, eval_hook)
         self.step, self.data = 0, DataPosition()
         self._stop_flag = multiprocessing.Value("b", 0)  # raised when this process gets a stop signal; its DataLoader workers read it
