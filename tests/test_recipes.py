@@ -313,14 +313,19 @@ def _stand_in_tokenizer(snapshot):
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="</s>").save_pretrained(snapshot)
 
 
-def _recipe_data(root):
+@pytest.fixture(scope="module")
+def recipe_data(tmp_path_factory):
     """Eight photos whose captions hold every hard-negative class (colour, object, location, size), as a CSV and as
-    webdataset shards (jpg + txt) for a recipe that draws shards with replacement."""
+    webdataset shards (jpg + txt) for a recipe that draws shards with replacement, and their concepts (noun phrases, POS
+    tags, scene graphs: what every recipe's method reads)."""
     import io
     import tarfile
 
     from PIL import Image, ImageDraw
 
+    from compclip.concepts import build_store
+
+    root = tmp_path_factory.mktemp("recipe-data")
     (root / "img").mkdir()
     rows = []
     for i in range(8):
@@ -340,12 +345,13 @@ def _recipe_data(root):
                     info = tarfile.TarInfo(f"{i:05d}.{ext}")
                     info.size = len(payload)
                     tar.addfile(info, io.BytesIO(payload))
-    return csv, str(root / "shard-{000..001}.tar")
+    build_store([caption for _, caption in rows], root / "store", what=("noun_phrases", "pos", "graph"))
+    return csv, str(root / "shard-{000..001}.tar"), root / "store"
 
 
 @pytest.mark.parametrize("name", list_recipes())
 def test_every_recipe_trains_from_its_pretrained_weights_offline_and_is_compared_with_its_row(name, tmp_path, capsys, monkeypatch,
-                                                                                              stand_in_hubs):
+                                                                                              stand_in_hubs, recipe_data):
     """`train --recipe NAME` as a user runs it, no flag beyond the data, the concepts, the run's length and size: the
     pretrained weights (and SigLIP's hub tokenizer) come through open_clip's own download path (stand-ins of the right
     shapes in the hub cache, offline), one step trains in the recipe's precision, the checkpoint is evaluated, and
@@ -354,10 +360,9 @@ def test_every_recipe_trains_from_its_pretrained_weights_offline_and_is_compared
     hub = stand_in_hubs(recipe.settings["model"], recipe.settings["pretrained"])
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(hub))
-    csv, shards = _recipe_data(tmp_path)
+    csv, shards, store = recipe_data
     data = shards if recipe.settings.get("dataset_resampled") else csv
-    assert run_main(capsys, "-q", "concepts", csv, "--out", tmp_path / "store", "--what", "noun-phrases,pos,graph")[0] == 0
-    code, _, err = run_main(capsys, "-q", "train", "--recipe", name, "--train-data", data, "--concepts", tmp_path / "store",
+    code, _, err = run_main(capsys, "-q", "train", "--recipe", name, "--train-data", data, "--concepts", store,
                             "--steps", "1", "--batch-size", "2", "--accum-freq", "1", "--workers", "0", "--out", tmp_path / "run")
     assert code == 0, err[-3000:]
     record = json.loads((tmp_path / "run" / "config.json").read_text())
@@ -369,7 +374,7 @@ def test_every_recipe_trains_from_its_pretrained_weights_offline_and_is_compared
     root = tmp_path / "bench"
     (root / "sugarcrepe").mkdir(parents=True)
     (root / "coco" / "val2017").mkdir(parents=True)
-    (root / "coco" / "val2017" / "000000000001.jpg").write_bytes((tmp_path / "img" / "0.jpg").read_bytes())
+    (root / "coco" / "val2017" / "000000000001.jpg").write_bytes((csv.parent / "img" / "0.jpg").read_bytes())
     (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps({"0": {
         "filename": "000000000001.jpg", "caption": "a small red dog to the left of a big blue cat",
         "negative_caption": "a small blue dog to the left of a big red cat"}}))
