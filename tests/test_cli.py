@@ -528,3 +528,40 @@ def test_eval_precision_is_recorded_and_bf16_scores_close_to_fp32(tmp_path):
               for p in ("fp32", "amp_bf16")}
     assert not torch.equal(scores["fp32"], scores["amp_bf16"])  # autocast really ran in bf16
     assert torch.allclose(scores["fp32"], scores["amp_bf16"], atol=0.05)
+
+
+COMMANDS = ("version", "export", "concepts", "train", "recipes", "methods", "attention", "eval", "benchmarks", "report",
+            "data download", "data check", "world generate", "demo")
+
+
+def test_every_commands_help_opens_with_an_example_that_parses(capsys):
+    """Each subcommand's --help shows an example before its options, and the example's flags are the command's own (click
+    parses every flag before it acts on --help: a misspelt one in an example would exit 2)."""
+    import shlex
+
+    for command in COMMANDS:
+        code, out, _ = run_main(capsys, *command.split(), "--help")
+        assert code == 0, command
+        head = out.split("Options:")[0]
+        assert "Example:" in head, command
+        example = " ".join(line.strip().rstrip("\\") for line in head.split("Example:")[1].strip().splitlines())
+        words = shlex.split(example)
+        words = words[words.index("compclip") + 1:]
+        assert " ".join(words[: len(command.split())]) == command, (command, example)
+        code, _, err = run_main(capsys, *words, "--help")
+        assert code == 0, (command, example, err)
+
+
+def test_version_flag_and_shell_completion():
+    import compclip as pkg
+
+    result = compclip("--version")
+    assert result.returncode == 0 and result.stdout == f"compclip {pkg.__version__}\n"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "_COMPCLIP_COMPLETE": "complete_bash"}
+    for words, cword, expected in (("compclip tr", "1", "train"), ("compclip train --rec", "2", "--recipe"),
+                                   ("compclip world ge", "2", "generate")):
+        done = subprocess.run([sys.executable, "-m", "compclip"], capture_output=True, text=True, timeout=120,
+                              env={**env, "COMP_WORDS": words, "COMP_CWORD": cword})
+        assert done.returncode == 0 and expected in done.stdout.split(), (words, done.stdout, done.stderr)
+    script = compclip("--show-completion", "bash")
+    assert script.returncode == 0 and "_COMPCLIP_COMPLETE=complete_bash" in script.stdout

@@ -687,22 +687,19 @@ def test_an_address_space_limit_too_low_for_torch_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_hub_repository_whose_config_asks_for_remote_code_is_refused(tmp_path, monkeypatch):
+def test_a_hub_repository_whose_config_asks_for_remote_code_is_refused(hub_cache):
     """The same refusal for `hf-hub:`, served offline by huggingface_hub from its cache as a download would be."""
     import open_clip
     from safetensors.torch import save_file
 
+    from conftest import plant_hub_repo
+
     source, _, _ = load_model("compclip-tiny-clip")
-    snapshot = tmp_path / "hub" / "models--someone--rogue" / "snapshots" / ("0" * 40)
-    snapshot.mkdir(parents=True)
-    (snapshot.parents[1] / "refs").mkdir()
-    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
     cfg = open_clip.get_model_config("compclip-tiny-clip")
     cfg["text_cfg"] |= {"hf_tokenizer_name": "someone/rogue", "tokenizer_kwargs": {"trust_remote_code": True}}
-    (snapshot / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg}))
-    save_file({k: v.contiguous() for k, v in source.state_dict().items()}, snapshot / "open_clip_model.safetensors")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    state = {k: v.contiguous() for k, v in source.state_dict().items()}
+    plant_hub_repo(hub_cache, "someone/rogue", {"open_clip_config.json": json.dumps({"model_cfg": cfg}).encode(),
+                                                "weights": lambda snapshot: save_file(state, snapshot / "open_clip_model.safetensors")})
     _, _, tokenizer = load_model("hf-hub:someone/rogue")
     with pytest.raises(DataError, match=r"hf-hub:someone/rogue: its open_clip_config.json asks to run the tokenizer's own Python"):
         tokenizer(["a red car"])

@@ -166,17 +166,15 @@ def test_shape_mismatch_is_listed(tmp_path):
     assert not err.value.missing and not err.value.unexpected
 
 
-def test_hf_hub_id_loads_from_a_local_hub_cache(tmp_path, monkeypatch):
+def test_hf_hub_id_loads_from_a_local_hub_cache(hub_cache):
     """A real `hf-hub:` load, served by huggingface_hub from its cache (offline)."""
+    from conftest import plant_hub_repo
+
     source, _, tokenizer = load_model("compclip-tiny-clip")
-    snapshot = tmp_path / "hub" / "models--someone--tiny-clip" / "snapshots" / ("0" * 40)
-    snapshot.mkdir(parents=True)
-    (snapshot.parents[1] / "refs").mkdir()
-    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
-    (snapshot / "open_clip_config.json").write_text(json.dumps({"model_cfg": open_clip.get_model_config("compclip-tiny-clip")}))
-    save_file({k: v.contiguous() for k, v in source.state_dict().items()}, snapshot / "open_clip_model.safetensors")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    state = {k: v.contiguous() for k, v in source.state_dict().items()}
+    plant_hub_repo(hub_cache, "someone/tiny-clip", {
+        "open_clip_config.json": json.dumps({"model_cfg": open_clip.get_model_config("compclip-tiny-clip")}).encode(),
+        "weights": lambda snapshot: save_file(state, snapshot / "open_clip_model.safetensors")})
     model, _, tok = load_model("hf-hub:someone/tiny-clip")
     assert_same_outputs(source, model, tokenizer, tok)
     assert model.compclip_spec["model_name"] == "hf-hub:someone/tiny-clip"

@@ -33,7 +33,7 @@ app = typer.Typer(
     name="compclip",
     help="Make contrastive vision-language models compositional: concepts, fine-tuning, evaluation.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # click's plain help: flags without a type, nothing heavy imported
     context_settings={"max_content_width": 120},
@@ -103,10 +103,18 @@ def declared_values(cls: type, options: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"compclip {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _options(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide progress bars and informational logs (also after the command)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logs, open_clip's included (also after the command)."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print compclip's version and exit (`compclip version` adds its libraries')."),
 ) -> None:
     progress.configure(quiet=quiet, verbose=verbose)
     _warn_of_a_narrow_locale()
@@ -126,7 +134,13 @@ def _warn_of_a_narrow_locale() -> None:
 
 @app.command()
 def version() -> None:
-    """Print the versions of compclip and the libraries it drives."""
+    """Print the versions of compclip and the libraries it drives.
+
+    Example:
+
+    \b
+    compclip version
+    """
     import importlib.metadata as md
 
     typer.echo(f"compclip {__version__}")
@@ -155,7 +169,13 @@ def export(
     force: bool = typer.Option(False, "--force", help="Replace an earlier export at OUT."),
 ) -> None:
     """Write a checkpoint where users take it: open_clip and CLIP_benchmark, or Hugging Face transformers. CHECKPOINT may be
-    a run folder or its checkpoints/latest: the newest checkpoint."""
+    a run folder or its checkpoints/latest: the newest checkpoint.
+
+    Example:
+
+    \b
+    compclip export runs/c2lip exports/c2lip-b16-hf --format hf --license mit
+    """
     from .export import export as write
 
     target, usage, notes = write(checkpoint, out, fmt, force=force, results=results, license=license, license_name=license_name,
@@ -175,7 +195,13 @@ def concepts(
     ),
     **options: Any,
 ) -> None:
-    """Extract concepts for every caption of INPUT into a cached, resumable store (or into copies of its shards)."""
+    """Extract concepts for every caption of INPUT into a cached, resumable store (or into copies of its shards).
+
+    Example:
+
+    \b
+    compclip concepts data/captions.csv --out concepts --what noun-phrases,pos --workers 8
+    """
     from .concepts import build_store, iter_captions, parse_part
     from .errors import UsageError
 
@@ -215,7 +241,14 @@ def concepts(
 @app.command()
 @declared(TrainConfig)
 def train(ctx: typer.Context, **options: Any) -> None:
-    """Fine-tune a model (single process, or under torchrun / SLURM srun with one process per GPU)."""
+    """Fine-tune a model (single process, or under torchrun / SLURM srun with one process per GPU).
+
+    Example:
+
+    \b
+    torchrun --nproc_per_node 8 -m compclip train --recipe c2lip-cc3m --train-data 'cc3m/{00000..01411}.tar' \\
+        --concepts concepts --out runs/c2lip
+    """
     from .train import train as run
     from .train.run_folder import latest_checkpoint
 
@@ -246,7 +279,13 @@ def _typed(ctx: typer.Context, cls: type) -> set[str]:
 @app.command()
 def recipes() -> None:
     """List the papers' published training recipes (`train --recipe NAME`): each one's citation, data and settings,
-    marking the settings the paper leaves open that compclip chose."""
+    marking the settings the paper leaves open that compclip chose.
+
+    Example:
+
+    \b
+    compclip recipes
+    """
     import shlex
 
     from .recipes import get_recipe, list_recipes
@@ -271,7 +310,13 @@ def json_value(value: Any) -> str:
 
 @app.command()
 def methods() -> None:
-    """List the fine-tuning methods and each one's options (set them with `train --method-opt KEY=VALUE`)."""
+    """List the fine-tuning methods and each one's options (set them with `train --method-opt KEY=VALUE`).
+
+    Example:
+
+    \b
+    compclip methods
+    """
     import dataclasses
 
     from .methods import list_methods, method_concept_fields, method_options
@@ -296,7 +341,13 @@ def attention(
     temperature: float = typer.Option(None, help="Attention temperature over the raw tokens.  [default: √D, as training's "
                                                  "xac_attention=scaled; the default cosine at 1 is near uniform to look at]"),
 ) -> None:
-    """Draw a concept's cross-attention over an image, and the difference between two models."""
+    """Draw a concept's cross-attention over an image, and the difference between two models.
+
+    Example:
+
+    \b
+    compclip attention --model runs/c2lip/checkpoints/best --compare ViT-B-16-SigLIP --image dog.jpg --concept 'a black dog' --out dog.png
+    """
     from .errors import MissingFileError, UsageError
     from .plots import attention_comparison
 
@@ -317,6 +368,11 @@ def attention(
 def eval_(**options: Any) -> None:
     """Evaluate a model on benchmarks (NAME, or NAME/SPLIT for one split); each unique image and caption is encoded
     once for all of them.
+
+    Example:
+
+    \b
+    compclip eval --model runs/c2lip/checkpoints/best --benchmark sugarcrepe,winoground,retrieval --out results/c2lip
 
     Exits 1 when a benchmark could score no example (its result is still written, marked incomplete).
     """
@@ -351,7 +407,13 @@ def _why_nothing(record: dict) -> str:
 @app.command()
 def benchmarks() -> None:
     """List the benchmarks: their splits (--benchmark NAME/SPLIT), official tie rule, options (--bench-opt NAME.KEY=VALUE)
-    and where their data goes."""
+    and where their data goes.
+
+    Example:
+
+    \b
+    compclip benchmarks
+    """
     import dataclasses
 
     from .eval import REGISTRY
@@ -373,7 +435,13 @@ def report(
     paper_model: str = typer.Option(None, "--paper-model", help="The paper's row to compare with.  [default: its own method's]"),
 ) -> None:
     """Tables (Markdown, CSV) in the layout of the C2LIP paper's Table 2, per-split tables and plots; with --paper, the
-    results beside that paper's numbers and the difference, naming what was not run."""
+    results beside that paper's numbers and the difference, naming what was not run.
+
+    Example:
+
+    \b
+    compclip report results/siglip results/c2lip --out report --paper c2lip
+    """
     from .eval import build_report
 
     typer.echo(f"wrote {build_report(results, out, paper, paper_model)}")
@@ -390,7 +458,13 @@ def data_download(
     name: str = typer.Argument(..., help="sugarcrepe, sugarcrepe_pp, coco_val2017 or coco_captions."),
     data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA)."),
 ) -> None:
-    """Fetch a dataset's official public files: resumable, verified by SHA-256."""
+    """Fetch a dataset's official public files: resumable, verified by SHA-256.
+
+    Example:
+
+    \b
+    compclip data download sugarcrepe --data-root data
+    """
     from .eval.base import data_root as resolve_root
     from .eval.download import download
 
@@ -400,7 +474,13 @@ def data_download(
 
 @data_app.command("check")
 def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA).")) -> None:
-    """List, per benchmark, the annotation files and images it still lacks."""
+    """List, per benchmark, the annotation files and images it still lacks.
+
+    Example:
+
+    \b
+    compclip data check --data-root data
+    """
     from .data.images import image_ref
     from .eval import REGISTRY
     from .eval.base import data_root as resolve_root
@@ -427,7 +507,13 @@ def world_generate(
     workers: int = typer.Option(2, help="Rendering processes."),
     **options: Any,
 ) -> None:
-    """Generate the binding world (re-running with the same settings reuses it)."""
+    """Generate the binding world (re-running with the same settings reuses it).
+
+    Example:
+
+    \b
+    compclip world generate --out world --seed 1
+    """
     from .world import generate
 
     typer.echo(f"world ready in {generate(out, WorldConfig(**declared_values(WorldConfig, options)), workers)}")
@@ -436,7 +522,13 @@ def world_generate(
 @app.command()
 @declared(DemoConfig)
 def demo(**options: Any) -> None:
-    """The whole method on the binding world: pretrain, fine-tune per method, evaluate seen and unseen, report."""
+    """The whole method on the binding world: pretrain, fine-tune per method, evaluate seen and unseen, report.
+
+    Example:
+
+    \b
+    compclip demo --methods siglip,attswap,c2lip --seeds 0,1,2 --out runs/demo
+    """
     from .demo import run_demo
 
     run_demo(DemoConfig(**declared_values(DemoConfig, options)))
