@@ -542,9 +542,10 @@ def test_every_commands_help_opens_with_an_example_that_parses(capsys):
     for command in COMMANDS:
         code, out, _ = run_main(capsys, *command.split(), "--help")
         assert code == 0, command
-        head = out.split("Options:")[0]
-        assert "Example:" in head, command
-        example = " ".join(line.strip().rstrip("\\") for line in head.split("Example:")[1].strip().splitlines())
+        options_start = re.search(r"^[A-Z][A-Za-z ]+:$", out, re.M).start()  # "Options:", or train's first group
+        assert "Example:" in out[:options_start], command
+        block = out.split("Example:")[1].strip().split("\n\n")[0]
+        example = " ".join(line.strip().rstrip("\\") for line in block.splitlines())
         words = shlex.split(example)
         words = words[words.index("compclip") + 1:]
         assert " ".join(words[: len(command.split())]) == command, (command, example)
@@ -565,3 +566,21 @@ def test_version_flag_and_shell_completion():
         assert done.returncode == 0 and expected in done.stdout.split(), (words, done.stdout, done.stderr)
     script = compclip("--show-completion", "bash")
     assert script.returncode == 0 and "_COMPCLIP_COMPLETE=complete_bash" in script.stdout
+
+
+def test_train_help_is_grouped_and_every_option_has_one_group(capsys):
+    import dataclasses
+
+    from compclip.train.config import HELP_GROUPS, TrainConfig
+
+    grouped = [name for names in HELP_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(f.name for f in dataclasses.fields(TrainConfig))  # each once, none left out
+    code, out, _ = run_main(capsys, "train", "--help")
+    assert code == 0
+    headings = re.findall(r"^([A-Z][a-z ]+):$", out, re.M)
+    assert headings == [*HELP_GROUPS, "Other options"]
+    sections = dict(zip(headings, re.split(r"^[A-Z][a-z ]+:$", out, flags=re.M)[1:], strict=True))
+    assert re.findall(r"^  (--[a-z0-9-]+)", sections["Other options"], re.M) == ["--help"]
+    assert "--lr <float>" in sections["Optimisation"] and "--beta2" in sections["Optimisation"]
+    assert "--eval-benchmarks" in sections["Evaluation"] and "--dist-timeout" in sections["Cluster"]
+    assert "--dataset-resampled / --no-dataset-resampled" in sections["Data"]

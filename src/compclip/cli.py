@@ -24,7 +24,7 @@ from .concepts.config import ConceptConfig
 from .demo import DemoConfig
 from .eval.config import EvalConfig
 from .options import MODEL_HELP, field_flag, key_values
-from .train.config import TrainConfig
+from .train.config import HELP_GROUPS, TrainConfig
 from .world import WorldConfig
 
 GLOBAL_FLAGS = ("--quiet", "-q", "--verbose", "-v")
@@ -85,6 +85,32 @@ def declared(cls: type) -> Callable[[Callable], Callable]:
         return run
 
     return wrap
+
+
+def grouped_help(cls: type, groups: dict[str, tuple[str, ...]]) -> type:
+    """A command class whose --help lists the options of the declaration `cls` in `groups`' sections (heading: field
+    names), in their order, then the command's own options."""
+    from typer.core import TyperCommand
+
+    sections = {heading: [n for f in fields for n in _parameter_names(cls, f)] for heading, fields in groups.items()}
+
+    class Grouped(TyperCommand):
+        def format_options(self, ctx, formatter) -> None:
+            records = {p.name: p.get_help_record(ctx) for p in self.get_params(ctx)}
+            placed = {n for names in sections.values() for n in names}
+            for heading, names in [*sections.items(), ("Other options", [n for n in records if n not in placed])]:
+                rows = [records[n] for n in names if records.get(n)]
+                if rows:
+                    with formatter.section(heading):
+                        formatter.write_dl(rows)
+
+    return Grouped
+
+
+def _parameter_names(cls: type, name: str) -> list[str]:
+    """The typer parameter names of the field `name` of `cls`: its own, or one per element of a tuple field."""
+    flag = field_flag(next(f for f in dataclasses.fields(cls) if f.name == name))
+    return [_parameter(n) for n in flag] if isinstance(flag, tuple) else [name]
 
 
 def declared_values(cls: type, options: dict[str, Any]) -> dict[str, Any]:
@@ -238,7 +264,7 @@ def concepts(
         typer.echo(f"indexed {len(store)} records")
 
 
-@app.command()
+@app.command(cls=grouped_help(TrainConfig, HELP_GROUPS))
 @declared(TrainConfig)
 def train(ctx: typer.Context, **options: Any) -> None:
     """Fine-tune a model (single process, or under torchrun / SLURM srun with one process per GPU).

@@ -256,6 +256,21 @@ OPEN_CLIP_ELSEWHERE = {
     "--dist-backend": "compclip takes NCCL on GPUs and gloo on CPUs",
 }
 
+# `compclip train --help` in these sections, in this order: each option of TrainConfig in one (tests/test_cli.py checks).
+HELP_GROUPS = {
+    "Model": ("model", "pretrained", "force_quick_gelu", "force_context_length", "force_image_size", "force_patch_dropout",
+              "force_custom_text", "lock_image", "lock_image_unlocked_groups", "lock_text", "grad_checkpointing", "torchcompile"),
+    "Data": ("train_data", "concepts", "image_key", "caption_key", "image_root", "train_num_samples", "dataset_resampled",
+             "workers", "shuffle", "min_concept_coverage"),
+    "Method": ("method", "recipe", "method_options"),
+    "Optimisation": ("batch_size", "accum_freq", "global_batch_size", "steps", "epochs", "lr", "warmup", "warmup_fraction",
+                     "warmup_lr", "min_lr", "schedule", "optimizer", "betas", "eps", "weight_decay", "grad_clip_norm", "precision",
+                     "seed", "skip_nonfinite"),
+    "Evaluation": ("eval_benchmarks", "eval_data_root", "eval_every", "val_data", "keep_best"),
+    "Cluster": ("device", "dist_timeout", "resume", "save_every", "keep"),
+    "Logging": ("out", "log_every", "report_to", "wandb_project_name"),
+}
+
 PATH_OPTIONS = ("train_data", "concepts", "image_root", "model", "pretrained", "val_data", "eval_data_root", "resume")
 
 
