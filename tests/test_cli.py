@@ -584,3 +584,48 @@ def test_train_help_is_grouped_and_every_option_has_one_group(capsys):
     assert "--lr <float>" in sections["Optimisation"] and "--beta2" in sections["Optimisation"]
     assert "--eval-benchmarks" in sections["Evaluation"] and "--dist-timeout" in sections["Cluster"]
     assert "--dataset-resampled / --no-dataset-resampled" in sections["Data"]
+
+
+def _in_a_terminal(args: list[str], cwd) -> str:
+    """What `compclip ARGS` writes to a terminal (stderr a pseudo-terminal, as a user sees it): the progress bars."""
+    import fcntl
+    import struct
+    import termios
+
+    main, side = os.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # a new terminal is 0 columns wide: no bar fits
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "compclip", *args], stdout=subprocess.DEVNULL, stderr=side, env=env, cwd=cwd)
+    os.close(side)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the terminal's other end closed: the process is done
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    assert process.wait(timeout=300) == 0, b"".join(chunks).decode(errors="replace")[-3000:]
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_bars_in_a_terminal_name_what_they_count(tmp_path):
+    """eval's bars name the benchmark (and split) they encode for and clear once done; concepts' bar has a total; export
+    shows its stages rather than a silent minute."""
+    from test_train import make_dataset
+
+    data = make_dataset(tmp_path, n=8)
+    shown = _in_a_terminal(["concepts", str(data), "--out", str(tmp_path / "store"), "--what", "noun-phrases"], tmp_path)
+    assert re.search(r"concepts: 100%\|[^|]*\| 8/8", shown), shown[-2000:]
+    (tmp_path / "root" / "retrieval").mkdir(parents=True)
+    (tmp_path / "root" / "retrieval" / "set").symlink_to(tmp_path)
+    (tmp_path / "captions.csv").write_text(data.read_text())
+    shown = _in_a_terminal(["eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", str(tmp_path / "root"),
+                            "--workers", "0", "--out", str(tmp_path / "results")], tmp_path)
+    assert "retrieval: images" in shown and "retrieval: texts" in shown, shown[-2000:]
+    model, _, _ = load_model("compclip-tiny-clip")
+    save_checkpoint(model, tmp_path / "ckpt")
+    shown = _in_a_terminal(["export", str(tmp_path / "ckpt"), str(tmp_path / "exported")], tmp_path)
+    assert re.search(r"export open_clip \(load, convert and check, card\): 100%\|[^|]*\| 3/3", shown), shown[-2000:]

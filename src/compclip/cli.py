@@ -229,6 +229,7 @@ def concepts(
     compclip concepts data/captions.csv --out concepts --what noun-phrases,pos --workers 8
     """
     from .concepts import build_store, iter_captions, parse_part
+    from .concepts.inputs import count_captions
     from .errors import UsageError
 
     cfg = ConceptConfig(**declared_values(ConceptConfig, options))
@@ -251,8 +252,9 @@ def concepts(
                             "repairing or removing them")
         return
     i, n = parse_part(cfg.part)
-    store, stats = build_store(iter_captions(input, cfg.caption_key), out, cfg.what, with_prep=cfg.with_prep, workers=cfg.workers,
-                               shard_size=cfg.shard_size, part=(i, n))
+    captions = iter_captions(input, cfg.caption_key)  # checks the input before it is counted
+    store, stats = build_store(captions, out, cfg.what, with_prep=cfg.with_prep, workers=cfg.workers, shard_size=cfg.shard_size,
+                               part=(i, n), total=count_captions(input))
     of_part = f"part {i}/{n}: " if n > 1 else ""
     typer.echo(
         f"{of_part}{stats['captions']} captions: {stats['parsed']} parsed, the rest cached, repeated or in other parts; "

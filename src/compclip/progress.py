@@ -35,14 +35,15 @@ LINE_EVERY = 60.0  # seconds between progress lines where stderr is not a termin
 QUIET_UNDER = 10.0  # seconds: there, a bar done sooner prints nothing (the stage that ran it says what was done)
 
 
-def progress(iterable: Iterable[T], desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:
-    """A tqdm bar unless `--quiet`; rates show in `unit`/s. Where stderr is a file or a pipe (a log, a batch job), a
-    bar's every redraw would be one more line of it: there, one line a minute and one at the end, none for a bar
-    done within `QUIET_UNDER` seconds (an evaluation's dozens of short bars would fill the log)."""
+def progress(iterable: Iterable[T], desc: str, total: int | None = None, unit: str = "it", leave: bool = True) -> Iterator[T]:
+    """A tqdm bar unless `--quiet`; rates show in `unit`/s; `leave` False clears it from the terminal once done. Where
+    stderr is a file or a pipe (a log, a batch job), a bar's every redraw would be one more line of it: there, one line
+    a minute and one at the end, none for a bar done within `QUIET_UNDER` seconds (an evaluation's dozens of short bars
+    would fill the log)."""
     if _QUIET:
         return iter(iterable)
     if sys.stderr.isatty():
-        return iter(tqdm(iterable, desc=desc, total=total, unit=unit, dynamic_ncols=True))
+        return iter(tqdm(iterable, desc=desc, total=total, unit=unit, dynamic_ncols=True, leave=leave))
     return _lines(iterable, desc, total, unit)
 
 
@@ -56,3 +57,23 @@ def _lines(iterable: Iterable[T], desc: str, total: int | None, unit: str) -> It
             print(tqdm.format_meter(done, total, last - start, prefix=desc, unit=unit), file=sys.stderr, flush=True)
     if done != shown and time.monotonic() - start >= QUIET_UNDER:
         print(tqdm.format_meter(done, total, time.monotonic() - start, prefix=desc, unit=unit), file=sys.stderr, flush=True)
+
+
+class Stages:
+    """A bar over a command's few long steps (`export`: load, convert and check, write), so a minute's work is not silent:
+    `done()` after each, the bar closed when the block ends."""
+
+    def __init__(self, desc: str, count: int):
+        self._bar = progress(iter(range(count)), desc, total=count, unit="stage")
+        next(self._bar, None)  # the bar shows from the first stage's start
+
+    def done(self) -> None:
+        next(self._bar, None)
+
+    def __enter__(self) -> Stages:
+        return self
+
+    def __exit__(self, failed: type | None, *_: object) -> None:
+        if failed is None:  # a step that failed leaves the bar where it stopped
+            for _ in self._bar:
+                pass

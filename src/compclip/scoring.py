@@ -108,6 +108,21 @@ class Scorer:
     """Scores of image–text pairs. Subclasses implement `pairs` and `matrix`; the rest have defaults."""
 
     encoded: dict[str, int]  # what the scorer computed in this run, for the log
+    label = ""  # what is being scored (a benchmark, or a benchmark's split): the progress bars name it
+
+    @contextlib.contextmanager
+    def labelled(self, label: str) -> Iterator[None]:
+        """Inside the block, the scorer's progress bars are named `label: images` and `label: texts`."""
+        before, self.label = self.label, label
+        try:
+            yield
+        finally:
+            self.label = before
+
+    def _bar(self, iterable, what: str, total: int):
+        """One bar a batch of encoding, named by what it scores; gone from the terminal once done (a benchmark's splits
+        would otherwise stack a dozen finished bars)."""
+        return progress(iterable, f"{self.label}: {what}" if self.label else what, total=total, unit="batch", leave=False)
 
     def pairs(self, images: Sequence[Image], texts: Sequence[str], boxes: Sequence[Box] | None = None) -> torch.Tensor:
         """One score per (images[k], texts[k]), of the image or its `boxes[k]` crop."""
@@ -286,7 +301,7 @@ class DualEncoderScorer(Scorer):
         done, rows = [], []
         with stops.held():
             batches = iter(loader)
-        for batch, indices, failed in progress(batches, desc, total=len(loader), unit="batch"):
+        for batch, indices, failed in self._bar(batches, desc, len(loader)):
             for i, why in failed:
                 self.unreadable[self._sources[keys[i]][0].key] = why
             if batch is not None:
@@ -303,7 +318,7 @@ class DualEncoderScorer(Scorer):
         order = torch.argsort((tokens != 0).sum(dim=1), stable=True)
         step = self.batch_size * 4
         rows = []
-        for start in progress(range(0, len(keys), step), "texts", total=-(-len(keys) // step), unit="batch"):
+        for start in self._bar(range(0, len(keys), step), "texts", -(-len(keys) // step)):
             with autocast(self.device, self.precision):
                 rows.append(F.normalize(encode(tokens[order[start : start + step]].to(self.device)).float(), dim=-1).cpu())
         rows = torch.cat(rows)

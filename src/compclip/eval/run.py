@@ -209,10 +209,10 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
             record.update(metrics={}, complete=False, lacks=lacks)
         else:
             start = time.perf_counter()
-            with scorer.asked() if cfg.blind else contextlib.nullcontext(set()) as asked:
+            with scorer.asked() if cfg.blind else contextlib.nullcontext(set()) as asked, scorer.labelled(job.label):
                 result = run_skipping_unreadable(bench, job.label, scorer, root, rule, job.splits, made[job.name])
             if cfg.blind and asked:
-                with scorer.blind(asked):
+                with scorer.blind(asked), scorer.labelled(f"{job.label} (blind)"):
                     record["blind"] = null_nans(bench.run(scorer, root, rule, job.splits, made[job.name]).metrics)[0]
                 if len(asked) == 1:
                     record["blind_images"] = 1

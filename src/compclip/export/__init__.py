@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..io import atomic_dir
+from ..progress import Stages
 from .card import CARD_MARK, check_license, find_results, model_card
 
 FORMATS = ("open_clip", "hf")
@@ -89,9 +90,10 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
     config = check_checkpoint_folder(checkpoint)
     if single_file:
         return target, export_open_clip(checkpoint, target), []
-    model, _, tokenizer = load_model(str(checkpoint))
-    notes = method_notes(config)
-    with atomic_dir(out) as tmp:
+    with Stages(f"export {fmt} (load, convert and check, card)", 3) as stage, atomic_dir(out) as tmp:
+        model, _, tokenizer = load_model(str(checkpoint))
+        notes = method_notes(config)
+        stage.done()
         if fmt == "hf":
             from . import hf
 
@@ -110,12 +112,14 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
             usage, oc_notes = write_open_clip_folder(checkpoint, tmp, out, tokenizer)
             notes += oc_notes
             library = "open_clip"
+        stage.done()
         found = find_results(weights_sha256(model), _results_roots(checkpoint, list(results or [])))
         where = push_to_hub or out.name  # the card names the Hub repository or the folder, not the exporter's path to it
         card = model_card(config, library=library, kind=kind, license=license, usage=usage.replace(str(out), where), notes=notes,
                           results=found,
                           license_name=license_name, license_link=license_link)
         (tmp / CARD_NAME).write_text(card, encoding="utf-8")
+        stage.done()
     if push_to_hub:
         notes.append(f"pushed to https://huggingface.co/{push(out, push_to_hub, config)}")
     return out, usage, notes
