@@ -126,8 +126,11 @@ def test_dataset_resampled_draws_shards_with_replacement(tmp_path):
                 img = Image.new("RGB", (8, 8), (s * 60, i * 40, 0))
                 sink.write({"__key__": f"{s}-{i}", "jpg": img, "txt": f"shard {s} sample {i}"})
     urls = str(tmp_path / "shard-{0..3}.tar")
-    with pytest.raises(UsageError, match="--train-num-samples"):
-        settings_config(tmp_path, "a", train_data=urls, dataset_resampled=True).validate()
+    settings_config(tmp_path, "a", train_data=urls, dataset_resampled=True).validate()  # the whole run one epoch, without a count
+    csv = tmp_path / "pairs.csv"
+    csv.write_text("image,caption\n")
+    with pytest.raises(UsageError, match=r"--dataset-resampled draws webdataset shards .* is no shards .*--no-dataset-resampled"):
+        settings_config(tmp_path, "b", train_data=str(csv), dataset_resampled=True).validate()
 
     def epoch(seed, number):
         reader = WebDatasetReader(urls)

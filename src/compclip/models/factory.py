@@ -311,8 +311,9 @@ def _attach_spec(model: torch.nn.Module, name: str, cfg: dict, pretrained: str |
 
 def image_bytes(model: torch.nn.Module) -> int:
     """The bytes of one preprocessed image of this model (3 float32 channels at its input size): what a DataLoader worker
-    passes through shared memory per image."""
-    size = unwrap(model).visual.preprocess_cfg["size"]
+    passes through shared memory per image. A model that is no open_clip model (a caller's own tower) counts as 224 px."""
+    visual = getattr(unwrap(model), "visual", None)
+    size = getattr(visual, "preprocess_cfg", {}).get("size", 224)
     height, width = (size, size) if isinstance(size, int) else size
     return 3 * height * width * 4
 
