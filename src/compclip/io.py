@@ -214,10 +214,12 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 class FolderLock:
     """An advisory lock (`flock`) on `FILE`, holding the owner's host, pid and start time. The kernel drops it when its
     process ends, however it ends, so a lock left by a killed process is taken over, never waited on; a second process
-    is refused in one line naming the first, or with `wait` waits for it (a short critical section)."""
+    is refused in one line naming the first (`place`, by default the lock's folder, then what to do: `then`), or with
+    `wait` waits for it (a short critical section)."""
 
-    def __init__(self, file: Path, what: str, wait: bool = False):
+    def __init__(self, file: Path, what: str, wait: bool = False, place: str | None = None, then: str = "wait for it to finish"):
         self.file, self.what, self.wait, self.fd = file, what, wait, None
+        self.place, self.then = place or str(file.parent), then
 
     def acquire(self) -> FolderLock:
         with storage_errors(self.file):
@@ -228,7 +230,7 @@ class FolderLock:
         except BlockingIOError:
             owner = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
-            raise UsageError(f"{self.file.parent} is in use by {self.what} ({owner}): wait for it to finish") from None
+            raise UsageError(f"{self.place} is in use by {self.what} ({owner}): {self.then}") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"host {socket.gethostname()}, pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
         self.fd = fd

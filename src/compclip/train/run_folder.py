@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
 from ..io import FolderLock, refuse_links
 
 LOCK_NAME = ".lock"
@@ -35,17 +34,14 @@ class RunLock(FolderLock):
     """Held from the run's start to its end by the process that writes the folder (rank 0)."""
 
     def __init__(self, out: Path):
-        super().__init__(out / LOCK_NAME, "another compclip train")
+        super().__init__(out / LOCK_NAME, "another compclip train", place=f"--out {out}",
+                         then="wait for it to finish, or choose another --out")
         self.out, self.created = out, not out.exists()
 
     def acquire(self) -> RunLock:
         if self.out.is_dir():
             refuse_links(self.out, RUN_FILES)
-        try:
-            return super().acquire()
-        except UsageError as e:
-            raise UsageError(f"--out {str(e).removesuffix(': wait for it to finish')}: wait for it to finish, or choose "
-                             "another --out") from None
+        return super().acquire()
 
     def release(self, keep_folder: bool = True) -> None:
         """Unlock; with `keep_folder` False, a folder this run created and left without a checkpoint is removed."""
