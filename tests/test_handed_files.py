@@ -711,3 +711,18 @@ def test_an_object_array_as_training_data_is_one_line(tmp_path, capsys):
     (tmp_path / "scenes.jsonl").write_text("".join('{"caption": "a dog"}\n' for _ in range(4)))
     code, _, err = run_main(capsys, *TRAIN, "--train-data", str(array), "--out", str(tmp_path / "run"))
     one_error_line(code, err, "images.npy: not an image array (ValueError: ", "Python objects in dtype", "expected uint8 images")
+
+
+def test_results_of_other_weights_are_refused_before_the_model_loads(tmp_path, capsys):
+    """The refusal comes first, from the file as it is (a damaged weights file would fail the load: it is never read);
+    the weights as loaded are compared again before each result is written."""
+    model, _, _ = load_model("compclip-tiny-clip")
+    folder = save_checkpoint(model, tmp_path / "ckpt")
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "retrieval.json").write_text(json.dumps({"dataset": "retrieval", "model": str(folder), "pretrained": "",
+                                                    "weights_sha256": "0" * 64, "metrics": {}}))
+    (folder / "model.safetensors").write_bytes(b"not weights")
+    code, _, err = run_main(capsys, "-q", "eval", "--model", folder, "--benchmark", "retrieval", "--data-root", tmp_path,
+                            "--out", out, "--device", "cpu")
+    one_error_line(code, err, f"--out {out} holds results of another model")

@@ -14,8 +14,8 @@ from typing import Any
 
 from .. import __version__
 from ..errors import DataError, MissingFileError, UsageError
-from ..io import write_json
-from ..models.checkpoint import weights_sha256
+from ..io import sha256_of, write_json
+from ..models.checkpoint import weights_file, weights_sha256
 from ..options import make_options
 from ..plugins import load_plugins
 from ..precision import PRECISIONS, resolve_device
@@ -187,10 +187,11 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     device = resolve_device(cfg.device)
     jobs, root, made = check_options(cfg)
     model, pretrained, ties, out = cfg.model, cfg.pretrained, cfg.ties, cfg.out
+    file = weights_file(model, pretrained)  # refused before the model loads; checked again with the weights as loaded
+    refuse_another_models(Path(out), model, pretrained, sha256_of(file) if file else None, cfg.force)
     precision = cfg.precision or ("amp" if device.startswith("cuda") else "fp32")
     scorer = load_scorer(model, pretrained, device=device, precision=precision, **cfg.scorer_settings)
     weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
-    refuse_another_models(Path(out), model, pretrained, weights, cfg.force)
     if cfg.blind and not hasattr(scorer, "blind"):
         raise UsageError(f"--blind replaces each image by the mean of the benchmark's images: {model}'s scorer "
                          f"({type(scorer).__name__}) has no such mean")

@@ -77,6 +77,14 @@ def model_spec(model: torch.nn.Module) -> dict[str, Any]:
     return spec
 
 
+def weights_file(model: str | Path, pretrained: str | None = None) -> Path | None:
+    """The weights file a model name loads: a checkpoint folder's, or a `pretrained` file; None for tags and hub ids."""
+    for file in (Path(model) / WEIGHTS_NAME, Path(pretrained) if pretrained else None):
+        if file is not None and file.is_file():
+            return file
+    return None
+
+
 def weights_sha256(model: torch.nn.Module) -> str | None:
     """The SHA-256 of the weights file this model was loaded from (a checkpoint folder's, or a `pretrained` file), as it
     was read: it names these exact weights in results and model cards. None for open_clip tags, hub ids and random
