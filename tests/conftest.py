@@ -15,7 +15,16 @@ SHARED = Path(os.environ.get("COMPCLIP_SHARED", Path(__file__).resolve().parents
 
 def shared_data(*parts: str) -> Path:
     """A path under the read-only shared data beside the checkout; CI always has it."""
-    path = SHARED.joinpath("data", *parts)
+    return _shared("data", *parts)
+
+
+def shared_paper(name: str) -> Path:
+    """A paper's text under the shared papers beside the checkout (`shared/papers/NAME`); CI always has it."""
+    return _shared("papers", name)
+
+
+def _shared(*parts: str) -> Path:
+    path = SHARED.joinpath(*parts)
     if not path.exists():
         if os.environ.get("CI"):
             raise FileNotFoundError(f"{path}: CI must run with shared/ beside the checkout")

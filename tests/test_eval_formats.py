@@ -533,20 +533,158 @@ def test_retrieval_reads_karpathy_and_clip_benchmark_layouts(tmp_path):
     assert run("retrieval", tmp_path, "clip_benchmark").metrics["f8k"]["text_retrieval_recall@1"] == 1.0
 
 
-def test_retrieval_long_captions_are_split_into_sentences(tmp_path):
-    docci = tmp_path / "retrieval" / "docci"
+def flair_pieces(text):
+    """FLAIR's split_caption written out by hand: cut at every newline, full stop and `</s>`, strip, drop empty pieces."""
+    pieces, current, i = [], "", 0
+    while i < len(text):
+        if text.startswith("</s>", i) or text[i] in "\n.":
+            pieces.append(current)
+            current, i = "", i + (4 if text.startswith("</s>", i) else 1)
+        else:
+            current, i = current + text[i], i + 1
+    return [p.strip() for p in [*pieces, current] if p.strip()]
+
+
+def test_retrieval_reads_flairs_fine_grained_files_and_splits_long_captions_as_flair(tmp_path):
+    """C2LIP's DOCCI and IIW columns: FLAIR's pre-split test_annotations.json (DOCCI's in annotations/ with images/, IIW's
+    beside its docci/ images), and a long_captions.jsonl split as FLAIR's split_caption splits (or by compclip's sentence
+    rule, the named variant)."""
+    from compclip.eval.retrieval import load_pairs
+
+    root = tmp_path / "retrieval"
     for colour in ("red", "blue"):
-        solid(docci / "images" / f"{colour}.png", colour)
-    (docci / "long_captions.jsonl").write_text(
-        "\n".join(
-            json.dumps({"image": f"{c}.png", "caption": f"A {c} square. It fills the frame! Nothing else is {c}."}) for c in ("red", "blue")
-        )
-        + "\n"
-    )
-    m = run("retrieval", tmp_path).metrics["docci"]
-    # three sentences per description; "It fills the frame!" names no colour, and the tokenizer does not read
-    # "red." in "Nothing else is red." as a colour: both tie every image, which `strict` counts as a miss
-    assert m["captions"] == 6 and m["image_retrieval_recall@1"] == pytest.approx(2 / 6)
+        solid(root / "docci" / "images" / f"test_{colour}.jpg", colour)
+        solid(root / "iiw" / "docci" / f"test_{colour}.jpg", colour)
+        solid(root / "long" / "images" / f"{colour}.png", colour)
+    sentences = {"red": ["A red square", "It fills the frame", "nothing blue"], "blue": ["A blue square", "Nothing red"]}
+    anns = [{"image_id": i, "image": f"test_{c}.jpg", "caption": s, "caption_id": 10 * i + k}
+            for i, c in enumerate(sentences) for k, s in enumerate(sentences[c])]
+    (root / "docci" / "annotations").mkdir()
+    (root / "docci" / "annotations" / "test_annotations.json").write_text(json.dumps({"annotations": anns}))
+    (root / "iiw" / "test_annotations.json").write_text(json.dumps({"annotations": [{**a, "image": "docci/" + a["image"]} for a in anns]}))
+    long = {"red": "A red square.\nIt fills the frame! Nothing else is red</s>Size 3.5 cm.", "blue": "A blue square. \n\n. Plain"}
+    records = [json.dumps({"image": f"{c}.png", "caption": t}) for c, t in long.items()]
+    (root / "long" / "long_captions.jsonl").write_text("\n".join(records) + "\n")
+    result = run("retrieval", tmp_path)
+    assert result.complete
+    for name, layout in (("docci", "test_annotations.json"), ("iiw", "test_annotations.json")):
+        m = result.metrics[name]
+        assert (m["layout"], m["images"], m["captions"]) == (layout, 2, 5)
+        # a caption naming its own colour ranks its image first; "It fills the frame" ties both (strict: a miss at 1, hit
+        # at 5); "nothing blue" names blue: its red image ranks second; "Nothing red" likewise
+        assert m["image_retrieval_recall@1"] == pytest.approx(2 / 5) and m["image_retrieval_recall@5"] == 1.0
+    pairs = load_pairs(root / "long" / "long_captions.jsonl")
+    assert [c for _, c in pairs] == flair_pieces(long["red"]) + flair_pieces(long["blue"])
+    assert [c for _, c in pairs] == ["A red square", "It fills the frame! Nothing else is red", "Size 3", "5 cm", "A blue square", "Plain"]
+    assert result.metrics["long"]["captions"] == 6
+    compclip_rule = REGISTRY["retrieval"].Options(sentences="compclip")
+    assert [c for _, c in load_pairs(root / "long" / "long_captions.jsonl", compclip_rule)][:3] == [
+        "A red square.", "It fills the frame!", "Nothing else is red</s>Size 3.5 cm."]
+
+
+def aro_pre_caption(caption, max_words=30):
+    """ARO's pre_caption written out by hand: lower case; each of .!"()*#:;~ a space; a run of two or more white-space
+    characters one space; a trailing newline and the spaces at both ends dropped; the first max_words words."""
+    out, run_ = [], []
+    for ch in caption.lower():
+        ch = " " if ch in '.!"()*#:;~' else ch
+        if ch.isspace():
+            run_.append(ch)
+            continue
+        if run_:
+            out.append(run_[0] if len(run_) == 1 else " ")
+            run_ = []
+        out.append(ch)
+    if run_:
+        out.append(run_[0] if len(run_) == 1 else " ")
+    text = "".join(out).rstrip("\n").strip(" ")
+    words = text.split(" ")
+    return " ".join(words[:max_words])
+
+
+def test_retrieval_pre_caption_is_aros_on_blips_karpathy_files(tmp_path):
+    """CLIC's retrieval: BLIP's coco_karpathy_test.json and flickr30k_test.json (`image` paths relative to the folder, a
+    list of captions each), every caption through ARO's pre_caption with 30 words; raw captions are the default."""
+    from compclip.eval.retrieval import load_pairs, pre_caption
+
+    root = tmp_path / "retrieval"
+    long = " ".join(f"word{i}" for i in range(40)) + " blue"
+    captions = {"red": ["A RED dog!!  Sits (left)", "Red: #1 ~ red."], "blue": ["a blue\tcar;"]}
+    (root / "coco").mkdir(parents=True)
+    (root / "coco" / "coco_karpathy_test.json").write_text(json.dumps(
+        [{"image": f"val2014/COCO_val2014_{c}.jpg", "caption": caps, "image_id": c} for c, caps in captions.items()]))
+    (root / "f30k").mkdir()
+    (root / "f30k" / "flickr30k_test.json").write_text(json.dumps(
+        [{"image": f"flickr30k-images/{c}.jpg", "caption": caps} for c, caps in {"red": "a red kite", "blue": [long]}.items()]))
+    for colour in captions:
+        solid(root / "coco" / "val2014" / f"COCO_val2014_{colour}.jpg", colour)
+        solid(root / "f30k" / "flickr30k-images" / f"{colour}.jpg", colour)
+    every = [c for caps in captions.values() for c in caps]
+    for text in [*every, long, "a\n", "  two  spaces\t\tand tabs ", "x" * 3, "end.\n\n"]:
+        assert pre_caption(text) == aro_pre_caption(text), text
+    options = REGISTRY["retrieval"].Options(captions="pre_caption")
+    assert [c for _, c in load_pairs(root / "coco" / "coco_karpathy_test.json", options)] == [aro_pre_caption(c) for c in every]
+    assert [c for _, c in load_pairs(root / "coco" / "coco_karpathy_test.json")] == every
+    assert [c for _, c in load_pairs(root / "f30k" / "flickr30k_test.json", options)][1] == " ".join(f"word{i}" for i in range(30))
+    raw, cut = run("retrieval", tmp_path).metrics, run("retrieval", tmp_path, captions="pre_caption").metrics
+    assert raw["coco"]["layout"] == "coco_karpathy_test.json" and (raw["coco"]["images"], raw["coco"]["captions"]) == (2, 3)
+    # "Red: #1 ~ red." names no colour as a word until pre_caption drops its marks; the long blue caption names blue after
+    # its 40th word, which pre_caption cuts away (a tie: strict counts a miss)
+    assert raw["coco"]["image_retrieval_recall@1"] == pytest.approx(2 / 3) and cut["coco"]["image_retrieval_recall@1"] == 1.0
+    assert raw["f30k"]["image_retrieval_recall@1"] == 1.0 and cut["f30k"]["image_retrieval_recall@1"] == 0.5
+    assert raw["f30k"]["layout"] == "flickr30k_test.json"
+
+
+def test_retrieval_reads_coco_val2017s_own_caption_file(tmp_path):
+    """Rösch et al.'s T2I R@5 is on COCO val2017: captions_val2017.json in the folder (or its annotations/, FLAIR's
+    layout), images in val2017/ (or images/val2017/); the real file gives its 5,000 images and 25,014 captions."""
+    from compclip.eval.retrieval import layout_file, load_pairs
+    from conftest import shared_data
+
+    folder = tmp_path / "retrieval" / "coco_val2017"
+    (folder / "annotations").mkdir(parents=True)
+    (folder / "annotations" / "captions_val2017.json").symlink_to(shared_data("coco", "captions_val2017.json"))
+    pairs = load_pairs(layout_file(folder))
+    assert len(pairs) == 25014 and len({p for p, _ in pairs}) == 5000
+    assert all(p.parent == folder / "val2017" and p.name.endswith(".jpg") for p, _ in pairs)
+    mini = tmp_path / "mini" / "retrieval" / "coco_val2017"
+    (mini / "annotations").mkdir(parents=True)
+    (mini / "annotations" / "captions_val2017.json").write_text(json.dumps({
+        "images": [{"id": 2, "file_name": "000000000002.jpg"}, {"id": 1, "file_name": "000000000001.jpg"}],
+        "annotations": [{"image_id": 1, "caption": "a red kite"}, {"image_id": 2, "caption": "a blue kite"},
+                        {"image_id": 1, "caption": "red and blue"}]}))
+    solid(mini / "images" / "val2017" / "000000000001.jpg", "red")
+    solid(mini / "images" / "val2017" / "000000000002.jpg", "blue")
+    m = run("retrieval", tmp_path / "mini").metrics["coco_val2017"]
+    assert (m["layout"], m["images"], m["captions"]) == ("captions_val2017.json", 2, 3)
+    assert m["image_retrieval_recall@1"] == pytest.approx(2 / 3)  # "red and blue" ties both images: strict counts a miss
+
+
+def test_zeroshot_subset_is_clics_seeded_draw_and_imagenet_stays_whole(tmp_path):
+    """CLIC's ZS-10: each dataset's images in torchvision ImageFolder order, shuffled by np.random.shuffle after
+    np.random.seed(1), the first 1,000 scored (here 5 of 12); ImageNet is scored whole."""
+    truth = {"0_red": ["red", "red", "blue", "green"], "1_green": ["green", "red", "green", "green"],
+             "2_blue": ["blue", "blue", "red", "blue"]}
+    for dataset in ("colours", "imagenet"):
+        for folder, colours in truth.items():
+            for k, colour in enumerate(colours):
+                solid(tmp_path / "zeroshot" / dataset / folder / f"{k}.png", colour)
+        (tmp_path / "zeroshot" / dataset / "classnames.txt").write_text("red\ngreen\nblue\n")
+        (tmp_path / "zeroshot" / dataset / "templates.txt").write_text("{}\n")
+    right = [colour == folder[2:] for folder, colours in truth.items() for colour in colours]  # the model names each colour
+    np.random.seed(1)  # as CLIC's zero_shot_classifications, then eval_utils.shuffle_and_select
+    indices = list(range(12))
+    np.random.shuffle(indices)
+    chosen = indices[:5]
+    m = run("zeroshot", tmp_path, subset=5).metrics
+    assert (m["colours"]["n"], m["colours"]["subset"], m["colours"]["subset_seed"]) == (5, 5, 1)
+    assert m["colours"]["acc"] == pytest.approx(sum(right[i] for i in chosen) / 5)
+    assert m["imagenet"]["n"] == 12 and "subset" not in m["imagenet"] and m["imagenet"]["acc"] == pytest.approx(sum(right) / 12)
+    other = run("zeroshot", tmp_path, subset=5, subset_seed=2, subset_skip="").metrics
+    np.random.seed(2)
+    np.random.shuffle(indices := list(range(12)))
+    assert other["imagenet"]["acc"] == pytest.approx(sum(right[i] for i in indices[:5]) / 5) and other["imagenet"]["n"] == 5
+    assert run("zeroshot", tmp_path).metrics["colours"]["n"] == 12
 
 
 # ---- concept ranking ---------------------------------------------------------------------------------------------
@@ -569,7 +707,10 @@ def test_concept_ranking_permutes_one_keyword(tmp_path):
     assert first[0] == "A Red car on a road." and "A Blue car on a road." in first  # case kept
     assert bench.examples(tmp_path, ("size", "color"))["color"] == examples["color"]  # one class draws alone what it draws in all
     result = run("concept_ranking", tmp_path)
-    assert result.metrics["color"] == {"acc": pytest.approx(2 / 3), "n": 3, "options": 9}
+    assert result.metrics["color"] == {"acc": pytest.approx(2 / 3), "n": 3, "options": 9}  # every caption, as the paper's subsets
+    drawn = bench.examples(tmp_path, ("color",), limit=2)["color"]
+    assert len(drawn) == 2 and all(e in examples["color"] for e in drawn)
+    assert run("concept_ranking", tmp_path, max_per_class=2).metrics["color"]["n"] == 2
 
 
 # ---- a scorer that is not a dual encoder -------------------------------------------------------------------------

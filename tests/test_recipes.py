@@ -201,12 +201,19 @@ def test_the_schedule_starts_at_the_warmup_rate_and_ends_at_the_floor(tmp_path):
         dataclasses.replace(cfg, min_lr=1e-5).validate()
 
 
-def result_folder(root, name, benchmarks):
-    """A results folder as `compclip eval` writes it: one <benchmark>.json each, metrics as fractions."""
+def result_folder(root, name, benchmarks, options=None):
+    """A results folder as `compclip eval` writes it: one <benchmark>.json each, metrics as fractions, each benchmark's
+    official tie rule and its options' defaults (or `options[benchmark]`) recorded."""
+    import dataclasses
+
+    from compclip.eval import REGISTRY
+
     folder = root / name
     folder.mkdir()
     for bench, metrics in benchmarks.items():
-        (folder / f"{bench}.json").write_text(json.dumps({"benchmark": bench, "metrics": metrics, "complete": True}))
+        made = {**dataclasses.asdict(REGISTRY[bench].Options()), **(options or {}).get(bench, {})}
+        record = {"benchmark": bench, "metrics": metrics, "complete": True, "ties": REGISTRY[bench].ties, "options": made}
+        (folder / f"{bench}.json").write_text(json.dumps(record))
     return folder
 
 
@@ -223,7 +230,8 @@ def test_report_sets_results_beside_the_papers_numbers_and_names_what_was_not_ru
     ours = result_folder(tmp_path, "ours", {
         "sugarcrepe": {"add": 0.9, "replace": 0.85, "swap": 0.7, "swap_att": {"acc": 0.75, "n": 666}},
         "sugarcrepe_pp": {"swap_itt": 0.5, "swap_tot": 0.4},
-        "retrieval": {"flickr30k": {"image_retrieval_recall@5": 0.9, "text_retrieval_recall@5": 0.96}},
+        "retrieval": {"flickr30k": {"image_retrieval_recall@5": 0.9, "text_retrieval_recall@5": 0.96,
+                                    "layout": "flickr30k_test_karpathy.txt"}},
     })
     base = result_folder(tmp_path, "base", {"sugarcrepe": {"add": 0.8, "replace": 0.8, "swap": 0.6}})
     code, out, err = run_main(capsys, "report", ours, base, "--out", tmp_path / "report", "--paper", "c2lip")
@@ -235,7 +243,8 @@ def test_report_sets_results_beside_the_papers_numbers_and_names_what_was_not_ru
     assert frame.loc["SC swap att", "ours"] == pytest.approx(75.0)
     assert frame.loc["Flickr30k R@5", "ours"] == pytest.approx(93.0) and frame.loc["Flickr30k R@5", "ours − paper"] == pytest.approx(-4.0)
     assert "| SC add | Table 2 | 94.2 | 90.0 | -4.2 | 80.0 | -14.2 |" in out
-    assert "Not run (no result has them): SC++ replace ITT, SC++ replace TOT, ImageNet, MSCOCO R@5, DOCCI R@5, IIW R@5" in out
+    assert "Not run (no result has them): SC++ replace ITT, SC++ replace TOT, ImageNet, MSCOCO R@5, DOCCI R@5, IIW R@5, " in out
+    assert " ≠ |" not in out and "Computed by another" not in out and "Not reproducible here: Flickr8K (Table 5 names no metric" in out
     assert "## Against the c2lip paper" in (tmp_path / "report" / "report.md").read_text()
     code, out, _ = run_main(capsys, "report", ours, "--out", tmp_path / "r2", "--paper", "c2lip", "--paper-model",
                             "SigLIP ViT-B/16 (ft. CC3M)")

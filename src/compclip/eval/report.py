@@ -208,8 +208,9 @@ def list_papers() -> list[str]:
 
 
 def paper_numbers(name: str) -> dict[str, Any]:
-    """A paper's published numbers (`eval/papers/NAME.json`): its `columns` (each a benchmark and the metric paths of a
-    result JSON it reads, averaged where several) and `rows` (model, table, {column: value in %})."""
+    """A paper's published numbers (`eval/papers/NAME.json`): its `columns` (each a benchmark, the metric paths of a result
+    JSON it reads, averaged where several, and the `protocol` the paper computed it by; or an `average` of other columns;
+    or `reproducible: false` with `why`), its `tables` and `rows` (model, table, the paper's `line`, {column: value in %})."""
     if name not in list_papers():
         raise UsageError(f"--paper {name}: no such paper; known: {', '.join(list_papers())}")
     return json.loads(resources.files("compclip.eval").joinpath("papers", f"{name}.json").read_text(encoding="utf-8"))
@@ -227,44 +228,102 @@ def metric_value(records: dict[str, dict[str, Any]], benchmark: str, paths: list
     return sum(values) / len(values)
 
 
+def column_result(records: dict[str, dict[str, Any]], columns: dict[str, Any], name: str) -> float:
+    """One model's value of the paper column `name`, in %: its metric, or the mean of the columns it averages (NaN
+    unless each is there, as the paper forms it)."""
+    spec = columns[name]
+    if "average" in spec:
+        values = [column_result(records, columns, member) for member in spec["average"]]
+        return float("nan") if any(math.isnan(v) for v in values) else sum(values) / len(values)
+    return metric_value(records, spec["benchmark"], spec["metric"])
+
+
+def protocol_differences(records: dict[str, dict[str, Any]], columns: dict[str, Any], name: str) -> list[str]:
+    """How one model's result for the paper column `name` was computed otherwise than the paper computed it: each
+    benchmark option, tie rule or dataset field (`layout`, `subset`) the result records that differs from the column's
+    `protocol`, as "key=yours (paper: theirs)"; an average differs where a column it averages does."""
+    spec = columns[name]
+    if "average" in spec:
+        return list(dict.fromkeys(d for member in spec["average"] for d in protocol_differences(records, columns, member)))
+    record, protocol = records.get(spec["benchmark"]), spec.get("protocol", {})
+    if record is None:
+        return []
+    found = []
+    if "ties" in protocol and record.get("ties") != protocol["ties"]:
+        found.append(f"ties={record.get('ties', 'unrecorded')} (paper: {protocol['ties']})")
+    options = record.get("options") or {}
+    for key, wanted in protocol.get("options", {}).items():
+        if options.get(key, "unrecorded") != wanted:
+            found.append(f"{spec['benchmark']}.{key}={options.get(key, 'unrecorded')} (paper: {wanted})")
+    for key, wanted in protocol.get("fields", {}).items():
+        allowed = wanted if isinstance(wanted, list) else [wanted]
+        for dataset in dict.fromkeys(path.split(".")[0] for path in spec["metric"]):
+            entry = record.get("metrics", {}).get(dataset)
+            have = entry.get(key) if isinstance(entry, dict) else None
+            if entry is not None and have not in allowed:
+                found.append(f"{dataset} {key}={have} (paper: {' or '.join(str(a) for a in allowed)})")
+    return found
+
+
 def paper_comparison(results, paper: str, model: str | None = None) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
-    """Each column the paper reports for `model` (default: its own method's row): the paper's value, each result's and
-    the difference (result − paper); and the columns no result has (benchmarks not run)."""
+    """Each column the paper reports for `model` (default: its own method's row): the paper's value, each result's, the
+    difference (result − paper) and how the result's protocol differs from the paper's (empty: the same); and the columns
+    no result has (benchmarks not run). Columns compclip cannot compute are listed in `about["not_reproducible"]`."""
     numbers = paper_numbers(paper)
+    columns = numbers["columns"]
     model = model or numbers["default_model"]
     rows = [r for r in numbers["rows"] if r["model"] == model]
     if not rows:
         models = ", ".join(dict.fromkeys(r["model"] for r in numbers["rows"]))
         raise UsageError(f"--paper-model {model!r}: the {paper} paper has no such row; its rows: {models}")
     wanted = {col: (value, row["table"]) for row in rows for col, value in row["values"].items()}
-    table, not_run = {}, []
+    table, not_run, unreachable = {}, [], {}
     for col, (value, source) in wanted.items():
-        spec = numbers["columns"][col]
-        line = {"paper": value, "table": source}
+        if columns[col].get("reproducible", True) is False:
+            unreachable[col] = columns[col]["why"]
+            continue
+        line: dict[str, Any] = {"paper": value, "table": source}
         for label, records in results.items():
-            mine = metric_value(records, spec["benchmark"], spec["metric"])
+            mine = column_result(records, columns, col)
             line[label], line[f"{label} − paper"] = mine, mine - value
-        if all(math.isnan(metric_value(r, spec["benchmark"], spec["metric"])) for r in results.values()):
+            line[f"{label} protocol"] = "; ".join(protocol_differences(records, columns, col)) if not math.isnan(mine) else ""
+        if all(math.isnan(column_result(r, columns, col)) for r in results.values()):
             not_run.append(col)
         table[col] = line
     frame = pd.DataFrame.from_dict(table, orient="index")
     frame.index.name = "column"
-    return frame, {"paper": paper, "model": model, "citation": numbers["citation"]}, not_run
+    notes = [r["note"] for r in rows if r.get("note")]
+    return frame, {"paper": paper, "model": model, "citation": numbers["citation"], "not_reproducible": unreachable,
+                   "notes": notes}, not_run
 
 
 def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str]) -> str:
-    """The comparison as Markdown: paper | yours | difference per column, then the columns not run."""
-    cols = ["column", "table", *[c for c in frame.columns if c != "table"]]
-    lines = [f"Against {about['citation']}, row {about['model']!r} (in %; a difference is yours − the paper's):", "",
+    """The comparison as Markdown: paper | yours | difference per column, a value computed by another protocol than the
+    paper's marked ≠ and its differences listed below; then the columns not run and those compclip cannot compute."""
+    labels = [c for c in frame.columns if c not in ("paper", "table") and not c.endswith((" − paper", " protocol"))]
+    cols = ["column", "table", "paper", *[c for label in labels for c in (label, f"{label} − paper")]]
+    lines = [f"Against {markdown_text(about['citation'])}, row {markdown_text(repr(about['model']))} (in %; a difference is "
+             "yours − the paper's; ≠ marks a value computed by another protocol than the paper's):", "",
              "| " + " | ".join(markdown_text(c) for c in cols) + " |", "|" + " --- |" * len(cols)]
+    differing = []
     for name, row in frame.iterrows():
-        cells = [str(name), row["table"]]
-        for col in cols[2:]:
-            v = row[col]
-            cells.append("—" if math.isnan(v) else f"{v:+.1f}" if col.endswith("− paper") else f"{v:.1f}")
+        cells = [markdown_text(name), markdown_text(row["table"]), f"{row['paper']:.1f}"]
+        for label in labels:
+            mine, other = row[label], row[f"{label} protocol"]
+            mark = " ≠" if isinstance(other, str) and other else ""
+            cells += ["—" if math.isnan(mine) else f"{mine:.1f}{mark}", "—" if math.isnan(mine) else f"{row[f'{label} − paper']:+.1f}"]
+            if mark:
+                differing.append(f"{name} ({label}): {other}")
         lines.append("| " + " | ".join(cells) + " |")
+    if differing:
+        lines += ["", "Computed by another protocol than the paper's (≠): " + markdown_text("; ".join(differing)) + "."]
     if not_run:
-        lines += ["", f"Not run (no result has them): {', '.join(not_run)}."]
+        lines += ["", f"Not run (no result has them): {markdown_text(', '.join(not_run))}."]
+    if about.get("not_reproducible"):
+        unreachable = "; ".join(f"{c} ({why})" for c, why in about["not_reproducible"].items())
+        lines += ["", f"Not reproducible here: {markdown_text(unreachable)}."]
+    for note in about.get("notes", []):
+        lines += ["", f"Note on this row: {markdown_text(note)}."]
     return "\n".join(lines)
 
 

@@ -7,19 +7,30 @@ Every folder under `retrieval/` is a dataset, read from the first of these it ho
   COCO's beside `val2014/`, Flickr30k's in `flickr30k-images/` as its archive extracts;
 - CLIP_benchmark's files: `coco_test_karpathy.json` (COCO caption format) beside `val2014/` (`mscoco_captions`),
   or `flickr30k_test_karpathy.txt` / `flickr8k_test_karpathy.txt` beside the images (`flickr30k`, `flickr8k`);
-- `long_captions.jsonl`: `{"image", "caption"}` long descriptions (DOCCI, IIW), split into sentences, each a caption.
+- BLIP's and ARO's Karpathy test files (`coco_karpathy_test.json`, CLIC's `coco_karpathy_test_2017.json`,
+  `flickr30k_test.json`): a list of `{"image", "caption": [...]}`, the image path relative to the folder;
+- COCO 2017's own `captions_val2017.json` (beside the folder or in its `annotations/`), images in `val2017/`
+  (or FLAIR's `images/val2017/`): the 5,000 val2017 images and their 25,014 captions;
+- FLAIR's pre-split fine-grained files (`annotations/test_annotations.json` for DOCCI, `test_annotations.json` for
+  IIW): `{"annotations": [{"image_id", "image", "caption", "caption_id"}]}`, one sentence a caption;
+- `long_captions.jsonl`: `{"image", "caption"}` long descriptions, split into sentences (option `sentences`).
 Image names are looked up in the folder, then in its `images/` and `flickr30k-images/`.
+
+Options: `captions=pre_caption` passes every caption through ARO's and BLIP's `pre_caption` (CLIC's retrieval).
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
+import re
 import sys
 from pathlib import Path
 
 import torch
 
 from ..data import image_path
-from ..errors import DataError
+from ..errors import DataError, UsageError
+from ..options import option
 from ..text import sentences
 from . import protocols
 from .base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
@@ -27,7 +38,42 @@ from .base import Benchmark, Missing, Result, mean, read_json, read_jsonl, regis
 KS = (1, 5, 10)
 IMAGE_FOLDERS = ("images", "flickr30k-images")
 LAYOUTS = ("captions.csv", "dataset_*.json", "coco_test_karpathy.json", "flickr30k_test_karpathy.txt", "flickr8k_test_karpathy.txt",
-           "long_captions.jsonl")
+           "coco_karpathy_test.json", "coco_karpathy_test_2017.json", "flickr30k_test.json", "captions_val2017.json",
+           "annotations/captions_val2017.json", "annotations/test_annotations.json", "test_annotations.json", "long_captions.jsonl")
+BLIP_LISTS = ("coco_karpathy_test.json", "coco_karpathy_test_2017.json", "flickr30k_test.json")
+SENTENCES = ("flair", "compclip")
+CAPTIONS = ("raw", "pre_caption")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    sentences: str = option("flair", "how long_captions.jsonl descriptions become captions: flair (FLAIR's `split_caption`: at "
+                                     "each line break, `</s>` and full stop) or compclip (at . ! ? before a space)")
+    captions: str = option("raw", "raw (CLIP_benchmark: each caption as the file has it) or pre_caption (ARO's and BLIP's "
+                                  "`pre_caption`: lower case, .!\"()*#:;~ to spaces, at most max_words words; CLIC's retrieval)")
+    max_words: int = option(30, "pre_caption's word limit (CLIC's and ARO's retrieval: 30)")
+
+    def __post_init__(self):
+        for name, allowed in (("sentences", SENTENCES), ("captions", CAPTIONS)):
+            if getattr(self, name) not in allowed:
+                raise UsageError(f"--bench-opt retrieval.{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        if self.max_words < 1:
+            raise UsageError(f"--bench-opt retrieval.max_words must be at least 1, not {self.max_words}")
+
+
+def flair_sentences(text: str) -> list[str]:
+    """FLAIR's `split_caption` (src/flair/data.py): the pieces between line breaks, `</s>` and full stops, stripped, empty
+    ones dropped; how its DOCCI and IIW test annotations were split."""
+    return [piece.strip() for piece in re.split(r"\n|</s>|[.]", text) if piece.strip()]
+
+
+def pre_caption(caption: str, max_words: int = 30) -> str:
+    """ARO's and BLIP's `pre_caption` (CLIC eval/retrieval_datasets.py, ARO dataset_zoo/retrieval.py): lower case,
+    each of .!"()*#:;~ a space, runs of white space one space, at most `max_words` words."""
+    caption = re.sub(r"([.!\"()*#:;~])", " ", caption.lower())
+    caption = re.sub(r"\s{2,}", " ", caption).rstrip("\n").strip(" ")
+    words = caption.split(" ")
+    return " ".join(words[:max_words]) if len(words) > max_words else caption
 
 
 def locate(folder: Path, name: str) -> Path:
@@ -52,9 +98,22 @@ def _not_utf8(file: Path) -> DataError:
                      "convert the file (iconv -f latin1 -t utf-8)")
 
 
-def load_pairs(file: Path) -> list[tuple[Path, str]]:
-    """(image path, caption) pairs of a retrieval dataset, from its layout file."""
-    folder = file.parent
+def load_pairs(file: Path, options: Options | None = None) -> list[tuple[Path, str]]:
+    """(image path, caption) pairs of a retrieval dataset, from its layout file, captions as `options` say."""
+    options = options or Options()
+    try:
+        pairs = _file_pairs(file, options.sentences)
+    except (KeyError, TypeError, AttributeError) as e:  # a record of another shape than the layout's
+        raise DataError(f"{file}: a record lacks the layout's fields ({type(e).__name__}: {e}); {file.name} is read as "
+                        "docs/data.md describes it") from None
+    if options.captions == "pre_caption":
+        return [(p, pre_caption(c, options.max_words)) for p, c in pairs]
+    return pairs
+
+
+def _file_pairs(file: Path, split: str) -> list[tuple[Path, str]]:
+    inside = file.parent.name == "annotations" and f"annotations/{file.name}" in LAYOUTS
+    folder = file.parent.parent if inside else file.parent
     if file.name == "captions.csv":
         csv.field_size_limit(sys.maxsize)  # a long caption is a caption (csv's default stops at 131,072 characters)
         try:
@@ -65,17 +124,25 @@ def load_pairs(file: Path) -> list[tuple[Path, str]]:
     if file.name.startswith("dataset_"):
         return [(locate(folder, str(Path(im.get("filepath", "")) / im["filename"])), s["raw"])
                 for im in read_json(file)["images"] if im.get("split") == "test" for s in im["sentences"]]
+    if file.name in BLIP_LISTS:  # BLIP's Karpathy files: [{"image": "val2014/...jpg", "caption": [...]}, ...]
+        return [(locate(folder, ann["image"]), c) for ann in read_json(file)
+                for c in ([ann["caption"]] if isinstance(ann["caption"], str) else ann["caption"])]
+    if file.name == "test_annotations.json":  # FLAIR's pre-split sentences, each mapped to its image
+        return [(locate(folder, ann["image"]), ann["caption"]) for ann in read_json(file)["annotations"]]
     if file.suffix == ".json":  # COCO caption format, read as torchvision's CocoCaptions: images by id, captions in order
         coco = read_json(file)
         captions: dict[int, list[str]] = {}
         for ann in coco["annotations"]:
             captions.setdefault(ann["image_id"], []).append(ann["caption"])
-        return [(locate(folder, str(Path("val2014") / im["file_name"])), c)
+        images = "val2017" if file.name == "captions_val2017.json" else "val2014"
+        return [(locate(folder, str(Path(images) / im["file_name"])), c)
                 for im in sorted(coco["images"], key=lambda im: im["id"]) for c in captions.get(im["id"], [])]
     if file.suffix == ".txt":  # CLIP_benchmark's Flickr: a header line, then "name.jpg,caption" (the caption may hold commas)
         lines = file.read_text(encoding="utf-8-sig").splitlines()[1:]
         rows = (line.strip().split(".jpg,", 1) for line in lines if line.strip())
         return [(locate(folder, name + ".jpg"), caption) for name, caption in rows]
+    if split == "flair":
+        return [(locate(folder, r["image"]), piece) for r in read_jsonl(file) for piece in flair_sentences(r["caption"])]
     return [(locate(folder, r["image"]), r["caption"][a:b]) for r in read_jsonl(file) for a, b in sentences(r["caption"]) if b > a]
 
 
@@ -83,6 +150,7 @@ def load_pairs(file: Path) -> list[tuple[Path, str]]:
 class Retrieval(Benchmark):
     name = "retrieval"
     task = "zeroshot_retrieval"
+    Options = Options
     layout = f"retrieval: DATA_ROOT/retrieval/<dataset>/ folders, each with one of {', '.join(LAYOUTS)}"
 
     def datasets(self, root) -> list[Path]:
@@ -94,12 +162,13 @@ class Retrieval(Benchmark):
 
     def run(self, scorer, root, ties, splits=(), options=None):
         missing, metrics, absent = Missing.of(scorer), {}, {}
+        options = options or Options()
         for folder in self.datasets(root):
             file = layout_file(folder)
             if file is None:
                 absent[str(folder)] = f"no {', '.join(LAYOUTS)}: not scored"
                 continue
-            pairs = [(p, c) for p, c in load_pairs(file) if missing.keep([p])]
+            pairs = [(p, c) for p, c in load_pairs(file, options) if missing.keep([p])]
             if not pairs:  # every image missing: nothing to rank
                 recalls = {f"{d}_retrieval_recall@{k}": float("nan") for d in ("image", "text") for k in KS}
                 metrics[folder.name] = {**recalls, "images": 0, "captions": 0, "layout": file.name}

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..errors import DataError, MissingFileError
+from ..errors import DataError, MissingFileError, UsageError
 from ..options import option
 from . import protocols
 from .base import Benchmark, Missing, Result, accuracy, mean, rate, read_json, register
@@ -53,8 +53,14 @@ class Options:
     classnames: str | None = option(None, "CLIP_benchmark-style JSON of class names per dataset (--custom_classname_file)")
     templates: str | None = option(None, "CLIP_benchmark-style JSON of templates or class-specific prompts per dataset "
                                          "(--custom_template_file)")
+    subset: int = option(0, "images per dataset, drawn with subset_seed as CLIC's ZS-10 draws its 1,000 (0: every image)")
+    subset_seed: int = option(1, "the seed of the subset draw (CLIC's eval/general_eval.py: --seed 1)")
+    subset_skip: str = option("imagenet", "comma-separated datasets scored whole under subset (CLIC scores ImageNet's whole "
+                                          "validation set)")
 
     def __post_init__(self):
+        if self.subset < 0:
+            raise UsageError(f"--bench-opt zeroshot.subset must be 0 (every image) or more, not {self.subset}")
         for name in ("classnames", "templates"):
             value = getattr(self, name)
             if value is not None and not Path(value).is_file():
@@ -72,6 +78,16 @@ def clip_benchmark_metrics(scores: torch.Tensor, target: torch.Tensor, correct: 
         top5 = rate((scores.topk(5, dim=1).indices == target[:, None]).any(1))
     recalls = [rate(correct[target == c]) for c in target.unique()]
     return {"acc1": rate(correct), "acc5": top5, "mean_per_class_recall": sum(recalls) / len(recalls)}
+
+
+def seeded_subset(count: int, size: int, seed: int) -> list[int]:
+    """CLIC's draw (eval/eval_utils.py, `shuffle_and_select` after `np.random.seed(args.seed)` in
+    eval/eval_zeroshot_imagenet.py): the indices 0..count-1 shuffled by numpy's legacy generator, the first `size`."""
+    import numpy as np
+
+    indices = list(range(count))
+    np.random.RandomState(seed).shuffle(indices)
+    return indices[:size]
 
 
 @register
@@ -98,14 +114,16 @@ class ZeroShot(Benchmark):
             if len(names) != len(classes):
                 raise DataError(f"{folder}: {len(classes)} class folders but {len(names)} class names (from {names_from})")
             prompts, prompts_from = self.prompts(folder, names, templates, options.templates)
-            files, labels = [], []
-            for label, c in enumerate(classes):
-                found = [p for p in sorted(c.iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES and missing.keep([p])]
-                files += found
-                labels += [label] * len(found)
+            every = [(p, label) for label, c in enumerate(classes) for p in sorted(c.iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
+            if options.subset and folder.name not in options.subset_skip.split(","):
+                every = [every[i] for i in seeded_subset(len(every), options.subset, options.subset_seed)]
+            kept = [(p, label) for p, label in every if missing.keep([p])]
+            files, labels = [p for p, _ in kept], [label for _, label in kept]
             scores, target = scorer.class_scores(files, prompts), torch.tensor(labels, dtype=torch.long)
             correct = protocols.picks(scores, target, ties)
             metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), "classes": len(classes),
+                                    **({"subset": options.subset, "subset_seed": options.subset_seed}
+                                       if options.subset and folder.name not in options.subset_skip.split(",") else {}),
                                     "prompts": sum(map(len, prompts)), "classnames_from": names_from, "templates_from": prompts_from}
         datasets = list(metrics.values())
         metrics["overall"] = mean(m["acc"] for m in datasets)

@@ -1,0 +1,146 @@
+"""The papers' published numbers as `compclip report --paper` holds them (`eval/papers/*.json`): each row is a line of
+its paper, typed in verbatim, and each value is read back from that line here, by a parser of its own, and found in the
+paper's text; each column names how compclip computes it, or why it cannot; the report marks a result computed by
+another protocol than the paper's."""
+import dataclasses
+import json
+import math
+import re
+
+import pytest
+
+from compclip.eval import REGISTRY
+from compclip.eval.protocols import TIES
+from compclip.eval.report import list_papers, paper_comparison, paper_markdown, paper_numbers
+from conftest import shared_paper
+from test_recipes import result_folder
+
+FIELDS = {"layout", "subset"}  # what a result records per dataset that a column's protocol may name
+
+
+def cells(line: str) -> list[float | None]:
+    """A paper line's value cells, left to right: a LaTeX row's cells after its label; a tab-separated row's cells; else
+    each white-space token that is a number, with `\\ul` (underline) dropped and "(+0.9)" gains skipped. ".78" reads as
+    78.0 (Rösch et al. print fractions); "-" and an empty cell are None."""
+    def value(text: str) -> float | None:
+        text = text.strip()
+        if not re.fullmatch(r"\d+(\.\d+)?|\.\d+", text):
+            return None
+        return round(float(text) * 100, 1) if text.startswith(".") else float(text)
+
+    if "&" in line:
+        row = line.strip().removesuffix("\\\\").split("&")[1:]
+        row = [re.sub(r"\\tiny\{.*?\$\}", "", c) for c in row]
+        return [value(re.sub(r"\\textbf\{(.*?)\}", r"\1", c)) for c in row]
+    if "\t" in line:
+        return [value(c) for c in line.split("\t")]
+    tokens = [t.replace("\\ul", "") for t in line.split() if not re.fullmatch(r"\(\+[\d.]+\)", t)]
+    return [v for v in map(value, tokens) if v is not None]
+
+
+def row_columns(numbers: dict, row: dict) -> list:
+    return row.get("columns") or numbers["tables"][row["table"]]["columns"]
+
+
+@pytest.mark.parametrize("paper", list_papers())
+def test_every_published_number_is_read_from_its_paper_line(paper):
+    numbers = paper_numbers(paper)
+    text = " ".join(shared_paper(numbers["source"]).read_text(encoding="utf-8").split())
+    for row in numbers["rows"]:
+        assert " ".join(row["line"].split()) in text, (paper, row["model"], row["line"])
+        columns = row_columns(numbers, row)
+        found = cells(row["line"])[-len(columns):]
+        expected = {c: v for c, v in zip(columns, found, strict=True) if c is not None and v is not None}
+        assert row["values"] == expected, (paper, row["model"], row["table"])
+
+
+def test_the_papers_hold_every_row_of_their_main_tables():
+    counts = {p: (len(paper_numbers(p)["rows"]), sum(len(r["values"]) for r in paper_numbers(p)["rows"])) for p in list_papers()}
+    assert counts == {"c2lip": (42, 464), "clic": (36, 322), "hardneg": (14, 22), "occlip": (18, 102)}
+    assert {r["table"] for r in paper_numbers("c2lip")["rows"]} == {"Table 2", "Table 3", "Table 4", "Table 5"}
+    assert {r["table"] for r in paper_numbers("clic")["rows"]} == {"Table 1", "Table 2", "Table 3", "Table 4"}
+    assert {r["table"] for r in paper_numbers("hardneg")["rows"]} == {"Table 3", "Table 4"}
+    assert {r["table"] for r in paper_numbers("occlip")["rows"]} == {"SugarCrepe / ARO-A", "Spatial"}
+
+
+@pytest.mark.parametrize("paper", list_papers())
+def test_a_papers_average_is_the_mean_of_the_columns_it_names(paper):
+    """The paper's own Average cell against the mean of its printed members (each rounded to 0.1, so within 0.1)."""
+    numbers = paper_numbers(paper)
+    checked = 0
+    for row in numbers["rows"]:
+        for name, value in row["values"].items():
+            members = numbers["columns"][name].get("average")
+            if members and all(m in row["values"] for m in members):
+                assert value == pytest.approx(sum(row["values"][m] for m in members) / len(members), abs=0.1), (row["model"], name)
+                checked += 1
+    assert checked == {"c2lip": 42, "clic": 0, "hardneg": 0, "occlip": 0}[paper]
+
+
+@pytest.mark.parametrize("paper", list_papers())
+def test_every_column_is_a_benchmark_metric_an_average_or_says_why_not(paper):
+    numbers = paper_numbers(paper)
+    for name, spec in numbers["columns"].items():
+        if spec.get("reproducible", True) is False:
+            assert spec["why"] and set(spec) == {"reproducible", "why"}, name
+            continue
+        if "average" in spec:
+            assert set(spec["average"]) <= set(numbers["columns"]), name
+            continue
+        bench = REGISTRY[spec["benchmark"]]
+        protocol = spec.get("protocol", {})
+        assert set(protocol) <= {"ties", "options", "fields"}, name
+        assert protocol.get("ties", bench.ties) in TIES and protocol.get("ties", bench.ties) == bench.ties, name
+        declared = {f.name for f in dataclasses.fields(bench.Options)}
+        assert set(protocol.get("options", {})) <= declared, (name, declared)
+        bench.Options(**protocol.get("options", {}))  # each value one the option takes
+        assert set(protocol.get("fields", {})) <= FIELDS, name
+
+
+def test_the_report_marks_a_value_computed_by_another_protocol(tmp_path):
+    """CLIC's retrieval is ARO's pre_caption on BLIP's Karpathy file, its ZS-10 ten datasets of 1,000 images drawn with
+    seed 1, its ImageNet whole: a result computed otherwise is marked ≠ in its cell and its differences named."""
+    ten = ["food101", "cifar10", "cifar100", "cars", "fgvc_aircraft", "dtd", "pets", "caltech101", "flowers", "country211"]
+    zs = {name: {"acc": 0.5 + i / 100, "subset": 1000, "subset_seed": 1} for i, name in enumerate(ten)}
+    coco = {"text_retrieval_recall@5": 0.8, "image_retrieval_recall@5": 0.6}
+    same = result_folder(tmp_path, "same", {
+        "zeroshot": {**zs, "imagenet": {"acc": 0.6}},
+        "retrieval": {"mscoco_captions": {**coco, "layout": "coco_karpathy_test.json"}},
+    }, options={"zeroshot": {"subset": 1000}, "retrieval": {"captions": "pre_caption"}})
+    other = result_folder(tmp_path, "other", {
+        "zeroshot": {**zs, "imagenet": {"acc": 0.6, "subset": 1000, "subset_seed": 1}},
+        "retrieval": {"mscoco_captions": {**coco, "layout": "coco_test_karpathy.json"}},
+    }, options={"zeroshot": {"subset": 1000, "subset_skip": ""}})
+    from compclip.eval.report import load_results
+
+    frame, about, not_run = paper_comparison(load_results([same, other]), "clic", "CLIC-LAION")
+    assert frame.loc["ZS-10", "same"] == pytest.approx(100 * sum(0.5 + i / 100 for i in range(10)) / 10)
+    assert frame.loc["ZS-10", "paper"] == 61.0 and frame.loc["ImageNet", "paper"] == 61.7
+    assert (frame["same protocol"] == "").all()
+    assert frame.loc["ImageNet", "other protocol"] == "imagenet subset=1000 (paper: None)"
+    assert frame.loc["ZS-10", "other protocol"] == ""
+    assert frame.loc["MSCOCO text retrieval R@5", "other protocol"] == (
+        "retrieval.captions=raw (paper: pre_caption); mscoco_captions layout=coco_test_karpathy.json "
+        "(paper: coco_karpathy_test_2017.json or coco_karpathy_test.json)")
+    text = paper_markdown(frame, about, not_run)
+    assert "| ImageNet | Table 2 | 61.7 | 60.0 | -1.7 | 60.0 ≠ | -1.7 |" in text
+    assert "ImageNet (other): imagenet subset=1000 (paper: None)" in text
+    assert "Flickr30k text retrieval R@5" in not_run
+
+
+def test_an_average_column_is_the_mean_of_its_members_and_empty_without_one(tmp_path):
+    """C2LIP's Table 3 average: the mean of six SugarCrepe and SugarCrepe++ attribute cells; NaN when one is missing."""
+    sc = {"replace_att": {"acc": 0.9, "n": 788}, "swap_att": {"acc": 0.8, "n": 666}}
+    pp = {"replace_att": {"itt": 0.7, "tot": 0.6}, "swap_att": {"itt": 0.5, "tot": 0.4}}
+    full = result_folder(tmp_path, "full", {"sugarcrepe": sc, "sugarcrepe_pp": pp})
+    part = result_folder(tmp_path, "part", {"sugarcrepe": sc})
+    from compclip.eval.report import load_results
+
+    frame, _, _ = paper_comparison(load_results([full, part]), "c2lip")
+    assert frame.loc["Table 3 average", "full"] == pytest.approx((90 + 80 + 70 + 60 + 50 + 40) / 6)
+    assert math.isnan(frame.loc["Table 3 average", "part"]) and frame.loc["Table 3 average", "paper"] == 75.7
+
+
+def test_the_papers_json_is_what_the_report_reads():
+    for paper in list_papers():
+        json.dumps(paper_numbers(paper))  # plain JSON, no NaN
