@@ -111,9 +111,22 @@ def test_the_report_marks_a_value_computed_by_another_protocol(tmp_path):
         "zeroshot": {**zs, "imagenet": {"acc": 0.6, "subset": 1000, "subset_seed": 1}},
         "retrieval": {"mscoco_captions": {**coco, "layout": "coco_test_karpathy.json"}},
     }, options={"zeroshot": {"subset": 1000, "subset_skip": ""}})
+    for folder, ties in ((same, "strict"), (other, "clip_benchmark")):  # CLIP_benchmark's argmax where the paper ran the official rule
+        record = {"benchmark": "winoground", "metrics": {"text": 0.3, "image": 0.1, "group": 0.08}, "ties": ties, "options": {}}
+        (folder / "winoground.json").write_text(json.dumps(record))
     from compclip.eval.report import load_results
 
     frame, about, not_run = paper_comparison(load_results([same, other]), "clic", "CLIC-LAION")
+    assert frame.loc["Winoground text", "other protocol"] == "ties=clip_benchmark (paper: strict)"
+    whole = tmp_path / "whole"  # every ZS-10 dataset scored whole; a retrieval result that records no options (another tool's)
+    whole.mkdir()
+    (whole / "zeroshot.json").write_text(json.dumps({"metrics": {n: {"acc": 0.5} for n in ten}, "ties": "strict", "options": {}}))
+    (whole / "retrieval.json").write_text(json.dumps({"metrics": {"mscoco_captions": {**coco, "layout": "coco_karpathy_test.json"}}}))
+    lone, _, _ = paper_comparison(load_results([whole]), "clic", "CLIC-LAION")
+    assert lone.loc["ZS-10", "whole protocol"].startswith(
+        "zeroshot.subset=unrecorded (paper: 1000); zeroshot.subset_seed=unrecorded (paper: 1); food101 subset=None (paper: 1000); ")
+    assert lone.loc["MSCOCO text retrieval R@5", "whole protocol"] == (
+        "retrieval.captions=unrecorded (paper: pre_caption); retrieval.max_words=unrecorded (paper: 30)")
     assert frame.loc["ZS-10", "same"] == pytest.approx(100 * sum(0.5 + i / 100 for i in range(10)) / 10)
     assert frame.loc["ZS-10", "paper"] == 61.0 and frame.loc["ImageNet", "paper"] == 61.7
     assert (frame["same protocol"] == "").all()
