@@ -239,7 +239,7 @@ def test_train_clic_freezes_the_vision_tower_and_alternates(tmp_path):
 
 def partner_data(root, n=12):
     """n coloured images, portrait and landscape in turn, each with its own one-line caption."""
-    (root / "img").mkdir()
+    (root / "img").mkdir(parents=True)
     rows = []
     for i in range(n):
         size = (30, 60) if i % 2 else (60, 30)
@@ -269,6 +269,14 @@ def test_the_reader_draws_each_partner_from_the_whole_data_of_the_same_orientati
     assert all(caption.startswith("A picture number") for *_, caption in drawn)
     assert len({partner for _, _, partner, _, _ in drawn}) > 3  # drawn, not a fixed neighbour
     assert draw() == drawn and draw(epoch=1) != drawn
+    # each record draws from its own seeded sequence: one sequence for all would give most records of an orientation the
+    # same partner (the first of that orientation it yields)
+    many = partner_data(tmp_path / "many", n=40)
+    reader = open_reader(str(many), transform=PairViews(model))
+    reader.partners, reader.sample_seed = True, 0
+    partners = [(s["portrait"], s["partner"]["key"]) for s in reader]
+    for portrait in (True, False):
+        assert len({key for p, key in partners if p == portrait}) >= 8, partners
 
 
 def test_clic_pairs_each_image_with_its_drawn_partner(tmp_path):

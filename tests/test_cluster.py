@@ -3,6 +3,7 @@ files. Each case asserts what is on disk afterwards."""
 import contextlib
 import os
 import stat
+import tempfile
 
 import pytest
 
@@ -35,6 +36,8 @@ def test_written_files_and_folders_honour_the_umask_as_open_would(tmp_path, mask
             tmp.write_text("x")
         with atomic_dir(tmp_path / "folder") as tmp:
             (tmp / "inside.txt").write_text("y")
+            (tmp / "sub").mkdir(mode=0o700)  # as mkdtemp and mkstemp make them: private until written out
+            os.close(tempfile.mkstemp(dir=tmp / "sub", prefix="deep")[0])
         model, _, _ = load_model("compclip-tiny-clip")
         save_checkpoint(model, tmp_path / "ckpt", state={"step": 1})
         export(tmp_path / "ckpt", str(tmp_path / "export"), "open_clip")
@@ -43,9 +46,10 @@ def test_written_files_and_folders_honour_the_umask_as_open_would(tmp_path, mask
     file_mode, folder_mode = mode(tmp_path / "plain.txt"), mode(tmp_path / "plain")
     assert file_mode == 0o666 & ~mask and folder_mode == 0o777 & ~mask
     written = [*(tmp_path / "ckpt").iterdir(), *(tmp_path / "export").iterdir()]
-    for path in (tmp_path / "result.json", tmp_path / "report.md", tmp_path / "folder" / "inside.txt", *written):
+    deep = next((tmp_path / "folder" / "sub").iterdir())
+    for path in (tmp_path / "result.json", tmp_path / "report.md", tmp_path / "folder" / "inside.txt", deep, *written):
         assert mode(path) == file_mode, path
-    for path in (tmp_path / "folder", tmp_path / "ckpt", tmp_path / "export"):
+    for path in (tmp_path / "folder", tmp_path / "folder" / "sub", tmp_path / "ckpt", tmp_path / "export"):
         assert mode(path) == folder_mode, path
 
 

@@ -660,6 +660,34 @@ def test_retrieval_reads_coco_val2017s_own_caption_file(tmp_path):
     assert m["image_retrieval_recall@1"] == pytest.approx(2 / 3)  # "red and blue" ties both images: strict counts a miss
 
 
+def test_zeroshot_at_exactly_five_classes_with_a_class_no_image_has(tmp_path):
+    """CLIP_benchmark's figures at the boundary: top-5 is defined from 5 classes on (here it is every class, so 1.0); the
+    mean per-class recall runs over the classes that have images (sklearn's balanced accuracy leaves out a class only
+    predicted); with one dataset the record's top level holds its figures, where `clip_benchmark build` reads them."""
+    base = tmp_path / "zeroshot" / "five"
+    images = {"0_red": ["red", "yellow", "blue"], "1_green": ["green"], "2_blue": ["blue", "green"], "3_rg": ["yellow"], "4_gb": []}
+    for folder, colours in images.items():
+        (base / folder).mkdir(parents=True)
+        for k, colour in enumerate(colours):
+            solid(base / folder / f"{k}.png", colour)
+    names = ["red", "green", "blue", "red green", "green blue"]
+    (base / "classnames.txt").write_text("\n".join(names) + "\n")
+    (base / "templates.txt").write_text("{}\n")
+    result = run("zeroshot", tmp_path)
+    m = result.metrics["five"]
+    weights = ensemble([[n] for n in names])
+    pixels = np.array([COLOURS[c] for cs in images.values() for c in cs], dtype=np.float64) > 127
+    labels = [label for label, cs in enumerate(images.values()) for _ in cs]
+    scores = (pixels / np.linalg.norm(pixels, axis=1, keepdims=True)) @ weights.T
+    right = [all(row[y] > v for j, v in enumerate(row) if j != y) for row, y in zip(scores, labels, strict=True)]
+    recall = [np.mean([r for r, y in zip(right, labels, strict=True) if y == c]) for c in sorted(set(labels))]
+    assert (m["classes"], m["n"]) == (5, 7) and 0 < np.mean(right) < 1
+    assert m["acc1"] == pytest.approx(np.mean(right)) and m["acc5"] == 1.0
+    assert m["mean_per_class_recall"] == pytest.approx(np.mean(recall)) and len(recall) == 4
+    assert {k: result.metrics[k] for k in ("acc1", "acc5", "mean_per_class_recall")} == {
+        k: m[k] for k in ("acc1", "acc5", "mean_per_class_recall")}
+
+
 def test_zeroshot_subset_is_clics_seeded_draw_and_imagenet_stays_whole(tmp_path):
     """CLIC's ZS-10: each dataset's images in torchvision ImageFolder order, shuffled by np.random.shuffle after
     np.random.seed(1), the first 1,000 scored (here 5 of 12); ImageNet is scored whole."""

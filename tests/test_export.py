@@ -458,3 +458,48 @@ def test_the_guard_names_the_right_config_and_reads_what_files_say(tmp_path):
     plain = tmp_path / "plain.safetensors"  # a plain state dict says nothing: loaded as asked
     save_file(state, plain)
     load_model("compclip-tiny-clip", pretrained=str(plain), force_quick_gelu=True)
+
+
+@pytest.mark.parametrize("tower", ["vision_model", "text_model"])
+def test_the_agreement_guard_refuses_when_one_tower_alone_disagrees(tmp_path, monkeypatch, tower):
+    """A conversion whose image tower (or text tower) alone drifts is refused, naming that tower's difference, and the
+    other's is ~0: the guard takes the larger of the two, not one of them. The drift is a real weight of the converted
+    model nudged after the conversion, as a mapping bug would leave it."""
+    model, _, _ = load_model("compclip-tiny-clip")
+    convert = to_hf.convert
+
+    def drifting(*args, **kwargs):
+        hf, kind = convert(*args, **kwargs)
+        norm = getattr(hf, tower).post_layernorm if tower == "vision_model" else hf.text_model.final_layer_norm
+        with torch.no_grad():  # not a uniform scale, which the normalised embedding would not show
+            norm.weight.add_(torch.randn(norm.weight.shape, generator=torch.Generator().manual_seed(0)) * 0.5)
+        return hf, kind
+
+    monkeypatch.setattr(to_hf, "convert", drifting)
+    ckpt = save_checkpoint(model, tmp_path / "ckpt")
+    with pytest.raises(to_hf.UnmappableError, match="embeddings differ from open_clip's") as caught:
+        export(ckpt, tmp_path / "hf", "hf")
+    image, text = (float(v) for v in __import__("re").findall(r"(?:image|text) ([0-9.e+-]+)", str(caught.value)))
+    moved, still = (image, text) if tower == "vision_model" else (text, image)
+    assert moved > to_hf.AGREEMENT_TOLERANCE > 10 * still
+    assert not (tmp_path / "hf").exists()
+
+
+def test_the_card_shows_the_newest_result_of_a_benchmark_for_these_weights(tmp_path):
+    """Two results of one benchmark for the exported weights: the card's table shows the newer file, wherever it sorts;
+    a result of other weights, however new, is not shown."""
+    from compclip.export.card import find_results
+
+    def result(folder, acc, sha, age):
+        path = tmp_path / folder / "sugarcrepe.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"dataset": "sugarcrepe", "weights_sha256": sha, "metrics": {"overall": acc}}))
+        os.utime(path, (1_700_000_000 - age, 1_700_000_000 - age))
+
+    result("a_rerun", 0.71, "ours", age=0)  # newest, and first by name
+    result("b_first_try", 0.65, "ours", age=3600)
+    result("c_other_model", 0.99, "theirs", age=-60)
+    found = find_results("ours", [tmp_path])
+    assert [r["metrics"]["overall"] for r in found] == [0.71]
+    os.utime(tmp_path / "b_first_try" / "sugarcrepe.json", (1_700_000_100, 1_700_000_100))
+    assert [r["metrics"]["overall"] for r in find_results("ours", [tmp_path])] == [0.65]

@@ -171,6 +171,11 @@ def test_negclip_never_exchanges_the_two_ends_of_a_symmetric_relation():
     assert "A banana sitting on a pitcher next to a counter." in negatives[captions[3]]
     assert "a white couch next to a red table" in negatives[captions[4]]
     assert "a white table next to a red couch" not in negatives[captions[4]]
+    plural = {"Two dogs are next to three cats.": "Three cats are next to two dogs.",  # "are": the plural's verb
+              "Some cows are beside a fence.": "A fence are beside some cows."}
+    for r in extract(list(plural), "noun-phrases,pos"):
+        found = swap_negatives(r["caption"], r, k=20)
+        assert plural[r["caption"]] not in found, found
     # real COCO captions holding such a connector: each refused swap has the relation's words alone between its two ends
     coco = [a["caption"].strip() for a in json.loads(shared_data("coco", "captions_val2017.json").read_text())["annotations"]]
     holding = [c for c in coco if re.search(r"\b(next to|near|beside|plus)\b", c)][:400]
@@ -404,6 +409,16 @@ def test_a_swap_past_the_context_is_no_negative():
         batch = method.collate([{"image": torch.zeros(3, 64, 64), "caption": c} for c in (long, short)], tokenizer)
         assert batch["negative_image"].tolist() == [1] * len(swap_negatives(short, records[short], 2, kinds=method.parts[0].swaps))
         assert batch["negative_text"].shape[0] == batch["negative_image"].shape[0] > 0
+    # hardneg's replace form: the long caption's colour swaps fall past the context and go; the draws that pick the
+    # columns they replace go with them, so each kept negative keeps its own caption's draw
+    from compclip.methods.text import caption_rng
+
+    method = build_method("hardneg", negatives=3, negative_classes="color")  # "A dog." is an object keyword inside the context
+    batch = method.collate([{"image": torch.zeros(3, 64, 64), "caption": c} for c in (long, short)], tokenizer)
+    made = keyword_negatives(short, ("color",), k=3)
+    assert batch["negative_image"].tolist() == [1] * len(made) and len(made) > 1
+    assert batch["negative_draw"].tolist() == [caption_rng(0, "column", short).random()] * len(made)
+    assert torch.equal(batch["negative_text"], tokenizer(made))
 
 
 @pytest.mark.parametrize("method", ["negclip", "c2lip+hardneg"])

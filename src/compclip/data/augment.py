@@ -81,11 +81,16 @@ class BatchedView:
     def of(cls, transform: Callable) -> BatchedView | None:
         """The batched form of open_clip's training transform `transform`, or None where it does more than crop and
         normalise (colour jitter, grey scale, timm's augmentations) or crops otherwise."""
-        from open_clip.transform import MaybeConvertMode, MaybeToTensor
-        from torchvision.transforms import InterpolationMode, Normalize, RandomResizedCrop
+        from open_clip import transform as oc
+        from torchvision.transforms import InterpolationMode, Normalize, RandomResizedCrop, ToTensor
 
         steps = getattr(transform, "transforms", None)
-        if steps is None or [type(t) for t in steps] != [RandomResizedCrop, MaybeConvertMode, MaybeToTensor, Normalize]:
+        if steps is None or len(steps) != 4:
+            return None
+        kinds = [type(t) for t in steps]
+        newer = kinds == [RandomResizedCrop, getattr(oc, "MaybeConvertMode", None), getattr(oc, "MaybeToTensor", None), Normalize]
+        older = steps[1] is getattr(oc, "_convert_to_rgb", None) and kinds[::2] == [RandomResizedCrop, Normalize] and kinds[2] is ToTensor
+        if not (newer or older):  # open_clip 3.3's steps, or those of 3.2 and before (a function converting to RGB, ToTensor)
             return None
         crop, _, _, normalize = steps
         if crop.interpolation != InterpolationMode.BICUBIC or crop.size[0] != crop.size[1]:
