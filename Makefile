@@ -12,7 +12,7 @@ LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
 # them from there in seconds, where a newer release is a 3 GB download on every fresh machine.
 LOCK_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test lint install lock test-compat clean
+.PHONY: demo test lint install lock test-compat test-lowest clean
 
 install: $(STAMP)
 
@@ -50,5 +50,19 @@ test-compat: $(STAMP)
 	$(VENV)/bin/uv pip install --python $(COMPAT)/bin/python --no-deps -e .
 	HF_HUB_OFFLINE=1 $(COMPAT)/bin/python -m pytest -n 2 -q -p no:cacheprovider
 
+# The suite on the oldest release of each dependency pyproject.toml admits (uv's lowest-direct resolution), in its own
+# venv, with torch and torchvision held at the lock's pair (the previous torch is test-compat's; pip takes them from this
+# machine's disk). A floor the suite fails on is raised in pyproject.toml: docs/benchmarks.md has the last run.
+LOWEST ?= .venv-lowest
+test-lowest: $(STAMP)
+	@test -x $(LOWEST)/bin/python || $(PYTHON) -m venv $(LOWEST)
+	printf '%s\n' $(LOCK_PINS) > $(LOWEST)/pins.txt
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra hf --extra wandb --resolution lowest-direct --constraint $(LOWEST)/pins.txt \
+		$(LOCK_TARGET) --quiet --output-file $(LOWEST)/requirements.lock
+	$(LOWEST)/bin/python -m pip install --quiet --disable-pip-version-check -r $(LOWEST)/requirements.lock
+	$(LOWEST)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(LOWEST)/bin/python -m pip check
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(LOWEST)/bin/python -m pytest -n 2 -q -p no:cacheprovider
+
 clean:
-	rm -rf $(VENV) $(COMPAT) build src/*.egg-info runs
+	rm -rf $(VENV) $(COMPAT) $(LOWEST) build src/*.egg-info runs

@@ -282,3 +282,32 @@ def test_wandb_without_a_login_is_one_line_saying_what_to_do(tmp_path, capsys, m
                                                   f"login` to log in.); run `wandb login`, or set WANDB_MODE=offline to log into "
                                                   f"{out / 'wandb'} and `wandb sync` it later"), err
     assert not (out / "checkpoints").exists() and not (out / "log.jsonl").exists()
+
+
+def test_validation_figures_are_open_clip_trains_evaluate_on_the_same_batches(tmp_path):
+    """--val-data's figures against open_clip_train's own `evaluate` over the same images, captions and batches of 4 (the
+    last one of 2): `clip_val_loss` is the batch losses weighted by size, the ranks are over the whole set."""
+    from types import SimpleNamespace
+
+    from open_clip_train.train import evaluate as open_clip_evaluate
+
+    from compclip.models import load_model
+    from compclip.train.evaluation import validation_metrics
+
+    data = make_dataset(tmp_path, n=10)
+    model, preprocess, tokenizer = load_model("compclip-tiny-clip")
+    model.eval()
+    cfg = settings_config(tmp_path, "run", val_data=str(data), batch_size=4)
+    ours = validation_metrics(model, preprocess, tokenizer, cfg, torch.device("cpu"))
+    rows = [line.split(",", 1) for line in data.read_text().splitlines()[1:]]
+    pairs = [(preprocess(Image.open(tmp_path / image).convert("RGB")), tokenizer([caption])[0]) for image, caption in rows]
+    loader = torch.utils.data.DataLoader(pairs, batch_size=4)
+    loader.num_samples = len(pairs)
+    args = SimpleNamespace(rank=0, local_rank=0, device="cpu", precision="fp32", distributed=False, horovod=False, val_frequency=1,
+                           epochs=1, zeroshot_frequency=0, save_logs=False, wandb=False)
+    model.output_dict = True  # open_clip_train reads the model's outputs by name
+    theirs = open_clip_evaluate(model, {"val": SimpleNamespace(dataloader=loader)}, 1, args, tokenizer=tokenizer)
+    assert ours["val/clip_val_loss"] == pytest.approx(theirs["clip_val_loss"], rel=1e-5)
+    for key in ("image_to_text_mean_rank", "text_to_image_median_rank", "image_to_text_R@1", "text_to_image_R@5"):
+        assert ours[f"val/{key}"] == pytest.approx(theirs[key]), key
+    assert ours["val/num_samples"] == theirs["num_samples"] == 10

@@ -279,11 +279,11 @@ def test_eval_hook_and_tensorboard(tmp_path):
         return {"probe": float(step)}
 
     cfg = TrainConfig(method="siglip", model="compclip-tiny-clip", train_data=str(data), out=str(tmp_path / "run"),
-                      batch_size=8, steps=4, lr=1e-4, workers=0, eval_every=2, optimizer="adamw", weight_decay=0.1)
+                      batch_size=8, steps=5, lr=1e-4, workers=0, eval_every=2, optimizer="adamw", weight_decay=0.1)
     train(cfg, eval_hook=hook)
-    assert calls == [(2, False), (4, False)]  # evaluated in eval mode, training resumes after
+    assert calls == [(2, False), (4, False), (5, False)]  # in eval mode, training resumes after; the last step, off the period, too
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
-    assert [r.get("eval/probe") for r in records] == [None, 2.0, None, 4.0]
+    assert [r.get("eval/probe") for r in records] == [None, 2.0, None, 4.0, 5.0]
     assert set(records[0]) >= {"siglip", "loss", "lr", "images_per_s", "logit_scale", "epoch"}
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
 

@@ -37,7 +37,7 @@ LEGEND_COLUMNS = 6  # at most, below the axes; a figure grows by a legend row ev
 def _legend_below(fig, models: int) -> None:
     """The legend under the axes, a column per model up to `LEGEND_COLUMNS` (the figure is laid out `constrained`, so it
     is never clipped and never over the data)."""
-    fig.legend(loc="outside lower center", ncol=min(models, LEGEND_COLUMNS), fontsize=8)
+    fig.legend(loc="outside lower center", ncol=max(1, min(models, LEGEND_COLUMNS)), fontsize=8)  # matplotlib < 3.8: ncol 0 fails
 
 
 def grouped_bars(df, title: str, out: str | Path) -> Path:

@@ -152,8 +152,11 @@ def _upgrade(out: Path, manifest: dict[str, Any]) -> None:
     """Rewrite a format-1 store (Parquet shards of nested columns, hex keys) as format 2 without parsing again."""
     import pyarrow.parquet as pq
 
-    def record(row: dict[str, Any]) -> dict[str, Any]:
-        tuples = lambda name: [tuple(d.values()) for d in row[name]]  # noqa: E731
+    fields = {"noun_phrases": ("text", "start", "end"), "pos": ("text", "start", "end", "pos"), "graph_nodes": ("text", "start", "end"),
+              "keywords": ("class", "keyword", "start", "end"), "graph_edges": ("relation", "subject", "object")}
+
+    def record(row: dict[str, Any]) -> dict[str, Any]:  # by name: a writer may order a struct's fields otherwise (pyarrow 14 sorts)
+        tuples = lambda name: [tuple(d[f] for f in fields[name]) for d in row[name]]  # noqa: E731
         rec = {"caption": row["caption"], **{name: tuples(name) for name in ("noun_phrases", "pos", "keywords") if name in row}}
         if "graph_nodes" in row:
             rec["graph"] = {"nodes": tuples("graph_nodes"), "edges": tuples("graph_edges")}

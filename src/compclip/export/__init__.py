@@ -3,10 +3,10 @@ CLIP_benchmark and the hub read too) and Hugging Face transformers (`CLIPModel`,
 code loads), each folder with a model card."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from ..errors import UsageError
+from ..extras import need
 from ..io import atomic_dir
 from ..progress import Stages
 from .card import CARD_MARK, check_license, find_results, model_card
@@ -81,8 +81,8 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
     else:
         out = Path(out)
         _check_folder(out, force)
-        if fmt == "hf" and importlib.util.find_spec("transformers") is None:
-            raise UsageError("--format hf writes for transformers, which is not installed: pip install 'compclip[hf]'")
+        if fmt == "hf":
+            need("transformers", "--format hf")
     from ..models import load_model
     from ..models.checkpoint import check_checkpoint_folder, weights_sha256
     from .openclip import export_open_clip, method_notes, write_open_clip_folder

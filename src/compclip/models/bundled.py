@@ -42,13 +42,15 @@ WORDPIECE_VOCAB = (*_SPECIALS, *_WORDS, *(c for c in _CHARACTERS if c not in _WO
 
 def wordpiece_folder() -> Path:
     """The folder of `compclip-tiny-siglip-hf`'s tokenizer in Hugging Face's format (what `AutoTokenizer` loads),
-    written once under the user's cache (`$XDG_CACHE_HOME/compclip`, else `~/.cache/compclip`)."""
+    written once under the user's cache (`$XDG_CACHE_HOME/compclip`, else `~/.cache/compclip`), one per transformers
+    major version: 5.x saves a tokenizer class (`TokenizersBackend`) that 4.x cannot load."""
+    import transformers
     from transformers import PreTrainedTokenizerFast
 
     from ..io import atomic_dir
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "compclip" / "tokenizers"
-    folder = cache / f"compclip-wordpiece-{len(WORDPIECE_VOCAB)}"
+    folder = cache / f"compclip-wordpiece-{len(WORDPIECE_VOCAB)}-transformers{transformers.__version__.split('.')[0]}"
     if not (folder / "tokenizer.json").is_file():
         from tokenizers import Tokenizer, models, pre_tokenizers, processors
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
-import importlib.util
 import json
 import logging
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from open_clip.tokenizer import HFTokenizer
 from open_clip.transform import PreprocessCfg, image_transform_v2
 
 from ..errors import DataError, DownloadError, UsageError
+from ..extras import need
 from . import bundled
 from .checkpoint import DIGEST_ATTR, SPEC_ATTR, WEIGHTS_NAME, check_checkpoint_folder, load_weights, trained_activation, unwrap
 
@@ -119,8 +119,7 @@ def _refuse_remote_code(source: str) -> None:
 
 
 def _need_transformers(source: str) -> None:
-    if importlib.util.find_spec("transformers") is None:
-        raise UsageError(f"the tokenizer of {source} is a Hugging Face one: pip install 'compclip[hf]' (transformers)")
+    need("transformers", f"the tokenizer of {source} (a Hugging Face one)")
 
 
 def _tokenizer_for(name: str, cfg: dict[str, Any]) -> LazyTokenizer:

@@ -154,19 +154,23 @@ def flat_scores(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
 
 def validation_metrics(model: torch.nn.Module, preprocess, tokenizer, cfg: TrainConfig, device: torch.device) -> dict[str, float]:
     """open_clip_train's `evaluate` over --val-data: each (image, caption) pair is its own query and its only match
-    (`get_clip_metrics`: mean and median rank, R@1/5/10, both ways) and the mean contrastive loss of the whole set
-    as one batch (`clip_val_loss`)."""
+    over the whole set (`get_clip_metrics`: mean and median rank, R@1/5/10, both ways), and `clip_val_loss`, the
+    contrastive loss of each batch of --batch-size pairs, averaged weighted by the batch's size (`cumulative_loss /
+    num_samples`: a loss of batches as training sees them, not of the whole set as one)."""
     from ..data import open_reader
 
     reader = open_reader(cfg.val_data, transform=preprocess, **reader_kwargs(cfg, cfg.val_data, image_root=None))
-    images, texts = [], []
+    images, texts, losses = [], [], []
     batch: list[dict[str, Any]] = []
     dtype = image_dtype(model)
+    scale = model.logit_scale.exp().float().cpu()
 
     def flush():
         pixels = torch.stack([s["image"] for s in batch]).to(device, dtype=dtype)
         images.append(F.normalize(model.encode_image(pixels).float(), dim=-1).cpu())
         texts.append(F.normalize(model.encode_text(tokenizer([s["caption"] for s in batch]).to(device)).float(), dim=-1).cpu())
+        logits, labels = scale * images[-1] @ texts[-1].T, torch.arange(len(batch))
+        losses.append(((F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2).item() * len(batch))
         batch.clear()
 
     for sample in reader:
@@ -178,10 +182,8 @@ def validation_metrics(model: torch.nn.Module, preprocess, tokenizer, cfg: Train
     if not images:
         raise DataError(f"--val-data {cfg.val_data}: no readable image-caption pair ({reader.skips.summary()})")
     image_features, text_features = torch.cat(images), torch.cat(texts)
-    logits_per_image = model.logit_scale.exp().float().cpu() * image_features @ text_features.T
-    metrics = clip_metrics(logits_per_image)
-    labels = torch.arange(len(image_features))
-    metrics["clip_val_loss"] = ((F.cross_entropy(logits_per_image, labels) + F.cross_entropy(logits_per_image.T, labels)) / 2).item()
+    metrics = clip_metrics(scale * image_features @ text_features.T)
+    metrics["clip_val_loss"] = sum(losses) / len(image_features)
     metrics["num_samples"] = float(len(image_features))
     return {f"val/{k}": v for k, v in metrics.items()}
 

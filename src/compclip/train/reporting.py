@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..extras import need
 from ..io import append_line, atomic_path
 
 WANDB_ID_NAME = "wandb_id"  # the W&B run of this folder: a resumed run logs into the same one
@@ -42,10 +43,9 @@ class Reporters:
 
 def _wandb_run(out: Path, config: dict[str, Any], project: str):
     """The folder's W&B run, named after it, made on its first start and resumed on the next ones."""
-    try:
-        import wandb
-    except ImportError:
-        raise UsageError("--report-to wandb needs the wandb package: pip install 'compclip[wandb]'") from None
+    need("wandb", "--report-to wandb")
+    import wandb
+
     id_file = out / WANDB_ID_NAME
     if not id_file.is_file():
         with atomic_path(id_file) as tmp:

@@ -1,0 +1,28 @@
+"""The optional dependencies, checked at the command that needs one: a missing or too old package is one line naming
+it, the version needed and the install command, as transformers checks its own at import. The minimums are
+pyproject.toml's extras (a test keeps them equal), each the oldest release the suite passes on (`make test-lowest`)."""
+from __future__ import annotations
+
+import re
+from importlib import metadata
+
+from .errors import UsageError
+
+MINIMUM = {"transformers": ("5.4", "hf"), "wandb": ("0.17", "wandb")}  # package: (oldest release that works, extra)
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The numeric release of a version string ("5.4.0.dev0" → (5, 4, 0)), enough to compare with a minimum."""
+    found = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in found.group().split(".")) if found else ()
+
+
+def need(package: str, what: str) -> None:
+    """Refuse `what` (a flag or command, as the user typed it) unless `package` is installed at its minimum or newer."""
+    minimum, extra = MINIMUM[package]
+    try:
+        found = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        raise UsageError(f"{what} needs {package}>={minimum}, which is not installed: pip install 'compclip[{extra}]'") from None
+    if release(found) < release(minimum):
+        raise UsageError(f"{what} needs {package}>={minimum}, and {found} is installed: pip install -U 'compclip[{extra}]'")
