@@ -383,3 +383,29 @@ def test_zeroshot_class_weights_are_renormalised_after_the_prompt_mean(tiny, tmp
         images = F.normalize(model.encode_image(torch.stack([preprocess(Image.open(f).convert("RGB")) for f in files])), dim=-1)
     assert max(norms) - min(norms) > 0.01  # the means differ in norm: an unnormalised mean would score otherwise
     assert torch.allclose(scorer.class_scores(files, prompts), images @ weights.T, atol=1e-5)
+
+
+def test_the_embedding_cache_keeps_precisions_apart_and_sees_an_image_rewritten_at_its_size(tiny, tmp_path):
+    """An entry written at fp32 is not read at bf16 (each precision its own folder); an image replaced by another of the
+    same byte size is encoded again (its modification time is part of the key)."""
+    from compclip.eval import DualEncoderScorer
+
+    for name, colour in (("a.png", (200, 30, 30)), ("b.png", (30, 30, 200))):
+        Image.new("RGB", (32, 32), colour).save(tmp_path / name)
+    files = [tmp_path / "a.png", tmp_path / "b.png"]
+    fp32 = DualEncoderScorer(*tiny, workers=0, cache_dir=tmp_path / "cache").images(files)
+    again = DualEncoderScorer(*tiny, workers=0, cache_dir=tmp_path / "cache")
+    assert torch.equal(again.images(files), fp32) and again.encoded["images"] == 0
+    bf16 = DualEncoderScorer(*tiny, workers=0, cache_dir=tmp_path / "cache", precision="amp_bf16")
+    low = bf16.images(files)
+    assert bf16.encoded["images"] == 2 and not torch.equal(low, fp32) and torch.allclose(low, fp32, atol=0.05)
+    assert sorted(p.name.rsplit("-", 1)[1] for p in (tmp_path / "cache").iterdir()) == ["amp_bf16", "fp32"]
+    size = files[0].stat().st_size
+    Image.new("RGB", (32, 32), (30, 200, 30)).save(files[0])  # green where red was: a solid PNG of the same byte size
+    assert files[0].stat().st_size == size
+    later = files[0].stat().st_mtime_ns + 1_000_000_000
+    os.utime(files[0], ns=(later, later))
+    fresh = DualEncoderScorer(*tiny, workers=0, cache_dir=tmp_path / "cache")
+    rows = fresh.images(files)
+    assert fresh.encoded["images"] == 2 and not torch.equal(rows[0], fp32[0])
+    assert torch.equal(rows, DualEncoderScorer(*tiny, workers=0).images(files))

@@ -45,17 +45,26 @@ def test_resume_from_a_path_or_latest(tmp_path):
         train(settings_config(tmp_path, "c", resume=str(tmp_path / "a" / "checkpoints" / "step_0000002"), lr=0.5))
 
 
-def test_grad_clip_norm_bounds_the_update(tmp_path):
-    """Plain SGD: one step moves the weights by exactly lr × the clipped norm, when the gradient's norm exceeds it."""
+@pytest.mark.parametrize("precision", ["fp32", "amp"])
+def test_grad_clip_norm_bounds_the_update(tmp_path, precision):
+    """Plain SGD: one step moves the weights by exactly lr × the clipped norm, when the gradient's norm exceeds it. Under
+    amp the norm is clipped after the loss scale (2^16, halved on each overflow, whose step is skipped) is taken off the
+    gradients: each finite norm logged is the true one, not 10^4 times it."""
     from compclip.train.trainer import Trainer
 
-    trainer = Trainer(settings_config(tmp_path, "a", steps=1, optimizer="sgd", lr=0.1, schedule="const", grad_clip_norm=0.01,
-                                      report_to="none"))
+    steps = 1 if precision == "fp32" else 8
+    trainer = Trainer(settings_config(tmp_path, "a", steps=steps, optimizer="sgd", lr=0.1, schedule="const", grad_clip_norm=0.01,
+                                      report_to="none", precision=precision))
+    assert trainer.scaler.is_enabled() == (precision == "amp")
     before = [p.detach().clone() for p in trainer._trained()]
     trainer.run()
     moved = math.sqrt(sum(float((p.detach() - b).pow(2).sum()) for p, b in zip(trainer._trained(), before, strict=True)))
-    assert logged(tmp_path, "a", "grad_norm")[1] > 0.01
-    assert moved == pytest.approx(0.1 * 0.01, rel=1e-3)
+    norms = [v for v in logged(tmp_path, "a", "grad_norm").values() if math.isfinite(v)]
+    assert norms and all(0.01 < v < 1e3 for v in norms), norms  # fp32's first is 156
+    if precision == "fp32":
+        assert moved == pytest.approx(0.1 * 0.01, rel=1e-3)
+    else:  # each step taken moves by at most lr × the clip norm
+        assert 0 < moved <= 0.1 * 0.01 * len(norms) * (1 + 1e-3)
     assert not (tmp_path / "a" / "tensorboard").exists()  # --report-to none: log.jsonl alone
 
 
@@ -143,6 +152,13 @@ def test_dataset_resampled_draws_shards_with_replacement(tmp_path):
     assert len(set(shards[:5])) == len(set(shards[5:10])) == 1  # whole shards, in their order, drawn at random
     drawn = [[c.split()[1] for c in epoch(seed, 0)][::5] for seed in range(10)]
     assert any(len(set(d)) < len(d) for d in drawn)  # with replacement: some epoch draws a shard twice
+    # two DataLoader workers: each draws its half of the epoch from its own seeded sequence of shards, the same each run
+    reader = WebDatasetReader(urls)
+    reader.resampled, reader.sample_seed = 12, 0
+    runs = [[s["caption"] for s in torch.utils.data.DataLoader(reader, batch_size=None, num_workers=2)] for _ in range(2)]
+    assert runs[0] == runs[1] and len(runs[0]) == 12
+    parts = [[c.split()[1] for c in runs[0][w::2]] for w in (0, 1)]  # the loader takes a sample from each worker in turn
+    assert len(parts[0]) == len(parts[1]) == 6 and parts[0] != parts[1]
 
 
 def test_val_metrics_against_brute_force():
@@ -311,3 +327,36 @@ def test_validation_figures_are_open_clip_trains_evaluate_on_the_same_batches(tm
     for key in ("image_to_text_mean_rank", "text_to_image_median_rank", "image_to_text_R@1", "text_to_image_R@5"):
         assert ours[f"val/{key}"] == pytest.approx(theirs[key]), key
     assert ours["val/num_samples"] == theirs["num_samples"] == 10
+
+
+def test_each_precision_casts_inputs_and_autocasts_as_open_clip_does():
+    """Every --precision against open_clip's `get_input_dtype` and open_clip_train's `get_autocast`: fp16's and pure_fp16's
+    images go in as float16, bf16's as bfloat16, the amp forms in float32 under autocast of their dtype."""
+    import contextlib
+
+    import open_clip
+    from open_clip_train.precision import get_autocast
+
+    from compclip.precision import TRAIN_PRECISIONS, autocast, input_dtype
+
+    cpu = torch.device("cpu")
+    for precision in TRAIN_PRECISIONS:
+        assert input_dtype(precision) == open_clip.get_input_dtype(precision), precision
+        ours, theirs = autocast(cpu, precision), get_autocast(precision, device_type="cpu")
+        if theirs is contextlib.suppress:
+            assert not isinstance(ours, torch.autocast), precision
+        else:
+            assert isinstance(ours, torch.autocast) and ours.fast_dtype == theirs().fast_dtype, precision
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("fp16", torch.float16), ("amp", torch.float32), ("bf16", torch.bfloat16)])
+def test_the_trainer_feeds_images_in_the_precisions_input_dtype(tmp_path, precision, dtype):
+    """What reaches the image tower in a real step: 16-bit weights take 16-bit images, autocast takes float32."""
+    from compclip.train.trainer import Trainer
+
+    trainer = Trainer(settings_config(tmp_path, "a", steps=1, precision=precision, model="compclip-tiny-clip", report_to="none",
+                                      skip_nonfinite=1))
+    seen = []
+    trainer.model.visual.register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
+    trainer.run()
+    assert seen and set(seen) == {dtype}
