@@ -28,10 +28,26 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks research
 
+# The oldest transformers an export promises to load in (docs/guide.md), older than compclip's own: a folder put first on
+# the path of the test that loads both exports with it (tests/test_export.py), the rest of .venv beneath it.
+TF_FLOOR := $(VENV)/transformers-4.40
+$(TF_FLOOR)/.done: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --target $(TF_FLOOR) transformers==4.40.2 tokenizers==0.19.1 \
+		huggingface_hub==0.36.2
+	@touch $@
+
+# CLIP_benchmark, whose `build` must read compclip's result folders (tests/test_eval.py), with what its command line
+# imports and .venv lacks: a folder put first on that test's path. Pinned, as the lock pins the rest.
+BENCH := $(VENV)/clip-benchmark
+$(BENCH)/.done: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --target $(BENCH) clip-benchmark==1.6.2 scikit-learn==1.9.1 \
+		scipy==1.17.1 joblib==1.6.0 threadpoolctl==3.8.0 cloudpickle==3.1.3 narwhals==2.29.0 pycocoevalcap==1.2 pycocotools==2.0.11
+	@touch $@
+
 # Two workers on two cores, one thread each: torch's threads in both workers (and in the processes they start) would
 # otherwise ask for twice the cores there are.
-test: lint
-	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q
+test: lint $(TF_FLOOR)/.done $(BENCH)/.done
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 COMPCLIP_TRANSFORMERS_FLOOR_PATH=$(TF_FLOOR) COMPCLIP_BENCH_PATH=$(BENCH) $(PY) -m pytest -n 2 -q
 
 lock: $(STAMP)
 	printf '%s\n' $(LOCK_PINS) > $(VENV)/lock-pins.txt
