@@ -625,7 +625,7 @@ def test_progress_bars_in_a_terminal_name_what_they_count(tmp_path):
     (tmp_path / "captions.csv").write_text(data.read_text())
     shown = _in_a_terminal(["eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", str(tmp_path / "root"),
                             "--workers", "0", "--out", str(tmp_path / "results")], tmp_path)
-    assert "retrieval: images" in shown and "retrieval: texts" in shown, shown[-2000:]
+    assert "retrieval/set: images" in shown and "retrieval/set: texts" in shown, shown[-2000:]  # the benchmark and its dataset
     model, _, _ = load_model("compclip-tiny-clip")
     save_checkpoint(model, tmp_path / "ckpt")
     shown = _in_a_terminal(["export", str(tmp_path / "ckpt"), str(tmp_path / "exported")], tmp_path)

@@ -109,20 +109,26 @@ class Scorer:
 
     encoded: dict[str, int]  # what the scorer computed in this run, for the log
     label = ""  # what is being scored (a benchmark, or a benchmark's split): the progress bars name it
+    part = ""  # the benchmark's split, dataset or class being scored now (`at`)
 
     @contextlib.contextmanager
     def labelled(self, label: str) -> Iterator[None]:
         """Inside the block, the scorer's progress bars are named `label: images` and `label: texts`."""
-        before, self.label = self.label, label
+        before, self.label, self.part = (self.label, self.part), label, ""
         try:
             yield
         finally:
-            self.label = before
+            self.label, self.part = before
+
+    def at(self, part: str) -> None:
+        """A benchmark scores its part `part` (a split, a dataset) from here on: the bars say `label/part: images`."""
+        self.part = part
 
     def _bar(self, iterable, what: str, total: int):
         """One bar a batch of encoding, named by what it scores; gone from the terminal once done (a benchmark's splits
         would otherwise stack a dozen finished bars)."""
-        return progress(iterable, f"{self.label}: {what}" if self.label else what, total=total, unit="batch", leave=False)
+        name = self.label if not self.part or self.label.endswith(f"/{self.part}") else "/".join(filter(None, (self.label, self.part)))
+        return progress(iterable, f"{name}: {what}" if name else what, total=total, unit="batch", leave=False)
 
     def pairs(self, images: Sequence[Image], texts: Sequence[str], boxes: Sequence[Box] | None = None) -> torch.Tensor:
         """One score per (images[k], texts[k]), of the image or its `boxes[k]` crop."""

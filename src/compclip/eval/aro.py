@@ -228,6 +228,7 @@ class AROOrder(Benchmark):
         options = options or OrderOptions()
         missing, metrics, absent = Missing.of(scorer), {}, {}
         for split in splits or self.splits:
+            scorer.at(split)
             if not self.file(root, split).is_file():
                 absent[str(self.file(root, split))] = f"absent: {split} not scored"
                 continue

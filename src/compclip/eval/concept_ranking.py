@@ -64,6 +64,7 @@ class ConceptRanking(Benchmark):
         missing, metrics = Missing.of(scorer), {}
         options = options or Options()
         for cls, examples in self.examples(root, splits or self.splits, options.object_names, options.max_per_class).items():
+            scorer.at(cls)
             kept = [e for e in examples if missing.keep([coco_image(root, e[0])])]
             images = [coco_image(root, f) for f, _ in kept]
             correct = first_option_wins(scorer, images, [opts for _, opts in kept], ties)

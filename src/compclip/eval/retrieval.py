@@ -164,6 +164,7 @@ class Retrieval(Benchmark):
         missing, metrics, absent = Missing.of(scorer), {}, {}
         options = options or Options()
         for folder in self.datasets(root):
+            scorer.at(folder.name)
             file = layout_file(folder)
             if file is None:
                 absent[str(folder)] = f"no {', '.join(LAYOUTS)}: not scored"

@@ -52,6 +52,7 @@ class SugarCrepe(Benchmark):
         missing, metrics = Missing.of(scorer), {}
         present, absent = self.present(root, splits)
         for split in present:
+            scorer.at(split)
             records = self.records(root, split)
             kept = [r for r in records if missing.keep([coco_image(root, r["filename"])])]
             images = [coco_image(root, r["filename"]) for r in kept]

@@ -32,6 +32,7 @@ class SugarCrepePP(SugarCrepe):
         missing, metrics = Missing.of(scorer), {}
         present, absent = self.present(root, splits)
         for split in present:
+            scorer.at(split)
             records = self.records(root, split)
             p1, p2, n = ([r[k] for r in records] for k in ("caption", "caption2", "negative_caption"))
             p1_p2 = scorer.text_pairs(p1, p2)

@@ -100,6 +100,7 @@ class WhatsUp(Benchmark):
         absent = {str(root / "whatsup" / SUBSETS[s][0]): f"absent: subset {s} not scored"
                   for s in splits or self.splits if s not in present}
         for split in present:
+            scorer.at(split)
             kept = [e for e in self.examples(root, split) if missing.keep([e[0]])]
             correct = first_option_wins(scorer, [image for image, _, _ in kept], [opts for _, opts, _ in kept], ties)
             metrics[split] = {**accuracy(correct), "prepositions": grouped(correct, [preposition(split, r) for _, _, r in kept])}

@@ -109,6 +109,7 @@ class ZeroShot(Benchmark):
         classnames, templates = (read_json(Path(f)) if f else {} for f in (options.classnames, options.templates))
         metrics, missing = {}, Missing.of(scorer)
         for folder in self.datasets(root):
+            scorer.at(folder.name)
             classes = sorted(p for p in folder.iterdir() if p.is_dir())
             names, names_from = self.classnames(folder, classes, classnames, options.classnames)
             if len(names) != len(classes):
