@@ -324,9 +324,9 @@ os._exit(0)  # as a stopped command leaves: past the pool's finaliser
 
 
 def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path):
-    """Two processes under torchrun: SIGTERM to torchrun (which passes it on), or SIGUSR1 to each rank (as srun delivers a
-    job's --signal to its tasks). Both ranks stop after the same step with one checkpoint of both, and the same command
-    resumes to the losses of a run never stopped."""
+    """Two processes under torchrun: SIGTERM to torchrun (which passes it on), SIGUSR1 to each rank (as srun delivers a
+    job's --signal to its tasks), or to one rank alone (a signal that reached one node). Both ranks stop after the same
+    step with one checkpoint of both, and the same command resumes to the losses of a run never stopped."""
     import signal
     import subprocess
     import sys
@@ -345,12 +345,12 @@ def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(t
 
     straight = subprocess.run(cmd("straight"), env=env_for_children(), capture_output=True, text=True, timeout=300)
     assert straight.returncode == 0, straight.stderr[-2000:]
-    for sig, to in (("SIGTERM", "torchrun"), ("SIGUSR1", "ranks")):
+    for sig, to in (("SIGTERM", "torchrun"), ("SIGUSR1", "ranks"), ("SIGUSR1", "one")):
         proc = subprocess.Popen(cmd(to), env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for_steps(tmp_path / to / "log.jsonl", 3, proc)
         targets = [proc.pid] if to == "torchrun" else children(proc.pid)
         assert len(targets) == (1 if to == "torchrun" else 2)
-        for pid in targets:
+        for pid in targets[-1:] if to == "one" else targets:  # "one": the last rank alone, not the one that logs
             os.kill(pid, getattr(signal, sig))
         _, err = proc.communicate(timeout=120)
         assert proc.returncode != 0

@@ -414,3 +414,25 @@ def test_the_embedding_cache_keeps_precisions_apart_and_sees_an_image_rewritten_
     rows = fresh.images(files)
     assert fresh.encoded["images"] == 2 and not torch.equal(rows[0], fp32[0])
     assert torch.equal(rows, DualEncoderScorer(*tiny, workers=0).images(files))
+
+
+@pytest.mark.parametrize(("ties", "expected"), [("clip_benchmark", 1.0), ("strict", 0.0), ("official", 0.0)])
+def test_blind_scores_under_the_tie_rule_the_run_was_given(tmp_path, ties, expected):
+    """A split whose true and false captions are the same text ties on every image, blind or not: the blind score follows
+    --ties as the real one does (CLIP_benchmark's rule gives the tie to the caption listed first; SugarCrepe's own, strict,
+    counts it wrong)."""
+    from compclip.eval import EvalConfig, evaluate
+
+    root = tmp_path / "data"
+    (root / "coco" / "val2017").mkdir(parents=True)
+    (root / "sugarcrepe").mkdir()
+    rows = {}
+    for i, colour in enumerate(("red", "blue")):
+        Image.new("RGB", (32, 32), colour).save(root / "coco" / "val2017" / f"{i}.jpg")
+        rows[str(i)] = {"filename": f"{i}.jpg", "caption": f"a {colour} car", "negative_caption": f"a {colour} car"}
+    (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps(rows))
+    records = evaluate(EvalConfig(model="compclip-tiny-clip", benchmark="sugarcrepe/swap_att", out=str(tmp_path / "out"),
+                                  data_root=str(root), workers=0, device="cpu", blind=True, ties=ties))
+    record = records["sugarcrepe/swap_att"]
+    assert record["ties"] == ("strict" if ties == "official" else ties)
+    assert record["metrics"]["swap_att"]["acc"] == record["blind"]["swap_att"]["acc"] == expected
