@@ -726,3 +726,20 @@ def test_results_of_other_weights_are_refused_before_the_model_loads(tmp_path, c
     code, _, err = run_main(capsys, "-q", "eval", "--model", folder, "--benchmark", "retrieval", "--data-root", tmp_path,
                             "--out", out, "--device", "cpu")
     one_error_line(code, err, f"--out {out} holds results of another model")
+
+
+def test_a_resume_on_an_image_array_refuses_its_captions_edited_beside_it(tmp_path, capsys):
+    """World data: the images in `images.npy`, their captions in the `scenes.jsonl` beside it. A caption rewritten at the
+    same size there, the array untouched, is other data too."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "images.npy", rng.integers(0, 256, (8, 32, 32, 3), dtype=np.uint8))
+    lines = [json.dumps({"caption": f"a {c} square"}) for c in ("red", "blue") * 4]
+    (tmp_path / "scenes.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "run"
+    assert run_main(capsys, *TRAIN, "--train-data", str(tmp_path / "images.npy"), "--out", str(out), "--save-every", "1")[0] == 0
+    text = (tmp_path / "scenes.jsonl").read_text()
+    (tmp_path / "scenes.jsonl").write_text(text.replace("a red square", "a der square", 1))
+    code, _, err = run_main(capsys, *TRAIN[:-1], "2", "--train-data", str(tmp_path / "images.npy"), "--out", str(out), "--save-every", "1")
+    one_error_line(code, err, "names other files now (2 files of", "their contents differ: edited in place")
