@@ -3,6 +3,7 @@ tests that name its area against the copy, and count the bugs the tests catch.
 
     .venv/bin/python tests/mutations.py            # every mutation below
     .venv/bin/python tests/mutations.py 3 7        # only those
+    .venv/bin/python tests/mutations.py --tests-from ab18f61 57 58   # against an older commit's tests: caught before?
 
 Each mutation is (file under src/compclip, the exact text, its replacement, the pytest arguments of the tests to run).
 Each set of tests first runs on the unmutated code, which must pass (else "caught" would mean nothing). A mutation whose
@@ -100,10 +101,49 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/report.py", 'if "ties" in protocol and record.get("ties") != protocol["ties"]:', "if False:", "tests/test_papers.py"),
     ("eval/report.py", 'for member in spec["average"]]', 'for member in spec["average"][1:]]', "tests/test_papers.py"),
     ("eval/report.py", 'if columns[col].get("reproducible", True) is False:', "if False:", "tests/test_recipes.py -k report_sets"),
+    # a second round (issue 60): the cases a plain run does not show
+    ("eval/zeroshot.py", "if scores.shape[1] >= 5:", "if scores.shape[1] > 5:", P + "five_classes"),
+    ("eval/zeroshot.py", "recalls = [rate(correct[target == c]) for c in target.unique()]",
+     "recalls = [rate(correct[target == c]) for c in range(scores.shape[1])]", P + "five_classes"),
+    ("methods/negclip.py", r'_SYMMETRIC_GAP = re.compile(r"\s+(?:(?:is|are)\s+)?', r'_SYMMETRIC_GAP = re.compile(r"\s+(?:is\s+)?',
+     "tests/test_negatives.py -k symmetric"),
+    ("methods/hardneg.py", 'batch["negative_draw"] = torch.tensor(draws, dtype=torch.float64)[seen]',
+     'batch["negative_draw"] = torch.tensor(draws, dtype=torch.float64)', "tests/test_negatives.py -k past_the_context"),
+    ("io.py", "            for name in folders:\n                os.chmod(os.path.join(root, name), 0o777 & ~mask)",
+     "            for name in folders:\n                pass", "tests/test_cluster.py -k umask"),
+    ("export/hf.py", "if max(d_image, d_text) > AGREEMENT_TOLERANCE:", "if d_image > AGREEMENT_TOLERANCE:",
+     "tests/test_export.py -k one_tower"),
+    ("export/card.py", "if record[\"dataset\"] not in newest or mtime > newest[record[\"dataset\"]][0]:",
+     "if True:", "tests/test_export.py -k newest_result"),
+    ("data/readers.py", "random.Random(part_seed * 1_000_000_009 + pos)", "random.Random(part_seed)", "tests/test_clic.py -k whole_data"),
+    ("train/evaluation.py", "metrics[\"clip_val_loss\"] = sum(losses) / len(image_features)",
+     "metrics[\"clip_val_loss\"] = sum(losses) / len(losses) / len(image_features)", "tests/test_open_clip_habits.py -k open_clip_trains"),
+    ("train/evaluation.py", "return self.active and (step == self.cfg.steps or (every > 0 and step % every == 0))",
+     "return self.active and every > 0 and step % every == 0", "tests/test_train.py -k eval_hook"),
+    ("scoring.py", 'self.cache = Path(cache_dir) / f"{model_key(model)}-{precision}" if cache_dir else None',
+     'self.cache = Path(cache_dir) / model_key(model) if cache_dir else None', "tests/test_eval.py -k precisions_apart"),
+    ("scoring.py", 'ids = [f"{k}|{st.st_size}|{st.st_mtime_ns}" for k, st in zip(keys, stats, strict=True)]',
+     'ids = [f"{k}|{st.st_size}" for k, st in zip(keys, stats, strict=True)]', "tests/test_eval.py -k precisions_apart"),
+    ("train/trainer.py", "                    self.scaler.unscale_(self.optimizer)\n", "", "tests/test_open_clip_habits.py -k grad_clip"),
+    ("train/trainer.py", "dtype=images_in if v.ndim == 4 and v.is_floating_point() else None",
+     "dtype=None", "tests/test_open_clip_habits.py -k input_dtype"),
+    ("data/readers.py", "rng = random.Random(((self.sample_seed or 0) + self.epoch) * 1_000_003 + index)",
+     "rng = random.Random(((self.sample_seed or 0) + self.epoch) * 1_000_003)", "tests/test_open_clip_habits.py -k resampled"),
+    ("eval/run.py", "record[\"blind\"] = null_nans(bench.run(scorer, root, rule, job.splits",
+     "record[\"blind\"] = null_nans(bench.run(scorer, root, bench.ties, job.splits", "tests/test_eval.py -k tie_rule_the_run"),
+    ("train/trainer.py", "dist.all_reduce(flag, op=dist.ReduceOp.MAX)", "dist.all_reduce(flag, op=dist.ReduceOp.MIN)",
+     "tests/test_cluster.py -k preempted_torchrun"),
+    ("data/readers.py", 'names = [str(f) for a in text.split("::") for f in (Path(a), Path(a).with_name("scenes.jsonl"))]',
+     'names = text.split("::")', k("image_array_refuses")),
+    ("concepts/build.py", "tuples = lambda name: [tuple(d[f] for f in fields[name]) for d in row[name]]",
+     "tuples = lambda name: [tuple(d.values())[::-1] for d in row[name]]", "tests/test_concept_store.py -k previous_format"),
+    ("extras.py", "    if release(found) < release(minimum):", "    if False:", "tests/test_extras.py"),
+    ("plots.py", "ncol=max(1, min(models, LEGEND_COLUMNS))", "ncol=min(models, LEGEND_COLUMNS) or 6", "tests/test_plots.py"),
 ]
 
 
-def run(mutation: tuple[str, str, str, str], scratch: Path) -> str:
+def run(mutation: tuple[str, str, str, str], scratch: Path, tests_root: Path = ROOT) -> str:
+    """"caught", "MISSED" or "stale"; `tests_root` holds the tests/ to run (the checkout's, or an older commit's)."""
     file, old, new, tests = mutation
     src = scratch / "src"
     if src.exists():
@@ -114,21 +154,37 @@ def run(mutation: tuple[str, str, str, str], scratch: Path) -> str:
     if old and text.count(old) != 1:
         return "stale"
     target.write_text(text.replace(old, new), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *shlex.split(tests)], cwd=ROOT,
+    env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "COMPCLIP_SHARED": os.environ.get("COMPCLIP_SHARED", str(ROOT.parent / "shared"))}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *shlex.split(tests)], cwd=tests_root,
                           env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode == 5:  # no test of that name there (an older commit's tests): nothing could catch it
+        return "MISSED"
     return "caught" if done.returncode != 0 else "MISSED"
 
 
-def main(chosen: list[int]) -> None:
+def tests_at(rev: str, scratch: Path) -> Path:
+    """The tests/ of commit `rev`, beside the current pyproject.toml (pytest's settings), in a folder of their own."""
+    root = scratch / f"tests-{rev}"
+    if not root.exists():
+        root.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "tests"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+        shutil.copy(ROOT / "pyproject.toml", root)
+    return root
+
+
+def main(chosen: list[int], rev: str | None = None) -> None:
+    """With `rev` (--tests-from REV), each bug meets the tests of that commit instead: how many the suite caught before."""
     picked = [(i, m) for i, m in enumerate(MUTATIONS) if not chosen or i in chosen]
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="compclip-mutations-") as scratch:
+        tests_root = tests_at(rev, Path(scratch)) if rev else ROOT
         for tests in dict.fromkeys(m[3] for _, m in picked):  # the unmutated code must pass, or "caught" means nothing
-            if run(("io.py", "", "", tests), Path(scratch)) != "MISSED":
+            if run(("io.py", "", "", tests), Path(scratch), tests_root) != "MISSED":
                 raise SystemExit(f"the tests fail on the unmutated code: {tests}")
         for i, mutation in picked:
-            outcome = run(mutation, Path(scratch))
+            outcome = run(mutation, Path(scratch), tests_root)
             outcomes.append(outcome)
             print(f"{i:3d} {outcome:7s} {mutation[0]}: {mutation[1].strip()[:60]!r} -> {mutation[2].strip()[:40]!r}", flush=True)
     caught = outcomes.count("caught")
@@ -136,4 +192,6 @@ def main(chosen: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]])
+    args = sys.argv[1:]
+    rev = args[args.index("--tests-from") + 1] if "--tests-from" in args else None
+    main([int(a) for a in args if a.isdigit()], rev)
