@@ -770,3 +770,14 @@ def test_a_damaged_concept_shard_is_named_with_its_repair_and_the_repair_works(t
     assert repaired.stdout.strip().splitlines()[-1] == "indexed 16 records"  # the distinct captions, as the first build
     resumed = subprocess.run(train, env=env, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
+def test_a_full_disk_reads_as_such_in_every_form_safetensors_words_it():
+    """safetensors 0.4.1 (the oldest pyproject.toml allows; `make test-lowest` met it) words a full disk as Rust's debug
+    form, newer releases as "os error 28": both are the disk, and another error is not."""
+    from compclip.io import WHY, _storage_errno
+
+    old = "Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No space left on device\" })"
+    new = "Error while serializing: I/O error: No space left on device (os error 28)"
+    assert _storage_errno(Exception(old)) == _storage_errno(Exception(new)) == 28 and WHY[28] == "the disk is full"
+    assert _storage_errno(Exception("Error while serializing: IoError(Os { code: 2, kind: NotFound })")) is None

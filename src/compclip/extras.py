@@ -8,7 +8,10 @@ from importlib import metadata
 
 from .errors import UsageError
 
-MINIMUM = {"transformers": ("5.4", "hf"), "wandb": ("0.17", "wandb")}  # package: (oldest release that works, extra)
+# package: (oldest release that works, extra). transformers: before 5.4 the processor crops other pixels than open_clip's
+# and before 5.18 a hub tokenizer does not load offline from a cache that records the repository has no config.json;
+# wandb: before 0.30 a W&B that cannot start prints Sentry's retries on a machine without network.
+MINIMUM = {"transformers": ("5.18", "hf"), "wandb": ("0.30", "wandb")}
 
 
 def release(version: str) -> tuple[int, ...]:

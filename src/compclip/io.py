@@ -28,12 +28,13 @@ WHY = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used u
 
 
 def _storage_errno(e: BaseException) -> int | None:
-    """The file-system reason behind a failed write, from an `OSError`, safetensors' "os error N", or torch.save's writer."""
+    """The file-system reason behind a failed write, from an `OSError`, safetensors' "os error N" (its older releases: the Rust
+    debug form, "Os { code: N, ..."), or torch.save's writer."""
     if isinstance(e, OSError) and e.errno in WHY:
         return e.errno
-    found = re.search(r"os error (\d+)", str(e))
-    if found and int(found.group(1)) in WHY:
-        return int(found.group(1))
+    found = re.search(r"os error (\d+)|Os \{ code: (\d+)", str(e))
+    if found and int(found.group(1) or found.group(2)) in WHY:
+        return int(found.group(1) or found.group(2))
     if isinstance(e, RuntimeError) and ("unexpected pos" in str(e) or "file write failed" in str(e)):
         return FULL
     return None
