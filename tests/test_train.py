@@ -62,9 +62,11 @@ def free_port() -> int:
 
 
 def env_for_children():
-    """The tree under test first (its src/, and tests/ for dist_grads), then whatever PYTHONPATH held: a child imports
-    this checkout's compclip, not an installed one."""
-    path = [str(HERE.parent / "src"), str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    """The tree under test first (the compclip this process imported, and tests/ for dist_grads), then whatever PYTHONPATH
+    held: a child imports the same compclip, not an installed one (nor, under tests/mutations.py, the unmutated one)."""
+    import compclip
+
+    path = [str(Path(compclip.__file__).parents[1]), str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(path)}
 
 
@@ -72,7 +74,9 @@ def test_children_import_the_tree_under_test():
     found = subprocess.run([sys.executable, "-c", "import compclip, dist_grads; print(compclip.__file__)"], env=env_for_children(),
                            capture_output=True, text=True, cwd="/", timeout=120)
     assert found.returncode == 0, found.stderr
-    assert Path(found.stdout.strip()) == HERE.parent / "src" / "compclip" / "__init__.py"
+    import compclip
+
+    assert Path(found.stdout.strip()) == Path(compclip.__file__)
 
 
 def load_result(path):
