@@ -33,8 +33,9 @@ def _storage_errno(e: BaseException) -> int | None:
     if isinstance(e, OSError) and e.errno in WHY:
         return e.errno
     found = re.search(r"os error (\d+)|Os \{ code: (\d+)", str(e))
-    if found and int(found.group(1) or found.group(2)) in WHY:
-        return int(found.group(1) or found.group(2))
+    code = int(found.group(1) or found.group(2)) if found else None
+    if code in WHY:
+        return code
     if isinstance(e, RuntimeError) and ("unexpected pos" in str(e) or "file write failed" in str(e)):
         return FULL
     return None

@@ -116,15 +116,15 @@ class ZeroShot(Benchmark):
                 raise DataError(f"{folder}: {len(classes)} class folders but {len(names)} class names (from {names_from})")
             prompts, prompts_from = self.prompts(folder, names, templates, options.templates)
             every = [(p, label) for label, c in enumerate(classes) for p in sorted(c.iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
-            if options.subset and folder.name not in options.subset_skip.split(","):
+            drawn = bool(options.subset) and folder.name not in options.subset_skip.split(",")
+            if drawn:
                 every = [every[i] for i in seeded_subset(len(every), options.subset, options.subset_seed)]
             kept = [(p, label) for p, label in every if missing.keep([p])]
             files, labels = [p for p, _ in kept], [label for _, label in kept]
             scores, target = scorer.class_scores(files, prompts), torch.tensor(labels, dtype=torch.long)
             correct = protocols.picks(scores, target, ties)
             metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), "classes": len(classes),
-                                    **({"subset": options.subset, "subset_seed": options.subset_seed}
-                                       if options.subset and folder.name not in options.subset_skip.split(",") else {}),
+                                    **({"subset": options.subset, "subset_seed": options.subset_seed} if drawn else {}),
                                     "prompts": sum(map(len, prompts)), "classnames_from": names_from, "templates_from": prompts_from}
         datasets = list(metrics.values())
         metrics["overall"] = mean(m["acc"] for m in datasets)
