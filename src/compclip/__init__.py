@@ -1,6 +1,7 @@
 """compclip: make contrastive vision-language models compositional.
 
-Kept import-light on purpose: `compclip --help` must not pay for torch.
+Kept import-light on purpose: `compclip --help` must not pay for torch; the names below load on first use.
+The library's public names are listed in docs/api.md.
 """
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
@@ -9,3 +10,10 @@ try:
     __version__ = _version("compclip")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
+
+from .lazy import lazy_names
+
+__getattr__ = lazy_names(__name__, {"evaluate": ".eval.run:evaluate_model", "load_results": ".eval.report:results_frame",
+                                     "build_method": ".methods", "load_model": ".models"})
+
+__all__ = ["__version__", "build_method", "evaluate", "load_model", "load_results"]

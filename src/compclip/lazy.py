@@ -7,14 +7,16 @@ from typing import Any
 
 
 def lazy_names(package: str, where: dict[str, str], first: str | None = None) -> Callable[[str], Any]:
-    """A module `__getattr__` for `package` that imports `where[name]` (a submodule, relative) when `name` is first read,
-    after `first` when one is given (a submodule whose import registers what the names serve)."""
+    """A module `__getattr__` for `package` that imports `where[name]` (a submodule, relative; `module:attribute` where the
+    name differs there) when `name` is first read, after `first` when one is given (a submodule whose import registers
+    what the names serve)."""
 
     def __getattr__(name: str) -> Any:
         if name not in where:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         if first is not None:
             import_module(first, package)
-        return getattr(import_module(where[name], package), name)
+        module, _, attribute = where[name].partition(":")
+        return getattr(import_module(module, package), attribute or name)
 
     return __getattr__

@@ -66,6 +66,27 @@ def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any
     return results
 
 
+def results_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
+    """Result folders as one tidy table, a row per score: model (the folder's label, as `report` names it), benchmark
+    (the result file's name), split (the metric's path, `/`-joined; "" for a benchmark's totals), metric, value (None
+    where nothing could be scored) and n (the examples behind it, where the result names them). Counts such as
+    `classes` and texts such as a layout are fields, not scores, and give no row."""
+    rows = []
+    for label, records in load_results([folders] if isinstance(folders, (str, Path)) else list(folders)).items():
+        for benchmark, record in records.items():
+            rows += [(label, benchmark, *row) for row in _scores(record["metrics"], ())]
+    return pd.DataFrame(rows, columns=["model", "benchmark", "split", "metric", "value", "n"]).astype({"n": "Int64"})
+
+
+def _scores(metrics: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[str, str, float | None, int | None]]:
+    n = metrics.get("n") if isinstance(metrics.get("n"), int) else None
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            yield from _scores(value, (*path, key))
+        elif value is None or isinstance(value, float):
+            yield "/".join(path), key, value, n
+
+
 def _read_result(file: Path) -> dict[str, Any]:
     """A result file as `compclip eval` writes it, refused in one line naming the file and the value when it does not
     parse, is not a result, or holds a score outside [0, 1] (a percentage, or another tool's scale: the tables would

@@ -34,7 +34,7 @@ from . import (  # noqa: F401 (importing a benchmark's module registers it, timm
 )
 from .base import REGISTRY, data_root
 from .config import EvalConfig
-from .scorer import UnreadableImagesError, load_scorer
+from .scorer import UnreadableImagesError, load_scorer, model_scorer
 
 log = logging.getLogger("compclip.eval")
 
@@ -118,7 +118,7 @@ def check_options(cfg: EvalConfig):
     jobs, root = resolve(cfg.benchmark), data_root(cfg.data_root)
     if not root.is_dir():
         raise MissingFileError(f"{root}: the data root is not a folder (--data-root or COMPCLIP_DATA)")
-    if Path(cfg.out).exists() and not Path(cfg.out).is_dir():
+    if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise UsageError(f"--out {cfg.out} is a file; results go into a folder")
     if cfg.ties not in TIE_OPTIONS:
         raise UsageError(f"--ties must be one of {', '.join(TIE_OPTIONS)}, not {cfg.ties!r}")
@@ -129,7 +129,8 @@ def check_options(cfg: EvalConfig):
     if cfg.precision is not None and cfg.precision not in PRECISIONS:
         raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, not {cfg.precision!r}")
     made = benchmark_options(jobs, cfg.bench_options)
-    check_writable(Path(cfg.out))  # last: it makes the folder
+    if cfg.out:
+        check_writable(Path(cfg.out))  # last: it makes the folder
     return jobs, root, made
 
 
@@ -186,53 +187,96 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     """
     device = resolve_device(cfg.device)
     jobs, root, made = check_options(cfg)
-    model, pretrained, ties, out = cfg.model, cfg.pretrained, cfg.ties, cfg.out
+    model, pretrained, out = cfg.model, cfg.pretrained, Path(cfg.out)
     file = weights_file(model, pretrained)  # refused before the model loads; checked again with the weights as loaded
-    refuse_another_models(Path(out), model, pretrained, sha256_of(file) if file else None, cfg.force)
+    refuse_another_models(out, model, pretrained, sha256_of(file) if file else None, cfg.force)
     precision = cfg.precision or ("amp" if device.startswith("cuda") else "fp32")
     scorer = load_scorer(model, pretrained, device=device, precision=precision, **cfg.scorer_settings)
     weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
-    if cfg.blind and not hasattr(scorer, "blind"):
-        raise UsageError(f"--blind replaces each image by the mean of the benchmark's images: {model}'s scorer "
+    # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
+    head = {"model": model, "pretrained": pretrained or "", "weights_sha256": weights, "precision": precision}
+    return run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, out,
+                    before_write=lambda: refuse_another_models(out, model, pretrained, weights, cfg.force))
+
+
+def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], data_root: str | Path | None = None,
+                   out: str | Path | None = None, *, name: str | None = None, method=None, device: str | None = None,
+                   **options: Any) -> dict[str, dict[str, Any]]:
+    """`compclip eval` on a model in memory: an open_clip model, a transformers CLIP/SigLIP model, or any module with
+    `encode_image` and `encode_text`. Returns `{benchmark: record}` and, given `out`, writes the same JSON files.
+
+    `preprocess` turns a PIL image into a tensor and `tokenizer` a list of texts into token ids, as open_clip's
+    `create_model_and_transforms` and `get_tokenizer` give them. `name` is the model's name in the records (default: its
+    class). `method`: the `compclip.methods` method it was trained with, when that brings its own scorer (OC-CLIP).
+    `device`: default, where the model's weights are. `options`: `compclip eval`'s other options by name (`ties`,
+    `bench_options`, `batch_size`, `workers`, `cache`, `precision`, `blind`, `force`).
+    """
+    from ..models.towers import two_towers
+
+    net = two_towers(model)
+    device = device or str(next(net.parameters()).device)
+    cfg = EvalConfig(model=name or type(model).__name__, benchmark=benchmarks, out=str(out) if out is not None else "",
+                     data_root=None if data_root is None else str(data_root), device=device, **options)
+    jobs, root, made = check_options(cfg)
+    precision = cfg.precision or ("amp" if device.startswith("cuda") else "fp32")
+    scorer = model_scorer(net, preprocess, tokenizer, method, device=device, precision=precision, **cfg.scorer_settings)
+    head = {"model": cfg.model, "pretrained": "", "weights_sha256": weights_sha256(net), "precision": precision}
+    folder = Path(out) if out is not None else None
+    return run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, folder,
+                    before_write=lambda: refuse_another_models(folder, cfg.model, None, head["weights_sha256"], cfg.force))
+
+
+def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: dict[str, Any], ties: str, blind: bool,
+             out: Path | None, before_write=lambda: None) -> dict[str, dict[str, Any]]:
+    """Each job's result record (`head`: the model's fields), written to `out/<job>.json` where `out` is given."""
+    if blind and not hasattr(scorer, "blind"):
+        raise UsageError(f"--blind replaces each image by the mean of the benchmark's images: {head['model']}'s scorer "
                          f"({type(scorer).__name__}) has no such mean")
     records = {}
     for job in jobs:
         bench = REGISTRY[job.name]
         rule = bench.ties if ties == "official" else ties
-        # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
-        record: dict[str, Any] = {"dataset": job.label, "model": model, "pretrained": pretrained or "", "weights_sha256": weights,
-                                  "task": bench.task,
-                                  "ties": rule, "ties_option": ties, "precision": precision, "compclip_version": __version__,
+        record: dict[str, Any] = {"dataset": job.label, "model": head["model"], "pretrained": head["pretrained"],
+                                  "weights_sha256": head["weights_sha256"], "task": bench.task, "ties": rule, "ties_option": ties,
+                                  "precision": head["precision"], "compclip_version": __version__,
                                   "options": dataclasses.asdict(made[job.name])}
         lacks = bench.lacks(root, job.splits)
         if lacks:
             log.error("%s: cannot run: %s", job.label, lacks)
             record.update(metrics={}, complete=False, lacks=lacks)
         else:
-            start = time.perf_counter()
-            with scorer.asked() if cfg.blind else contextlib.nullcontext(set()) as asked, scorer.labelled(job.label):
-                result = run_skipping_unreadable(bench, job.label, scorer, root, rule, job.splits, made[job.name])
-            if cfg.blind and asked:
-                with scorer.blind(asked), scorer.labelled(f"{job.label} (blind)"):
-                    record["blind"] = null_nans(bench.run(scorer, root, rule, job.splits, made[job.name]).metrics)[0]
-                if len(asked) == 1:
-                    record["blind_images"] = 1
-                    log.warning("%s: --blind: the benchmark scored one image, so its mean is that image and the blind "
-                                "score equals the real one by construction; it says nothing of the text prior", job.label)
-            metrics, nulls = null_nans(result.metrics)
-            record.update(metrics=metrics, complete=result.complete, missing_images=result.missing.report(), absent=result.absent,
-                          seconds=round(time.perf_counter() - start, 3))
-            if nulls:
-                record["null_metrics"] = {"metrics": nulls, "why": "no example could be scored: its images are missing "
-                                          "(see missing_images), its files are absent (see absent) or the split has no examples"}
-            if result.missing.files:
-                report = result.missing.report()
-                log.warning("%s: %d images missing, e.g. %s: results cover the rest and are marked incomplete",
-                            job.label, report["count"], ", ".join(report["examples"]))
-            for part, why in result.absent.items():
-                log.warning("%s: %s %s: results cover the rest and are marked incomplete", job.label, part, why)
-        refuse_another_models(Path(out), model, pretrained, weights, cfg.force)  # again: another eval may have begun meanwhile
-        write_json(Path(out) / job.file, record)
+            record.update(score_job(scorer, bench, job, root, rule, made[job.name], blind))
+        if out is not None:
+            before_write()  # again: another eval may have begun meanwhile
+            write_json(out / job.file, record)
         records[job.label] = record
     log.info("encoded %d images and %d captions", scorer.encoded["images"], scorer.encoded["texts"])
     return records
+
+
+def score_job(scorer, bench, job: Job, root: Path, rule: str, options: Any, blind: bool) -> dict[str, Any]:
+    """The scored fields of one job's record: metrics, completeness, what was missing, and the blind scores."""
+    fields: dict[str, Any] = {}
+    start = time.perf_counter()
+    with scorer.asked() if blind else contextlib.nullcontext(set()) as asked, scorer.labelled(job.label):
+        result = run_skipping_unreadable(bench, job.label, scorer, root, rule, job.splits, options)
+    if blind and asked:
+        with scorer.blind(asked), scorer.labelled(f"{job.label} (blind)"):
+            fields["blind"] = null_nans(bench.run(scorer, root, rule, job.splits, options).metrics)[0]
+        if len(asked) == 1:
+            fields["blind_images"] = 1
+            log.warning("%s: --blind: the benchmark scored one image, so its mean is that image and the blind "
+                        "score equals the real one by construction; it says nothing of the text prior", job.label)
+    metrics, nulls = null_nans(result.metrics)
+    fields.update(metrics=metrics, complete=result.complete, missing_images=result.missing.report(), absent=result.absent,
+                  seconds=round(time.perf_counter() - start, 3))
+    if nulls:
+        fields["null_metrics"] = {"metrics": nulls, "why": "no example could be scored: its images are missing "
+                                  "(see missing_images), its files are absent (see absent) or the split has no examples"}
+    if result.missing.files:
+        report = result.missing.report()
+        log.warning("%s: %d images missing, e.g. %s: results cover the rest and are marked incomplete",
+                    job.label, report["count"], ", ".join(report["examples"]))
+    for part, why in result.absent.items():
+        log.warning("%s: %s %s: results cover the rest and are marked incomplete", job.label, part, why)
+    return fields
