@@ -14,7 +14,7 @@ from PIL import Image
 
 from compclip.concepts import extract
 from compclip.methods import build_method
-from compclip.methods.clic import CLICLoss, Options, cross_sentence_swap
+from compclip.methods.clic import CLICPart, Options, cross_sentence_swap
 from compclip.methods.text import join_sentences
 from compclip.models import load_model
 from compclip.text import sentences
@@ -133,7 +133,7 @@ def test_positives_and_negative_follow_the_rule(setup):
 def test_the_negative_joins_its_two_sentences_in_random_order():
     """As the authors' get_hard_negative (random.shuffle of the two swapped sentences)."""
     records = {r["caption"]: r for r in extract(CAPTIONS[:2], "noun-phrases,pos")}
-    loss = CLICLoss()
+    loss = CLICPart()
     parsed = [([c[s:e] for s, e in sentences(c)], sentences(c)[0], records[c]) for c in CAPTIONS[:2]]
     firsts = {loss.texts(0, 1, parsed, random.Random(seed))[2].split(".")[0].split()[-1] for seed in range(40)}
     assert len(firsts) >= 2  # the last word of the negative's first sentence comes from either caption
@@ -184,12 +184,12 @@ def test_losses_equal_brute_force():
     owners = torch.tensor([0, 1, 3, 4])  # image 2 has no negative
     out = {"image_features": image, "text_features": positives[:, 0], "positive_features": positives[:, 1:],
            "negative_features": negatives, "negative_image": owners, "logit_scale": torch.tensor(6.0, dtype=torch.float64)}
-    terms = CLICLoss()(out)
+    terms = CLICPart()(out)
     cont, sneg, uni = brute_force_clic(image.tolist(), positives.tolist(), negatives.tolist(), owners.tolist(), 6.0)
     assert terms["cont"].item() == pytest.approx(0.5 * cont, rel=1e-12)
     assert terms["sneg"].item() == pytest.approx(0.5 * sneg, rel=1e-12)
     assert terms["uni"].item() == pytest.approx(uni, rel=1e-12)
-    plain = CLICLoss(Options(uni_distance="l2"))(out)["uni"].item()
+    plain = CLICPart(Options(uni_distance="l2"))(out)["uni"].item()
     assert plain == pytest.approx(sum(math.dist(*positives[i, :2].tolist()) for i in range(5)) / 5, rel=1e-12)
 
 

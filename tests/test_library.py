@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -87,3 +88,60 @@ def test_the_benchmark_registry_is_full_wherever_it_is_imported_from():
     code = "from compclip.eval.base import REGISTRY; print(len(REGISTRY), 'sugarcrepe' in REGISTRY, sorted(REGISTRY)[0])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.stdout.split() == ["12", "True", "aro_order"], out.stderr[-2000:]
+
+
+LOOP_METHODS = ("siglip", "clip", "c2lip", "hardneg", "negclip", "occlip", "clic")
+
+
+def test_loss_modules_in_a_plain_loop_equal_compclip_train_on_one_and_two_processes(tmp_path):
+    """Each method's loss module in a user's loop (tests/plain_loop.py: the model's own calls, the module, backward, DDP's
+    gradient mean) gives the loss and gradients of compclip's training step on the same batch (tests/dist_grads.py), and
+    two gloo processes, each holding half the batch, give those of one (CLIC, whose pairs compclip's step makes from
+    its own reader, on one and two processes only)."""
+    import dist_grads
+    import plain_loop
+    from compclip.train import DistEnv
+    from test_train import assert_same, env_for_children, free_port
+
+    one = {m: plain_loop.step(m) for m in LOOP_METHODS}
+    for method in LOOP_METHODS[:-1]:
+        terms, grads = dist_grads.compute(DistEnv(), 1, method)
+        assert_same(({"loss": sum(terms.values())}, grads), ({"loss": one[method][0]}, one[method][1]))
+    out = tmp_path / "two.pt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(Path(__file__).parent / "plain_loop.py"), str(out), ",".join(LOOP_METHODS)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env_for_children(), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    two = torch.load(out, weights_only=True)
+    for method in LOOP_METHODS:
+        assert_same(({"loss": two[method][0]}, two[method][1]), ({"loss": one[method][0]}, one[method][1]))
+
+
+def test_a_loss_built_for_one_process_refuses_a_process_group_of_two(tmp_path):
+    """Under torchrun without rank and world size, a loss would train each rank on its half: it says so instead."""
+    from test_train import env_for_children, free_port
+
+    script = tmp_path / "forgot.py"
+    script.write_text("import torch, torch.distributed as dist\nfrom compclip.methods import SigLIPLoss\n"
+                      "dist.init_process_group('gloo')\nx = torch.nn.functional.normalize(torch.randn(2, 4), dim=-1)\n"
+                      "try:\n    SigLIPLoss()(x, x, torch.tensor(10.0), torch.tensor(-10.0))\n"
+                      "except ValueError as e:\n    print(dist.get_rank(), e)\ndist.destroy_process_group()\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), str(script)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env_for_children(), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "SigLIPLoss runs in a process group of 2 ranks but was built for one" in result.stdout
+
+
+def test_a_part_reading_the_old_gathered_columns_is_an_error_not_a_local_loss():
+    from compclip.methods import LossPart, Method
+
+    class OldPart(LossPart):
+        name, contrastive = "old", True
+
+        def forward(self, out):
+            texts = out.get("all_text_features", out["text_features"])
+            return {"old": (out["image_features"] @ texts.T).sum()}
+
+    x = torch.randn(2, 4)
+    with pytest.raises(ValueError, match="asked for 'all_text_features': parts see this process's outputs only"):
+        Method("old", [OldPart()])({"image_features": x, "text_features": x})

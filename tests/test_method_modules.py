@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from compclip.eval import DualEncoderScorer, Scorer, load_scorer
+from compclip.gather import Gather
 from compclip.methods import register_method
-from compclip.methods.base import LossPart, image_rows, option, sigmoid_pairs_loss
+from compclip.methods.base import LossPart, option, sigmoid_pairs_loss
 from test_train import make_dataset
 
 
@@ -38,13 +39,16 @@ class GainLoss(LossPart):
         super().__init__()
         self.gain = nn.Parameter(torch.zeros(()))
         self.lr = lr
+        self.gather = Gather()  # the trainer sets the run's rank and world size (`Method.distribute`)
 
     def forward(self, out):
-        image, texts = out["image_features"], out.get("all_text_features", out["text_features"])
+        image, gather = out["image_features"], self.gather
+        counts = gather.counts(image)
+        texts = gather.rows(out["text_features"], counts)
         logits = self.gain.exp() * out["logit_scale"] * image @ texts.T + out["logit_bias"]
-        rows = image_rows(image.shape[0], image.device, out.get("image_offset", 0))
+        rows = gather.local_rows(counts, image.device)
         positive = rows[:, None] == torch.arange(texts.shape[0], device=image.device)[None, :]
-        return {"gain": sigmoid_pairs_loss(logits, positive, texts.shape[0])}
+        return {"gain": gather.total(sigmoid_pairs_loss(logits, positive, texts.shape[0]))}
 
     def scorer(self, model, preprocess, tokenizer, **kwargs):
         return GainScorer(DualEncoderScorer(model, preprocess, tokenizer, **kwargs), self.gain.detach())
@@ -176,8 +180,8 @@ def test_export_says_the_method_module_is_not_part_of_it(tmp_path):
 
 
 def test_gain_loss_is_siglip_at_zero_gain():
-    from compclip.methods.siglip import SigLIPLoss
+    from compclip.methods.siglip import SigLIPPart
 
     image, text = F.normalize(torch.randn(4, 8), dim=-1), F.normalize(torch.randn(4, 8), dim=-1)
     out = {"image_features": image, "text_features": text, "logit_scale": torch.tensor(10.0), "logit_bias": torch.tensor(-2.0)}
-    assert GainLoss(0.1)(out)["gain"].item() == pytest.approx(SigLIPLoss()(out)["siglip"].item())
+    assert GainLoss(0.1)(out)["gain"].item() == pytest.approx(SigLIPPart()(out)["siglip"].item())

@@ -21,6 +21,13 @@ from ..errors import UsageError
 from ..plugins import load_plugins
 from . import attswap, c2lip, clic, clip, hardneg, negclip, occlip, siglip
 from .base import LossPart, Method, MethodFactory, NoOptions, make_options, option, require_concept_fields
+from .c2lip import C2LIPLoss, ConceptLoss, concept_inputs
+from .clic import CLICLoss, PairViews, cross_sentence_swap, join_pair
+from .clip import CLIPLoss
+from .hardneg import HardNegativeLoss, keyword_negatives
+from .negclip import NegCLIPLoss, swap_negatives
+from .occlip import BindingModule, OCCLIPLoss
+from .siglip import SigLIPLoss
 
 _REGISTRY: dict[str, tuple[MethodFactory, type, tuple[str, ...]]] = {}
 
@@ -84,5 +91,7 @@ register_method("attswap", attswap.build, attswap.Options, ("noun_phrases", "pos
 
 load_plugins("compclip.methods")  # an installed package's entry points of this group register theirs
 
-__all__ = ["LossPart", "Method", "NoOptions", "build_method", "list_methods", "method_concept_fields", "method_options", "option",
-           "register_method"]
+__all__ = ["BindingModule", "C2LIPLoss", "CLICLoss", "CLIPLoss", "ConceptLoss", "HardNegativeLoss", "LossPart", "Method",
+           "NegCLIPLoss", "NoOptions", "OCCLIPLoss", "PairViews", "SigLIPLoss", "build_method", "concept_inputs", "cross_sentence_swap",
+           "join_pair", "keyword_negatives", "list_methods", "method_concept_fields", "method_options", "option", "register_method",
+           "swap_negatives"]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .base import LossPart, option
-from .negclip import SwapNegativeLoss
+from .negclip import SwapNegativePart
 
 
 @dataclass(frozen=True)
@@ -23,5 +23,5 @@ class Options:
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> Sequence[LossPart]:
-    return [SwapNegativeLoss(options.negatives, seed, "batch", swaps=("attribute",), name="attswap",
+    return [SwapNegativePart(options.negatives, seed, "batch", swaps=("attribute",), name="attswap",
                              everywhere=options.everywhere)]

@@ -6,12 +6,10 @@ A method is a list of parts. Each part may add fields to a batch in the data loa
 hard-negative InfoNCE); the others add terms (C2LIP's concept losses). In a combination
 such as `c2lip+hardneg`, a contrastive part named later replaces an earlier one.
 
-Loss terms see *local rows* (this process's images: `image_features`, `visual_tokens`,
-`text_features`, `concept_features`, `concept_image`) and *global columns* (`all_*`, the
-whole batch gathered over ranks with gradients), plus `image_offset` (the global index of
-the first local image) and `gather_image_rows` (stacks a tensor of one row per local image from
-every rank, with gradients). Each term sums over its local rows and divides by a global count,
-so the terms of all ranks add up to the full-batch loss (see `compclip.train.gather`).
+A part's `forward` sees this process's outputs only (`image_features`, `visual_tokens`, `text_features`,
+`concept_features`, `concept_image`, ...) and hands them to its loss module, a `compclip.gather.GatheredLoss` in
+open_clip's shape that gathers the other ranks' columns itself and returns the full-batch loss on every rank;
+`Method.distribute` gives every such module the run's rank and world size.
 """
 from __future__ import annotations
 
@@ -25,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UsageError
+from ..gather import Gather
 from ..models.tokens import encode_short_texts, text_token_states, visual_token_embeddings
 from ..options import NoOptions, option  # noqa: F401  (re-exported: methods declare options with them)
 from ..options import make_options as _make_options
@@ -149,6 +148,13 @@ class Method(nn.Module):
         for part in self.parts:
             part.begin_step(step)
 
+    def distribute(self, rank: int, world_size: int, group=None) -> Method:
+        """Make every loss module of the parts gather over `world_size` ranks (open_clip's arguments)."""
+        for module in self.modules():
+            if isinstance(getattr(module, "gather", None), Gather):
+                module.gather = Gather(rank, world_size, group)
+        return self
+
     def admits(self, caption: str) -> bool:
         return all(p.admits(caption) for p in self.parts)
 
@@ -239,10 +245,33 @@ class Method(nn.Module):
         return out
 
     def forward(self, out: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Every part's loss terms, each the full batch's value on every rank."""
         terms: dict[str, torch.Tensor] = {}
+        local = LocalOutputs(out)
         for part in self.parts:
-            terms.update(part(out))
+            terms.update(part(local))
         return terms
+
+
+class LocalOutputs(dict):
+    """This process's model outputs, as a part's `forward` reads them. The gathered columns (`all_*`, `image_offset`,
+    `gather_image_rows`) that parts once read are gone: asking for one is an error, never a local-batch loss."""
+
+    GONE = ("all_", "image_offset", "gather_image_rows")
+
+    def _refuse(self, key) -> None:
+        if isinstance(key, str) and key.startswith(self.GONE):
+            raise UsageError(f"a loss part asked for {key!r}: parts see this process's outputs only and gather the rest in their "
+                             "loss module (`compclip.gather.GatheredLoss`, e.g. `self.loss = SigLIPLoss()`), which "
+                             "`Method.distribute` sets up for every rank")
+
+    def __getitem__(self, key):
+        self._refuse(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self._refuse(key)
+        return super().get(key, default)
 
 
 BASE_OUTPUTS = {"image_features": ROWS, "text_features": ROWS, "visual_tokens": LOCAL_ROWS, "logit_scale": SCALAR,

@@ -19,15 +19,18 @@ from open_clip.tokenizer import basic_clean, canonicalize_text
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import UsageError
+from ..gather import GatheredLoss
 from ..models.factory import LazyTokenizer
 from ..models.tokens import encode_short_texts, visual_token_embeddings
-from .base import LossPart, Output, option, owned, require_concept_fields, sigmoid_pairs_loss
-from .siglip import SigLIPLoss
+from .base import LossPart, Method, Output, option, owned, require_concept_fields, sigmoid_pairs_loss
+from .siglip import SigLIPLoss, SigLIPPart
 
 __all__ = [
     "C2LIPLoss",
+    "ConceptLoss",
     "attribute_swaps",
     "concept_attention",
+    "concept_inputs",
     "concept_token_spans",
     "modified_phrases",
     "npc_loss",
@@ -259,7 +262,79 @@ class Options:
                                          "head noun has a modifier ('a red square', not 'the picture'); needs the store's POS tags")
 
 
-class C2LIPLoss(LossPart):
+class ConceptLoss(GatheredLoss):
+    """C2LIP's concept terms over the batch of every rank: `{"npc": λ_npc L_npc, "xac": λ_xac L_xac}`, each the full
+    batch's value on every rank (`compclip.gather`).
+
+    Inputs are this rank's: `image_features` (B, D) and `visual_tokens` (B, M, D) of its images; `concept_features` (K, D),
+    each concept's L2-normalised embedding, and `concept_image` (K,), the local index of the image whose caption it
+    comes from (`concept_inputs` computes them from a model); `swap_features` and `swap_image` likewise for the
+    attribute-swap negatives of `npc_negatives=swap_attributes` (ours), each read against its own image only.
+    `xac_attention` "cosine" attends with L2-normalised tokens (the released code's), "scaled" with the raw ones;
+    `xac_temperature` None: 1 (cosine) or √D (scaled).
+    """
+
+    def __init__(self, lambda_npc: float = 1.0, lambda_xac: float = 0.01, xac_attention: str = "cosine",
+                 xac_temperature: float | None = None, rank: int = 0, world_size: int = 1, group=None):
+        super().__init__(rank, world_size, group)
+        if xac_attention not in XAC_ATTENTION:
+            raise UsageError(f"xac_attention must be one of {', '.join(XAC_ATTENTION)}, not {xac_attention!r}")
+        self.lambda_npc, self.lambda_xac, self.cosine = lambda_npc, lambda_xac, xac_attention == "cosine"
+        self.temperature = xac_temperature if xac_temperature is not None else 1.0 if self.cosine else None
+
+    def forward(self, image_features, concept_features, visual_tokens, concept_image, logit_scale, logit_bias,
+                swap_features=None, swap_image=None) -> dict[str, torch.Tensor]:
+        self.gather.check("ConceptLoss")
+        counts = self.gather.counts(image_features)
+        concepts, owners = self.gather.owned(concept_features, concept_image, counts)
+        common = {"image_offset": self.gather.first(counts), "n_concepts": concepts.shape[0]}
+        tokens = F.normalize(visual_tokens, dim=-1) if self.cosine else visual_tokens
+        npc = npc_loss(image_features, concepts, owners, logit_scale, logit_bias, **common)
+        if swap_features is not None:
+            npc = npc + swap_negative_loss(image_features, swap_features, swap_image, logit_scale, logit_bias, common["n_concepts"])
+        xac = xac_loss(tokens, concepts, owners, logit_scale, logit_bias, self.temperature, **common)
+        return {"npc": self.gather.total(self.lambda_npc * npc), "xac": self.gather.total(self.lambda_xac * xac)}
+
+
+class C2LIPLoss(GatheredLoss):
+    """C2LIP's whole loss, L_siglip + λ_npc L_npc + λ_xac L_xac, in open_clip's shape: `C2LIPLoss(rank=, world_size=)(
+    image_features, text_features, concept_features, visual_tokens, concept_image, logit_scale, logit_bias)`; with
+    `output_dict=True` the three terms by name, as open_clip's `CoCaLoss`. Options as `ConceptLoss`'s."""
+
+    def __init__(self, lambda_npc: float = 1.0, lambda_xac: float = 0.01, xac_attention: str = "cosine",
+                 xac_temperature: float | None = None, rank: int = 0, world_size: int = 1, group=None):
+        super().__init__(rank, world_size, group)
+        self.siglip = SigLIPLoss(rank, world_size, group)
+        self.concepts = ConceptLoss(lambda_npc, lambda_xac, xac_attention, xac_temperature, rank, world_size, group)
+
+    def forward(self, image_features, text_features, concept_features, visual_tokens, concept_image, logit_scale, logit_bias,
+                swap_features=None, swap_image=None, output_dict: bool = False):
+        terms = {"siglip": self.siglip(image_features, text_features, logit_scale, logit_bias),
+                 **self.concepts(image_features, concept_features, visual_tokens, concept_image, logit_scale, logit_bias,
+                                 swap_features, swap_image)}
+        return terms if output_dict else sum(terms.values())
+
+
+def concept_inputs(model, tokenizer, images: torch.Tensor, captions: Sequence[str],
+                   phrases: Sequence[Sequence[tuple[str, int, int]]], options: Options = Options()) -> dict[str, torch.Tensor]:
+    """`C2LIPLoss`'s inputs from an open_clip model with gradients, as `compclip train` computes them: the images'
+    features and visual tokens, the captions' features, and each noun phrase's embedding pooled over its span of the
+    caption's token states (or encoded on its own, `concept_mode=separate`) with the index of its image. `phrases[i]`:
+    caption i's noun phrases as (text, start, end) characters, as spaCy's `noun_chunks` give them
+    (`compclip.concepts.extract` makes them); a phrase cut off by the context length is dropped."""
+    method = Method("c2lip", [SigLIPPart(), C2LIPPart(options)], concepts={})
+    samples = [{"image": image, "caption": caption, "concepts": {"noun_phrases": [tuple(p) for p in found]}}
+               for image, caption, found in zip(images, captions, phrases, strict=True)]
+    batch = method.collate(samples, tokenizer)
+    device = images.device
+    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    out = method.outputs(model, batch)
+    keys = ("image_features", "text_features", "concept_features", "visual_tokens", "concept_image", "logit_scale", "logit_bias")
+    return {k: out[k] for k in keys} | ({"swap_features": out["swap_features"], "swap_image": out["swap_image"]}
+                                        if "swap_features" in out else {})
+
+
+class C2LIPPart(LossPart):
     """λ_npc L_npc + λ_xac L_xac over the batch's noun-phrase concepts.
 
     Each caption's noun phrases come with the batch (`batch["concepts"]`, from the method's store); `mode` is "span"
@@ -282,8 +357,6 @@ class C2LIPLoss(LossPart):
         o = options
         if o.concept_mode not in ("span", "separate"):
             raise UsageError(f"concept mode must be 'span' or 'separate', not {o.concept_mode!r}")
-        if o.xac_attention not in XAC_ATTENTION:
-            raise UsageError(f"xac_attention must be one of {', '.join(XAC_ATTENTION)}, not {o.xac_attention!r}")
         if o.npc_negatives not in NPC_NEGATIVES:
             raise UsageError(f"npc_negatives must be one of {', '.join(NPC_NEGATIVES)}, not {o.npc_negatives!r}")
         if o.concept_phrases not in CONCEPT_PHRASES:
@@ -291,10 +364,17 @@ class C2LIPLoss(LossPart):
         self.only_modified = o.concept_phrases == "modified"
         self.swap_negatives = o.npc_negatives == "swap_attributes"
         self.mode, self.xac_attention, self.caption_concept = o.concept_mode, o.xac_attention, o.caption_concept
-        self.lambda_npc, self.lambda_xac = o.lambda_npc, o.lambda_xac
-        self.temperature = o.xac_temperature if o.xac_temperature is not None else 1.0 if o.xac_attention == "cosine" else None
+        self.loss = ConceptLoss(o.lambda_npc, o.lambda_xac, o.xac_attention, o.xac_temperature)
         if o.concept_mode == "separate":
             self.needs = frozenset({"visual_tokens"})
+
+    @property
+    def lambda_npc(self) -> float:
+        return self.loss.lambda_npc
+
+    @property
+    def lambda_xac(self) -> float:
+        return self.loss.lambda_xac
 
     def prepare(self, batch, samples, tokenizer):
         images, spans, texts, covered = [], [], [], []
@@ -344,22 +424,12 @@ class C2LIPLoss(LossPart):
             out["swap_image"] = batch["swap_image"]
 
     def forward(self, out):
-        concepts = out.get("all_concept_features", out["concept_features"])
-        owners = out.get("all_concept_image", out["concept_image"])
-        common = {"image_offset": out.get("image_offset", 0), "n_concepts": concepts.shape[0]}
-        scale, bias = out["logit_scale"], out["logit_bias"]
-        tokens = F.normalize(out["visual_tokens"], dim=-1) if self.xac_attention == "cosine" else out["visual_tokens"]
-        npc = npc_loss(out["image_features"], concepts, owners, scale, bias, **common)
-        if self.swap_negatives:
-            npc = npc + swap_negative_loss(out["image_features"], out["swap_features"], out["swap_image"], scale, bias,
-                                           common["n_concepts"])
-        return {
-            "npc": self.lambda_npc * npc,
-            "xac": self.lambda_xac * xac_loss(tokens, concepts, owners, scale, bias, self.temperature, **common),
-        }
+        swaps = (out["swap_features"], out["swap_image"]) if self.swap_negatives else (None, None)
+        return self.loss(out["image_features"], out["concept_features"], out["visual_tokens"], out["concept_image"],
+                         out["logit_scale"], out["logit_bias"], *swaps)
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     if options.concept_phrases == "modified":
         require_concept_fields(concepts, ("noun_phrases", "pos"), "c2lip with concept_phrases=modified")
-    return [SigLIPLoss(), C2LIPLoss(options)]
+    return [SigLIPPart(), C2LIPPart(options)]

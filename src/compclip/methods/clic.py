@@ -25,11 +25,12 @@ from open_clip.transform import PreprocessCfg
 from torchvision import transforms as T
 
 from ..errors import UsageError
+from ..gather import GatheredLoss
 from ..models.factory import train_preprocess
 from ..models.tokens import encode_short_texts
 from ..text import sentences
 from .base import ROWS, LossPart, Output, option, owned
-from .clip import clip_loss
+from .clip import CLIPLoss, clip_loss
 from .text import caption_rng, join_sentences, recase
 
 UNI_DISTANCES = ("squared", "l2")
@@ -133,7 +134,42 @@ class Options:
                                      "image's own micro-batch")
 
 
-class CLICLoss(LossPart):
+class CLICLoss(GatheredLoss):
+    """CLIC's loss on a batch of concatenated image pairs, over the batch of every rank: `CLICLoss(rank=, world_size=)(
+    image_features, positive_features, negative_features, negative_image, logit_scale)` gives
+    `{"cont": λ_cont L_Cont, "sneg": λ_neg L_S-Neg, "uni": λ_uni L_Uni}`, each the full batch's value on every rank.
+
+    `positive_features` (B, P, D): each pair image's P positive captions (p1 = s_i + s_m first, then p2 = s_m + s_i, p3, p4);
+    `negative_features` (K, D) with `negative_image` (K,), the local index of each negative's image (its cross-sentence
+    swap, from `cross_sentence_swap`). CLIC's plain steps (every second one) are `CLIPLoss`'s.
+    """
+
+    def __init__(self, lambda_cont: float = 0.5, lambda_neg: float = 0.5, lambda_uni: float = 1.0, uni_distance: str = "squared",
+                 rank: int = 0, world_size: int = 1, group=None):
+        super().__init__(rank, world_size, group)
+        if uni_distance not in UNI_DISTANCES:
+            raise UsageError(f"uni_distance must be one of {', '.join(UNI_DISTANCES)}, not {uni_distance!r}")
+        self.lambda_cont, self.lambda_neg, self.lambda_uni, self.uni_distance = lambda_cont, lambda_neg, lambda_uni, uni_distance
+
+    def forward(self, image_features, positive_features, negative_features, negative_image, logit_scale) -> dict[str, torch.Tensor]:
+        self.gather.check("CLICLoss")
+        image, positives, scale = image_features, positive_features, logit_scale
+        counts = self.gather.counts(image)
+        all_image, all_positives = self.gather.rows(image, counts), self.gather.rows(positives, counts)
+        offset, n = self.gather.first(counts), all_image.shape[0]
+        cont = sum(clip_loss(image, positives[:, k], scale, all_image=all_image, all_text=all_positives[:, k],
+                             image_offset=offset) for k in range(positives.shape[1])) / positives.shape[1]
+        owners = negative_image
+        s_pos = scale * (image[owners, None] * positives[owners]).sum(-1)  # (negatives, P)
+        s_neg = scale * (image[owners] * negative_features).sum(-1, keepdim=True)
+        sneg = F.softplus(s_neg - s_pos).mean(-1).sum() / n  # −log(e^p / (e^p + e^n)) = softplus(n − p)
+        gap = positives[:, 0] - positives[:, 1]
+        uni = (gap.square().sum(-1) if self.uni_distance == "squared" else gap.norm(dim=-1)).sum() / n
+        total = self.gather.total
+        return {"cont": total(self.lambda_cont * cont), "sneg": total(self.lambda_neg * sneg), "uni": total(self.lambda_uni * uni)}
+
+
+class CLICPart(LossPart):
     """½ L_Cont + ½ L_S-Neg + L_Uni on concatenated pairs, alternating with plain CLIP steps."""
 
     name = "clic"
@@ -145,16 +181,14 @@ class CLICLoss(LossPart):
     def __init__(self, options: Options = Options(), seed: int = 0):
         super().__init__()
         o = options
-        if o.uni_distance not in UNI_DISTANCES:
-            raise UsageError(f"uni_distance must be one of {', '.join(UNI_DISTANCES)}, not {o.uni_distance!r}")
         if o.partner not in PARTNERS:
             raise UsageError(f"partner must be one of {', '.join(PARTNERS)}, not {o.partner!r}")
-        self.uni_distance, self.swap_every = o.uni_distance, o.swap_every
+        self.loss, self.plain = CLICLoss(o.lambda_cont, o.lambda_neg, o.lambda_uni, o.uni_distance), CLIPLoss()
+        self.swap_every = o.swap_every
         self.wants_partners = o.partner == "dataset"
         self.seed = seed
         self.locks_image = not o.train_image
         self.step = 0
-        self.lambda_cont, self.lambda_neg, self.lambda_uni = o.lambda_cont, o.lambda_neg, o.lambda_uni
 
     def image_transform(self, model):
         return PairViews(model)
@@ -185,7 +219,7 @@ class CLICLoss(LossPart):
         if n < 2:
             raise UsageError("CLIC pairs images within a batch: the batch size must be at least 2")
         if "tall" not in samples[0]:
-            raise ValueError("CLIC needs its own image transform (`CLICLoss.image_transform`): the reader gave plain images")
+            raise ValueError("CLIC needs its own image transform (`CLICPart.image_transform`): the reader gave plain images")
         if self.wants_partners and "partner" not in samples[0]:
             raise ValueError("CLIC with partner=dataset pairs each image with the partner its reader drew (`reader.partners`): "
                              "the samples carry none")
@@ -243,25 +277,11 @@ class CLICLoss(LossPart):
         out["negative_features"], out["negative_image"] = features[n:], batch["negative_image"]
 
     def forward(self, out):
-        image, scale, offset = out["image_features"], out["logit_scale"], out.get("image_offset", 0)
-        all_image = out.get("all_image_features", image)
         if "positive_features" not in out:
-            return {"clip": clip_loss(image, out["text_features"], scale, all_image=all_image,
-                                      all_text=out.get("all_text_features"), image_offset=offset)}
+            return {"clip": self.plain(out["image_features"], out["text_features"], out["logit_scale"])}
         positives = torch.cat([out["text_features"][:, None], out["positive_features"]], dim=1)
-        all_positives = torch.cat([out.get("all_text_features", out["text_features"])[:, None],
-                                   out.get("all_positive_features", out["positive_features"])], dim=1)
-        n = all_image.shape[0]
-        cont = sum(clip_loss(image, positives[:, k], scale, all_image=all_image, all_text=all_positives[:, k],
-                             image_offset=offset) for k in range(positives.shape[1])) / positives.shape[1]
-        owners = out["negative_image"]
-        s_pos = scale * (image[owners, None] * positives[owners]).sum(-1)  # (negatives, 4)
-        s_neg = scale * (image[owners] * out["negative_features"]).sum(-1, keepdim=True)
-        sneg = F.softplus(s_neg - s_pos).mean(-1).sum() / n  # −log(e^p / (e^p + e^n)) = softplus(n − p)
-        gap = positives[:, 0] - positives[:, 1]
-        uni = (gap.square().sum(-1) if self.uni_distance == "squared" else gap.norm(dim=-1)).sum() / n
-        return {"cont": self.lambda_cont * cont, "sneg": self.lambda_neg * sneg, "uni": self.lambda_uni * uni}
+        return self.loss(out["image_features"], positives, out["negative_features"], out["negative_image"], out["logit_scale"])
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
-    return [CLICLoss(options, seed)]
+    return [CLICPart(options, seed)]

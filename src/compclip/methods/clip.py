@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..gather import GatheredLoss
 from .base import LossPart, image_rows
 
 
@@ -32,15 +33,29 @@ def clip_loss(
     return (i2t + t2i) / (2 * all_image.shape[0])
 
 
-class CLIPLoss(LossPart):
+class CLIPLoss(GatheredLoss):
+    """open_clip's `ClipLoss` (symmetric InfoNCE, the mean of both directions) over the batch of every rank:
+    `CLIPLoss(rank=, world_size=)(image_features, text_features, logit_scale)`, the full batch's value on every rank."""
+
+    def forward(self, image_features, text_features, logit_scale):
+        self.gather.check("CLIPLoss")
+        counts = self.gather.counts(image_features)
+        share = clip_loss(image_features, text_features, logit_scale, all_image=self.gather.rows(image_features, counts),
+                          all_text=self.gather.rows(text_features, counts), image_offset=self.gather.first(counts))
+        return self.gather.total(share)
+
+
+class CLIPPart(LossPart):
     name = "clip"
     contrastive = True
 
+    def __init__(self):
+        super().__init__()
+        self.loss = CLIPLoss()
+
     def forward(self, out):
-        return {"clip": clip_loss(out["image_features"], out["text_features"], out["logit_scale"],
-                                  all_image=out.get("all_image_features"), all_text=out.get("all_text_features"),
-                                  image_offset=out.get("image_offset", 0))}
+        return {"clip": self.loss(out["image_features"], out["text_features"], out["logit_scale"])}
 
 
 def build(options, *, concepts=None, seed: int = 0) -> list[LossPart]:
-    return [CLIPLoss()]
+    return [CLIPPart()]

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from ..concepts.keywords import KEYWORDS, find_keywords, replacements, table, with_case_of
 from ..errors import UsageError
+from ..gather import GatheredLoss
 from ..models.tokens import encode_short_texts
 from .base import LossPart, Output, image_rows, option, owned
 from .text import caption_rng
@@ -108,8 +109,38 @@ class Options:
                                     "(half the loss)")
 
 
-class HardNegativeLoss(LossPart):
-    """The CLIP loss with each image's hard-negative captions as extra image→text columns."""
+class HardNegativeLoss(GatheredLoss):
+    """The CLIP loss with each image's hard-negative captions in its image→text row, over the batch of every rank:
+    `HardNegativeLoss(negatives_as=, directions=, rank=, world_size=)(image_features, text_features, negative_features,
+    negative_image, logit_scale, negative_draw)`, the full batch's value on every rank (`compclip.gather`).
+
+    `negative_image[j]`: the local index of negative j's image (negatives stay on their rank: only their own image's row
+    reads them); `negative_draw` (one number in [0, 1) per negative) picks the column a negative replaces
+    (`negatives_as="replace"`, Rösch et al.'s Fig. 2), unused with "extra". `directions`: "sum" (Eq. 1) or "mean"
+    (open_clip's ClipLoss). `keyword_negatives` makes the negatives of a caption.
+    """
+
+    def __init__(self, negatives_as: str = "replace", directions: str = "sum", rank: int = 0, world_size: int = 1, group=None):
+        super().__init__(rank, world_size, group)
+        for key, value, allowed in (("negatives_as", negatives_as, NEGATIVES_AS), ("directions", directions, DIRECTIONS)):
+            if value not in allowed:
+                raise UsageError(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+        self.replace, self.directions = negatives_as == "replace", directions
+
+    def forward(self, image_features, text_features, negative_features, negative_image, logit_scale, negative_draw=None):
+        self.gather.check("HardNegativeLoss")
+        if self.replace and negative_draw is None:
+            raise UsageError("HardNegativeLoss(negatives_as='replace') needs negative_draw, the column each negative replaces")
+        counts = self.gather.counts(image_features)
+        share = hard_negative_infonce(
+            image_features, text_features, negative_features, negative_image, logit_scale,
+            all_image=self.gather.rows(image_features, counts), all_text=self.gather.rows(text_features, counts),
+            image_offset=self.gather.first(counts), replace_draw=negative_draw if self.replace else None, directions=self.directions)
+        return self.gather.total(share)
+
+
+class HardNegativePart(LossPart):
+    """Rösch et al.'s keyword hard negatives: the batch transform makes each caption's negatives, the loss reads them."""
 
     name = "hardneg"
     contrastive = True
@@ -126,12 +157,9 @@ class HardNegativeLoss(LossPart):
         if unknown or not classes:
             raise UsageError(f"unknown keyword classes {sorted(unknown) or list(classes)}; choose from {', '.join(CLASSES)}")
         table("object", objects)  # a clear error for an unknown table
-        for key, allowed in (("negatives_as", NEGATIVES_AS), ("directions", DIRECTIONS)):
-            if getattr(options, key) not in allowed:
-                raise UsageError(f"{key} must be one of {', '.join(allowed)}, not {getattr(options, key)!r}")
+        self.loss = HardNegativeLoss(options.negatives_as, options.directions)
         self.k, self.seed, self.classes, self.objects = k, seed, tuple(classes), objects
         self.keyword_captions_only = options.keyword_captions_only
-        self.replace, self.directions = options.negatives_as == "replace", options.directions
 
     def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
         """The caption's negatives; `record` is its concept record when a part of the method reads concepts."""
@@ -161,13 +189,8 @@ class HardNegativeLoss(LossPart):
         out["negative_image"], out["negative_draw"] = batch["negative_image"], batch["negative_draw"]
 
     def forward(self, out):
-        loss = hard_negative_infonce(
-            out["image_features"], out["text_features"], out["negative_features"], out["negative_image"],
-            out["logit_scale"], all_image=out.get("all_image_features"), all_text=out.get("all_text_features"),
-            image_offset=out.get("image_offset", 0), replace_draw=out["negative_draw"] if self.replace else None,
-            directions=self.directions,
-        )
-        return {self.name: loss}
+        return {self.name: self.loss(out["image_features"], out["text_features"], out["negative_features"], out["negative_image"],
+                                     out["logit_scale"], out["negative_draw"])}
 
 
 def parse_classes(classes: str | Sequence[str]) -> tuple[str, ...]:
@@ -176,4 +199,4 @@ def parse_classes(classes: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
-    return [HardNegativeLoss(options, seed)]
+    return [HardNegativePart(options, seed)]

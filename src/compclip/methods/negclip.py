@@ -16,10 +16,11 @@ from typing import Any
 
 from ..concepts.keywords import with_case_of
 from ..errors import UsageError
+from ..gather import GatheredLoss
 from ..text import sentences
 from .base import LossPart, option, owned
 from .clip import clip_loss
-from .hardneg import HardNegativeLoss
+from .hardneg import HardNegativePart
 from .hardneg import Options as HardNegativeOptions
 from .text import caption_rng, recase
 
@@ -149,7 +150,23 @@ def swap_negatives(caption: str, record: dict[str, Any] | None, k: int = 1, seed
 NEGATIVES_IN = ("batch", "row")
 
 
-class SwapNegativeLoss(HardNegativeLoss):
+class NegCLIPLoss(GatheredLoss):
+    """NegCLIP's loss (Yuksekgonul et al.): open_clip's ClipLoss with the swapped captions as more texts of the batch,
+    columns of every image's image→text row, over the batch of every rank: `NegCLIPLoss(rank=, world_size=)(
+    image_features, text_features, negative_features, logit_scale)`, the full batch's value on every rank
+    (`compclip.gather`). `swap_negatives` makes the negatives of a caption."""
+
+    def forward(self, image_features, text_features, negative_features, logit_scale):
+        self.gather.check("NegCLIPLoss")
+        counts = self.gather.counts(image_features)
+        negatives = self.gather.rows(negative_features)
+        share = clip_loss(image_features, text_features, logit_scale, all_image=self.gather.rows(image_features, counts),
+                          all_text=self.gather.rows(text_features, counts), image_offset=self.gather.first(counts),
+                          extra_i2t=logit_scale * image_features @ negatives.T)
+        return self.gather.total(share)
+
+
+class SwapNegativePart(HardNegativePart):
     """The InfoNCE with noun-phrase and adjective swaps as negatives: texts of the whole batch (NegCLIP's) or of their
     own image's row."""
 
@@ -168,6 +185,7 @@ class SwapNegativeLoss(HardNegativeLoss):
         self.negatives_in, self.swaps, self.everywhere = negatives_in, tuple(swaps), everywhere
         if negatives_in == "batch":  # every rank's negatives are columns of every image's row
             self.outputs = {"negative_features": owned("negative_image")}
+            self.loss = NegCLIPLoss()
 
     def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
         return swap_negatives(caption, record, self.k, self.seed, self.swaps, self.everywhere)
@@ -175,12 +193,7 @@ class SwapNegativeLoss(HardNegativeLoss):
     def forward(self, out):
         if self.negatives_in == "row":
             return super().forward(out)
-        negatives = out.get("all_negative_features", out["negative_features"])
-        scale = out["logit_scale"]
-        loss = clip_loss(out["image_features"], out["text_features"], scale, all_image=out.get("all_image_features"),
-                         all_text=out.get("all_text_features"), image_offset=out.get("image_offset", 0),
-                         extra_i2t=scale * out["image_features"] @ negatives.T)
-        return {self.name: loss}
+        return {self.name: self.loss(out["image_features"], out["text_features"], out["negative_features"], out["logit_scale"])}
 
 
 @dataclass(frozen=True)
@@ -191,4 +204,4 @@ class Options:
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> Sequence[LossPart]:
-    return [SwapNegativeLoss(options.negatives, seed, options.negatives_in)]
+    return [SwapNegativePart(options.negatives, seed, options.negatives_in)]

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UsageError
+from ..gather import GatheredLoss
 from ..models.tokens import check_layer, encode_short_texts, visual_token_embeddings
 from ..scoring import DualEncoderScorer, Scorer
 from .base import LossPart, Output, option, owned
@@ -127,6 +128,61 @@ def perturb(edges: list[tuple[str, int, int]], nodes: int, rng) -> list[tuple[in
     return out
 
 
+class OCCLIPLoss(GatheredLoss):
+    """OC-CLIP's loss over the batch of every rank, `{"itc": L_itc, "rel": λ_rel L_rel}`, each the full batch's value on
+    every rank: `OCCLIPLoss(lambda_rel=, chunk=, rank=, world_size=)(binding, visual_tokens, image_features,
+    node_features, node_image, relation_features, relation_image, relation_ends, logit_scale)`.
+
+    `binding` is the trained `BindingModule` (the caller's optimizer holds it). This rank's images (rows) are scored
+    against every rank's graphs (columns), `chunk` images at a time; the score rows of all ranks are gathered with
+    gradients, so each rank adds its rows' and its graphs' share. Nodes, relations and `relation_ends` (per relation:
+    subject, object; swapped; random, as `perturb` draws them) belong to the local image their `*_image` names.
+    """
+
+    def __init__(self, lambda_rel: float = 1.0, chunk: int = 32, rank: int = 0, world_size: int = 1, group=None):
+        super().__init__(rank, world_size, group)
+        self.lambda_rel, self.chunk = lambda_rel, chunk
+
+    def forward(self, binding: BindingModule, visual_tokens, image_features, node_features, node_image, relation_features,
+                relation_image, relation_ends, logit_scale) -> dict[str, torch.Tensor]:
+        self.gather.check("OCCLIPLoss")
+        tokens, gather = visual_tokens, self.gather
+        b = tokens.shape[0]
+        counts = gather.counts(image_features)
+        offset, g = gather.first(counts), sum(counts)
+        node_features, node_image = gather.owned(node_features, node_image, counts)
+        relation_counts = gather.counts(relation_features)
+        relation_features = gather.rows(relation_features, relation_counts)
+        relation_ends = gather.rows(relation_ends, relation_counts)
+        relation_image = gather.rows(relation_image + offset, relation_counts)
+        nodes, node_mask = padded(node_features, node_image, g)
+        relations, edge_mask = padded(relation_features, relation_image, g)
+        ends, _ = padded(relation_ends, relation_image, g)
+        local = torch.cat([binding.score(binding.slots(tokens[c : c + self.chunk], nodes, node_mask), nodes, node_mask,
+                                         relations, ends[..., :2], edge_mask) for c in range(0, b, self.chunk)])
+        scores = gather.rows(local, counts)  # (g, g)
+        scale, mine = logit_scale, torch.arange(offset, offset + b, device=tokens.device)
+        has = node_mask.any(-1)  # a caption with no node trains on nothing
+        logits = scale * scores[has][:, has]
+        place = torch.cumsum(has.long(), 0) - 1  # each live graph's index among the live ones
+        rows = place[mine[has[mine]]]
+        itc = F.cross_entropy(logits[rows], rows, reduction="sum") + F.cross_entropy(logits.T[rows], rows, reduction="sum")
+        # the pooled image features take no part (S reads patch tokens), but DDP wants every trained parameter in the graph
+        unused = 0 * image_features.sum()
+        graphs = has.sum().clamp_min(1)  # the paper sums both terms over the batch: one count divides both
+        terms = {"itc": gather.total(itc / graphs + unused)}
+        if self.lambda_rel:
+            rel = edge_mask[mine].any(-1)
+            own = binding.slots(tokens, nodes[mine], node_mask[mine], own=True)
+            variants = [local[torch.arange(b), mine]] + [
+                binding.score(own, nodes[mine], node_mask[mine], relations[mine], ends[mine][..., k : k + 2], edge_mask[mine])[0]
+                for k in (2, 4)]
+            z = scale * torch.stack(variants, -1)[rel]
+            loss = F.cross_entropy(z, z.new_zeros(len(z), dtype=torch.long), reduction="sum")
+            terms["rel"] = gather.total(self.lambda_rel * loss / graphs)
+        return terms
+
+
 @dataclass(frozen=True)
 class Options:
     default_queries: int = option(1, "learned default queries joined to the projected node queries, their slots dropped (the "
@@ -137,7 +193,7 @@ class Options:
     layer: int = option(-1, "vision block whose patch tokens the module binds (-1: the last; the paper found earlier ones help)")
 
 
-class OCCLIPLoss(LossPart):
+class OCCLIPPart(LossPart):
     name = "occlip"
     contrastive = True
     needs = frozenset({"visual_tokens"})
@@ -152,7 +208,8 @@ class OCCLIPLoss(LossPart):
         o = options
         if o.default_queries < 0 or o.chunk < 1:
             raise UsageError(f"occlip: default_queries must be >= 0 and chunk >= 1, not {o.default_queries} and {o.chunk}")
-        self.seed, self.default_queries, self.lambda_rel, self.chunk = seed, o.default_queries, o.lambda_rel, o.chunk
+        self.seed, self.default_queries, self.chunk = seed, o.default_queries, o.chunk
+        self.loss = OCCLIPLoss(o.lambda_rel, o.chunk)
         self.lr, self.visual_layer = o.module_lr, o.layer
         self.binding: BindingModule | None = None
 
@@ -192,39 +249,8 @@ class OCCLIPLoss(LossPart):
         out["relation_ends"] = batch["relation_ends"]
 
     def forward(self, out):
-        """Local images (rows) against every graph of the global batch (columns); the score rows of all ranks
-        gathered with gradients, so each rank adds its rows' and its graphs' share of the full-batch loss."""
-        tokens, offset = out["visual_tokens"], out.get("image_offset", 0)
-        b = tokens.shape[0]
-        get = lambda key: out.get(f"all_{key}", out[key])  # noqa: E731
-        g = get("image_features").shape[0]
-        nodes, node_mask = padded(get("node_features"), get("node_image"), g)
-        relations, edge_mask = padded(get("relation_features"), get("relation_image"), g)
-        ends, _ = padded(get("relation_ends"), get("relation_image"), g)
-        module = self.binding
-        local = torch.cat([module.score(module.slots(tokens[c : c + self.chunk], nodes, node_mask), nodes, node_mask,
-                                        relations, ends[..., :2], edge_mask) for c in range(0, b, self.chunk)])
-        scores = out.get("gather_image_rows", lambda rows: rows)(local)  # (g, g)
-        scale, mine = out["logit_scale"], torch.arange(offset, offset + b, device=tokens.device)
-        has = node_mask.any(-1)  # a caption with no node trains on nothing
-        logits = scale * scores[has][:, has]
-        place = torch.cumsum(has.long(), 0) - 1  # each live graph's index among the live ones
-        rows = place[mine[has[mine]]]
-        itc = F.cross_entropy(logits[rows], rows, reduction="sum") + F.cross_entropy(logits.T[rows], rows, reduction="sum")
-        # the pooled image features take no part (S reads patch tokens), but DDP wants every trained parameter in the graph
-        unused = 0 * out["image_features"].sum()
-        graphs = has.sum().clamp_min(1)  # the paper sums both terms over the batch: one count divides both
-        terms = {"itc": itc / graphs + unused}
-        if self.lambda_rel:
-            rel = edge_mask[mine].any(-1)
-            own = module.slots(tokens, nodes[mine], node_mask[mine], own=True)
-            variants = [local[torch.arange(b), mine]] + [
-                module.score(own, nodes[mine], node_mask[mine], relations[mine], ends[mine][..., k : k + 2], edge_mask[mine])[0]
-                for k in (2, 4)]
-            z = scale * torch.stack(variants, -1)[rel]
-            loss = F.cross_entropy(z, z.new_zeros(len(z), dtype=torch.long), reduction="sum")
-            terms["rel"] = self.lambda_rel * loss / graphs
-        return terms
+        return self.loss(self.binding, out["visual_tokens"], out["image_features"], out["node_features"], out["node_image"],
+                         out["relation_features"], out["relation_image"], out["relation_ends"], out["logit_scale"])
 
 
 class GraphScorer(DualEncoderScorer):
@@ -309,4 +335,4 @@ class GraphScorer(DualEncoderScorer):
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
-    return [OCCLIPLoss(options, seed)]
+    return [OCCLIPPart(options, seed)]

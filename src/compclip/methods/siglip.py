@@ -3,25 +3,41 @@ from __future__ import annotations
 
 import torch
 
-from .base import LossPart, image_rows, sigmoid_pairs_loss
+from ..gather import GatheredLoss
+from .base import LossPart, sigmoid_pairs_loss
 
 
-class SigLIPLoss(LossPart):
-    """L = −(1/B) Σ_i Σ_j log σ(z_ij (τ v_i·t_j + b)), z_ij = +1 iff i = j."""
+class SigLIPLoss(GatheredLoss):
+    """L = −(1/B) Σ_i Σ_j log σ(z_ij (τ v_i·t_j + b)), z_ij = +1 iff i = j, over the batch of every rank.
 
+    As open_clip's `SigLipLoss(rank=, world_size=)(image_features, text_features, logit_scale, logit_bias)`: features
+    L2-normalised, `logit_scale` already exponentiated. Each rank scores its images against every rank's texts, so the
+    value is the full batch's on every rank (`compclip.gather`); open_clip's returns the mean over images instead."""
+
+    def forward(self, image_features, text_features, logit_scale, logit_bias=None):
+        self.gather.check("SigLIPLoss")
+        counts = self.gather.counts(image_features)
+        texts = self.gather.rows(text_features, counts)
+        logits = logit_scale * image_features @ texts.T
+        if logit_bias is not None:
+            logits = logits + logit_bias
+        rows = self.gather.local_rows(counts, image_features.device)
+        positive = rows[:, None] == torch.arange(texts.shape[0], device=image_features.device)[None, :]
+        return self.gather.total(sigmoid_pairs_loss(logits, positive, texts.shape[0]))
+
+
+class SigLIPPart(LossPart):
     name = "siglip"
     contrastive = True
     uses_logit_bias = True
 
+    def __init__(self):
+        super().__init__()
+        self.loss = SigLIPLoss()
+
     def forward(self, out):
-        image, texts = out["image_features"], out.get("all_text_features", out["text_features"])
-        logits = out["logit_scale"] * image @ texts.T
-        if out["logit_bias"] is not None:
-            logits = logits + out["logit_bias"]
-        rows = image_rows(image.shape[0], image.device, out.get("image_offset", 0))
-        positive = rows[:, None] == torch.arange(texts.shape[0], device=image.device)[None, :]
-        return {"siglip": sigmoid_pairs_loss(logits, positive, texts.shape[0])}
+        return {"siglip": self.loss(out["image_features"], out["text_features"], out["logit_scale"], out["logit_bias"])}
 
 
 def build(options, *, concepts=None, seed: int = 0) -> list[LossPart]:
-    return [SigLIPLoss()]
+    return [SigLIPPart()]

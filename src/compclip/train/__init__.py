@@ -5,8 +5,7 @@ on first use."""
 from ..lazy import lazy_names
 from .config import TrainConfig
 
-__getattr__ = lazy_names(__name__, {"DistEnv": ".distributed", "gather_rows": ".distributed", "init_distributed": ".distributed",
-                                     "gather_outputs": ".step", "loss_step": ".step", "merge_micro": ".step", "Trainer": ".trainer",
-                                     "train": ".trainer"})
+__getattr__ = lazy_names(__name__, {"DistEnv": ".distributed", "init_distributed": ".distributed", "loss_step": ".step",
+                                     "merge_micro": ".step", "Trainer": ".trainer", "train": ".trainer"})
 
-__all__ = ["DistEnv", "TrainConfig", "Trainer", "gather_outputs", "gather_rows", "init_distributed", "loss_step", "merge_micro", "train"]
+__all__ = ["DistEnv", "TrainConfig", "Trainer", "init_distributed", "loss_step", "merge_micro", "train"]

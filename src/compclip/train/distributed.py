@@ -1,8 +1,4 @@
-"""Processes and gathering: torchrun or SLURM environments, gloo on CPU, NCCL on GPU.
-
-`gather_rows` concatenates a tensor's rows from every rank (sizes may differ) and carries
-gradients back to the rank that owns them, so a loss over gathered columns trains all ranks.
-"""
+"""Processes: torchrun or SLURM environments, gloo on CPU, NCCL on GPU (the losses' gathers: `compclip.gather`)."""
 from __future__ import annotations
 
 import datetime
@@ -85,37 +81,3 @@ def leave(env: DistEnv) -> None:
     reports a finished or preempted run as failed."""
     if env.joined and dist.is_initialized():
         dist.destroy_process_group()
-
-
-class _GatherRows(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, sizes: list[int], env: DistEnv) -> torch.Tensor:
-        ctx.sizes, ctx.env = sizes, env
-        padded = x.new_zeros((max(sizes), *x.shape[1:]))
-        padded[: x.shape[0]] = x
-        parts = [torch.empty_like(padded) for _ in sizes]
-        dist.all_gather(parts, padded, group=env.group)
-        return torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)])
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        grad = grad.contiguous()
-        dist.all_reduce(grad, group=ctx.env.group)  # every rank's loss saw every row: sum their gradients
-        start = sum(ctx.sizes[: ctx.env.rank])
-        return grad[start : start + ctx.sizes[ctx.env.rank]], None, None
-
-
-def row_counts(n: int, env: DistEnv, device) -> list[int]:
-    """Every rank's `n`, in rank order."""
-    if not env.distributed:
-        return [n]
-    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(env.world_size)]
-    dist.all_gather(counts, torch.tensor([n], dtype=torch.long, device=device), group=env.group)
-    return [int(c.item()) for c in counts]
-
-
-def gather_rows(x: torch.Tensor, env: DistEnv, sizes: list[int] | None = None) -> torch.Tensor:
-    """Rows of `x` from every rank in rank order, differentiable; identity in one process."""
-    if not env.distributed:
-        return x
-    return _GatherRows.apply(x, sizes or row_counts(x.shape[0], env, x.device), env)

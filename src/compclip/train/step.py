@@ -7,8 +7,8 @@ and negative owners are offset by each micro-batch's image start; concept owners
 rank's too (negatives stay local: only their own image's row reads them). Shared scalars (τ, b) pass
 1/A of their gradient per micro-batch, so A micro-batches of B/A equal one batch of B.
 
-Gradients are scaled by the world size before backward because DDP averages them while the
-ranks' loss terms add up to the full-batch loss.
+Each loss term is the full batch's on every rank, its gradient scaled for DDP's average
+(`compclip.gather`): the loop backpropagates it as it is.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..methods.base import Output
-from .distributed import DistEnv, gather_rows, row_counts
+from .distributed import DistEnv
 
 
 def merge_micro(outs: list[dict[str, Any]], current: int, kinds: Mapping[str, Output]) -> dict[str, Any]:
@@ -44,25 +44,6 @@ def merge_micro(outs: list[dict[str, Any]], current: int, kinds: Mapping[str, Ou
     return merged
 
 
-def gather_outputs(local: dict[str, Any], env: DistEnv, kinds: Mapping[str, Output]) -> dict[str, Any]:
-    """Add the global columns (`all_*`) of every gathered output, this rank's `image_offset` and `gather_image_rows`
-    (for a term that computes rows per local image against global columns, as OC-CLIP's scores) to the local rows."""
-    out = dict(local)
-    sizes = row_counts(local["image_features"].shape[0], env, local["image_features"].device)
-    out["image_offset"] = sum(sizes[: env.rank])
-    out["gather_image_rows"] = lambda rows: gather_rows(rows, env, sizes)  # a term's own per-image rows, with gradients
-    for key, kind in kinds.items():
-        if key not in local or not kind.gather or kind.kind == "scalar":
-            continue
-        if kind.kind == "rows":
-            out[f"all_{key}"] = gather_rows(local[key], env, sizes)
-        else:
-            counts = row_counts(local[key].shape[0], env, local[key].device)
-            out[f"all_{key}"] = gather_rows(local[key], env, counts)
-            out[f"all_{kind.owner}"] = gather_rows(local[kind.owner] + out["image_offset"], env, counts)
-    return out
-
-
 def loss_step(
     module: torch.nn.Module,
     method: torch.nn.Module,
@@ -71,7 +52,9 @@ def loss_step(
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     backward: Callable[[torch.Tensor], None] = lambda loss: loss.backward(),
 ) -> dict[str, float]:
-    """Forward and backward for one optimizer step; returns the full-batch loss terms (summed over ranks)."""
+    """Forward and backward for one optimizer step, the method's losses gathering over `env`'s ranks; returns the
+    full-batch loss terms."""
+    method.distribute(env.rank, env.world_size, env.group)
     n = len(micro_batches)
     cached: list[dict[str, Any]] = []
     if n > 1:
@@ -84,14 +67,11 @@ def loss_step(
             with autocast():
                 current = module(batch)
                 outs = [*cached[:j], current, *cached[j + 1:]] if cached else [current]
-                terms = method(gather_outputs(merge_micro(outs, j, method.output_kinds), env, method.output_kinds))
+                terms = method(merge_micro(outs, j, method.output_kinds))
                 total = sum(terms.values())
-            backward(total * env.world_size)
+            backward(total)
     if n > 1:  # the parts' own modules act in the loss, evaluated once per micro-batch on the whole batch's outputs
         for p in method.parameters():
             if p.grad is not None:
                 p.grad /= n
-    values = torch.stack([t.detach().float() for t in terms.values()])
-    if env.distributed:
-        torch.distributed.all_reduce(values, group=env.group)
-    return dict(zip(terms, values.tolist(), strict=True))
+    return {name: float(t.detach()) for name, t in terms.items()}

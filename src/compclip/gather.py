@@ -1,0 +1,104 @@
+"""The cross-rank gather inside every loss, as open_clip's losses take it: `rank`, `world_size` (and a process group).
+
+A batch split over ranks is trained as one batch: each rank's loss is its own rows (its images) against the columns of
+the whole batch, gathered from every rank with gradients (`rows`); it sums over its rows and divides by the global
+count, so the ranks' shares add up to the full-batch loss. `total` turns a share into what a training loop wants from
+a loss: on every rank the full-batch value, with the share's gradient times the world size, which DDP's gradient
+average makes the full batch's gradient. In one process every call is the identity, and a loss built for one process
+inside a process group of several is refused rather than trained on its local batch.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .errors import UsageError
+
+__all__ = ["Gather", "GatheredLoss"]
+
+
+class _GatherRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, counts: list[int], rank: int, group) -> torch.Tensor:
+        ctx.counts, ctx.rank, ctx.group = counts, rank, group
+        padded = x.new_zeros((max(counts), *x.shape[1:]))
+        padded[: x.shape[0]] = x
+        parts = [torch.empty_like(padded) for _ in counts]
+        dist.all_gather(parts, padded, group=group)
+        return torch.cat([p[:n] for p, n in zip(parts, counts, strict=True)])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)  # every rank's loss saw every row: sum their gradients
+        start = sum(ctx.counts[: ctx.rank])
+        return grad[start : start + ctx.counts[ctx.rank]], None, None, None
+
+
+class Gather:
+    """One rank's view of a batch split over `world_size` ranks (open_clip's arguments); `group`: the process group of
+    the gathers (default: torch's default group)."""
+
+    def __init__(self, rank: int = 0, world_size: int = 1, group=None):
+        if not 0 <= rank < world_size:
+            raise UsageError(f"rank {rank} is not one of world_size {world_size}'s ranks")
+        self.rank, self.world_size, self.group = rank, world_size, group
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def check(self, loss: str) -> None:
+        """Refuse to compute a local-batch loss where several processes train: the loss was built without their count."""
+        if not self.distributed and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            raise UsageError(f"{loss} runs in a process group of {dist.get_world_size()} ranks but was built for one: build it "
+                             "with rank=dist.get_rank(), world_size=dist.get_world_size() (or `Method.distribute`), or it trains on "
+                             "each rank's own batch")
+
+    def counts(self, x: torch.Tensor) -> list[int]:
+        """Every rank's number of rows of `x`, in rank order."""
+        if not self.distributed:
+            return [x.shape[0]]
+        counts = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(self.world_size)]
+        dist.all_gather(counts, torch.tensor([x.shape[0]], dtype=torch.long, device=x.device), group=self.group)
+        return [int(c.item()) for c in counts]
+
+    def rows(self, x: torch.Tensor, counts: list[int] | None = None) -> torch.Tensor:
+        """The rows of `x` from every rank in rank order, differentiable (`counts`: known already)."""
+        if not self.distributed:
+            return x
+        return _GatherRows.apply(x, counts or self.counts(x), self.rank, self.group)
+
+    def first(self, counts: list[int]) -> int:
+        """The global index of this rank's first row, given every rank's `counts`."""
+        return sum(counts[: self.rank])
+
+    def local_rows(self, counts: list[int], device) -> torch.Tensor:
+        """The global indices of this rank's rows."""
+        return torch.arange(counts[self.rank], device=device) + self.first(counts)
+
+    def owned(self, x: torch.Tensor, owner: torch.Tensor, image_counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows that each belong to an image (`owner`: its local index) from every rank, the owners as global indices."""
+        if not self.distributed:
+            return x, owner
+        counts = self.counts(x)
+        return self.rows(x, counts), self.rows(owner + self.first(image_counts), counts)
+
+    def total(self, share: torch.Tensor) -> torch.Tensor:
+        """The full-batch loss on every rank, from this rank's share; its gradient is the share's times the world size."""
+        if not self.distributed:
+            return share
+        value = share.detach().clone()
+        dist.all_reduce(value, group=self.group)
+        scaled = share * self.world_size
+        return scaled + (value - scaled.detach())
+
+
+class GatheredLoss(nn.Module):
+    """A loss in open_clip's shape: built with `rank` and `world_size`, called with this rank's tensors, gathering the
+    rest itself through `self.gather` (`compclip.methods.Method.distribute` sets it for a whole method)."""
+
+    def __init__(self, rank: int = 0, world_size: int = 1, group=None):
+        super().__init__()
+        self.gather = Gather(rank, world_size, group)

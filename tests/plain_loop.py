@@ -1,0 +1,101 @@
+"""compclip's loss modules in a plain PyTorch loop, as a user's own training code holds them: the model's own calls make
+the inputs, the loss module gathers across ranks itself, and the gradients are averaged as DDP averages them.
+
+`step(method)` is one step on dist_grads' batch of 8 (this rank's share of it under torchrun): the loss value and every
+gradient. Usage: python plain_loop.py OUT.pt METHOD[,METHOD...] (rank 0 saves {method: (loss, grads)}).
+"""
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from dist_grads import CAPTIONS, OPTIONS
+
+
+def step(method: str, rank: int = 0, world_size: int = 1):
+    from compclip import load_model
+    from compclip.concepts import extract
+    from compclip.methods import (
+        C2LIPLoss,
+        CLICLoss,
+        CLIPLoss,
+        HardNegativeLoss,
+        NegCLIPLoss,
+        OCCLIPLoss,
+        SigLIPLoss,
+        build_method,
+        concept_inputs,
+        keyword_negatives,
+        swap_negatives,
+    )
+    from compclip.methods.c2lip import Options as C2LIPOptions
+    from compclip.methods.text import caption_rng
+
+    torch.manual_seed(0)
+    model, _, tokenizer = load_model("compclip-tiny-siglip")
+    model.train()
+    records = {r["caption"]: r for r in extract(CAPTIONS, "noun-phrases,pos,graph")}
+    opts = OPTIONS.get(method, {})
+    trained = dict(model.named_parameters())
+    if method == "occlip":  # the binding module is made (and seeded) right after the model, as compclip train makes it
+        occlip = build_method("occlip", concepts=records).bind(model)
+        trained |= {f"method.{n}": p for n, p in occlip.named_parameters()}
+    if method not in ("siglip", "c2lip"):  # a loss without a bias leaves it unused, as compclip train freezes it
+        model.logit_bias.requires_grad_(False)
+    per = 8 // world_size
+    images = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(1))[rank * per : (rank + 1) * per]
+    captions = CAPTIONS[rank * per : (rank + 1) * per]
+    ddp = {"rank": rank, "world_size": world_size}
+
+    def encode(texts):
+        return F.normalize(model.encode_text(tokenizer(texts)), dim=-1)
+
+    def negatives(make):
+        made = [make(c) for c in captions]
+        return [t for m in made for t in m], torch.tensor([i for i, m in enumerate(made) for _ in m])
+
+    image, text, scale, bias = F.normalize(model.encode_image(images), dim=-1), encode(captions), model.logit_scale.exp(), model.logit_bias
+    if method == "siglip":
+        loss = SigLIPLoss(**ddp)(image, text, scale, bias)
+    elif method == "clip":
+        loss = CLIPLoss(**ddp)(image, text, scale)
+    elif method == "c2lip":
+        phrases = [records[c]["noun_phrases"] for c in captions]
+        x = concept_inputs(model, tokenizer, images, captions, phrases, C2LIPOptions(npc_negatives="swap_attributes"))
+        loss = C2LIPLoss(lambda_xac=opts["lambda_xac"], **ddp)(**x)
+    elif method == "hardneg":
+        texts, owners = negatives(lambda c: keyword_negatives(c, k=opts["negatives"]))
+        draws = torch.tensor([caption_rng(0, "column", captions[i]).random() for i in owners], dtype=torch.float64)
+        loss = HardNegativeLoss(**ddp)(image, text, encode(texts), owners, scale, draws)
+    elif method == "negclip":
+        texts, _ = negatives(lambda c: swap_negatives(c, records[c], k=opts["negatives"]))
+        loss = NegCLIPLoss(**ddp)(image, text, encode(texts), scale)
+    elif method == "occlip":
+        batch = occlip.collate([{"image": im, "caption": c} for im, c in zip(images, captions, strict=True)], tokenizer)
+        out = occlip.outputs(model, batch)  # the graphs' node and relation texts, encoded by the text tower
+        keys = ("visual_tokens", "image_features", "node_features", "node_image", "relation_features", "relation_image",
+                "relation_ends", "logit_scale")
+        loss = sum(OCCLIPLoss(**ddp)(occlip.parts[0].binding, *(out[k] for k in keys)).values())
+    else:  # clic: each image with two positives (its caption, its caption's first words) and one negative, another's caption
+        positives = torch.stack([text, encode([" ".join(c.split()[:3]) for c in captions])], dim=1)
+        other = encode([CAPTIONS[(rank * per + i + 1) % 8] for i in range(per)])
+        loss = sum(CLICLoss(**ddp)(image, positives, other, torch.arange(per), scale).values())
+    loss.backward()
+    grads = {n: p.grad for n, p in trained.items() if p.grad is not None}
+    if world_size > 1:  # what DDP does to the gradients: their mean over ranks
+        for g in grads.values():
+            dist.all_reduce(g)
+            g /= world_size
+    return float(loss.detach()), grads
+
+
+if __name__ == "__main__":
+    from compclip.train import init_distributed
+    from compclip.train.distributed import leave
+
+    env = init_distributed("cpu")
+    results = {m: step(m, env.rank, env.world_size) for m in sys.argv[2].split(",")}
+    if env.is_main:
+        torch.save(results, sys.argv[1])
+    leave(env)
