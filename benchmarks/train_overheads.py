@@ -21,7 +21,7 @@ import torch
 
 from compclip.demo import MODEL
 from compclip.models import load_model
-from compclip.train.trainer import _param_groups
+from compclip.train.optim import param_groups
 
 
 def per_call(fn, n: int) -> float:
@@ -64,7 +64,7 @@ def main() -> None:
         copy_ = copy.deepcopy(model)
         for p, g in zip(copy_.parameters(), grads, strict=True):
             p.grad = g.clone()
-        opt = torch.optim.AdamW(_param_groups(copy_, 0.1), lr=1e-3, **kwargs)  # the demo base's weight decay and rate
+        opt = torch.optim.AdamW(param_groups(copy_.named_parameters(), 0.1), lr=1e-3, **kwargs)  # the demo base's weight decay and rate
         opt.step()  # state allocated outside the timing
         times[name] = median_of(lambda opt=opt: per_call(lambda _: opt.step(), args.steps))
         finals[name] = torch.cat([p.detach().flatten() for p in copy_.parameters()])

@@ -145,3 +145,17 @@ def test_a_part_reading_the_old_gathered_columns_is_an_error_not_a_local_loss():
     x = torch.randn(2, 4)
     with pytest.raises(ValueError, match="asked for 'all_text_features': parts see this process's outputs only"):
         Method("old", [OldPart()])({"image_features": x, "text_features": x})
+
+
+def test_evaluate_records_the_precision_it_scored_at_and_a_split_scored_nothing_is_a_row_without_a_value(swap_root, tmp_path):
+    import compclip
+    from compclip.models import load_model
+
+    model, preprocess, tokenizer = load_model("compclip-tiny-clip")
+    records = compclip.evaluate(model, preprocess, tokenizer, "winoground", data_root=swap_root, precision="amp_bf16")
+    assert records["winoground"]["precision"] == "amp_bf16" and records["winoground"]["complete"] is False
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "sugarcrepe.json").write_text(json.dumps({"metrics": {"swap_att": {"acc": None, "n": 0}, "add": 0.5}}))
+    table = compclip.load_results(tmp_path / "r")
+    assert table[["split", "metric"]].values.tolist() == [["swap_att", "acc"], ["", "add"]]
+    assert table["value"].isna().tolist() == [True, False] and table["n"].tolist()[0] == 0

@@ -1,0 +1,88 @@
+"""Refusals before a run spends its steps: settings under which it would learn nothing, a resume under other options or
+other data, concepts the method cannot use, data that gives no batch. Each is one line naming the option that fixes it."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import DataError, UsageError
+from ..models.checkpoint import read_config
+from .config import PATH_OPTIONS, TrainConfig, resolved
+from .run_folder import changed_options
+
+log = logging.getLogger("compclip.train")
+
+
+def refuse_what_cannot_learn(cfg: TrainConfig, model: torch.nn.Module, method: torch.nn.Module, world_size: int) -> None:
+    """A step without a negative, or both towers frozen with nothing else to train, is refused; a warm-up that never
+    ends is said once."""
+    per_step = cfg.batch_size * cfg.accum_freq * world_size
+    if per_step < 2:
+        raise UsageError(f"a step of {per_step} image (--batch-size {cfg.batch_size} on {world_size} process(es)) has no "
+                         "negative to contrast with: give at least 2")
+    learning = [n for n, p in model.named_parameters() if p.requires_grad and n not in ("logit_scale", "logit_bias")]
+    if not learning and not any(p.requires_grad for p in method.parameters()):
+        raise UsageError(f"--lock-image and --lock-text freeze both towers, and method {cfg.method} owns no module: only the "
+                         "temperature would train; unlock a tower (or --lock-image-unlocked-groups N)")
+    if cfg.warmup >= cfg.steps:
+        log.warning("--warmup %d is not shorter than the run's %d steps: the learning rate never reaches --lr %g", cfg.warmup,
+                    cfg.steps, cfg.lr)
+
+
+def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[str, Any] | None) -> None:
+    """A run resumes only under the options and data that made it (`folder`: its checkpoint); another run's are refused
+    before anything is built."""
+    if folder is None:
+        return
+    saved = read_config(folder).get("train_args", {})
+    # a run saved before paths were recorded resolved: its strings, from here, as it was compared then
+    saved |= {k: resolved(saved[k]) for k in PATH_OPTIONS if isinstance(saved.get(k), str)}
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    changes = changed_options(saved, dataclasses.asdict(cfg), defaults)
+    before = read_config(folder).get("train_data_files")
+    now_files = data_files or {}  # a run of an older compclip recorded no sha256: what it recorded is compared
+    if before is not None and any(before[k] != now_files[k] for k in before.keys() & now_files.keys()):
+        then, now = (f"{d['files']:,} file{'s' * (d['files'] != 1)} of {d['bytes']:,} bytes" for d in (before, data_files))
+        edited = " (their contents differ: edited in place)" if then == now else ""
+        changes.append(f"--train-data {cfg.train_data} names other files now ({then} then, {now} now){edited}")
+    if changes:
+        raise UsageError(f"--out {cfg.out} holds a run made with other options ({'; '.join(changes)}): resume it with its own "
+                         f"options, or start a second stage from its weights: --model {folder} --out ANOTHER_FOLDER")
+
+
+def check_coverage(cfg: TrainConfig, covered: int, total: int, example: str, is_main: bool) -> None:
+    """After the first step's batches: the share of captions that gave the method concepts, logged; below 90 % a
+    warning, below --min-concept-coverage a stop (a concept method that trains on nothing is another method)."""
+    share = covered / total if total else 1.0
+    where = f"the concept store {cfg.concepts}" if cfg.concepts else "the shards' concept records"
+    text = f"{cfg.method}: {covered} of {total} captions of the first step have concepts it can use ({share:.1%}), from {where}"
+    if share < cfg.min_concept_coverage:
+        raise DataError(f"{text}, below --min-concept-coverage {cfg.min_concept_coverage}; e.g. {example!r} has none: run "
+                        "`compclip concepts` over the training data (in span mode a phrase must also be found in the caption's "
+                        "tokens)")
+    if is_main:
+        log.info("%s", text)
+        if share < 0.9:
+            log.warning("only %.1f%% of the captions have concepts, e.g. %r", 100 * share, example)
+
+
+def nothing_to_train_on(reader, cfg: TrainConfig) -> str:
+    """Why an epoch gave no full batch, with the option that fixes the commonest cause: images not found."""
+    stats = reader.stats()
+    text = f"{reader.skips.summary()}: no full batch of {cfg.batch_size} in an epoch"
+    missing = reader.first_missing_image() if stats["missing_image"] else None
+    if missing is not None:
+        where, path = missing
+        text += (f"; the first missing image is {path} ({where}): images are looked up relative to the data "
+                 "file's folder and its images/ subfolder, or to --image-root")
+    elif stats["read"] and cfg.workers > 1 and stats["read"] >= cfg.batch_size:
+        text += (f"; the {stats['read']} samples are split among the {cfg.workers} DataLoader workers, each making its own "
+                 f"batches from about {stats['read'] // cfg.workers}, fewer than --batch-size {cfg.batch_size}: "
+                 "lower --workers (or --batch-size)")
+    elif stats["read"]:
+        text += "; lower --batch-size"
+    return text
