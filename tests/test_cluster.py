@@ -634,12 +634,12 @@ def test_two_nodes_compute_what_one_process_does_on_the_whole_batch(tmp_path):
 def test_a_lost_peer_is_told_from_gloos_words_and_a_bug_is_not(raised, said):
     """Each form gloo gives a collective that a hung or dead rank broke off: "pair closure", without a source location
     and the library's name, was a traceback on the hung node's peer (seen in a suite run)."""
-    from compclip.train.trainer import _collective_failed, _first_line
+    from compclip.train.faults import collective_failed, first_line
 
     error = RuntimeError(raised)
-    assert _collective_failed(error) == (said is not None)
+    assert collective_failed(error) == (said is not None)
     if said is not None:
-        assert _first_line(error) == said
+        assert first_line(error) == said
 
 
 def test_two_nodes_write_one_run_folder_and_resume_after_one_is_killed(tmp_path):
