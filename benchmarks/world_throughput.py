@@ -67,7 +67,7 @@ def model_only(model: str, data: Path, out: Path, steps: int, batch: int) -> flo
     start = time.perf_counter()
     for _ in range(steps):
         trainer.optimizer.zero_grad(set_to_none=True)
-        loss_step(trainer.module, trainer.method, [held], trainer.env, trainer._autocast, trainer._backward)
+        loss_step(trainer.module, trainer.method, [held], trainer.env, trainer._autocast, lambda loss: loss.backward())
         trainer.optimizer.step()
     return steps * batch / (time.perf_counter() - start)
 

@@ -10,7 +10,7 @@ from test_library import swap_root  # noqa: F401  (the fixture: SugarCrepe's swa
 
 API = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 BLOCKS = dict(re.findall(r"<!-- example: ([\w-]+) -->\n```python\n(.*?)```", API.read_text(encoding="utf-8"), re.S))
-PUBLIC = ("compclip", "compclip.methods", "compclip.gather", "compclip.eval")
+PUBLIC = ("compclip", "compclip.methods", "compclip.gather", "compclip.eval", "compclip.train.optim")
 
 
 def test_every_public_name_is_on_the_page():
@@ -29,4 +29,4 @@ def test_the_example_runs_as_written(name, swap_root, tmp_path, monkeypatch, cap
 
 
 def test_the_page_has_its_examples():
-    assert {"plain-loop", "c2lip", "negatives", "gather", "method", "evaluate", "harness"} <= set(BLOCKS)
+    assert {"plain-loop", "c2lip", "negatives", "gather", "method", "evaluate", "harness", "optim"} <= set(BLOCKS)

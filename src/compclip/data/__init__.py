@@ -8,8 +8,10 @@ from .readers import (
     data_files,
     decode_image,
     image_path,
+    is_image_array,
     is_tar_shards,
     open_reader,
+    part_of,
     shard_position,
 )
 from .skips import REASONS, SkipCounter
@@ -25,7 +27,9 @@ __all__ = [
     "data_files",
     "decode_image",
     "image_path",
+    "is_image_array",
     "is_tar_shards",
     "open_reader",
+    "part_of",
     "shard_position",
 ]

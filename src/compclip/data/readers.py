@@ -1,9 +1,11 @@
 """Streaming image-text readers: CSV/TSV, webdataset tar shards, an image folder with a captions JSON,
 and an array of decoded images (`.npy`) with a JSONL of captions.
 
-Each is a torch IterableDataset yielding `{"image", "caption", "key"}` dicts, sharded over
-DDP ranks and DataLoader workers. Bad records (missing or corrupt images, empty or
-undecodable captions, malformed rows) are skipped and counted, never fatal; see `SkipCounter`.
+Each is a torch IterableDataset yielding `{"image", "caption", "key"}` dicts. A reader is one record source per format
+(`records`: this part's raw records, the part taken by `part_of`), then the same stages for all, in `__iter__`: shuffle,
+resume, decode (with a per-sample seed), partner; webdataset shards may be resampled instead of read in order. The
+stages are set by constructor arguments, the position a run resumes at by `start`. Bad records (missing or corrupt
+images, empty or undecodable captions, malformed rows) are skipped and counted, never fatal; see `SkipCounter`.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import re
 import stat
 import tarfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,11 @@ def _bad_caption(caption: Any) -> str | None:
     return None
 
 
+def part_of(items: Iterable[Any], index: int, count: int) -> Iterator[Any]:
+    """Every `count`-th item from `index` on: a process's (and DataLoader worker's) part of the data, `shard_position`'s."""
+    return itertools.islice(items, index, None, count)
+
+
 def shuffled(items: Iterator[Any], size: int, rng: random.Random) -> Iterator[Any]:
     """`items` through a buffer of `size`: each new item takes the place of a random one, which is yielded."""
     buffer: list[Any] = []
@@ -149,32 +156,41 @@ class ImageTextReader(IterableDataset):
     """Shared machinery: sharding, decoding, skip accounting. Subclasses list raw records.
 
     Samples carry `shard` (this process's part of the data) and `pos` (the record's index in
-    that part), so a trainer can record how far each part was consumed and resume there:
-    set `resume_positions` ({shard: records to skip, undecoded}) and `worker_rotation` before
-    iterating. With `sample_seed` set, each sample's random augmentation is seeded from
-    (seed + epoch, shard, pos), so it does not depend on where a run started. With `shuffle` > 1, each
-    shard's records pass through a shuffle buffer of that many (webdataset's kind, as open_clip uses),
-    seeded from (seed, epoch, shard): a file sorted by class still trains mixed, and positions count the
-    shuffled order, so resuming stays exact.
+    that part), so a trainer can record how far each part was consumed and resume there (`start`).
+
+    - `sample_seed`: each sample's random augmentation is seeded from (seed + epoch, shard, pos), so it does not
+      depend on where a run started.
+    - `shuffle` > 1: each shard's records pass through a shuffle buffer of that many (webdataset's kind, as open_clip
+      uses), seeded from (seed, epoch, shard): a file sorted by class still trains mixed, and positions count the
+      shuffled order, so resuming stays exact.
+    - `admit`: a caption it refuses is skipped (and counted) before its image is decoded (a method that trains on
+      some captions only, a keyword's subset).
+    - `partners`: each sample also carries a `partner` drawn from the whole data (`record_at`; refused here for a
+      reader that cannot draw one).
+    - `resampled` (webdataset shards): samples an epoch, drawn with replacement (0: each shard once, in order).
 
     Each pass ends by moving the reader to the next epoch (resume positions and rotation
     cleared), so persistent DataLoader workers, which keep their own copy, need no word from
-    the main process between epochs. With `admit` set, a caption it refuses is skipped (and counted) before its image
-    is decoded.
+    the main process between epochs.
     """
 
-    def __init__(self, name: str, transform: Callable | None = None):
+    def __init__(self, name: str, transform: Callable | None = None, *, sample_seed: int | None = None, shuffle: int = 0,
+                 admit: Callable[[str], bool] | None = None, partners: bool = False, resampled: int = 0):
         super().__init__()
         self.name, self.transform = name, transform
         self.skips = SkipCounter(name)
-        self.resume_positions: dict[int, int] = {}
-        self.worker_rotation = 0
-        self.sample_seed: int | None = None
-        self.shuffle = 0
-        self.epoch = 0
-        self.admit: Callable[[str], bool] | None = None  # a method that trains on some captions only (a keyword's subset)
-        self.partners = False  # each sample also carries a `partner` drawn from the whole data (`record_at`)
-        self.resampled = 0  # webdataset shards: samples an epoch, drawn with replacement (0: each shard once, in order)
+        self.sample_seed, self.shuffle, self.admit, self.partners, self.resampled = sample_seed, shuffle, admit, partners, resampled
+        self.start()
+
+    def start(self, epoch: int = 0, positions: dict[int, int] | None = None, rotation: int = 0) -> None:
+        """Where the next pass begins: its epoch, each shard's records to skip undecoded, and which DataLoader worker takes
+        the first batch (`rotation`, so the batches after a resume come in the order they would have)."""
+        self.epoch, self.resume_positions, self.worker_rotation = epoch, dict(positions or {}), rotation
+
+    def check_partners(self) -> None:
+        """Partners are drawn from the whole data: a reader that cannot reach any record says so now, not in a worker."""
+        if self.partners and not self.random_access:
+            self.record_at(0)
 
     def num_records(self) -> int:
         """Records in one pass over the data, bad ones included (what `--epochs` counts, as open_clip counts samples)."""
@@ -191,8 +207,9 @@ class ImageTextReader(IterableDataset):
         return type(self).record_at is not ImageTextReader.record_at
 
     def records(self) -> Iterator[tuple[str, Any, Any, Any]]:
-        """Yield `(where, image, caption, concepts)` for this shard: image a path or bytes (None if absent),
-        concepts the sample's own concept record as JSON bytes (`compclip concepts --into-shards`) or None."""
+        """Yield `(where, image, caption, concepts)` for this process's part (`self.shard()`, taken by `part_of`): image a
+        path or bytes (None if absent), concepts the sample's own concept record as JSON bytes (`compclip concepts
+        --into-shards`) or None."""
         raise NotImplementedError
 
     def shard(self) -> tuple[int, int]:
@@ -299,9 +316,10 @@ class CsvReader(ImageTextReader):
         caption_key: str = "caption",
         sep: str | None = None,
         image_root: str | os.PathLike | None = None,
+        **stages: Any,
     ):
         self.path = Path(path)
-        super().__init__(str(self.path), transform)
+        super().__init__(str(self.path), transform, **stages)
         self.image_key, self.caption_key = image_key, caption_key
         self.sep = sep or ("\t" if self.path.suffix.lower() in (".tsv", ".tab") else ",")
         self.image_root = Path(image_root) if image_root else self.path.parent
@@ -341,10 +359,7 @@ class CsvReader(ImageTextReader):
         return (*self._all_rows()[index][:3], None)
 
     def records(self):
-        index, count = self.shard()
-        for i, (where, image, caption, malformed) in enumerate(self._rows_of()):
-            if i % count != index:
-                continue
+        for where, image, caption, malformed in part_of(self._rows_of(), *self.shard()):
             if malformed:
                 self.skips.skip("bad_record", where, malformed)
                 continue
@@ -372,10 +387,13 @@ class _Watched:
 def tar_members(url: str, damaged: Callable[[str], None]) -> Iterator[tuple[tarfile.TarInfo, Callable[[], bytes | None]]]:
     """Each member of a tar shard with what reads its bytes (None for what is not a file), in order: read before the next
     member, and after a caller has done with the members before it (a shard cut off in this one's data fails there).
-    Python's tarfile takes a damaged header for the archive's end and drops the rest in silence; here it reads on past
-    it (`ignore_zeros` finds the next good header), and `damaged` is told where bytes were passed over: the member whose
-    header it was is lost, and the sample it belonged to lacks it. A shard cut off, in a member or between two, raises
-    `tarfile.ReadError`."""
+
+    What webdataset's `tar_file_iterator` (its `tariterators`) reads, on the same `tarfile.open(..., mode="r|*")` stream
+    and `wds.gopen` (so any URL webdataset opens, `pipe:` included, opens here), with one difference that matters:
+    Python's tarfile takes a damaged header for the archive's end and drops the rest of the shard in silence, so
+    webdataset would train on part of a shard and say nothing. Here reading goes on past it (`ignore_zeros` finds the
+    next good header), and `damaged` is told where bytes were passed over: the member whose header it was is lost, and
+    the sample it belonged to lacks it. A shard cut off, in a member or between two, raises `tarfile.ReadError`."""
     import webdataset as wds
 
     end = 0  # where the previous member's data ended: the next header starts there
@@ -413,12 +431,12 @@ def sample_caption(sample: dict[str, Any], caption_field: str = "caption") -> An
 class WebDatasetReader(ImageTextReader):
     """webdataset tar shards: an image (jpg/jpeg/png/webp/gif/tif/tiff/bmp) plus `txt`, or `json` with a caption field."""
 
-    def __init__(self, urls: str | list[str], transform: Callable | None = None, caption_field: str = "caption"):
+    def __init__(self, urls: str | list[str], transform: Callable | None = None, caption_field: str = "caption", **stages: Any):
         import webdataset as wds
 
         self.urls = wds.shardlists.expand_urls(urls) if isinstance(urls, str) else list(urls)
         extra = f" (+{len(self.urls) - 1} shards)" if len(self.urls) > 1 else ""
-        super().__init__(f"{self.urls[0]}{extra}", transform)
+        super().__init__(f"{self.urls[0]}{extra}", transform, **stages)
         self.caption_field = caption_field
 
     def _shard_samples(self, url: str) -> Iterator[dict[str, Any]]:
@@ -448,20 +466,17 @@ class WebDatasetReader(ImageTextReader):
         if self.resampled:
             yield from self._resampled_records()
             return
-        index, count = self.shard()
+        part = self.shard()
         # Whole shards per process when there are enough; otherwise every process reads
         # every shard and keeps every count-th sample, so no process sits idle.
-        by_shard = len(self.urls) >= count
-        urls = [u for i, u in enumerate(self.urls) if i % count == index] if by_shard else self.urls
-        i = -1
-        for url in urls:
-            for sample in self._shard_samples(url):
-                i += 1
-                if not by_shard and i % count != index:
-                    continue
-                record = self._record(url, sample)
-                if record is not None:
-                    yield record
+        if len(self.urls) >= part[1]:
+            samples = ((url, sample) for url in part_of(self.urls, *part) for sample in self._shard_samples(url))
+        else:
+            samples = part_of(((url, sample) for url in self.urls for sample in self._shard_samples(url)), *part)
+        for url, sample in samples:
+            record = self._record(url, sample)
+            if record is not None:
+                yield record
 
     def _resampled_records(self):
         """open_clip's --dataset-resampled (webdataset's `ResampledShards`): this part draws shards with replacement from
@@ -509,9 +524,10 @@ class FolderReader(ImageTextReader):
     Each (image, caption) pair is one sample.
     """
 
-    def __init__(self, captions: str | os.PathLike, image_root: str | os.PathLike | None = None, transform: Callable | None = None):
+    def __init__(self, captions: str | os.PathLike, image_root: str | os.PathLike | None = None, transform: Callable | None = None,
+                 **stages: Any):
         self.captions_path = Path(captions)
-        super().__init__(str(self.captions_path), transform)
+        super().__init__(str(self.captions_path), transform, **stages)
         self.image_root = Path(image_root) if image_root else self.captions_path.parent
         try:
             data = json.loads(self.captions_path.read_text(encoding="utf-8"))
@@ -556,8 +572,7 @@ class FolderReader(ImageTextReader):
         return f"{self.captions_path} {where}", image, caption, None
 
     def records(self):
-        index, count = self.shard()
-        for i in range(index, len(self.pairs), count):
+        for i in part_of(range(len(self.pairs)), *self.shard()):
             yield self.record_at(i)
 
 
@@ -571,9 +586,9 @@ class ArrayReader(ImageTextReader):
     """
 
     def __init__(self, path: str | os.PathLike, transform: Callable | None = None, captions: str | os.PathLike | None = None,
-                 caption_key: str = "caption"):
+                 caption_key: str = "caption", **stages: Any):
         self.paths = [Path(p) for p in str(path).split("::")]
-        super().__init__(str(path), transform)
+        super().__init__(str(path), transform, **stages)
         if captions and len(self.paths) > 1:
             raise UsageError(f"{path}: several arrays take their captions from the scenes.jsonl beside each, not from {captions}")
         caption_paths = [Path(captions)] if captions else [p.with_name("scenes.jsonl") for p in self.paths]
@@ -622,8 +637,7 @@ class ArrayReader(ImageTextReader):
         return f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], None
 
     def records(self):
-        index, count = self.shard()
-        for k in range(index, len(self.order), count):
+        for k in part_of(range(len(self.order)), *self.shard()):
             yield self.record_at(k)
 
 
@@ -644,6 +658,11 @@ def is_tar_shards(path: str | os.PathLike) -> bool:
     return Path(text).suffix.lower() == ".tar" or (".tar" in text and "{" in text)
 
 
+def is_image_array(path: str | os.PathLike) -> bool:
+    """An array of decoded images (`.npy`), or several joined by `::` (`ArrayReader`)."""
+    return str(path).lower().endswith(".npy")
+
+
 def data_files(path: str | os.PathLike) -> dict[str, Any] | None:
     """What a run's data is, beyond its path: how many files the path names (shards expanded), their bytes, and a
     SHA-256 of their contents (of a file over `WHOLE_UP_TO`, its size, first and last MiB: hashing a corpus of shards
@@ -654,7 +673,7 @@ def data_files(path: str | os.PathLike) -> dict[str, Any] | None:
         import webdataset as wds
 
         names = wds.shardlists.expand_urls(text)
-    elif text.lower().endswith(".npy"):  # arrays joined by "::", each with its captions beside it (`ArrayReader`)
+    elif is_image_array(text):  # arrays joined by "::", each with its captions beside it
         names = [str(f) for a in text.split("::") for f in (Path(a), Path(a).with_name("scenes.jsonl"))]
     else:
         names = [text]
@@ -681,7 +700,8 @@ WHOLE_UP_TO = 256 << 20  # a data file up to this size is hashed whole for `data
 
 def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:
     """Pick the reader from the path: `.tar` shards (brace patterns allowed), `.csv`/`.tsv`, a captions `.json`,
-    or an image array `.npy`."""
+    or an image array `.npy`. `kwargs`: the format's own (columns, caption field, image root) and the stages'
+    (`ImageTextReader`'s: sample_seed, shuffle, admit, partners, resampled)."""
     text = str(path)
     suffix = Path(text).suffix.lower()
     if is_tar_shards(text):
@@ -690,6 +710,6 @@ def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kw
         return CsvReader(text, transform, **kwargs)
     if suffix == ".json":
         return FolderReader(text, transform=transform, **kwargs)
-    if suffix == ".npy":
+    if is_image_array(text):
         return ArrayReader(text, transform, **kwargs)
     raise UsageError(f"{path}: unknown data format; expected .tar shards, .csv/.tsv, a captions .json or an image .npy")

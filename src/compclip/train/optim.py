@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+__all__ = ["lr_schedule", "make_optimizer", "param_groups"]
+
 
 def lr_schedule(lr: float, steps: int, warmup: int = 0, schedule: str = "cosine", warmup_lr: float = 0.0,
                 min_lr: float = 0.0) -> Callable[[int], float]:

@@ -1,9 +1,11 @@
 """`compclip train`: fine-tune an open_clip model with a registered method, on one process or many.
 
-Checkpoints use the model folder format of `compclip.models` plus `training_state.pt`
-(optimizer, scheduler, RNG states and every rank's data position), written atomically every
-`save_every` steps; a run started again in the same `--out` resumes exactly where the last
-checkpoint left off. Logs go to `log.jsonl` and TensorBoard on rank 0.
+The `Trainer` builds a run from its options (model, method, optimizer, reader) and runs `loop.train_loop` over it,
+answering the loop's `after_step` hook: evaluation, logs, checkpoints, preemption. The parts live beside it: the
+training state (`state.TrainState`, saved as `training_state.pt` beside the weights every `save_every` steps, so a run
+started again in the same `--out` resumes exactly), one step's exact accumulation and gather (`step`), the schedule
+and optimizer (`optim`), what goes wrong mid-run (`faults`), and what is refused before it starts (`refusals`).
+Logs go to `log.jsonl` and TensorBoard on rank 0.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import ArrayReader, WebDatasetReader, data_files, is_tar_shards, open_reader
+from ..data import WebDatasetReader, data_files, is_image_array, is_tar_shards, open_reader
 from ..data.augment import BatchedView
 from ..data.shared_memory import check_shared_memory
 from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Preempted, StorageError, UsageError
@@ -103,18 +105,15 @@ class Trainer:
         self.state = TrainState(self.model, self.method, self.module, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                                 scaler)
         transform = self.method.image_transform(model)
-        self.reader = open_reader(cfg.train_data, transform=transform or train_preprocess(model), **self._reader_kwargs())
         # decoded arrays take open_clip's training view per batch, bit for bit the same (`BatchedView`)
-        self.view = BatchedView.of(self.reader.transform) if transform is None and isinstance(self.reader, ArrayReader) else None
-        if self.view is not None:
-            self.reader.transform = self.view
-        self.reader.admit = self.method.admits
-        if self.method.wants_partners and not self.reader.random_access:
-            self.reader.record_at(0)  # raises the reader's own reason, before a DataLoader worker would
-        self.reader.partners = self.method.wants_partners
+        self.view = BatchedView.of(train_preprocess(model)) if transform is None and is_image_array(cfg.train_data) else None
         # without --train-num-samples, an epoch of resampled shards is the whole run (its steps' samples, every process's)
         whole_run = cfg.steps * cfg.batch_size * cfg.accum_freq * self.env.world_size
-        self.reader.resampled = (cfg.train_num_samples or whole_run) if cfg.dataset_resampled else 0
+        self.reader = open_reader(cfg.train_data, transform=self.view or transform or train_preprocess(model), **self._reader_kwargs(),
+                                  sample_seed=cfg.seed * 1000, shuffle=cfg.shuffle, admit=self.method.admits,
+                                  partners=self.method.wants_partners,
+                                  resampled=(cfg.train_num_samples or whole_run) if cfg.dataset_resampled else 0)
+        self.reader.check_partners()  # the reader's own reason, before a DataLoader worker would meet it
         self.evaluation = RunEvaluation(cfg, self.method, self.tokenizer, self.env.device, self.env.is_main, eval_hook)
         self.signals = StopSignals()
         self._resume()
@@ -148,9 +147,7 @@ class Trainer:
     # -- data -------------------------------------------------------------------------
     def _loader(self) -> torch.utils.data.DataLoader:
         """One loader for the whole run: its workers persist across epochs, the reader moving itself on."""
-        self.reader.resume_positions = dict(self.data.positions)
-        self.reader.worker_rotation = self.data.batches % max(1, self.cfg.workers)
-        self.reader.sample_seed, self.reader.epoch, self.reader.shuffle = self.cfg.seed * 1000, self.data.epoch, self.cfg.shuffle
+        self.reader.start(self.data.epoch, self.data.positions, self.data.batches % max(1, self.cfg.workers))
         check_shared_memory(self.cfg.workers, self.cfg.batch_size * image_bytes(self.model), f"batches of {self.cfg.batch_size} images")
         return torch.utils.data.DataLoader(
             self.reader,
@@ -356,7 +353,7 @@ class Trainer:
             record = self._config_record()
             write_json(self.out / "config.json", record)
             self.reporters = Reporters(self.out, cfg.reporters, record, cfg.wandb_project_name)
-        bar = progress(steps, f"train {cfg.method} ({self.out.name})", total=len(steps), unit="step") if self.env.is_main else steps
+        self.bar = progress(steps, f"train {cfg.method} ({self.out.name})", total=len(steps), unit="step") if self.env.is_main else steps
         pending = [first]
 
         def draw() -> list[dict[str, Any]]:
@@ -366,9 +363,8 @@ class Trainer:
             self.coverage.add(micro)
             return micro
 
-        self.bar = bar
         try:
-            return train_loop(self.state, bar, draw, self.env, NonFiniteGuard(cfg.skip_nonfinite, self.out / "checkpoints"),
+            return train_loop(self.state, self.bar, draw, self.env, NonFiniteGuard(cfg.skip_nonfinite, self.out / "checkpoints"),
                               self.after_step, cfg.grad_clip_norm, self._autocast)
         finally:
             if self.reporters is not None:
@@ -402,9 +398,6 @@ class Trainer:
 
     def _trained(self) -> list[torch.nn.Parameter]:
         return self.state.trained()
-
-    def _backward(self, loss: torch.Tensor) -> None:
-        self.scaler.scale(loss).backward()
 
 
 class Coverage:
