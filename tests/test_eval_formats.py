@@ -70,7 +70,35 @@ def write_parquet(path, rows, images):
 
 def run(name, root, ties=None, splits=(), **options):
     bench = REGISTRY[name]
-    return bench.run(scorer(), root, ties or bench.ties, splits, bench.Options(**options))
+    result = bench.run(scorer(), root, ties or bench.ties, splits, bench.Options(**options))
+    check_items(name, result, ties or bench.ties, root)
+    return result
+
+
+def check_items(name, result, ties, root):
+    """Every benchmark's per-item rows, written and read back as compclip eval writes them: the leading columns, and each
+    row's verdict as the benchmark's rule gives it from the row's own scores."""
+    import pandas as pd
+
+    from compclip.eval.items import COLUMNS, write_items
+
+    write_items(root / f"{name}.items.parquet", result.items)
+    rows = pd.read_parquet(root / f"{name}.items.parquet")
+    assert tuple(rows.columns[: len(COLUMNS)]) == COLUMNS and len(rows) == len(result.items)
+    assert all(isinstance(v, str) and v for v in rows["image"]) and all(isinstance(v, str) for v in rows["true"])
+    for row in rows.itertuples():
+        if name == "winoground":
+            expected = row.text_correct and row.image_correct
+        elif name == "retrieval":
+            expected = row.rank == 0
+        elif name == "inpaint_coco":
+            grid = row.scores  # s(c, i) for c, i in (0, 0), (0, 1), (1, 0), (1, 1): each caption prefers its own image
+            expected = (grid[0] > grid[1] and grid[3] > grid[2]) if ties == "strict" else (grid[0] >= grid[1] and grid[3] >= grid[2])
+        elif name == "zeroshot" and ties != "strict":
+            continue  # the first of tied classes wins: the row's two scores alone do not decide it
+        else:  # the weakest true option against the strongest false one
+            expected = row.score_true > row.score_false if ties == "strict" else row.score_true >= row.score_false
+        assert bool(row.correct) == bool(expected), (name, row)
 
 
 # ---- Winoground: the Hub's Parquet and the older JSONL --------------------------------------------------------------

@@ -64,6 +64,21 @@ def test_evaluate_in_memory_writes_what_compclip_eval_writes_for_its_checkpoint(
     assert set(table[table.benchmark == "winoground"].metric) == set()  # a benchmark that did not run gives no score
     assert len(table) == len(table.drop_duplicates(["model", "benchmark", "split", "metric"]))
 
+    items = compclip.load_items(tmp_path / "memory")  # one row per scored item, beside each result
+    assert sorted(p.name for p in (tmp_path / "memory").glob("*.items.parquet")) == ["sugarcrepe-swap_att.items.parquet",
+                                                                                     "sugarcrepe_pp-swap_att.items.parquet"]
+    sc = items[items.benchmark == "sugarcrepe-swap_att"]
+    assert list(sc.columns[:11]) == ["model", "benchmark", "split", "item", "image", "true", "false", "score_true", "score_false",
+                                     "correct", "tie"]
+    official = json.loads(shared_data("sugarcrepe", "swap_att.json").read_text())
+    assert len(sc) == 666 and sc["item"].tolist() == list(official)  # each item by its key in the official file
+    assert [official[k]["negative_caption"] for k in sc["item"]] == sc["false"].tolist()
+    assert sc["correct"].tolist() == (sc["score_true"] > sc["score_false"]).tolist()  # sugar-crepe's rule, a tie wrong
+    assert sc["correct"].mean() == records["sugarcrepe/swap_att"]["metrics"]["swap_att"]["acc"]
+    pp = items[items.benchmark == "sugarcrepe_pp-swap_att"]
+    itt = [min(s[0], s[1]) > s[2] for s in pp["scores"]]  # both positives above the negative
+    assert pp["correct"].tolist() == itt and pp["correct"].mean() == records["sugarcrepe_pp/swap_att"]["metrics"]["swap_att"]["itt"]
+
 
 def test_evaluate_takes_a_transformers_model_as_the_user_holds_it(swap_root, tmp_path):
     """A transformers CLIP model (compclip's own export of the tiny model, in memory) through `get_*_features`: the same

@@ -14,6 +14,6 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 from .lazy import lazy_names
 
 __getattr__ = lazy_names(__name__, {"evaluate": ".eval.run:evaluate_model", "load_results": ".eval.report:results_frame",
-                                     "build_method": ".methods", "load_model": ".models"})
+                                     "load_items": ".eval.report:items_frame", "build_method": ".methods", "load_model": ".models"})
 
-__all__ = ["__version__", "build_method", "evaluate", "load_model", "load_results"]
+__all__ = ["__version__", "build_method", "evaluate", "load_items", "load_model", "load_results"]

@@ -28,10 +28,12 @@ import re
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ..options import option
 from . import protocols
 from .base import Benchmark, Missing, Result, accuracy, first_option_wins, grouped, mean, mean_present, read_json, register
+from .items import choice_rows
 
 # The notebook's `symmetric` list: relations whose swapped caption may still be true, left out of VG-Relation's macro.
 SYMMETRIC = frozenset((
@@ -146,16 +148,20 @@ class _VGPairs(Benchmark):
         options = options or self.Options()
         records = read_json(root / "aro" / self.file)
         missing = Missing.of(scorer)
-        kept = [r for r in records if missing.keep([root / "aro" / "images" / r["image_path"]])]
+        kept = [(k, r) for k, r in enumerate(records) if missing.keep([root / "aro" / "images" / r["image_path"]])]
+        ids, kept = [k for k, _ in kept], [r for _, r in kept]
         boxes = [(r["bbox_x"], r["bbox_y"], r["bbox_x"] + r["bbox_w"], r["bbox_y"] + r["bbox_h"]) for r in kept]
         images = [root / "aro" / "images" / r["image_path"] for r in kept]
         pos = scorer.pairs(images, [r["true_caption"] for r in kept], boxes)
         neg = scorer.pairs(images, [r["false_caption"] for r in kept], boxes)
         correct = protocols.pair_accuracy(pos, neg, ties)
+        items = choice_rows("", ids, images, [(r["true_caption"], r["false_caption"]) for r in kept], torch.stack([pos, neg], 1), correct)
+        for row, r in zip(items, kept, strict=True):
+            row["group"] = self.group(r)
         groups = grouped(correct, [self.group(r) for r in kept])
         counted = [g for g, m in groups.items() if self.in_macro(g, m["n"], options)]
         metrics = {"macro": mean(groups[g]["acc"] for g in counted), "macro_groups": len(counted), **accuracy(correct), self.groups: groups}
-        return Result(metrics, missing)
+        return Result(metrics, missing, items=items)
 
 
 @register
@@ -226,13 +232,16 @@ class AROOrder(Benchmark):
 
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or OrderOptions()
-        missing, metrics, absent = Missing.of(scorer), {}, {}
+        missing, metrics, absent, items = Missing.of(scorer), {}, {}, []
         for split in splits or self.splits:
             scorer.at(split)
             if not self.file(root, split).is_file():
                 absent[str(self.file(root, split))] = f"absent: {split} not scored"
                 continue
-            kept = [(image, opts) for image, opts in self.examples(root, split, options) if missing.keep([image])]
-            metrics[split] = accuracy(first_option_wins(scorer, [image for image, _ in kept], [opts for _, opts in kept], ties))
+            kept = [(k, image, opts) for k, (image, opts) in enumerate(self.examples(root, split, options)) if missing.keep([image])]
+            correct, scores = first_option_wins(scorer, [image for _, image, _ in kept], [opts for _, _, opts in kept], ties)
+            metrics[split] = accuracy(correct)
+            items += choice_rows(split, [k for k, _, _ in kept], [image for _, image, _ in kept], [opts for _, _, opts in kept],
+                                 scores, correct)
         metrics["overall"] = mean_present(m["acc"] for m in metrics.values())
-        return Result(metrics, missing, absent)
+        return Result(metrics, missing, absent, items)

@@ -115,6 +115,7 @@ class Result:
     metrics: dict[str, Any]
     missing: Missing
     absent: dict[str, str] = field(default_factory=dict)  # a file, subset or column of the official layout: why it is not scored
+    items: list[dict[str, Any]] = field(default_factory=list)  # one row per scored item (`eval.items`)
 
     @property
     def complete(self) -> bool:
@@ -227,17 +228,19 @@ def mean_present(values) -> float:
 
 
 def first_option_wins(scorer: Scorer, images: list[Image], options: list[list[str]], ties: str):
-    """For each image, whether its first caption option beats the others; every (image, option) pair scored in one call."""
+    """For each image, whether its first caption option beats the others, and its options' scores; every (image, option)
+    pair scored in one call."""
     import torch
 
     from . import protocols
 
     scores = scorer.pairs([image for image, opts in zip(images, options, strict=True) for _ in opts], [o for opts in options for o in opts])
-    correct, start = [], 0
+    correct, each, start = [], [], 0
     for opts in options:
-        correct.append(protocols.picks(scores[start : start + len(opts)][None], 0, ties)[0])
+        each.append(scores[start : start + len(opts)])
+        correct.append(protocols.picks(each[-1][None], 0, ties)[0])
         start += len(opts)
-    return torch.stack(correct) if correct else torch.zeros(0, dtype=torch.bool)
+    return (torch.stack(correct) if correct else torch.zeros(0, dtype=torch.bool)), [s.tolist() for s in each]
 
 
 def rate(correct) -> float:

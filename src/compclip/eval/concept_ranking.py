@@ -11,6 +11,7 @@ from ..concepts.keywords import KEYWORDS, OBJECT_TABLES, find_keywords, replacem
 from ..errors import UsageError
 from ..options import option
 from .base import Benchmark, Missing, Result, accuracy, first_option_wins, mean, read_json, register
+from .items import choice_rows
 from .sugarcrepe import coco_image
 
 
@@ -61,13 +62,14 @@ class ConceptRanking(Benchmark):
         return out
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics = Missing.of(scorer), {}
+        missing, metrics, items = Missing.of(scorer), {}, []
         options = options or Options()
         for cls, examples in self.examples(root, splits or self.splits, options.object_names, options.max_per_class).items():
             scorer.at(cls)
             kept = [e for e in examples if missing.keep([coco_image(root, e[0])])]
             images = [coco_image(root, f) for f, _ in kept]
-            correct = first_option_wins(scorer, images, [opts for _, opts in kept], ties)
+            correct, scores = first_option_wins(scorer, images, [opts for _, opts in kept], ties)
             metrics[cls] = {**accuracy(correct), "options": len(kept[0][1]) if kept else 0}
+            items += choice_rows(cls, [f for f, _ in kept], images, [opts for _, opts in kept], scores, correct)
         metrics["overall"] = mean(m["acc"] for m in metrics.values())
-        return Result(metrics, missing)
+        return Result(metrics, missing, items=items)

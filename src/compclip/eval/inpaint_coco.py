@@ -12,6 +12,7 @@ import torch
 
 from . import protocols
 from .base import Benchmark, Missing, Result, accuracy, grouped, read_parquet, register
+from .items import grid_rows
 
 
 @register
@@ -45,4 +46,8 @@ class InpaintCOCO(Benchmark):
             torch.stack([scorer.pairs([r[i] for r in kept], [r[c] for r in kept]) for c in captions], dim=-1) for i in images
         ], dim=1) if kept else torch.zeros(0, 2, 2)
         correct = protocols.inpaint(scores, ties)
-        return Result({**accuracy(correct), "concept": grouped(correct, [str(r["concept"]) for r in kept])}, missing)
+        items = grid_rows("", range(len(kept)), [(r["coco_image"], r["inpaint_image"]) for r in kept],
+                          [(r["coco_caption"], r["inpaint_caption"]) for r in kept], scores.transpose(1, 2), correct, {})
+        for row, r in zip(items, kept, strict=True):
+            row["concept"] = str(r["concept"])
+        return Result({**accuracy(correct), "concept": grouped(correct, [str(r["concept"]) for r in kept])}, missing, items=items)

@@ -68,17 +68,20 @@ def inpaint(s: torch.Tensor, ties: str = "strict") -> torch.Tensor:
     return picks(s[:, :, 0], 0, ties) & picks(s[:, :, 1], 1, ties)
 
 
-def recall_at_k(scores: torch.Tensor, positives: torch.Tensor, ks=(1, 5, 10), ties: str = "strict") -> dict[int, float]:
-    """Recall@k for queries (rows) over a gallery (columns), `positives[q, g]` True for matches.
-
-    A query counts at k if one of its matches ranks in the top k. strict: every other item
-    scoring at least as high ranks above the match; clip_benchmark: only items scoring higher
-    do (ties go to the match).
-    """
+def query_ranks(scores: torch.Tensor, positives: torch.Tensor, ties: str = "strict") -> torch.Tensor:
+    """The rank of each query's (row's) best match in the gallery (columns), `positives[q, g]` True for matches: 0 when
+    it is retrieved first. strict: every other item scoring at least as high ranks above the match; clip_benchmark: only
+    items scoring higher do (ties go to the match)."""
     check_ties(ties)
     if not torch.isfinite(scores).all():  # NaN ranks nowhere: every query would count as a hit
         raise NonFiniteError("retrieval scores hold NaN or inf: the model's score is undefined there; refused")
     best = scores.masked_fill(~positives, float("-inf")).max(dim=1, keepdim=True).values
     above = (scores >= best) if ties == "strict" else (scores > best)
-    rank = (above & ~positives).sum(dim=1) if ties == "strict" else above.sum(dim=1)
+    return (above & ~positives).sum(dim=1) if ties == "strict" else above.sum(dim=1)
+
+
+def recall_at_k(scores: torch.Tensor, positives: torch.Tensor, ks=(1, 5, 10), ties: str = "strict") -> dict[int, float]:
+    """Recall@k for queries (rows) over a gallery (columns): a query counts at k if one of its matches ranks in the top k
+    (`query_ranks`)."""
+    rank = query_ranks(scores, positives, ties)
     return {k: (rank < k).float().mean().item() for k in ks}

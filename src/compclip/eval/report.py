@@ -23,6 +23,7 @@ from ..io import atomic_path
 from ..plots import grouped_bars
 from ..text import markdown_text
 from .base import NOT_APPLICABLE
+from .items import SUFFIX as ITEMS_SUFFIX
 
 COLUMNS = {  # header: (benchmark, metric path); a metric that is a dict is read as its "acc"
     "SC add": ("sugarcrepe", ("add",)),
@@ -48,22 +49,46 @@ SUMMARY = ("SC add", "SC replace", "SC swap", "SC++ replace ITT", "SC++ replace 
 
 def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any]]]:
     """{label: {benchmark: record}}; the label is the folder's name, or `parent/name` when names repeat."""
+    results = {}
+    for label, folder in folder_labels(folders).items():
+        files = sorted(folder.glob("*.json"))
+        if not files:
+            raise MissingFileError(f"{folder}: no result files (<benchmark>.json)")
+        results[label] = {f.stem: _read_result(f) for f in files}
+    return results
+
+
+def folder_labels(folders: list[str | Path]) -> dict[str, Path]:
+    """Each results folder by its label: the folder's name, or `parent/name` when names repeat; each checked once."""
     folders = [Path(f) for f in folders]
     names = [f.name for f in folders]
     twice = next((f for i, f in enumerate(folders) if f.resolve() in {g.resolve() for g in folders[:i]}), None)
     if twice is not None:
         raise UsageError(f"{twice}: given twice; a report has one row per results folder")
-    results = {}
     for folder in folders:
         if not folder.is_dir():
             raise MissingFileError(f"{folder}: {'a file' if folder.exists() else 'no such folder'}; give the folders that "
                                    "`compclip eval --out` wrote, one per model")
-        files = sorted(folder.glob("*.json"))
-        if not files:
-            raise MissingFileError(f"{folder}: no result files (<benchmark>.json)")
-        label = folder.name if names.count(folder.name) == 1 else f"{folder.parent.name}/{folder.name}"
-        results[label] = {f.stem: _read_result(f) for f in files}
-    return results
+    return {f.name if names.count(f.name) == 1 else f"{f.parent.name}/{f.name}": f for f in folders}
+
+
+def items_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
+    """Every scored item of result folders as one DataFrame: model (the folder's label), benchmark (the result file's
+    name), then the item's columns (`compclip.eval.items`); a benchmark's own columns are empty for the others'."""
+    frames = []
+    for label, folder in folder_labels([folders] if isinstance(folders, (str, Path)) else list(folders)).items():
+        for file in sorted(folder.glob(f"*{ITEMS_SUFFIX}")):
+            try:
+                frame = pd.read_parquet(file)
+            except (OSError, ValueError) as e:
+                raise DataError(f"{file}: not a readable items file ({type(e).__name__}: {e}); run `compclip eval` again for "
+                                "it") from None
+            frames.append(frame.assign(model=label, benchmark=file.name.removesuffix(ITEMS_SUFFIX)))
+    if not frames:
+        raise MissingFileError(f"{folders}: no items files (<benchmark>{ITEMS_SUFFIX}): results written by an older compclip; run "
+                               "`compclip eval` again")
+    table = pd.concat(frames, ignore_index=True)
+    return table[["model", "benchmark", *[c for c in table.columns if c not in ("model", "benchmark")]]]
 
 
 def results_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:

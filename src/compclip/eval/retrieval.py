@@ -34,6 +34,7 @@ from ..options import option
 from ..text import sentences
 from . import protocols
 from .base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
+from .items import retrieval_rows
 
 KS = (1, 5, 10)
 IMAGE_FOLDERS = ("images", "flickr30k-images")
@@ -161,7 +162,7 @@ class Retrieval(Benchmark):
         return None if self.datasets(root) else f"looked for dataset folders in {root / 'retrieval'}: none. {self.layout}"
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics, absent = Missing.of(scorer), {}, {}
+        missing, metrics, absent, items = Missing.of(scorer), {}, {}, []
         options = options or Options()
         for folder in self.datasets(root):
             scorer.at(folder.name)
@@ -179,8 +180,9 @@ class Retrieval(Benchmark):
             owner = torch.tensor([index[p] for p, _ in pairs])
             scores = scorer.matrix(images, [c for _, c in pairs]).T  # (captions, images)
             positives = owner[:, None] == torch.arange(len(images))[None, :]
-            t2i = protocols.recall_at_k(scores, positives, KS, ties)
-            i2t = protocols.recall_at_k(scores.T, positives.T, KS, ties)
+            ranks = protocols.query_ranks(scores, positives, ties), protocols.query_ranks(scores.T, positives.T, ties)
+            t2i, i2t = ({k: (rank < k).float().mean().item() for k in KS} for rank in ranks)
+            items += retrieval_rows(folder.name, images, [c for _, c in pairs], owner, scores, ranks)
             metrics[folder.name] = {
                 **{f"image_retrieval_recall@{k}": v for k, v in t2i.items()},
                 **{f"text_retrieval_recall@{k}": v for k, v in i2t.items()},
@@ -190,4 +192,4 @@ class Retrieval(Benchmark):
             metrics[f"mean_recall@{k}"] = mean(
                 (m[f"image_retrieval_recall@{k}"] + m[f"text_retrieval_recall@{k}"]) / 2 for m in metrics.values() if isinstance(m, dict)
             )
-        return Result(metrics, missing, absent)
+        return Result(metrics, missing, absent, items)

@@ -34,6 +34,8 @@ from . import (  # noqa: F401 (importing a benchmark's module registers it, timm
 )
 from .base import REGISTRY, data_root
 from .config import EvalConfig
+from .items import SUFFIX as ITEMS_SUFFIX
+from .items import write_items
 from .scorer import UnreadableImagesError, load_scorer, model_scorer
 
 log = logging.getLogger("compclip.eval")
@@ -55,6 +57,10 @@ class Job:
     @property
     def file(self) -> str:
         return self.label.replace("/", "-") + ".json"
+
+    @property
+    def items_file(self) -> str:
+        return self.label.replace("/", "-") + ITEMS_SUFFIX
 
 
 def resolve(items: str | list[str]) -> list[Job]:
@@ -245,17 +251,22 @@ def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: di
             log.error("%s: cannot run: %s", job.label, lacks)
             record.update(metrics={}, complete=False, lacks=lacks)
         else:
-            record.update(score_job(scorer, bench, job, root, rule, made[job.name], blind))
+            fields, items = score_job(scorer, bench, job, root, rule, made[job.name], blind)
+            record.update(fields)
         if out is not None:
             before_write()  # again: another eval may have begun meanwhile
             write_json(out / job.file, record)
+            if not lacks:
+                write_items(out / job.items_file, items)
+            else:  # another run's items would stand beside a result that scored nothing
+                (out / job.items_file).unlink(missing_ok=True)
         records[job.label] = record
     log.info("encoded %d images and %d captions", scorer.encoded["images"], scorer.encoded["texts"])
     return records
 
 
-def score_job(scorer, bench, job: Job, root: Path, rule: str, options: Any, blind: bool) -> dict[str, Any]:
-    """The scored fields of one job's record: metrics, completeness, what was missing, and the blind scores."""
+def score_job(scorer, bench, job: Job, root: Path, rule: str, options: Any, blind: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The scored fields of one job's record (metrics, completeness, what was missing, the blind scores), and its items."""
     fields: dict[str, Any] = {}
     start = time.perf_counter()
     with scorer.asked() if blind else contextlib.nullcontext(set()) as asked, scorer.labelled(job.label):
@@ -279,4 +290,4 @@ def score_job(scorer, bench, job: Job, root: Path, rule: str, options: Any, blin
                     job.label, report["count"], ", ".join(report["examples"]))
     for part, why in result.absent.items():
         log.warning("%s: %s %s: results cover the rest and are marked incomplete", job.label, part, why)
-    return fields
+    return fields, result.items

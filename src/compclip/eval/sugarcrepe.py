@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from . import protocols
 from .base import Benchmark, Missing, Result, accuracy, mean, read_json, register
+from .items import choice_rows
 
 SPLITS = ("add_obj", "add_att", "replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")
 FAMILIES = {"add": SPLITS[:2], "replace": SPLITS[2:5], "swap": SPLITS[5:]}
@@ -33,7 +36,8 @@ class SugarCrepe(Benchmark):
         return root / self.name / f"{split}.json"
 
     def records(self, root: Path, split: str) -> list[dict]:
-        return list(read_json(self.file(root, split)).values())  # keys "0".."N", maybe gapped
+        """The split's records, each with its key in the file ("0".."N", maybe gapped) as `id`."""
+        return [{"id": key, **record} for key, record in read_json(self.file(root, split)).items()]
 
     def lacks(self, root, splits):
         present = [s for s in splits or self.splits if self.file(root, s).is_file()]
@@ -49,18 +53,20 @@ class SugarCrepe(Benchmark):
         return list(dict.fromkeys(coco_image(root, r["filename"]) for s in self.present(root, ())[0] for r in self.records(root, s)))
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics = Missing.of(scorer), {}
+        missing, metrics, items = Missing.of(scorer), {}, []
         present, absent = self.present(root, splits)
         for split in present:
             scorer.at(split)
             records = self.records(root, split)
             kept = [r for r in records if missing.keep([coco_image(root, r["filename"])])]
             images = [coco_image(root, r["filename"]) for r in kept]
-            pos = scorer.pairs(images, [r["caption"] for r in kept])
-            neg = scorer.pairs(images, [r["negative_caption"] for r in kept])
-            metrics[split] = {**accuracy(protocols.pair_accuracy(pos, neg, ties)), "n_missing": len(records) - len(kept)}
+            texts = [(r["caption"], r["negative_caption"]) for r in kept]
+            scores = torch.stack([scorer.pairs(images, [t[k] for t in texts]) for k in (0, 1)], dim=1) if kept else torch.zeros(0, 2)
+            correct = protocols.pair_accuracy(scores[:, 0], scores[:, 1], ties)
+            metrics[split] = {**accuracy(correct), "n_missing": len(records) - len(kept)}
+            items += choice_rows(split, [r["id"] for r in kept], images, texts, scores, correct)
         self.average(metrics, "acc", present)
-        return Result(metrics, missing, absent)
+        return Result(metrics, missing, absent, items)
 
     def average(self, metrics: dict, key: str, present: list[str], suffix: str = "") -> None:
         """Each family with a split present, and `overall`, as the mean of its present splits' `key`."""

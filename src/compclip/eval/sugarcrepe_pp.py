@@ -6,8 +6,11 @@ ITT correct when s(I,P1) > s(I,N) and s(I,P2) > s(I,N); TOT when s(P1,P2) > s(P1
 """
 from __future__ import annotations
 
+import torch
+
 from . import protocols
 from .base import NOT_APPLICABLE, Missing, Result, rate, read_json, register
+from .items import choice_rows
 from .sugarcrepe import SPLITS as SUGARCREPE_SPLITS
 from .sugarcrepe import SugarCrepe, coco_image
 
@@ -29,7 +32,7 @@ class SugarCrepePP(SugarCrepe):
         return read_json(self.file(root, split))
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics = Missing.of(scorer), {}
+        missing, metrics, items = Missing.of(scorer), {}, []
         present, absent = self.present(root, splits)
         for split in present:
             scorer.at(split)
@@ -40,8 +43,13 @@ class SugarCrepePP(SugarCrepe):
             kept = [i for i, r in enumerate(records) if missing.keep([coco_image(root, r["filename"])])]
             if kept:
                 images = [coco_image(root, records[i]["filename"]) for i in kept]
-                p1k, p2k, nk = ([texts[i] for i in kept] for texts in (p1, p2, n))
-                itt = protocols.itt(scorer.pairs(images, p1k), scorer.pairs(images, p2k), scorer.pairs(images, nk), ties)
+                texts = [(p1[i], p2[i], n[i]) for i in kept]
+                scores = torch.stack([scorer.pairs(images, [t[k] for t in texts]) for k in range(3)], dim=1)
+                itt = protocols.itt(scores[:, 0], scores[:, 1], scores[:, 2], ties)
+                rows = choice_rows(split, [records[i].get("id", i) for i in kept], images, texts, scores, itt, n_true=2)
+                for row, i in zip(rows, kept, strict=True):  # the text-only verdict beside it (None: no text-to-text score)
+                    row["tot"] = None if tot is None else bool(tot[i])
+                items += rows
             metrics[split] = {
                 "itt": rate(itt) if kept else float("nan"),
                 "tot": NOT_APPLICABLE if tot is None else rate(tot),
@@ -50,4 +58,4 @@ class SugarCrepePP(SugarCrepe):
             }
         for mode in ("itt", "tot"):
             self.average(metrics, mode, present, f"_{mode}")
-        return Result(metrics, missing, absent)
+        return Result(metrics, missing, absent, items)

@@ -18,10 +18,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import torch
+
 from ..errors import CompclipError, UsageError
 from ..options import option
 from . import protocols
 from .base import Benchmark, Missing, Result, accuracy, mean, mean_present, read_json, register
+from .items import choice_rows
 
 OBJECT_ROLES = {"vg": ("obj", "subj"), "swig": ("agent", "destination", "item", "tool")}
 
@@ -99,7 +102,7 @@ class VLCheckList(Benchmark):
 
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or Options()
-        base, missing, absent, files, metrics = root / "vl_checklist", Missing.of(scorer), {}, {}, {}
+        base, missing, absent, files, metrics, items = root / "vl_checklist", Missing.of(scorer), {}, {}, {}, []
         for dim, sources in self.dimensions(splits).items():
             by_source = {}
             for source, entries in sources:
@@ -114,7 +117,11 @@ class VLCheckList(Benchmark):
                     if examples:
                         images = [i for i, _, _ in examples]
                         pos, neg = (scorer.pairs(images, [e[k] for e in examples]) for k in (1, 2))
-                        files[file.removesuffix(".json")] = accuracy(protocols.pair_accuracy(pos, neg, ties))
+                        correct = protocols.pair_accuracy(pos, neg, ties)
+                        files[file.removesuffix(".json")] = accuracy(correct)
+                        ids = [str(Path(i).relative_to(base / "images")) for i in images]  # a record is named by its image
+                        items += choice_rows(file.removesuffix(".json"), ids, images, [e[1:] for e in examples],
+                                             torch.stack([pos, neg], 1), correct)
                         scored.append(files[file.removesuffix(".json")]["acc"])
                 if scored:
                     by_source[source] = mean(scored)
@@ -123,7 +130,7 @@ class VLCheckList(Benchmark):
             metrics[cat] = mean_present(metrics[d]["acc"] for d in CATEGORIES[cat])
         metrics["overall"] = mean_present(metrics[c] for c in splits or self.splits)
         metrics["files"] = files
-        return Result(metrics, missing, absent)
+        return Result(metrics, missing, absent, items)
 
     @staticmethod
     def examples(path: Path, images: Path, options: Options) -> tuple[list[list[tuple[Path, str, str]]], str | None]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..errors import DataError
 from .base import Benchmark, Missing, Result, accuracy, first_option_wins, grouped, mean, mean_present, read_json, register
+from .items import choice_rows
 
 SUBSETS = {  # split: (annotation file, image folder or None for COCO's, Table-1 group)
     "controlled_a": ("controlled_images_dataset.json", "controlled_images", "controlled_a"),
@@ -35,6 +36,12 @@ PREPOSITIONS = {  # evaluate_scores' labels: (substring, label) tried in order, 
     "coco_two_obj": ((("left of", "left"), ("right of", "right"), ("above", "above")), "below"),
     "gqa_two_obj": ((("left of", "left"), ("right of", "right"), ("front of", "front"), ("behind", "behind")), "top"),
 }
+
+
+def item_id(record) -> str:
+    """An item as its subset's file names it: the COCO or Visual Genome image id (first field), the image path of a
+    controlled set's record."""
+    return str(record[0]) if isinstance(record, list) else record["image_path"]
 
 
 def preposition(split: str, record) -> str:
@@ -95,14 +102,16 @@ class WhatsUp(Benchmark):
         return [image for split in self.present(root, ()) for image, _, _ in self.examples(root, split)]
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics = Missing.of(scorer), {}
+        missing, metrics, items = Missing.of(scorer), {}, []
         present = self.present(root, splits)
         absent = {str(root / "whatsup" / SUBSETS[s][0]): f"absent: subset {s} not scored"
                   for s in splits or self.splits if s not in present}
         for split in present:
             scorer.at(split)
             kept = [e for e in self.examples(root, split) if missing.keep([e[0]])]
-            correct = first_option_wins(scorer, [image for image, _, _ in kept], [opts for _, opts, _ in kept], ties)
+            correct, scores = first_option_wins(scorer, [image for image, _, _ in kept], [opts for _, opts, _ in kept], ties)
+            items += choice_rows(split, [item_id(r) for _, _, r in kept], [image for image, _, _ in kept],
+                                 [opts for _, opts, _ in kept], scores, correct)
             metrics[split] = {**accuracy(correct), "prepositions": grouped(correct, [preposition(split, r) for _, _, r in kept])}
             if split.startswith("controlled"):
                 metrics[split].update(pair_and_set([r["image_path"] for _, _, r in kept], correct.tolist(), split))
@@ -112,4 +121,4 @@ class WhatsUp(Benchmark):
         table = {group: mean_present(values) for group, values in groups.items()}
         metrics.update({g: v for g, v in table.items() if g not in metrics})  # the controlled sets are their own figure
         metrics["overall"] = mean_present(table.values())
-        return Result(metrics, missing, absent)
+        return Result(metrics, missing, absent, items)

@@ -13,6 +13,7 @@ import torch
 
 from . import protocols
 from .base import Benchmark, Missing, Result, rate, read_jsonl, read_parquet, register
+from .items import grid_rows
 
 COLUMNS = ("id", "caption_0", "caption_1", "tag", "secondary_tag", "num_main_preds", "collapsed_tag")
 GROUPS = ("collapsed_tag", "tag", "num_main_preds", "secondary_tag")
@@ -64,6 +65,9 @@ class Winoground(Benchmark):
             for c in (0, 1)
         ], dim=1) if kept else torch.zeros(0, 2, 2)
         result = protocols.winoground(scores, ties)
+        items = grid_rows("", [r.get("id", k) for k, r in enumerate(kept)], [(r["image_0"], r["image_1"]) for r in kept],
+                          [(r["caption_0"], r["caption_1"]) for r in kept], scores, result["group"],
+                          {"text_correct": result["text"], "image_correct": result["image"]})
         metrics = {k: rate(v) for k, v in result.items()}
         metrics["n"] = len(kept)
         for group in GROUPS:
@@ -72,7 +76,7 @@ class Winoground(Benchmark):
                 mask = torch.tensor([label in ls for ls in labels], dtype=torch.bool)
                 scored = {score: rate(v[mask]) for score, v in result.items()}
                 metrics.setdefault(group, {})[label] = {**scored, "n": int(mask.sum())}
-        return Result(metrics, missing)
+        return Result(metrics, missing, items=items)
 
 
 def tags(value, group: str) -> list[str]:

@@ -27,6 +27,7 @@ from ..errors import DataError, MissingFileError, UsageError
 from ..options import option
 from . import protocols
 from .base import Benchmark, Missing, Result, accuracy, mean, rate, read_json, register
+from .items import class_rows
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
 
@@ -107,7 +108,7 @@ class ZeroShot(Benchmark):
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or Options()
         classnames, templates = (read_json(Path(f)) if f else {} for f in (options.classnames, options.templates))
-        metrics, missing = {}, Missing.of(scorer)
+        metrics, missing, items = {}, Missing.of(scorer), []
         for folder in self.datasets(root):
             scorer.at(folder.name)
             classes = sorted(p for p in folder.iterdir() if p.is_dir())
@@ -123,6 +124,7 @@ class ZeroShot(Benchmark):
             files, labels = [p for p, _ in kept], [label for _, label in kept]
             scores, target = scorer.class_scores(files, prompts), torch.tensor(labels, dtype=torch.long)
             correct = protocols.picks(scores, target, ties)
+            items += class_rows(folder.name, files, labels, names, scores, correct, folder)
             metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), "classes": len(classes),
                                     **({"subset": options.subset, "subset_seed": options.subset_seed} if drawn else {}),
                                     "prompts": sum(map(len, prompts)), "classnames_from": names_from, "templates_from": prompts_from}
@@ -130,7 +132,7 @@ class ZeroShot(Benchmark):
         metrics["overall"] = mean(m["acc"] for m in datasets)
         for key in ("acc1", "acc5", "mean_per_class_recall"):  # CLIP_benchmark's keys, over the datasets
             metrics[key] = mean(m[key] for m in datasets)
-        return Result(metrics, missing)
+        return Result(metrics, missing, items=items)
 
     @staticmethod
     def keys(folder: Path) -> list[str]:

@@ -1,0 +1,115 @@
+"""Per-item results: one row per scored item, written beside a benchmark's result JSON as `<result>.items.parquet`.
+
+Every row has the same leading columns, whatever the benchmark: `split`, `item` (the item's id as the official file
+names it: its key, its `id` field, else its position in the file), `image` (the image file, or the Parquet shard and row
+of an image held in one), `true` and `false` (the true caption and the false one the model scored highest), their
+scores `score_true` and `score_false`, `correct` (under the run's tie rule) and `tie` (the two scores equal). A
+benchmark adds its own columns after them: every option's text and score (`texts`, `scores`), Winoground's and
+InpaintCOCO's second image and partial scores, a retrieval query's direction and rank. `compclip.load_items` reads
+them back as one DataFrame.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..data.images import image_ref
+
+COLUMNS = ("split", "item", "image", "true", "false", "score_true", "score_false", "correct", "tie")
+SUFFIX = ".items.parquet"
+
+
+def write_items(path: Path, rows: list[dict[str, Any]]) -> None:
+    """The rows as Parquet, written atomically (the leading columns even when no item was scored)."""
+    import pandas as pd
+
+    from ..io import atomic_path
+
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame({c: [] for c in COLUMNS})
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
+
+
+def image_name(image: Any) -> str:
+    """An image as a row names it: its file, or `shard.parquet[row]` for one held in a Parquet cell."""
+    return image_ref(image).key
+
+
+def choice_rows(split: str, ids: Sequence[Any], images: Sequence[Any], texts: Sequence[Sequence[str]],
+                scores: torch.Tensor | Sequence[Sequence[float]], correct: torch.Tensor, n_true: int = 1) -> list[dict[str, Any]]:
+    """Items whose image chooses among caption options, the `n_true` true ones first (SugarCrepe, SugarCrepe++'s ITT, ARO,
+    What'sUp, VL-CheckList, concept ranking), `scores` one row per item (items may have different numbers of options):
+    `true` is the weakest true option, `false` the strongest false one."""
+    rows = []
+    scores = scores.tolist() if isinstance(scores, torch.Tensor) else scores
+    for item, image, options, row, ok in zip(ids, images, texts, scores, correct.tolist(), strict=True):
+        t = min(range(n_true), key=row.__getitem__)
+        f = max(range(n_true, len(row)), key=row.__getitem__)
+        rows.append({"split": split, "item": str(item), "image": image_name(image), "true": options[t], "false": options[f],
+                     "score_true": row[t], "score_false": row[f], "correct": bool(ok), "tie": row[t] == row[f],
+                     "texts": list(options), "scores": row})
+    return rows
+
+
+def grid_rows(split: str, ids: Sequence[Any], images: Sequence[tuple[Any, Any]], texts: Sequence[tuple[str, str]],
+              scores: torch.Tensor, correct: torch.Tensor, parts: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """Items of two images and two captions, `scores[n, caption, image]` (Winoground, InpaintCOCO): `true` and `false` are
+    the first image's own caption and the other one; `parts` are the partial verdicts (Winoground's text and image
+    scores), each a column."""
+    clash = set(parts) & {*COLUMNS, "image_2", "scores"}
+    if clash:
+        raise ValueError(f"partial verdicts {sorted(clash)} would overwrite the item's own columns")
+    rows = []
+    s = scores.tolist()
+    for k, (item, (image_0, image_1), (caption_0, caption_1), ok) in enumerate(zip(ids, images, texts, correct.tolist(), strict=True)):
+        grid = s[k]
+        rows.append({"split": split, "item": str(item), "image": image_name(image_0), "true": caption_0, "false": caption_1,
+                     "score_true": grid[0][0], "score_false": grid[1][0], "correct": bool(ok), "tie": grid[0][0] == grid[1][0],
+                     "image_2": image_name(image_1), "scores": [grid[0][0], grid[0][1], grid[1][0], grid[1][1]],
+                     **{name: bool(v[k]) for name, v in parts.items()}})
+    return rows
+
+
+def class_rows(split: str, files: Sequence[Path], labels: Sequence[int], names: Sequence[str], scores: torch.Tensor,
+               correct: torch.Tensor, root: Path) -> list[dict[str, Any]]:
+    """Zero-shot classification: each image's true class and the wrong class it scored highest."""
+    rows = []
+    others = scores.clone()
+    if len(labels):
+        others[torch.arange(len(labels)), torch.as_tensor(labels)] = float("-inf")
+    best = others.argmax(dim=1).tolist() if len(labels) else []
+    for k, (file, label, ok) in enumerate(zip(files, labels, correct.tolist(), strict=True)):
+        true, false = float(scores[k, label]), float(scores[k, best[k]])
+        rows.append({"split": split, "item": str(Path(file).relative_to(root)), "image": str(file), "true": names[label],
+                     "false": names[best[k]], "score_true": true, "score_false": false, "correct": bool(ok), "tie": true == false})
+    return rows
+
+
+def retrieval_rows(split: str, images: Sequence[Any], captions: Sequence[str], owner: torch.Tensor, scores: torch.Tensor,
+                   ranks: tuple[torch.Tensor, torch.Tensor]) -> list[dict[str, Any]]:
+    """Retrieval, one row per query: each caption finding its image (`direction` text→image), each image finding one of
+    its captions (image→text); `rank` of the first match (0: retrieved first, `correct` at R@1), `false` the best wrong
+    candidate (a caption, or for a caption's query the caption of the image retrieved in its image's place)."""
+    rows = []
+    t2i_rank, i2t_rank = (r.tolist() for r in ranks)
+    own = scores[torch.arange(len(captions)), owner]  # (captions,)
+    wrong_image = scores.masked_fill(owner[:, None] == torch.arange(len(images))[None, :], float("-inf")).max(dim=1)
+    for q, caption in enumerate(captions):
+        image, other = int(owner[q]), int(wrong_image.indices[q])
+        rows.append({"split": split, "item": f"caption {q}", "image": image_name(images[image]), "true": caption,
+                     "false": f"image {image_name(images[other])}", "score_true": float(own[q]),
+                     "score_false": float(wrong_image.values[q]), "correct": t2i_rank[q] == 0,
+                     "tie": float(own[q]) == float(wrong_image.values[q]), "direction": "text→image", "rank": t2i_rank[q]})
+    mine = owner[None, :] == torch.arange(len(images))[:, None]  # (images, captions)
+    by_image = scores.T
+    best_own = by_image.masked_fill(~mine, float("-inf")).max(dim=1)
+    best_other = by_image.masked_fill(mine, float("-inf")).max(dim=1)
+    for i, image in enumerate(images):
+        true, false = int(best_own.indices[i]), int(best_other.indices[i])
+        rows.append({"split": split, "item": f"image {i}", "image": image_name(image), "true": captions[true], "false": captions[false],
+                     "score_true": float(best_own.values[i]), "score_false": float(best_other.values[i]), "correct": i2t_rank[i] == 0,
+                     "tie": float(best_own.values[i]) == float(best_other.values[i]), "direction": "image→text", "rank": i2t_rank[i]})
+    return rows
