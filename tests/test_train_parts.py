@@ -36,14 +36,14 @@ def test_parameter_groups_follow_open_clip_trains_exclusion_rule():
     named = [("visual.conv1.weight", torch.zeros(4, 3, 2, 2)), ("visual.ln_pre.weight", torch.zeros(4)),
              ("transformer.resblocks.0.ln_1.bias", torch.zeros(4)), ("text_projection", torch.zeros(4, 4)),
              ("logit_scale", torch.zeros(())), ("positional_embedding", torch.zeros(7, 4)), ("attn.in_proj_bias", torch.zeros(12)),
-             ("frozen.weight", torch.zeros(4, 4))]
+             ("frozen.weight", torch.zeros(4, 4)), ("head.ln_proj.weight", torch.zeros(4, 4)), ("stem.bn.weight", torch.zeros(4, 4))]
     params = {n: nn.Parameter(t, requires_grad=n != "frozen.weight") for n, t in named}
     no_decay, decay = param_groups(params.items(), 0.2)
     assert (no_decay["weight_decay"], decay["weight_decay"]) == (0.0, 0.2)
     names = {id(p): n for n, p in params.items()}
     assert {names[id(p)] for p in decay["params"]} == {"visual.conv1.weight", "text_projection", "positional_embedding"}
     assert {names[id(p)] for p in no_decay["params"]} == {"visual.ln_pre.weight", "transformer.resblocks.0.ln_1.bias", "logit_scale",
-                                                          "attn.in_proj_bias"}
+                                                          "attn.in_proj_bias", "head.ln_proj.weight", "stem.bn.weight"}
     adamw = make_optimizer("adamw", [no_decay, decay], 1e-3, (0.9, 0.98), 1e-6)
     assert isinstance(adamw, torch.optim.AdamW) and adamw.defaults["betas"] == (0.9, 0.98) and adamw.defaults["fused"]
     assert type(make_optimizer("sgd", [no_decay, decay], 1e-3, (0.9, 0.98), 1e-6)) is torch.optim.SGD

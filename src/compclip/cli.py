@@ -477,6 +477,47 @@ def report(
         typer.echo((out / "paper.md").read_text(encoding="utf-8").rstrip())
 
 
+@app.command()
+def compare(
+    models: list[str] = typer.Argument(..., help="Result folders from `compclip eval`, one per model (the first is the baseline); "
+                                                 "a model's several runs (seeds) joined by commas: runs/s0,runs/s1,runs/s2."),
+    label: list[str] = typer.Option(None, "--label", help="A name for each model, in order (repeatable).  [default: the folder's name]"),
+    out: Path = typer.Option(None, help="Also write the differences as CSV (.csv) or JSON (.json)."),
+    resamples: int = typer.Option(10_000, help="Bootstrap draws."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap draws."),
+) -> None:
+    """Whether models really differ: each against the first, item by item on every benchmark split both scored, the
+    difference with a 95 % paired-bootstrap interval (`*`: it excludes zero) and an exact McNemar test.
+
+    Example:
+
+    \b
+    compclip compare results/siglip results/c2lip
+    compclip compare runs/siglip-s0,runs/siglip-s1 runs/c2lip-s0,runs/c2lip-s1 --label siglip --label c2lip
+    """
+    from .errors import UsageError
+    from .eval.compare import compare as paired
+    from .eval.compare import load_runs, markdown, table
+    from .io import atomic_path
+
+    if len(models) < 2:
+        raise UsageError("compare needs two models or more: the baseline first")
+    if label and len(label) != len(models):
+        raise UsageError(f"--label names {len(label)} models, {len(models)} are given")
+    if resamples < 100:
+        raise UsageError(f"--resamples must be at least 100 for a 95 % interval, not {resamples}")
+    items, names = load_runs(models, label or None)
+    differences = [d for other in names[1:] for d in paired(items, names[0], other, resamples, seed)]
+    for other in names[1:]:
+        typer.echo(f"{other} against {names[0]}:")
+        typer.echo(markdown([d for d in differences if d.b == other]))
+    if out is not None:
+        frame = table(differences)
+        with atomic_path(out) as tmp:
+            frame.to_json(tmp, orient="records", indent=1) if out.suffix == ".json" else frame.to_csv(tmp, index=False)
+        typer.echo(f"wrote {out}")
+
+
 data_app = typer.Typer(help="Benchmark data: download it, and list what each benchmark still lacks.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
