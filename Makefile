@@ -12,7 +12,7 @@ LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
 # them from there in seconds, where a newer release is a 3 GB download on every fresh machine.
 LOCK_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test lint install lock test-compat test-lowest clean
+.PHONY: demo test lint install lock test-compat test-lowest clean chromium
 
 install: $(STAMP)
 
@@ -44,9 +44,16 @@ $(BENCH)/.done: $(STAMP)
 		scipy==1.17.1 joblib==1.6.0 threadpoolctl==3.8.0 cloudpickle==3.1.3 narwhals==2.29.0 pycocoevalcap==1.2 pycocotools==2.0.11
 	@touch $@
 
+# Debian's chromium, in which the error gallery's test opens the page (tests/test_gallery.py): installed where missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+		$(SUDO) apt-get install -y --no-install-recommends chromium >/dev/null || \
+		{ $(SUDO) apt-get update >/dev/null && $(SUDO) apt-get install -y --no-install-recommends chromium >/dev/null; }
+
 # Two workers on two cores, one thread each: torch's threads in both workers (and in the processes they start) would
 # otherwise ask for twice the cores there are.
-test: lint $(TF_FLOOR)/.done $(BENCH)/.done
+test: lint chromium $(TF_FLOOR)/.done $(BENCH)/.done
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 COMPCLIP_TRANSFORMERS_FLOOR_PATH=$(TF_FLOOR) COMPCLIP_BENCH_PATH=$(BENCH) $(PY) -m pytest -n 2 -q
 
 lock: $(STAMP)

@@ -266,7 +266,8 @@ def test_cli_eval_writes_clip_benchmark_records_and_report(data_root, tmp_path):
     assert record["complete"] and set(record["metrics"]["add_att"]) == {"acc", "n", "n_missing"}
     one = json.loads((tmp_path / "a" / "sugarcrepe-swap_att.json").read_text())  # one split, as CLIP_benchmark's sugar_crepe/swap_att
     assert one["dataset"] == "sugarcrepe/swap_att" and one["complete"] and one["metrics"]["swap_att"] == record["metrics"]["swap_att"]
-    assert set(one["metrics"]) == {"swap_att", "swap", "overall"} and one["metrics"]["swap"] == one["metrics"]["swap_att"]["acc"]
+    assert set(one["metrics"]) == {"swap_att", "swap", "overall", "swap_att_acc", "swap_att_n", "swap_att_n_missing"}
+    assert one["metrics"]["swap"] == one["metrics"]["swap_att"]["acc"] == one["metrics"]["swap_att_acc"]  # the split flat too
     missing = json.loads((tmp_path / "a" / "winoground.json").read_text())
     assert missing["complete"] is False and "winoground/data/test-*.parquet" in missing["lacks"]
     assert "huggingface-cli download facebook/winoground" in missing["lacks"]  # where the official download goes
@@ -329,6 +330,10 @@ def test_clip_benchmark_build_reads_a_results_folder(data_root, tmp_path):
     for key in ("acc1", "acc5", "mean_per_class_recall"):
         assert float(rows["zeroshot"][key]) == pytest.approx(records["zeroshot"]["metrics"][key])
     assert float(rows["sugarcrepe/swap_att"]["overall"]) == pytest.approx(records["sugarcrepe/swap_att"]["metrics"]["overall"])
+    # a split's figures are numbers in their own columns, as CLIP_benchmark's own metrics are
+    assert float(rows["sugarcrepe/swap_att"]["swap_att_acc"]) == pytest.approx(records["sugarcrepe/swap_att"]["metrics"]["swap_att"]["acc"])
+    assert int(rows["sugarcrepe/swap_att"]["swap_att_n"]) == 666 and float(rows["zeroshot"]["colours_acc5"]) == pytest.approx(
+        records["zeroshot"]["metrics"]["colours"]["acc5"])
 
 
 def test_blind_equals_the_score_of_a_model_whose_image_tower_is_ignored(data_root, tmp_path):

@@ -20,3 +20,20 @@ def test_a_figure_of_many_models_gives_each_its_own_colour_and_shows_every_legen
     picture = np.asarray(Image.open(path).convert("RGB")).astype(int)
     for i, rgb in enumerate(colours):
         assert (np.abs(picture - rgb).max(axis=-1) <= 2).sum() >= 20, f"model m{i}'s legend entry is not in the picture"
+
+
+def test_a_split_scored_zero_is_drawn_and_one_not_run_is_left_out(tmp_path):
+    """The figures for a paper: a 0 % split is a labelled bar of 0, a split no model ran is no group at all, and a
+    split one model did not run is a gap for it alone; intervals only where they are known."""
+    from compclip.plots import split_bars
+
+    values = pd.DataFrame({"add_att": [0.0, 40.0], "swap_att": [55.0, float("nan")], "never": [float("nan")] * 2},
+                          index=["Model A", "Model B"])
+    low = pd.DataFrame({"add_att": [0.0, 35.0], "swap_att": [50.0, float("nan")]}, index=values.index)
+    high = pd.DataFrame({"add_att": [0.6, 45.0], "swap_att": [60.0, float("nan")]}, index=values.index)
+    path = split_bars(values, low, high, {"add_att": "692", "swap_att": "666"}, {"add_att": 0.5}, "sugarcrepe", tmp_path / "f.png")
+    svg = (tmp_path / "f.svg").read_text()
+    assert path.suffix == ".png" and (tmp_path / "f.pdf").stat().st_size > 1000
+    assert "never" not in svg and "n=692" in svg and "n=666" in svg and "Model A" in svg and "chance" in svg
+    assert svg.count('stroke-dasharray') >= 1  # the dashed chance line over add_att
+    assert ">0<" in svg.replace(" ", "") or "<!-- 0 -->" in svg  # the 0 % bar's label

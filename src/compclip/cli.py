@@ -461,18 +461,25 @@ def report(
     paper: str = typer.Option(None, "--paper", help="Set the results beside a paper's published numbers: c2lip, clic, hardneg or "
                                                     "occlip (the report's paper.md and paper.csv; printed too)."),
     paper_model: str = typer.Option(None, "--paper-model", help="The paper's row to compare with.  [default: its own method's]"),
+    label: list[str] = typer.Option(None, "--label", help="A name for each model, in order (repeatable).  [default: the folder's name]"),
+    html: bool = typer.Option(False, "--html", help="Also write report.html: every item a model got wrong, filterable by split, by "
+                                                   "what was swapped and by model, and where two models disagree."),
 ) -> None:
-    """Tables (Markdown, CSV) in the layout of the C2LIP paper's Table 2, per-split tables and plots; with --paper, the
-    results beside that paper's numbers and the difference, naming what was not run.
+    """Tables (Markdown, CSV) in the layout of the C2LIP paper's Table 2, per-split tables and figures (PNG, PDF, SVG: 95 %
+    intervals, n per split, chance), each model against the first item by item; with --paper, the results beside that
+    paper's numbers and the difference, naming what was not run; with --html, an error gallery.
 
     Example:
 
     \b
-    compclip report results/siglip results/c2lip --out report --paper c2lip
+    compclip report results/siglip results/c2lip --label SigLIP --label C2LIP --out report --html
     """
+    from .errors import UsageError
     from .eval import build_report
 
-    typer.echo(f"wrote {build_report(results, out, paper, paper_model)}")
+    if label and len(label) != len(results):
+        raise UsageError(f"--label names {len(label)} models, {len(results)} are given")
+    typer.echo(f"wrote {build_report(results, out, paper, paper_model, label or None, html)}")
     if paper:
         typer.echo((out / "paper.md").read_text(encoding="utf-8").rstrip())
 

@@ -10,16 +10,18 @@ from PIL import Image
 from .io import atomic_path
 
 
-def _save(fig, out: str | Path) -> Path:
-    """Write a figure as PNG atomically (a reader never sees half a file) and close it."""
+def _save(fig, out: str | Path, formats: tuple[str, ...] = ("png",)) -> Path:
+    """Write a figure atomically (a reader never sees half a file) as `out` and, for each further format, beside it under
+    that suffix (a paper's PDF or SVG), then close it."""
     import matplotlib.pyplot as plt
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
+    for fmt in formats:
+        with atomic_path(out.with_suffix(f".{fmt}")) as tmp:
+            fig.savefig(tmp, dpi=120, format=fmt)
     plt.close(fig)
-    return out
+    return out.with_suffix(f".{formats[0]}")
 
 
 def distinct_colours(n: int) -> list:
@@ -60,6 +62,50 @@ def grouped_bars(df, title: str, out: str | Path) -> Path:
     ax.set_title(title)
     _legend_below(fig, len(df))
     return _save(fig, out)
+
+
+FIGURE_FORMATS = ("png", "pdf", "svg")
+
+
+def split_bars(values, low, high, counts: dict[str, str], chance: dict[str, float], title: str, out: str | Path) -> Path:
+    """A figure for a paper: per split (a column of `values`, in %), one bar per model (a row, named as given), its 95 %
+    interval from `low` to `high` (same shape; NaN: none), the split's item count `counts[split]` under its name, and a
+    dashed line at the split's chance level where `chance` knows it. A split no model ran is not drawn; a score of 0 is a
+    bar of 0, labelled, not a gap. Written as PNG, PDF and SVG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    values = values.apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
+    low, high = (f.reindex(index=values.index, columns=values.columns).apply(pd.to_numeric, errors="coerce") for f in (low, high))
+    models, splits = len(values), list(values.columns)
+    rows = math.ceil(models / LEGEND_COLUMNS)
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(splits) + 2), 3.6 + 0.2 * rows), layout="constrained")
+    width = 0.8 / max(1, models)
+    for i, ((model, row), colour) in enumerate(zip(values.iterrows(), distinct_colours(models), strict=True)):
+        xs = np.arange(len(splits)) + i * width
+        ax.bar(xs, row.values, width, label=str(model), color=colour)
+        known = (low.loc[model].notna() & high.loc[model].notna()).to_numpy()  # a family's mean of splits has no interval
+        if known.any():
+            below, above = (row - low.loc[model]).clip(lower=0), (high.loc[model] - row).clip(lower=0)
+            ax.errorbar(xs[known], row.values[known], yerr=[below.values[known], above.values[known]], fmt="none", ecolor="black",
+                        elinewidth=0.8, capsize=2)
+        for x, v in zip(xs, row.values, strict=True):
+            if v == 0:  # a real 0, not a split left out
+                ax.annotate("0", (x, 0), ha="center", va="bottom", fontsize=7)
+    for k, split in enumerate(splits):
+        if split in chance:
+            ax.hlines(100 * chance[split], k - width / 2, k + 0.8 - width / 2, colors="grey", linestyles="dashed", linewidth=1,
+                      label="chance" if k == min(i for i, s in enumerate(splits) if s in chance) else None)
+    ax.set_xticks(np.arange(len(splits)) + width * (models - 1) / 2)
+    ax.set_xticklabels([f"{s}\nn={counts[s]}" if s in counts else s for s in splits], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("% (95 % interval)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    _legend_below(fig, models + bool(chance))
+    return _save(fig, out, FIGURE_FORMATS)
 
 
 def _grid(weights: np.ndarray) -> np.ndarray:

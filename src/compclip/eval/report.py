@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
 import pandas as pd
 
 from ..errors import DataError, MissingFileError, UsageError
 from ..io import atomic_path
-from ..plots import grouped_bars
+from ..plots import grouped_bars, split_bars
 from ..text import markdown_text
 from .base import NOT_APPLICABLE
 from .items import SUFFIX as ITEMS_SUFFIX
@@ -105,10 +106,11 @@ def results_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
 
 def _scores(metrics: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[str, str, float | None, int | None]]:
     n = metrics.get("n") if isinstance(metrics.get("n"), int) else None
+    flat = flat_copies(metrics) if not path else set()
     for key, value in metrics.items():
         if isinstance(value, dict):
             yield from _scores(value, (*path, key))
-        elif value is None or isinstance(value, float):
+        elif (value is None or isinstance(value, float)) and key not in flat:  # a split's flat copy is its split's row
             yield "/".join(path), key, value, n
 
 
@@ -176,16 +178,29 @@ def summary_table(results) -> pd.DataFrame:
     return table
 
 
+SPLIT_FIGURES = ("acc", "itt", "tot", "text", "image", "group", "pair_acc", "set_acc")
+
+
+def flat_copies(metrics: dict[str, Any]) -> set[str]:
+    """The top-level keys that repeat a split's numbers flat (`swap_att_acc`, `compclip eval` writes them for
+    CLIP_benchmark): a table counts each number once, under its split."""
+    return {f"{split}_{key}" for split, inner in metrics.items() if isinstance(inner, dict) for key in inner}
+
+
 def split_tables(results) -> dict[str, pd.DataFrame]:
     """Per benchmark: one row per model, one column per split (accuracy, or each numeric metric)."""
     tables: dict[str, dict[str, dict[str, float]]] = {}
     for model, records in results.items():
         for bench, record in records.items():
             row = {}
-            for split, metric in record.get("metrics", {}).items():
+            metrics = record.get("metrics", {})
+            flat = flat_copies(metrics)
+            for split, metric in metrics.items():
+                if split in flat:
+                    continue
                 if isinstance(metric, dict):
                     for key, value in metric.items():
-                        if key in ("acc", "itt", "tot", "text", "image", "group", "pair_acc", "set_acc") or "recall@" in key:
+                        if key in SPLIT_FIGURES or "recall@" in key:
                             cell = split if key == "acc" else f"{split} {key}"
                             row[cell] = value if value == NOT_APPLICABLE else float("nan") if value is None else float(value) * 100
                 elif isinstance(metric, float):  # a score; ints are counts
@@ -197,6 +212,43 @@ def split_tables(results) -> dict[str, pd.DataFrame]:
     for frame in frames.values():
         frame.index.name = "model"
     return frames
+
+
+def split_intervals(results, bench: str, table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
+    """Each cell's 95 % interval (Wilson's, over the items it was scored on; NaN where the result names no count, as a
+    family's mean of splits) as low and high tables, and each column's item count as a tick label says it."""
+    from scipy.stats import binomtest
+
+    values = table.apply(pd.to_numeric, errors="coerce")
+    low, high = values * float("nan"), values * float("nan")
+    counts: dict[str, set[int]] = {}
+    for model in table.index:
+        metrics = results[model][bench]["metrics"]
+        for column in table.columns:
+            split, _, key = column.partition(" ")
+            inner = metrics.get(split)
+            if isinstance(inner, dict):
+                n = inner.get("n_itt" if key == "itt" else "n")
+            else:  # a top-level figure (Winoground's text, image, group) counts the benchmark's items
+                n = metrics.get("n") if split in SPLIT_FIGURES else None
+            value = values.loc[model, column]
+            if not isinstance(n, int) or n <= 0 or not math.isfinite(value):
+                continue
+            ci = binomtest(round(value / 100 * n), n).proportion_ci(0.95, method="wilson")
+            low.loc[model, column], high.loc[model, column] = 100 * ci.low, 100 * ci.high
+            counts.setdefault(column, set()).add(n)
+    return low, high, {c: f"{min(n):,}" if len(n) == 1 else f"{min(n):,}–{max(n):,}" for c, n in counts.items()}
+
+
+def chance_levels(items: pd.DataFrame | None, bench: str) -> dict[str, float]:
+    """Each split's chance of a right answer where its items say it: one over an item's number of caption options (a
+    pair 50 %, What'sUp's four 25 %, SugarCrepe++'s two true of three 33 %), averaged over the split's items."""
+    if items is None or "texts" not in items.columns:
+        return {}
+    mine = items[(items["benchmark"] == bench) & items["texts"].notna()]
+    first = mine[mine["model"] == mine["model"].iloc[0]] if len(mine) else mine
+    levels = first.groupby("split")["texts"].apply(lambda t: float(np.mean([1 / len(x) for x in t])))
+    return {**levels.to_dict(), **{f"{s} itt": v for s, v in levels.items()}}
 
 
 def blind_tables(results) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
@@ -373,11 +425,23 @@ def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str
     return "\n".join(lines)
 
 
-def build_report(folders: list[str | Path], out: str | Path, paper: str | None = None, paper_model: str | None = None) -> Path:
-    """Write `OUT/report.md`, `OUT/summary.csv`, `OUT/<benchmark>.csv` and `OUT/<benchmark>.png`; with `paper`, also the
-    results beside that paper's published numbers (`OUT/paper.csv`, `OUT/paper.md` and a section of the report)."""
+def build_report(folders: list[str | Path], out: str | Path, paper: str | None = None, paper_model: str | None = None,
+                 labels: list[str] | None = None, html: bool = False) -> Path:
+    """Write `OUT/report.md`, `OUT/summary.csv`, `OUT/<benchmark>.csv` and `OUT/<benchmark>.png` (with PDF and SVG: each
+    split's bars with 95 % intervals, item counts and chance); with `paper`, also the results beside that paper's
+    published numbers (`OUT/paper.csv`, `OUT/paper.md` and a section of the report). `labels` name the models (default:
+    their folders'). Where the folders hold per-item results, each model is compared item by item with the first
+    (`compclip compare`), and with `html` an error gallery is written (`OUT/report.html`)."""
     out = Path(out)
     results = load_results(folders)
+    names = dict(zip(results, labels, strict=True)) if labels else {m: m for m in results}
+    if labels and len(set(labels)) != len(labels):
+        raise UsageError(f"--label names two models alike: {', '.join(labels)}")
+    results = {names[m]: r for m, r in results.items()}
+    items = _items_of(folders, names)
+    if html and items is None:
+        raise UsageError("--html shows each item a model got wrong: these results have no per-item files (<benchmark>.items.parquet); "
+                         "run `compclip eval` again for them")
     comparison = paper_comparison(results, paper, paper_model) if paper else None  # a wrong name stops before writing
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; the report writes a folder")
@@ -397,7 +461,8 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
     for bench, table in split_tables(results).items():
         with atomic_path(out / f"{bench}.csv") as tmp:
             table.to_csv(tmp, float_format="%.2f")
-        grouped_bars(table.rename(columns=_short), bench, out / f"{bench}.png")
+        low, high, counts = split_intervals(results, bench, table)
+        split_bars(table, low, high, counts, chance_levels(items, bench), bench, out / f"{bench}.png")
         ties = {r[bench].get("ties") for r in results.values() if bench in r}
         parts += [
             f"## {markdown_text(bench)}",
@@ -406,9 +471,12 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
             "",
             _markdown(table),
             "",
-            f"![{markdown_text(bench)}]({quote(bench)}.png)",
+            f"![{markdown_text(bench)}]({quote(bench)}.png) ([PDF]({quote(bench)}.pdf), [SVG]({quote(bench)}.svg): bars with 95 % "
+            "intervals over the items, n per split, the dashed line at chance)",
             "",
         ]
+    if items is not None and len(results) > 1:
+        parts += paired_section(items, list(results), out)
     for bench, (blind, grounded) in blind_tables(results).items():
         with atomic_path(out / f"{bench}-blind.csv") as tmp:
             blind.to_csv(tmp, float_format="%.2f")
@@ -428,4 +496,32 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
         parts += [f"## Against the {about['paper']} paper", "", text, ""]
     with atomic_path(out / "report.md") as tmp:
         tmp.write_text("\n".join(parts), encoding="utf-8")
+    if html:
+        from .gallery import write_gallery
+
+        write_gallery(items, out / "report.html")
     return out / "report.md"
+
+
+def _items_of(folders: list[str | Path], names: dict[str, str]) -> pd.DataFrame | None:
+    """Every model's per-item results under its name, or None where a folder has none (results of an older compclip)."""
+    if not all(any(Path(f).glob(f"*{ITEMS_SUFFIX}")) for f in folders):
+        return None
+    items = items_frame(folders)
+    return items.assign(model=items["model"].map(names))
+
+
+def paired_section(items: pd.DataFrame, models: list[str], out: Path) -> list[str]:
+    """Each model against the first, item by item (`compare`), as a report section and `OUT/paired.csv`."""
+    from .compare import compare, markdown, table
+
+    differences = [d for other in models[1:] for d in compare(items.assign(run=0), models[0], other)]
+    with atomic_path(out / "paired.csv") as tmp:
+        table(differences).to_csv(tmp, index=False)
+    parts = [f"## Paired differences against {markdown_text(models[0])}", "",
+             "Each model against the first on the items both scored: B − A in points with its 95 % paired-bootstrap interval "
+             "(10,000 draws of the items, seed 0), `*` where it excludes zero; the discordant items and McNemar's exact p "
+             "(`compclip compare` says more).", ""]
+    for other in models[1:]:
+        parts += [f"**{markdown_text(other)}**", "", markdown([d for d in differences if d.b == other]), ""]
+    return parts

@@ -106,6 +106,14 @@ def null_nans(metrics: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any]
     return clean, nulls
 
 
+def with_flat_splits(metrics: dict[str, Any]) -> dict[str, Any]:
+    """`metrics` and, after them, each split's numbers again at the top as `<split>_<metric>` (`swap_att_acc`), as
+    CLIP_benchmark writes its metrics flat: `clip_benchmark build` then has a number in every column it makes of them."""
+    flat = {f"{split}_{key}": value for split, inner in metrics.items() if isinstance(inner, dict)
+            for key, value in inner.items() if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))}
+    return {**metrics, **{k: v for k, v in flat.items() if k not in metrics}}
+
+
 def evaluated_nothing(record: dict[str, Any]) -> bool:
     """True when a result holds no score (scores are floats, counts ints): no example could be scored."""
 
@@ -279,7 +287,7 @@ def score_job(scorer, bench, job: Job, root: Path, rule: str, options: Any, blin
             log.warning("%s: --blind: the benchmark scored one image, so its mean is that image and the blind "
                         "score equals the real one by construction; it says nothing of the text prior", job.label)
     metrics, nulls = null_nans(result.metrics)
-    fields.update(metrics=metrics, complete=result.complete, missing_images=result.missing.report(), absent=result.absent,
+    fields.update(metrics=with_flat_splits(metrics), complete=result.complete, missing_images=result.missing.report(), absent=result.absent,
                   seconds=round(time.perf_counter() - start, 3))
     if nulls:
         fields["null_metrics"] = {"metrics": nulls, "why": "no example could be scored: its images are missing "

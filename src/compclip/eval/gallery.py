@@ -1,0 +1,188 @@
+"""`compclip report --html`: one self-contained page of what each model got wrong, for a person to look at.
+
+Per benchmark and split, each model's accuracy with its 95 % interval and item count; then every item a model got
+wrong (up to `SHOWN` a model and split): its image (a thumbnail embedded in the page), the true caption, the false
+caption the model preferred, both scores, and what the false caption changed: the words that differ, and their kind
+from spaCy's parse of the true caption (attribute: an adjective; object: a noun; relation: a preposition or verb).
+Filters by split, by kind and word, by model, and to the items two models disagree on; the page's address can set them
+(`report.html#split=swap_att&kind=attribute`), so a view can be shared. No server, no script from elsewhere.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..io import atomic_path
+
+SHOWN = 500  # wrong items shown per model and split; the totals count them all
+THUMBNAIL = 128
+KINDS = {"ADJ": "attribute", "NOUN": "object", "PROPN": "object", "ADP": "relation", "VERB": "relation"}
+_WORD = re.compile(r"[\w']+")
+
+
+def changed_words(true: str, false: str) -> list[str]:
+    """The words of `true` that `false` changed: where both hold the same words in another order (a swap), those whose
+    place differs; otherwise those `false` lacks (a replacement), or failing that the words it added."""
+    t, f = (_WORD.findall(x.lower()) for x in (true, false))
+    if Counter(t) == Counter(f) and len(t) == len(f):
+        return list(dict.fromkeys(a for a, b in zip(t, f, strict=True) if a != b))
+    lost = [w for w in dict.fromkeys(t) if w not in f]
+    return lost or [w for w in dict.fromkeys(f) if w not in t]
+
+
+def word_kinds(captions: list[str]) -> dict[str, dict[str, str]]:
+    """Each caption's words with their kind (`KINDS`) from spaCy's tags, parsed once per distinct caption."""
+    from ..concepts import extract
+
+    kinds = {}
+    for record in extract(list(dict.fromkeys(captions)), "pos"):
+        kinds[record["caption"]] = {text.lower(): KINDS[tag] for text, _, _, tag in record["pos"] if tag in KINDS}
+    return kinds
+
+
+def thumbnail(image: str) -> str | None:
+    """A data URL of the image file, at most THUMBNAIL pixels a side, or None where it is no readable file."""
+    from PIL import Image
+
+    try:
+        with Image.open(image) as img:
+            img = img.convert("RGB")
+            img.thumbnail((THUMBNAIL, THUMBNAIL))
+            buf = io.BytesIO()
+            img.save(buf, "JPEG", quality=75)
+    except (OSError, ValueError):
+        return None
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def wilson(correct: pd.Series) -> tuple[float, float, float]:
+    """Accuracy and its 95 % Wilson interval, in %."""
+    from scipy.stats import binomtest
+
+    n, k = len(correct), int(correct.sum())
+    ci = binomtest(k, n).proportion_ci(0.95, method="wilson")
+    return 100 * k / n, 100 * ci.low, 100 * ci.high
+
+
+def write_gallery(items: pd.DataFrame, out: Path) -> Path:
+    """The page, from every model's items (`load_items`, models named as the report names them)."""
+    models = list(dict.fromkeys(items["model"]))
+    verdicts = items.pivot_table(index=["benchmark", "split", "item"], columns="model", values="correct", aggfunc="first")
+    disagree = set(verdicts[verdicts.nunique(axis=1) > 1].index) if len(models) > 1 else set()
+    wrong = items[~items["correct"].astype(bool)]
+    wrong = wrong.groupby(["model", "benchmark", "split"], group_keys=False).head(SHOWN)
+    kinds = word_kinds(wrong["true"].astype(str).tolist())
+    thumbs: dict[str, str | None] = {}
+    totals, cards = [], []
+    for (bench, split), group in items.groupby(["benchmark", "split"], sort=True):
+        for model in models:
+            mine = group[group["model"] == model]
+            if len(mine):
+                acc, low, high = wilson(mine["correct"].astype(bool))
+                totals.append(f"<tr><td>{_e(bench)}</td><td>{_e(split or '—')}</td><td>{_e(model)}</td><td>{len(mine):,}</td>"
+                              f"<td>{acc:.1f}</td><td>[{low:.1f}, {high:.1f}]</td></tr>")
+    for row in wrong.itertuples(index=False):
+        words = changed_words(str(row.true), str(row.false))
+        found = kinds.get(str(row.true), {})
+        kind = next((found[w] for w in words if w in found), "other")
+        if row.image not in thumbs:
+            thumbs[row.image] = thumbnail(row.image)
+        src = thumbs[row.image]
+        picture = f'<img src="{src}" alt="">' if src else f'<div class="noimg">{_e(row.image)}</div>'
+        key = (row.benchmark, row.split, row.item)
+        cards.append(
+            f'<div class="card" data-model="{_e(row.model)}" data-split="{_e(row.benchmark)}/{_e(row.split)}" data-kind="{kind}" '
+            f'data-words="{_e(" ".join(words))}" data-disagree="{int(key in disagree)}">{picture}<div class="text">'
+            f'<div class="meta">{_e(row.model)} · {_e(row.benchmark)}/{_e(row.split or "—")} · item {_e(row.item)} · {kind}: '
+            f'{_e(", ".join(words) or "—")}</div><div class="true">✓ {_e(row.true)} <span class="score">{row.score_true:.4f}</span></div>'
+            f'<div class="false">✗ {_e(row.false)} <span class="score">{row.score_false:.4f}</span></div></div></div>')
+    splits = sorted({f"{b}/{s}" for b, s in zip(wrong["benchmark"], wrong["split"], strict=True)})
+    page = PAGE.format(
+        models=_e(", ".join(models)), totals="\n".join(totals), cards="\n".join(cards), shown=SHOWN,
+        split_options="".join(f'<option value="{_e(s)}">{_e(s)}</option>' for s in splits),
+        model_options="".join(f'<option value="{_e(m)}">{_e(m)}</option>' for m in models),
+        disagree_hidden="" if len(models) > 1 else " hidden", count=len(cards))
+    with atomic_path(out) as tmp:
+        tmp.write_text(page, encoding="utf-8")
+    return out
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>compclip: what the models got wrong</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}
+table {{ border-collapse: collapse; margin-bottom: 1.5em; }} td, th {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; }}
+.filters {{ position: sticky; top: 0; background: #fff; padding: 0.5em 0; border-bottom: 1px solid #ccc; }}
+.card {{ display: flex; gap: 0.8em; border-bottom: 1px solid #eee; padding: 0.4em 0; }}
+.card img {{ width: 128px; height: auto; }} .noimg {{ width: 128px; font-size: 0.7em; color: #888; word-break: break-all; }}
+.meta {{ font-size: 0.8em; color: #666; }} .true {{ color: #175e17; }} .false {{ color: #8a1c1c; }}
+.score {{ font-family: monospace; color: #555; }} [hidden] {{ display: none !important; }}
+</style></head>
+<body>
+<h1>What the models got wrong</h1>
+<p>Models: {models}. Accuracy in % with its 95 % Wilson interval over the items; below, each item a model got wrong
+(at most {shown} a model and split), the false caption it scored above the true one, and the words that caption changed.</p>
+<table><thead><tr><th>benchmark</th><th>split</th><th>model</th><th>items</th><th>accuracy</th><th>95 % interval</th></tr></thead>
+<tbody>
+{totals}
+</tbody></table>
+<div class="filters">
+<label>split <select id="split"><option value="">all</option>{split_options}</select></label>
+<label>kind <select id="kind"><option value="">all</option><option>attribute</option><option>object</option>
+<option>relation</option><option>other</option></select></label>
+<label>word <input id="word" size="10"></label>
+<label>model <select id="model"><option value="">all</option>{model_options}</select></label>
+<label{disagree_hidden}><input type="checkbox" id="disagree"> only where the models disagree</label>
+<span id="shown">{count}</span> of {count} shown
+</div>
+<div id="cards">
+{cards}
+</div>
+<script>
+"use strict";
+const fields = ["split", "kind", "word", "model", "disagree"];
+function value(name) {{
+  const el = document.getElementById(name);
+  return el.type === "checkbox" ? (el.checked ? "1" : "") : el.value.trim();
+}}
+function apply() {{
+  const want = Object.fromEntries(fields.map(f => [f, value(f)]));
+  let shown = 0;
+  for (const card of document.querySelectorAll(".card")) {{
+    const d = card.dataset;
+    const ok = (!want.split || d.split === want.split) && (!want.kind || d.kind === want.kind)
+      && (!want.word || d.words.split(" ").includes(want.word.toLowerCase())) && (!want.model || d.model === want.model)
+      && (!want.disagree || d.disagree === "1");
+    card.hidden = !ok;
+    shown += ok ? 1 : 0;
+  }}
+  document.getElementById("shown").textContent = String(shown);
+  const hash = fields.filter(f => want[f]).map(f => f + "=" + encodeURIComponent(want[f])).join("&");
+  history.replaceState(null, "", hash ? "#" + hash : location.pathname);
+}}
+function fromHash() {{
+  for (const part of location.hash.slice(1).split("&").filter(Boolean)) {{
+    const [key, raw] = part.split("=");
+    const el = document.getElementById(key);
+    if (!el) continue;
+    const v = decodeURIComponent(raw || "");
+    if (el.type === "checkbox") el.checked = v === "1"; else el.value = v;
+  }}
+}}
+for (const f of fields) document.getElementById(f).addEventListener("input", apply);
+fromHash();
+apply();
+</script>
+</body></html>
+"""

@@ -1,0 +1,86 @@
+"""The error gallery a person looks at (`compclip report --html`), opened in a real headless Chromium: it loads without a
+console error, its filters work (set from the page's address), and a screenshot is written in the test's folder."""
+import json
+import os
+import shutil
+import subprocess
+from urllib.parse import quote
+
+import pytest
+
+from conftest import run_main
+from test_library import swap_root  # noqa: F401  (the fixture: SugarCrepe's swap_att files with stand-in images)
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def chromium(*args, timeout=120):
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--enable-logging=stderr", "--v=0",
+             "--virtual-time-budget=10000", "--window-size=1280,1600"]
+    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def console_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "CONSOLE" in line and ("Uncaught" in line or "Error" in line)]
+
+
+@pytest.fixture(scope="module")
+def gallery(swap_root, tmp_path_factory):  # noqa: F811
+    import compclip
+    from compclip.models import load_model
+
+    tmp = tmp_path_factory.mktemp("gallery")
+    for name, seed in (("base", 0), ("other", 1)):
+        model, preprocess, tokenizer = load_model("compclip-tiny-clip", init_seed=seed)
+        compclip.evaluate(model, preprocess, tokenizer, "sugarcrepe/swap_att,sugarcrepe_pp/swap_att", data_root=swap_root,
+                          out=tmp / name, workers=0)
+    return tmp
+
+
+@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="no chromium (`make test` installs it)")
+def test_the_gallery_loads_in_chromium_and_its_filters_work(gallery, capsys):
+    assert CHROMIUM is not None, "CI runs `make test`, which installs Debian's chromium for this test"
+    code, _, err = run_main(capsys, "report", gallery / "base", gallery / "other", "--label", "SigLIP", "--label", "C2LIP", "--out",
+                              gallery / "report", "--html")
+    assert code in (0, None), err
+    page = gallery / "report" / "report.html"
+    text = page.read_text(encoding="utf-8")
+    assert "<script src" not in text and "http" not in text.split("<script>")[1]  # self-contained
+    wrong = {m: sum(not r for r in json_items(gallery / f, "sugarcrepe-swap_att")) for m, f in (("SigLIP", "base"), ("C2LIP", "other"))}
+    shot = gallery / "report" / "gallery.png"
+    loaded = chromium(f"--screenshot={shot}", page.as_uri())
+    assert shot.stat().st_size > 10_000 and not console_errors(loaded.stderr), loaded.stderr[-3000:]
+    dom = chromium("--dump-dom", page.as_uri()).stdout
+    cards = dom.count('class="card"')
+    assert cards and f'<span id="shown">{cards}</span>' in dom  # every card shown, none filtered
+    split = "sugarcrepe-swap_att/swap_att"
+    filtered = chromium("--dump-dom", page.as_uri() + f"#split={quote(split, safe='')}&model=C2LIP")
+    assert not console_errors(filtered.stderr), filtered.stderr[-3000:]
+    visible = [c for c in filtered.stdout.split('<div class="card"')[1:] if not c.split(">", 1)[0].rstrip().endswith("hidden=\"\"")]
+    assert len(visible) == wrong["C2LIP"] and all(f'data-split="{split}"' in c and 'data-model="C2LIP"' in c for c in visible)
+    assert f'<span id="shown">{wrong["C2LIP"]}</span>' in filtered.stdout
+    disagree = chromium("--dump-dom", page.as_uri() + "#disagree=1").stdout
+    shown = int(disagree.split('<span id="shown">')[1].split("<")[0])
+    assert 0 < shown < cards  # the items the two models answer differently, each model's wrong ones
+
+
+def json_items(folder, bench):
+    import pandas as pd
+
+    return pd.read_parquet(folder / f"{bench}.items.parquet")["correct"].tolist()
+
+
+def test_the_report_marks_a_paired_difference_and_draws_figures_for_a_paper(gallery, capsys):
+    code, _, err = run_main(capsys, "report", gallery / "base", gallery / "other", "--label", "SigLIP", "--label", "C2LIP", "--out",
+                            gallery / "figures")
+    assert code in (0, None), err
+    report = (gallery / "figures" / "report.md").read_text(encoding="utf-8")
+    assert "## Paired differences against SigLIP" in report and "**C2LIP**" in report and "| SigLIP |" in report
+    for fmt in ("png", "pdf", "svg"):
+        assert (gallery / "figures" / f"sugarcrepe-swap_att.{fmt}").stat().st_size > 1000
+    svg = (gallery / "figures" / "sugarcrepe-swap_att.svg").read_text()
+    assert "n=666" in svg and "chance" in svg and "C2LIP" in svg  # item count, chance line and the names given
+    paired = (gallery / "figures" / "paired.csv").read_text().splitlines()
+    assert paired[0].startswith("benchmark,split,a,b,n,") and len(paired) == 3
+    record = json.loads((gallery / "base" / "sugarcrepe-swap_att.json").read_text())
+    assert record["metrics"]["swap_att_acc"] == record["metrics"]["swap_att"]["acc"]
