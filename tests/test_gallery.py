@@ -2,8 +2,10 @@
 console error, its filters work (set from the page's address), and a screenshot is written in the test's folder."""
 import json
 import os
+import re
 import shutil
 import subprocess
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -84,3 +86,38 @@ def test_the_report_marks_a_paired_difference_and_draws_figures_for_a_paper(gall
     assert paired[0].startswith("benchmark,split,a,b,n,") and len(paired) == 3
     record = json.loads((gallery / "base" / "sugarcrepe-swap_att.json").read_text())
     assert record["metrics"]["swap_att_acc"] == record["metrics"]["swap_att"]["acc"]
+
+
+def test_eval_reports_to_tensorboard_and_to_wandb_with_a_table_of_the_wrong_items(swap_root, tmp_path, monkeypatch):  # noqa: F811
+    """W&B offline: the numbers, the figure, and a table of the wrong items each with its image, as W&B stores them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import compclip
+    from compclip.models import load_model
+    from test_open_clip_habits import wandb_history, wandb_records
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))  # where W&B stages a table's media for upload
+    model, preprocess, tokenizer = load_model("compclip-tiny-clip")
+    out = tmp_path / "results"
+    records = compclip.evaluate(model, preprocess, tokenizer, "sugarcrepe/swap_att", data_root=swap_root, out=out, workers=0,
+                                report_to="tensorboard,wandb")
+    acc = records["sugarcrepe/swap_att"]["metrics"]["swap_att"]["acc"]
+    tb = EventAccumulator(str(out / "tensorboard")).Reload()
+    assert tb.Scalars("sugarcrepe-swap_att/swap_att_acc")[0].value == pytest.approx(acc)
+    assert "sugarcrepe-swap_att/figure" in tb.Tags()["images"]
+    run = next((out / "wandb").glob("offline-run-*"))
+    history = next(wandb_history(next(run.glob("run-*.wandb"))))
+    assert history["sugarcrepe-swap_att/swap_att_acc"] == pytest.approx(acc)
+    assert history["sugarcrepe-swap_att/figure/_type"] == "image-file" and history["wrong_items/_type"] == "table-file"
+    table = json.loads((run / "files" / history["wrong_items/path"]).read_text())
+    wrong = round((1 - acc) * 666)
+    assert table["columns"][:4] == ["benchmark", "split", "item", "image"] and len(table["data"]) == wrong == history["wrong_items/nrows"]
+    assert all(row[3] == "Image" for row in table["data"])  # an image in every row, kept in the table's artifact:
+    records = b"".join(r.SerializeToString() for r in wandb_records(next(run.glob("run-*.wandb"))))
+    manifest = set(re.findall(rb"media/images/[0-9a-f]+/(\w+\.jpg)", records))
+    items = compclip.load_items(out)
+    wanted = {Path(i).name for i in items[~items["correct"]]["image"]}
+    assert {m.decode() for m in manifest} == wanted  # each wrong item's own image file, in the table's artifact
+    assert len([p for p in (tmp_path / "wandb-data").rglob("*") if p.is_file()]) >= len(wanted)  # staged for `wandb sync`

@@ -179,9 +179,9 @@ def test_val_metrics_against_brute_force():
         assert metrics[f"{name}_median_rank"] == sorted(ranks)[(len(ranks) - 1) // 2] + 1
 
 
-def wandb_history(path):
-    """The history rows of W&B's offline run file, read as its format is written (LevelDB's log: 32 KiB blocks of
-    records, each a crc32, a length and a kind: whole, first, middle or last piece of one protobuf `Record`)."""
+def wandb_records(path):
+    """The protobuf `Record`s of W&B's offline run file, read as its format is written (LevelDB's log: 32 KiB blocks of
+    records, each a crc32, a length and a kind: whole, first, middle or last piece of one record)."""
     import struct
 
     from wandb.proto import wandb_internal_pb2
@@ -198,9 +198,14 @@ def wandb_history(path):
         piece, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
         pending = piece if kind in (1, 2) else pending + piece
         if kind in (1, 4):
-            record = wandb_internal_pb2.Record.FromString(pending)
-            if record.WhichOneof("record_type") == "history":
-                yield {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            yield wandb_internal_pb2.Record.FromString(pending)
+
+
+def wandb_history(path):
+    """The history rows of W&B's offline run file."""
+    for record in wandb_records(path):
+        if record.WhichOneof("record_type") == "history":
+            yield {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
 
 
 def sugarcrepe_root(tmp_path):

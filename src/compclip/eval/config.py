@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..loggers import REPORTERS
 from ..options import MODEL_HELP, option
 
 
@@ -43,6 +44,10 @@ class EvalConfig:
                                 "holds it under `blind`, and `compclip report` the image-grounded part, accuracy − blind.")
     precision: str | None = option(None, "fp32, amp_bf16 or amp (fp16 autocast).  [default: amp on a GPU, as CLIP_benchmark; fp32 "
                                          "on the CPU]")
+    report_to: str = option("none", f"Comma-separated loggers of the results: {', '.join(REPORTERS)}, or none (open_clip's flag): "
+                                    "every number and each benchmark's figure, and to W&B a table of the wrong items with their "
+                                    "images. W&B runs offline under WANDB_MODE=offline (`wandb sync` uploads later).")
+    wandb_project_name: str = option("compclip", "The W&B project (open_clip's flag); the run is named after --out.")
 
     @property
     def scorer_settings(self) -> dict[str, Any]:

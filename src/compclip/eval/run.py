@@ -15,6 +15,7 @@ from typing import Any
 from .. import __version__
 from ..errors import DataError, MissingFileError, UsageError
 from ..io import sha256_of, write_json
+from ..loggers import parse_reporters
 from ..models.checkpoint import weights_file, weights_sha256
 from ..options import make_options
 from ..plugins import load_plugins
@@ -142,6 +143,8 @@ def check_options(cfg: EvalConfig):
         raise UsageError(f"--workers must be 0 or more, not {cfg.workers}")
     if cfg.precision is not None and cfg.precision not in PRECISIONS:
         raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, not {cfg.precision!r}")
+    if parse_reporters(cfg.report_to) and not cfg.out:
+        raise UsageError(f"--report-to {cfg.report_to} logs the results written to --out: give --out")
     made = benchmark_options(jobs, cfg.bench_options)
     if cfg.out:
         check_writable(Path(cfg.out))  # last: it makes the folder
@@ -209,8 +212,19 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
     # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
     head = {"model": model, "pretrained": pretrained or "", "weights_sha256": weights, "precision": precision}
-    return run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, out,
-                    before_write=lambda: refuse_another_models(out, model, pretrained, weights, cfg.force))
+    records = run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, out,
+                       before_write=lambda: refuse_another_models(out, model, pretrained, weights, cfg.force))
+    report(records, out, cfg)
+    return records
+
+
+def report(records: dict[str, dict[str, Any]], out: Path | None, cfg: EvalConfig) -> None:
+    """--report-to: the results, their figures and the wrong items to the loggers named."""
+    reporters = parse_reporters(cfg.report_to)
+    if reporters and out is not None:
+        from .report_to import report_results
+
+        report_results(records, out, reporters, cfg.wandb_project_name)
 
 
 def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], data_root: str | Path | None = None,
@@ -236,8 +250,10 @@ def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], da
     scorer = model_scorer(net, preprocess, tokenizer, method, device=device, precision=precision, **cfg.scorer_settings)
     head = {"model": cfg.model, "pretrained": "", "weights_sha256": weights_sha256(net), "precision": precision}
     folder = Path(out) if out is not None else None
-    return run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, folder,
-                    before_write=lambda: refuse_another_models(folder, cfg.model, None, head["weights_sha256"], cfg.force))
+    records = run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, folder,
+                       before_write=lambda: refuse_another_models(folder, cfg.model, None, head["weights_sha256"], cfg.force))
+    report(records, folder, cfg)
+    return records
 
 
 def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: dict[str, Any], ties: str, blind: bool,

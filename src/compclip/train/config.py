@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingFileError, UsageError
+from ..loggers import REPORTERS, parse_reporters
 from ..options import MODEL_HELP, flag_of, option
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "const")
-REPORTERS = ("tensorboard", "wandb")
 VALIDATION_FIGURES = (*(f"val/{way}_{figure}" for way in ("image_to_text", "text_to_image")  # --val-data's, as open_clip_train
                          for figure in ("mean_rank", "median_rank", "R@1", "R@5", "R@10")), "val/clip_val_loss")  # names them
 
@@ -167,9 +167,6 @@ class TrainConfig:
             raise UsageError(f"--force-patch-dropout must lie in [0, 1), not {self.force_patch_dropout}")
         if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
             raise UsageError(f"--grad-clip-norm must be positive, not {self.grad_clip_norm}")
-        unknown = [r for r in self.reporters if r not in REPORTERS]
-        if unknown:
-            raise UsageError(f"--report-to {self.report_to}: no logger {unknown[0]!r}; known: {', '.join(REPORTERS)} or none")
         if self.dataset_resampled and not is_tar_shards(self.train_data):
             raise UsageError(f"--dataset-resampled draws webdataset shards with replacement: --train-data {self.train_data} is no "
                              "shards (a CSV or an array is read whole each epoch: --no-dataset-resampled)")
@@ -196,7 +193,7 @@ class TrainConfig:
     @property
     def reporters(self) -> list[str]:
         """--report-to as a list of loggers (none: only log.jsonl)."""
-        return [r.strip() for r in self.report_to.split(",") if r.strip() and r.strip() != "none"]
+        return parse_reporters(self.report_to)
 
     def resolve_paths(self) -> None:
         """Options that name files as absolute paths, in place: what a run records and a resume compares is the files
