@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 H = "tests/test_handed_files.py -k "
 P = "tests/test_eval_formats.py -k "
 L = "tests/test_library.py -k "
+G = "tests/test_gallery.py -k "
 
 
 def k(words: str) -> str:
@@ -177,6 +178,23 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_readers.py"),
     ("data/readers.py", "        self.epoch, self.resume_positions, self.worker_rotation = epoch, dict(positions or {}), rotation",
      "        self.epoch, self.resume_positions, self.worker_rotation = epoch, {}, rotation", "tests/test_train.py -k killed_run"),
+    # #62: per-item results, paired comparison, the gallery, figures, flat metrics
+    ("eval/items.py", "        t = min(range(n_true), key=row.__getitem__)", "        t = max(range(n_true), key=row.__getitem__)",
+     P + "scorer_without_text_scores"),
+    ("eval/items.py", "        f = max(range(n_true, len(row)), key=row.__getitem__)",
+     "        f = min(range(n_true, len(row)), key=row.__getitem__)", P + "whatsup_reads"),
+    ("eval/compare.py", "    low, high = np.percentile(np.concatenate(diffs), [2.5, 97.5])",
+     "    low, high = np.percentile(np.concatenate(diffs), [5, 95])", "tests/test_compare.py"),
+    ("eval/compare.py", "    return 1.0 if n == 0 else float(binomtest(a_only, n, 0.5).pvalue)",
+     '    return 1.0 if n == 0 else float(binomtest(a_only, n, 0.5, alternative="less").pvalue)', "tests/test_compare.py"),
+    ("eval/compare.py", "        runs_a, runs_b = (_weights(rng.integers(0, r, (size, r)), r) for r in (a.shape[0], b.shape[0]))",
+     "        runs_a, runs_b = (np.full((size, r), 1 / r) for r in (a.shape[0], b.shape[0]))", "tests/test_compare.py"),
+    ("eval/gallery.py", "    const ok = (!want.split || d.split === want.split)", "    const ok = (true)", G + "chromium"),
+    ("eval/run.py", "    fields.update(metrics=with_flat_splits(metrics),", "    fields.update(metrics=metrics,", G + "paired"),
+    ("eval/report.py", "                if split in flat:\n                    continue\n", "", G + "paired"),
+    ("eval/report.py", "            low.loc[model, column], high.loc[model, column] = 100 * ci.low, 100 * ci.high",
+     "            low.loc[model, column], high.loc[model, column] = value, value", G + "paired"),
+    ("eval/report_to.py", "            wrong = items[~items[\"correct\"].astype(bool)]", "            wrong = items", G + "wandb"),
 ]
 
 
