@@ -3,6 +3,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # hub calls fail fast instead of retrying for 30 s
 
 import io
+import json
 import random
 from pathlib import Path
 
@@ -98,3 +99,36 @@ def hub_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(hub))
     return hub
+
+
+@pytest.fixture(scope="session")
+def swap_root(tmp_path_factory):
+    """SugarCrepe's and SugarCrepe++'s published swap_att files, with stand-in images under their real COCO names (one
+    data root a test process, for the tests of the library, the gallery and the comparison)."""
+    root = tmp_path_factory.mktemp("data")
+    names = set()
+    for bench in ("sugarcrepe", "sugarcrepe_pp"):
+        (root / bench).mkdir()
+        (root / bench / "swap_att.json").symlink_to(shared_data(bench, "swap_att.json"))
+        records = json.loads(shared_data(bench, "swap_att.json").read_text())
+        names |= {r["filename"] for r in (records.values() if isinstance(records, dict) else records)}
+    (root / "coco" / "val2017").mkdir(parents=True)
+    for name in sorted(names):
+        seed = int(name.split(".")[0])
+        Image.new("RGB", (32, 24), ((seed * 37) % 256, (seed * 91) % 256, (seed * 13) % 256)).save(root / "coco" / "val2017" / name)
+    return root
+
+
+@pytest.fixture(scope="session")
+def two_models(swap_root, tmp_path_factory):
+    """Two tiny CLIP models (initialised with seeds 0 and 1) scored on SugarCrepe's and SugarCrepe++'s swap_att through
+    `compclip.evaluate`: results folders `base` and `other`, per-item files beside them."""
+    import compclip
+    from compclip.models import load_model
+
+    folder = tmp_path_factory.mktemp("two-models")
+    for name, seed in (("base", 0), ("other", 1)):
+        model, preprocess, tokenizer = load_model("compclip-tiny-clip", init_seed=seed)
+        compclip.evaluate(model, preprocess, tokenizer, "sugarcrepe/swap_att,sugarcrepe_pp/swap_att", data_root=swap_root,
+                          out=folder / name, workers=0)
+    return folder

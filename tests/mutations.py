@@ -180,7 +180,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "        self.epoch, self.resume_positions, self.worker_rotation = epoch, {}, rotation", "tests/test_train.py -k killed_run"),
     # #62: per-item results, paired comparison, the gallery, figures, flat metrics
     ("eval/items.py", "        t = min(range(n_true), key=row.__getitem__)", "        t = max(range(n_true), key=row.__getitem__)",
-     P + "scorer_without_text_scores"),
+     L + "in_memory"),
     ("eval/items.py", "        f = max(range(n_true, len(row)), key=row.__getitem__)",
      "        f = min(range(n_true, len(row)), key=row.__getitem__)", P + "whatsup_reads"),
     ("eval/compare.py", "    low, high = np.percentile(np.concatenate(diffs), [2.5, 97.5])",

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from test_library import swap_root  # noqa: F401  (the fixture: SugarCrepe's swap_att files with stand-in images)
-
 API = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 BLOCKS = dict(re.findall(r"<!-- example: ([\w-]+) -->\n```python\n(.*?)```", API.read_text(encoding="utf-8"), re.S))
 PUBLIC = ("compclip", "compclip.methods", "compclip.gather", "compclip.eval", "compclip.train.optim")
@@ -21,7 +19,7 @@ def test_every_public_name_is_on_the_page():
 
 
 @pytest.mark.parametrize("name", sorted(BLOCKS))
-def test_the_example_runs_as_written(name, swap_root, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_the_example_runs_as_written(name, swap_root, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COMPCLIP_DATA", str(swap_root))
     exec(compile(BLOCKS[name], f"docs/api.md:{name}", "exec"), {"__name__": "__main__"})

@@ -9,7 +9,6 @@ import pytest
 
 from compclip.eval.compare import bootstrap_interval, compare, mcnemar_exact
 from conftest import run_main
-from test_library import swap_root  # noqa: F401  (the fixture: SugarCrepe's swap_att files with stand-in images)
 
 
 def brute_mcnemar(b: int, c: int) -> float:
@@ -85,13 +84,9 @@ def test_seeds_widen_the_interval_when_they_disagree():
     assert both.high - both.low > (one.high - one.low) + 0.02
 
 
-def test_compare_from_the_command_line_on_two_models_results(swap_root, tmp_path, capsys):  # noqa: F811
-    import compclip
-    from compclip.models import load_model
-
-    for name, seed in (("base", 0), ("other", 1)):
-        model, preprocess, tokenizer = load_model("compclip-tiny-clip", init_seed=seed)
-        compclip.evaluate(model, preprocess, tokenizer, "sugarcrepe/swap_att", data_root=swap_root, out=tmp_path / name, workers=0)
+def test_compare_from_the_command_line_on_two_models_results(two_models, tmp_path, capsys):
+    for name in ("base", "other"):
+        (tmp_path / name).symlink_to(two_models / name)
     code, out, err = run_main(capsys, "compare", tmp_path / "base", tmp_path / "other", "--out", tmp_path / "d.json", "--resamples",
                               2000)
     assert code in (0, None), err

@@ -11,7 +11,6 @@ from urllib.parse import quote
 import pytest
 
 from conftest import run_main
-from test_library import swap_root  # noqa: F401  (the fixture: SugarCrepe's swap_att files with stand-in images)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -26,17 +25,12 @@ def console_errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "CONSOLE" in line and ("Uncaught" in line or "Error" in line)]
 
 
-@pytest.fixture(scope="module")
-def gallery(swap_root, tmp_path_factory):  # noqa: F811
-    import compclip
-    from compclip.models import load_model
-
-    tmp = tmp_path_factory.mktemp("gallery")
-    for name, seed in (("base", 0), ("other", 1)):
-        model, preprocess, tokenizer = load_model("compclip-tiny-clip", init_seed=seed)
-        compclip.evaluate(model, preprocess, tokenizer, "sugarcrepe/swap_att,sugarcrepe_pp/swap_att", data_root=swap_root,
-                          out=tmp / name, workers=0)
-    return tmp
+@pytest.fixture
+def gallery(two_models, tmp_path):
+    """The two models' results, and room for the reports."""
+    for name in ("base", "other"):
+        (tmp_path / name).symlink_to(two_models / name)
+    return tmp_path
 
 
 @pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="no chromium (`make test` installs it)")
@@ -86,9 +80,11 @@ def test_the_report_marks_a_paired_difference_and_draws_figures_for_a_paper(gall
     assert paired[0].startswith("benchmark,split,a,b,n,") and len(paired) == 3
     record = json.loads((gallery / "base" / "sugarcrepe-swap_att.json").read_text())
     assert record["metrics"]["swap_att_acc"] == record["metrics"]["swap_att"]["acc"]
+    header = (gallery / "figures" / "sugarcrepe-swap_att.csv").read_text().splitlines()[0]
+    assert header == "model,swap_att,swap,overall"  # each number once, under its split: not again as swap_att_acc
 
 
-def test_eval_reports_to_tensorboard_and_to_wandb_with_a_table_of_the_wrong_items(swap_root, tmp_path, monkeypatch):  # noqa: F811
+def test_eval_reports_to_tensorboard_and_to_wandb_with_a_table_of_the_wrong_items(swap_root, tmp_path, monkeypatch):
     """W&B offline: the numbers, the figure, and a table of the wrong items each with its image, as W&B stores them."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -121,3 +117,19 @@ def test_eval_reports_to_tensorboard_and_to_wandb_with_a_table_of_the_wrong_item
     wanted = {Path(i).name for i in items[~items["correct"]]["image"]}
     assert {m.decode() for m in manifest} == wanted  # each wrong item's own image file, in the table's artifact
     assert len([p for p in (tmp_path / "wandb-data").rglob("*") if p.is_file()]) >= len(wanted)  # staged for `wandb sync`
+
+
+def test_a_caption_handed_in_a_results_folder_is_text_on_the_page(tmp_path):
+    """Items come from someone's results folder: a caption, model name or image path that is markup stays text."""
+    import pandas as pd
+
+    from compclip.eval.gallery import changed_words, write_gallery
+
+    evil = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+    items = pd.DataFrame([{"model": evil, "benchmark": "b", "split": "s", "item": "0", "image": f"{evil}.png", "true": evil,
+                           "false": "a red square", "score_true": 0.1, "score_false": 0.2, "correct": False, "tie": False}])
+    page = write_gallery(items, tmp_path / "g.html").read_text(encoding="utf-8")
+    assert "alert(2)</script>" not in page and 'onerror="alert(1)"' not in page and page.count("<script>") == 1
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+    assert changed_words("a red cube left of a blue ball", "a blue cube left of a red ball") == ["red", "blue"]
+    assert changed_words("a dog on a bed", "a cat on a bed") == ["dog"]

@@ -7,27 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image
 
 from conftest import run_main, shared_data
-
-
-@pytest.fixture(scope="module")
-def swap_root(tmp_path_factory):
-    """SugarCrepe's and SugarCrepe++'s published swap_att files, with stand-in images under their real COCO names."""
-    root = tmp_path_factory.mktemp("data")
-    names = set()
-    for bench in ("sugarcrepe", "sugarcrepe_pp"):
-        (root / bench).mkdir()
-        (root / bench / "swap_att.json").symlink_to(shared_data(bench, "swap_att.json"))
-        records = json.loads(shared_data(bench, "swap_att.json").read_text())
-        names |= {r["filename"] for r in (records.values() if isinstance(records, dict) else records)}
-    (root / "coco" / "val2017").mkdir(parents=True)
-    for name in sorted(names):
-        seed = int(name.split(".")[0])
-        Image.new("RGB", (32, 24), ((seed * 37) % 256, (seed * 91) % 256, (seed * 13) % 256)).save(root / "coco" / "val2017" / name)
-    return root
-
 
 BENCHMARKS = "sugarcrepe/swap_att,sugarcrepe_pp/swap_att,winoground"
 
@@ -78,6 +59,8 @@ def test_evaluate_in_memory_writes_what_compclip_eval_writes_for_its_checkpoint(
     pp = items[items.benchmark == "sugarcrepe_pp-swap_att"]
     itt = [min(s[0], s[1]) > s[2] for s in pp["scores"]]  # both positives above the negative
     assert pp["correct"].tolist() == itt and pp["correct"].mean() == records["sugarcrepe_pp/swap_att"]["metrics"]["swap_att"]["itt"]
+    assert pp["score_true"].tolist() == [min(s[0], s[1]) for s in pp["scores"]]  # the weaker positive, the one that decides
+    assert pp["true"].tolist() == [t[0] if s[0] <= s[1] else t[1] for t, s in zip(pp["texts"], pp["scores"], strict=True)]
 
 
 def test_evaluate_takes_a_transformers_model_as_the_user_holds_it(swap_root, tmp_path):

@@ -237,7 +237,8 @@ def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], da
     `create_model_and_transforms` and `get_tokenizer` give them. `name` is the model's name in the records (default: its
     class). `method`: the `compclip.methods` method it was trained with, when that brings its own scorer (OC-CLIP).
     `device`: default, where the model's weights are. `options`: `compclip eval`'s other options by name (`ties`,
-    `bench_options`, `batch_size`, `workers`, `cache`, `precision`, `blind`, `force`).
+    `bench_options`, `batch_size`, `workers`, `cache`, `precision`, `blind`, `force`, `report_to`). Give each model its
+    own `name` where several share a results folder: a model in memory has no weights file to tell it by.
     """
     from ..models.towers import two_towers
 
