@@ -37,3 +37,21 @@ def test_a_split_scored_zero_is_drawn_and_one_not_run_is_left_out(tmp_path):
     assert "never" not in svg and "n=692" in svg and "n=666" in svg and "Model A" in svg and "chance" in svg
     assert svg.count('stroke-dasharray') >= 1  # the dashed chance line over add_att
     assert ">0<" in svg.replace(" ", "") or "<!-- 0 -->" in svg  # the 0 % bar's label
+
+
+def test_each_splits_interval_is_wilsons_over_its_items():
+    """The figures' intervals, against Wilson's formula written out; a family's mean of splits has none."""
+    import math
+
+    import pytest
+
+    from compclip.eval.report import split_intervals, split_tables
+
+    results = {"m": {"sugarcrepe": {"metrics": {"swap_att": {"acc": 0.4, "n": 666}, "swap": 0.4}}}}
+    table = split_tables(results)["sugarcrepe"]
+    low, high, counts = split_intervals(results, "sugarcrepe", table)
+    z, n, p = 1.959963984540054, 666, round(0.4 * 666) / 666
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert low.loc["m", "swap_att"] == pytest.approx(100 * (centre - half))
+    assert high.loc["m", "swap_att"] == pytest.approx(100 * (centre + half))
+    assert math.isnan(low.loc["m", "swap"]) and counts == {"swap_att": "666"}
