@@ -84,22 +84,28 @@ def test_the_report_marks_a_paired_difference_and_draws_figures_for_a_paper(gall
     assert header == "model,swap_att,swap,overall"  # each number once, under its split: not again as swap_att_acc
 
 
-def test_eval_reports_to_tensorboard_and_to_wandb_with_a_table_of_the_wrong_items(swap_root, tmp_path, monkeypatch):
-    """W&B offline: the numbers, the figure, and a table of the wrong items each with its image, as W&B stores them."""
+def test_eval_reports_to_tensorboard_and_to_wandb_with_a_table_of_the_wrong_items(swap_root, tmp_path):
+    """`compclip eval --report-to tensorboard,wandb` as a user runs it, W&B offline (in a process of its own: W&B keeps
+    its settings for the life of a process): the numbers, the figure, and a table of the wrong items each with its
+    image, as W&B stores them."""
+    import sys
+
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     import compclip
-    from compclip.models import load_model
+    from compclip.models import load_model, save_checkpoint
     from test_open_clip_habits import wandb_history, wandb_records
+    from test_train import env_for_children
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))  # where W&B stages a table's media for upload
-    model, preprocess, tokenizer = load_model("compclip-tiny-clip")
+    save_checkpoint(load_model("compclip-tiny-clip")[0], tmp_path / "ckpt")
     out = tmp_path / "results"
-    records = compclip.evaluate(model, preprocess, tokenizer, "sugarcrepe/swap_att", data_root=swap_root, out=out, workers=0,
-                                report_to="tensorboard,wandb")
-    acc = records["sugarcrepe/swap_att"]["metrics"]["swap_att"]["acc"]
+    env = {**env_for_children(), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+           "WANDB_DATA_DIR": str(tmp_path / "wandb-data")}  # where W&B stages a table's media for upload
+    done = subprocess.run([sys.executable, "-m", "compclip", "-q", "eval", "--model", str(tmp_path / "ckpt"), "--benchmark",
+                           "sugarcrepe/swap_att", "--data-root", str(swap_root), "--out", str(out), "--workers", "0", "--device", "cpu",
+                           "--report-to", "tensorboard,wandb"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    acc = json.loads((out / "sugarcrepe-swap_att.json").read_text())["metrics"]["swap_att"]["acc"]
     tb = EventAccumulator(str(out / "tensorboard")).Reload()
     assert tb.Scalars("sugarcrepe-swap_att/swap_att_acc")[0].value == pytest.approx(acc)
     assert "sugarcrepe-swap_att/figure" in tb.Tags()["images"]

@@ -13,7 +13,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 from .lazy import lazy_names
 
-__getattr__ = lazy_names(__name__, {"evaluate": ".eval.run:evaluate_model", "load_results": ".eval.report:results_frame",
-                                     "load_items": ".eval.report:items_frame", "build_method": ".methods", "load_model": ".models"})
+__getattr__ = lazy_names(__name__, {"evaluate": ".eval.run:evaluate_model", "load_results": ".eval.results:results_frame",
+                                     "load_items": ".eval.results:items_frame", "build_method": ".methods", "load_model": ".models"})
 
 __all__ = ["__version__", "build_method", "evaluate", "load_items", "load_model", "load_results"]

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from .results import items_frame
 
 KEY = ["benchmark", "split", "item"]
 RESAMPLES = 10_000
@@ -107,8 +108,6 @@ def compare(items: pd.DataFrame, a: str, b: str, resamples: int = RESAMPLES, see
 
 def load_runs(models: list[str], labels: list[str] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """The items of each model (a results folder, or several joined by commas: one method's runs), labelled."""
-    from .report import items_frame
-
     names = labels or [Path(m.split(",")[0]).name for m in models]
     if len(set(names)) != len(names):
         raise UsageError(f"models named alike ({', '.join(names)}): name them with --label")

@@ -9,7 +9,8 @@ from typing import Any
 from ..loggers import tensorboard_writer, wandb_run
 from .gallery import SHOWN
 from .items import SUFFIX
-from .report import chance_levels, items_frame, split_intervals, split_tables
+from .report import chance_levels, split_intervals, split_tables
+from .results import items_frame
 
 WRONG_COLUMNS = ("benchmark", "split", "item", "image", "true", "false", "score_true", "score_false")
 

@@ -298,7 +298,7 @@ def score_job(scorer, bench, job: Job, root: Path, rule: str, options: Any, blin
         result = run_skipping_unreadable(bench, job.label, scorer, root, rule, job.splits, options)
     if blind and asked:
         with scorer.blind(asked), scorer.labelled(f"{job.label} (blind)"):
-            fields["blind"] = null_nans(bench.run(scorer, root, rule, job.splits, options).metrics)[0]
+            fields["blind"] = with_flat_splits(null_nans(bench.run(scorer, root, rule, job.splits, options).metrics)[0])
         if len(asked) == 1:
             fields["blind_images"] = 1
             log.warning("%s: --blind: the benchmark scored one image, so its mean is that image and the blind "

@@ -1,0 +1,111 @@
+"""Result folders read back: each result JSON (checked), every score as one tidy table (`compclip.load_results`), every
+scored item as another (`compclip.load_items`). What `report`, `compare` and the user's own notebook read."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..errors import DataError, MissingFileError, UsageError
+from .items import SUFFIX as ITEMS_SUFFIX
+
+
+def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{label: {benchmark: record}}; the label is the folder's name, or `parent/name` when names repeat."""
+    results = {}
+    for label, folder in folder_labels(folders).items():
+        files = sorted(folder.glob("*.json"))
+        if not files:
+            raise MissingFileError(f"{folder}: no result files (<benchmark>.json)")
+        results[label] = {f.stem: _read_result(f) for f in files}
+    return results
+
+
+def folder_labels(folders: list[str | Path]) -> dict[str, Path]:
+    """Each results folder by its label: the folder's name, or `parent/name` when names repeat; each checked once."""
+    folders = [Path(f) for f in folders]
+    names = [f.name for f in folders]
+    twice = next((f for i, f in enumerate(folders) if f.resolve() in {g.resolve() for g in folders[:i]}), None)
+    if twice is not None:
+        raise UsageError(f"{twice}: given twice; a report has one row per results folder")
+    for folder in folders:
+        if not folder.is_dir():
+            raise MissingFileError(f"{folder}: {'a file' if folder.exists() else 'no such folder'}; give the folders that "
+                                   "`compclip eval --out` wrote, one per model")
+    return {f.name if names.count(f.name) == 1 else f"{f.parent.name}/{f.name}": f for f in folders}
+
+
+def items_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
+    """Every scored item of result folders as one DataFrame: model (the folder's label), benchmark (the result file's
+    name), then the item's columns (`compclip.eval.items`); a benchmark's own columns are empty for the others'."""
+    frames = []
+    for label, folder in folder_labels([folders] if isinstance(folders, (str, Path)) else list(folders)).items():
+        for file in sorted(folder.glob(f"*{ITEMS_SUFFIX}")):
+            try:
+                frame = pd.read_parquet(file)
+            except (OSError, ValueError) as e:
+                raise DataError(f"{file}: not a readable items file ({type(e).__name__}: {e}); run `compclip eval` again for "
+                                "it") from None
+            frames.append(frame.assign(model=label, benchmark=file.name.removesuffix(ITEMS_SUFFIX)))
+    if not frames:
+        raise MissingFileError(f"{folders}: no items files (<benchmark>{ITEMS_SUFFIX}): results written by an older compclip; run "
+                               "`compclip eval` again")
+    table = pd.concat(frames, ignore_index=True)
+    return table[["model", "benchmark", *[c for c in table.columns if c not in ("model", "benchmark")]]]
+
+
+def results_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
+    """Result folders as one tidy table, a row per score: model (the folder's label, as `report` names it), benchmark
+    (the result file's name), split (the metric's path, `/`-joined; "" for a benchmark's totals), metric, value (None
+    where nothing could be scored) and n (the examples behind it, where the result names them). Counts such as
+    `classes` and texts such as a layout are fields, not scores, and give no row."""
+    rows = []
+    for label, records in load_results([folders] if isinstance(folders, (str, Path)) else list(folders)).items():
+        for benchmark, record in records.items():
+            rows += [(label, benchmark, *row) for row in _scores(record["metrics"], ())]
+    return pd.DataFrame(rows, columns=["model", "benchmark", "split", "metric", "value", "n"]).astype({"n": "Int64"})
+
+
+def _scores(metrics: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[str, str, float | None, int | None]]:
+    n = metrics.get("n") if isinstance(metrics.get("n"), int) else None
+    flat = flat_copies(metrics) if not path else set()
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            yield from _scores(value, (*path, key))
+        elif (value is None or isinstance(value, float)) and key not in flat:  # a split's flat copy is its split's row
+            yield "/".join(path), key, value, n
+
+
+def _read_result(file: Path) -> dict[str, Any]:
+    """A result file as `compclip eval` writes it, refused in one line naming the file and the value when it does not
+    parse, is not a result, or holds a score outside [0, 1] (a percentage, or another tool's scale: the tables would
+    multiply it by 100)."""
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{file}: not a readable result ({type(e).__name__}: {e}); run `compclip eval` again for it, or "
+                        "move it out of the folder") from None
+    if not isinstance(record, dict) or not isinstance(record.get("metrics"), dict):
+        raise DataError(f"{file}: not a `compclip eval` result (no \"metrics\" object); move it out of the folder")
+
+    def scores(metrics: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
+        for key, value in metrics.items():
+            if isinstance(value, dict):
+                yield from scores(value, f"{prefix}{key}.")
+            elif isinstance(value, float):
+                yield f"{prefix}{key}", value
+
+    bad = [(key, value) for key, value in scores(record["metrics"]) if not 0 <= value <= 1]
+    if bad:
+        key, value = bad[0]
+        raise DataError(f"{file}: metrics.{key} is {value}, outside [0, 1] (a score is a fraction; {len(bad)} such)")
+    return record
+
+
+def flat_copies(metrics: dict[str, Any]) -> set[str]:
+    """The top-level keys that repeat a split's numbers flat (`swap_att_acc`, `compclip eval` writes them for
+    CLIP_benchmark): a table counts each number once, under its split."""
+    return {f"{split}_{key}" for split, inner in metrics.items() if isinstance(inner, dict) for key in inner}
