@@ -79,7 +79,8 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
     wrong = items[~items["correct"].astype(bool)]
     wrong = wrong.groupby(["model", "benchmark", "split"], group_keys=False).head(SHOWN)
     kinds = word_kinds(wrong["true"].astype(str).tolist())
-    thumbs: dict[str, str | None] = {}
+    thumbs: dict[str, str | None] = {}  # each image's data URL, and its style rule's name
+    names: dict[str, str] = {}
     totals, cards = [], []
     for (bench, split), group in items.groupby(["benchmark", "split"], sort=True):
         for model in models:
@@ -94,8 +95,10 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
         kind = next((found[w] for w in words if w in found), "other")
         if row.image not in thumbs:
             thumbs[row.image] = thumbnail(row.image)
-        src = thumbs[row.image]
-        picture = f'<img src="{src}" alt="">' if src else f'<div class="noimg">{_e(row.image)}</div>'
+            names[row.image] = f"t{len(names)}"
+        # each image's thumbnail is in the page once, as a style rule its cards name (models share images)
+        name = names[row.image] if thumbs[row.image] else None
+        picture = f'<div class="thumb {name}" role="img"></div>' if name else f'<div class="noimg">{_e(row.image)}</div>'
         key = (row.benchmark, row.split, row.item)
         cards.append(
             f'<div class="card" data-model="{_e(row.model)}" data-split="{_e(row.benchmark)}/{_e(row.split)}" data-kind="{kind}" '
@@ -104,7 +107,8 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
             f'{_e(", ".join(words) or "—")}</div><div class="true">✓ {_e(row.true)} <span class="score">{row.score_true:.4f}</span></div>'
             f'<div class="false">✗ {_e(row.false)} <span class="score">{row.score_false:.4f}</span></div></div></div>')
     splits = sorted({f"{b}/{s}" for b, s in zip(wrong["benchmark"], wrong["split"], strict=True)})
-    page = PAGE.format(
+    styles = "\n".join(f'.{names[image]} {{ background-image: url("{src}"); }}' for image, src in thumbs.items() if src)
+    page = PAGE.format(styles=styles,
         models=_e(", ".join(models)), totals="\n".join(totals), cards="\n".join(cards), shown=SHOWN,
         split_options="".join(f'<option value="{_e(s)}">{_e(s)}</option>' for s in splits),
         model_options="".join(f'<option value="{_e(m)}">{_e(m)}</option>' for m in models),
@@ -125,7 +129,9 @@ body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }} td, th {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; }}
 .filters {{ position: sticky; top: 0; background: #fff; padding: 0.5em 0; border-bottom: 1px solid #ccc; }}
 .card {{ display: flex; gap: 0.8em; border-bottom: 1px solid #eee; padding: 0.4em 0; }}
-.card img {{ width: 128px; height: auto; }} .noimg {{ width: 128px; font-size: 0.7em; color: #888; word-break: break-all; }}
+.thumb {{ width: 128px; height: 128px; flex: none; background: no-repeat center / contain; }}
+.noimg {{ width: 128px; flex: none; font-size: 0.7em; color: #888; word-break: break-all; }}
+{styles}
 .meta {{ font-size: 0.8em; color: #666; }} .true {{ color: #175e17; }} .false {{ color: #8a1c1c; }}
 .score {{ font-family: monospace; color: #555; }} [hidden] {{ display: none !important; }}
 </style></head>
