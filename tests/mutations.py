@@ -193,7 +193,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/gallery.py", "    const ok = (!want.split || d.split === want.split)", "    const ok = (true)", G + "chromium"),
     ("eval/run.py", "    fields.update(metrics=with_flat_splits(metrics),", "    fields.update(metrics=metrics,", G + "paired"),
     ("eval/report.py", "                if split in flat:\n                    continue\n", "", G + "paired"),
-    ("eval/report.py", "            low.loc[model, column], high.loc[model, column] = 100 * ci.low, 100 * ci.high",
+    ("eval/report.py", "            low.loc[model, column], high.loc[model, column] = 100 * ci_low, 100 * ci_high",
      "            low.loc[model, column], high.loc[model, column] = value, value", "tests/test_plots.py"),
     ("eval/report_to.py", "            wrong = items[~items[\"correct\"].astype(bool)]", "            wrong = items", G + "wandb"),
 ]

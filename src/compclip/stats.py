@@ -48,6 +48,14 @@ def significant(mean: float, half: float) -> bool:
     return not math.isnan(half) and abs(mean) > half
 
 
+def wilson(right: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson interval of `right` of `n` items (scipy's `binomtest(...).proportion_ci`), as fractions."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(right, n).proportion_ci(0.95, method="wilson")
+    return ci.low, ci.high
+
+
 def binomial_se(p: float, n: int) -> float:
     """Standard error of an accuracy `p` (0..1) measured on `n` independent items, in the same units as p."""
     return math.sqrt(p * (1 - p) / n)

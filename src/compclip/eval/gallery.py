@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ..io import atomic_path
+from ..stats import wilson
 
 SHOWN = 500  # wrong items shown per model and split; the totals count them all
 THUMBNAIL = 128
@@ -62,15 +63,6 @@ def thumbnail(image: str) -> str | None:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def wilson(correct: pd.Series) -> tuple[float, float, float]:
-    """Accuracy and its 95 % Wilson interval, in %."""
-    from scipy.stats import binomtest
-
-    n, k = len(correct), int(correct.sum())
-    ci = binomtest(k, n).proportion_ci(0.95, method="wilson")
-    return 100 * k / n, 100 * ci.low, 100 * ci.high
-
-
 def write_gallery(items: pd.DataFrame, out: Path) -> Path:
     """The page, from every model's items (`load_items`, models named as the report names them)."""
     models = list(dict.fromkeys(items["model"]))
@@ -86,7 +78,8 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
         for model in models:
             mine = group[group["model"] == model]
             if len(mine):
-                acc, low, high = wilson(mine["correct"].astype(bool))
+                right = int(mine["correct"].astype(bool).sum())
+                acc, (low, high) = 100 * right / len(mine), (100 * v for v in wilson(right, len(mine)))
                 totals.append(f"<tr><td>{_e(bench)}</td><td>{_e(split or '—')}</td><td>{_e(model)}</td><td>{len(mine):,}</td>"
                               f"<td>{acc:.1f}</td><td>[{low:.1f}, {high:.1f}]</td></tr>")
     for row in wrong.itertuples(index=False):

@@ -21,6 +21,7 @@ import pandas as pd
 from ..errors import UsageError
 from ..io import atomic_path
 from ..plots import grouped_bars, split_bars
+from ..stats import wilson
 from ..text import markdown_text
 from .base import NOT_APPLICABLE
 from .items import SUFFIX as ITEMS_SUFFIX
@@ -119,8 +120,6 @@ def split_tables(results) -> dict[str, pd.DataFrame]:
 def split_intervals(results, bench: str, table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
     """Each cell's 95 % interval (Wilson's, over the items it was scored on; NaN where the result names no count, as a
     family's mean of splits) as low and high tables, and each column's item count as a tick label says it."""
-    from scipy.stats import binomtest
-
     values = table.apply(pd.to_numeric, errors="coerce")
     low, high = values * float("nan"), values * float("nan")
     counts: dict[str, set[int]] = {}
@@ -136,8 +135,8 @@ def split_intervals(results, bench: str, table: pd.DataFrame) -> tuple[pd.DataFr
             value = values.loc[model, column]
             if not isinstance(n, int) or n <= 0 or not math.isfinite(value):
                 continue
-            ci = binomtest(round(value / 100 * n), n).proportion_ci(0.95, method="wilson")
-            low.loc[model, column], high.loc[model, column] = 100 * ci.low, 100 * ci.high
+            ci_low, ci_high = wilson(round(value / 100 * n), n)
+            low.loc[model, column], high.loc[model, column] = 100 * ci_low, 100 * ci_high
             counts.setdefault(column, set()).add(n)
     return low, high, {c: f"{min(n):,}" if len(n) == 1 else f"{min(n):,}–{max(n):,}" for c, n in counts.items()}
 

@@ -207,7 +207,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     model, pretrained, out = cfg.model, cfg.pretrained, Path(cfg.out)
     file = weights_file(model, pretrained)  # refused before the model loads; checked again with the weights as loaded
     refuse_another_models(out, model, pretrained, sha256_of(file) if file else None, cfg.force)
-    precision = cfg.precision or ("amp" if device.startswith("cuda") else "fp32")
+    precision = cfg.precision or default_precision(device)
     scorer = load_scorer(model, pretrained, device=device, precision=precision, **cfg.scorer_settings)
     weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
     # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
@@ -216,6 +216,11 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
                        before_write=lambda: refuse_another_models(out, model, pretrained, weights, cfg.force))
     report(records, out, cfg)
     return records
+
+
+def default_precision(device: str) -> str:
+    """amp on a GPU, as CLIP_benchmark; fp32 on the CPU, where autocast is only faster with bf16 units and moves scores."""
+    return "amp" if device.startswith("cuda") else "fp32"
 
 
 def report(records: dict[str, dict[str, Any]], out: Path | None, cfg: EvalConfig) -> None:
@@ -247,7 +252,7 @@ def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], da
     cfg = EvalConfig(model=name or type(model).__name__, benchmark=benchmarks, out=str(out) if out is not None else "",
                      data_root=None if data_root is None else str(data_root), device=device, **options)
     jobs, root, made = check_options(cfg)
-    precision = cfg.precision or ("amp" if device.startswith("cuda") else "fp32")
+    precision = cfg.precision or default_precision(device)
     scorer = model_scorer(net, preprocess, tokenizer, method, device=device, precision=precision, **cfg.scorer_settings)
     head = {"model": cfg.model, "pretrained": "", "weights_sha256": weights_sha256(net), "precision": precision}
     folder = Path(out) if out is not None else None
