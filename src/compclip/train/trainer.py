@@ -39,7 +39,7 @@ from .evaluation import BEST_NAME, RunEvaluation, keep_if_best
 from .faults import NonFiniteGuard, StopSignals, peer_lost, worker_init
 from .loop import train_loop
 from .optim import lr_schedule, make_optimizer, param_groups
-from .refusals import check_coverage, nothing_to_train_on, refuse_another_run, refuse_what_cannot_learn
+from .refusals import Coverage, check_coverage, nothing_to_train_on, refuse_another_run, refuse_what_cannot_learn
 from .reporting import Reporters
 from .run_folder import RunLock, latest_checkpoint
 from .state import TrainState
@@ -347,7 +347,7 @@ class Trainer:
         self.coverage = Coverage()
         first = [next(batches) for _ in range(cfg.accum_freq)]
         if self.coverage.add(first):
-            check_coverage(cfg, self.coverage.covered, self.coverage.total, self.coverage.example, self.env.is_main)
+            check_coverage(cfg, self.coverage, self.env.is_main)
         self.reporters = None
         if self.env.is_main:
             record = self._config_record()
@@ -398,32 +398,6 @@ class Trainer:
 
     def _trained(self) -> list[torch.nn.Parameter]:
         return self.state.trained()
-
-
-class Coverage:
-    """Counts of the captions whose concepts a concept method could use (`Method.collate`'s `coverage`), over the run."""
-
-    def __init__(self):
-        self.covered = self.total = self.steps = 0
-        self.example = ""
-
-    def add(self, micro: list[dict[str, Any]]) -> bool:
-        """Count one step's micro-batches; False for a method without concepts."""
-        if "coverage" not in micro[0]:
-            return False
-        for batch in micro:
-            covered, total = batch["coverage"].tolist()
-            self.covered, self.total = self.covered + covered, self.total + total
-            self.example = self.example or batch["uncovered"]
-        self.steps += 1
-        return True
-
-    @property
-    def share(self) -> float:
-        return self.covered / self.total if self.total else 1.0
-
-    def record(self) -> dict[str, float]:
-        return {"concept_coverage": self.share} if self.steps else {}
 
 
 def compile_blocks(model: torch.nn.Module) -> None:
