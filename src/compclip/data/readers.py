@@ -236,7 +236,7 @@ class ImageTextReader(IterableDataset):
                 sample["shard"], sample["pos"] = shard, pos
                 yield sample
         self.skips.log_pass_summary()
-        self.epoch, self.resume_positions, self.worker_rotation = self.epoch + 1, {}, 0
+        self.start(self.epoch + 1)  # the next epoch from its beginning: persistent workers need no word between epochs
 
     def _partner(self, sample: Sample, rng: random.Random, tries: int = 50) -> Sample:
         """Another record of the whole data, drawn at random until it is a good sample of the same orientation (a
