@@ -25,6 +25,7 @@ H = "tests/test_handed_files.py -k "
 P = "tests/test_eval_formats.py -k "
 L = "tests/test_library.py -k "
 G = "tests/test_gallery.py -k "
+D = "tests/test_device_reads.py"
 
 
 def k(words: str) -> str:
@@ -196,6 +197,19 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/report.py", "            low.loc[model, column], high.loc[model, column] = 100 * ci_low, 100 * ci_high",
      "            low.loc[model, column], high.loc[model, column] = value, value", "tests/test_plots.py"),
     ("eval/report_to.py", "            wrong = items[~items[\"correct\"].astype(bool)]", "            wrong = items", G + "wandb"),
+    # #68: nothing read back from the device in a step; widths measured on the host
+    ("models/tokens.py", "-(-longest // self.multiple) * self.multiple", "longest // self.multiple * self.multiple", D),
+    ("models/tokens.py", 'return self.cut(text, text.shape[-1] if width is None else width)', 'return self(text.cpu()).to(text.device)', D),
+    ("methods/base.py", 'encode_short_texts(model, batch["text"], text_width_of(batch, "text"))',
+     'encode_short_texts(model, batch["text"])', D),
+    ("methods/base.py", "for key in self.token_fields if key in batch}", 'for key in ("text",) if key in batch}', D),
+    ("methods/hardneg.py", "owners.new_zeros(image.shape[0]).index_add_(0, owners, torch.ones_like(owners))",
+     "torch.bincount(owners, minlength=image.shape[0])", D),
+    ("methods/hardneg.py", "(image.shape[0], owners.shape[0])", "(image.shape[0], int(counts.max()))", D),
+    ("methods/occlip.py", "padded(relation_ends, relation_image, g, edge_mask.shape[1])", "padded(relation_ends, relation_image, g)", D),
+    ("methods/clic.py", 'return with_text(batch, batch["first_text"], "first_text")', 'return {**batch, "text": batch["first_text"]}', D),
+    ("train/trainer.py", "self.view, text_width(self.model))", "self.view, None)", "tests/test_device_reads.py tests/test_train.py"),
+    ("scoring.py", "encode(chunk.to(self.device), width(chunk))", "encode(chunk.to(self.device))", "tests/test_device_reads.py"),
 ]
 
 

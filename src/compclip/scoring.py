@@ -35,7 +35,7 @@ from .data.shared_memory import check_shared_memory
 from .errors import DataError, NonFiniteError
 from .io import atomic_path
 from .models import image_bytes
-from .models.tokens import short_text_encoder
+from .models.tokens import short_text_encoder, text_width
 from .precision import autocast, image_dtype
 from .progress import progress
 
@@ -318,15 +318,18 @@ class DualEncoderScorer(Scorer):
 
     @torch.no_grad()
     def _encode_texts(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
-        """Texts in batches of similar length; causal towers then skip the padding (`short_text_encoder`)."""
-        encode = short_text_encoder(self.model) or self.model.encode_text
+        """Texts in batches of similar length; causal towers then skip the padding (`short_text_encoder`), cut where
+        the host measured each batch (`TextWidth`): nothing is read back from the device."""
+        encode, width = short_text_encoder(self.model), text_width(self.model)
         tokens = self.tokenizer(keys)
         order = torch.argsort((tokens != 0).sum(dim=1), stable=True)
         step = self.batch_size * 4
         rows = []
         for start in self._bar(range(0, len(keys), step), "texts", -(-len(keys) // step)):
+            chunk = tokens[order[start : start + step]]
             with autocast(self.device, self.precision):
-                rows.append(F.normalize(encode(tokens[order[start : start + step]].to(self.device)).float(), dim=-1).cpu())
+                features = self.model.encode_text(chunk.to(self.device)) if encode is None else encode(chunk.to(self.device), width(chunk))
+                rows.append(F.normalize(features.float(), dim=-1).cpu())
         rows = torch.cat(rows)
         out = torch.empty_like(rows)
         out[order] = rows  # back to the callers' order

@@ -24,7 +24,7 @@ from torch import nn
 
 from ..errors import UsageError
 from ..gather import Gather
-from ..models.tokens import encode_short_texts, text_token_states, visual_token_embeddings
+from ..models.tokens import TextWidth, encode_short_texts, text_token_states, visual_token_embeddings
 from ..options import NoOptions, option  # noqa: F401  (re-exported: methods declare options with them)
 from ..options import make_options as _make_options
 
@@ -67,6 +67,9 @@ class LossPart(nn.Module):
     uses_concepts = False  # reads concept records: the batch transform finds them in batch["concepts"], one per caption (or None)
     uses_logit_bias = False  # a sigmoid loss; otherwise the trainer freezes an unused logit bias (DDP needs every parameter used)
     reads_captions = True  # reads the captions' own features (`text_features`); OC-CLIP encodes graph texts only
+    # the token-id fields `prepare` adds and `extend` encodes: `Method.collate` measures each one's `TextWidth` on the host,
+    # in `batch["widths"]`, where a causal tower on a GPU cuts it (`encode_short_texts(model, text, width)`)
+    token_fields: tuple[str, ...] = ()
     locks_image = False  # trains with the image tower frozen
     alone = False  # changes the inputs themselves (CLIC's image pairs): no other part may see them
     wants_partners = False  # each sample also carries a `partner` drawn by the reader from the whole data (its concepts too)
@@ -141,6 +144,7 @@ class Method(nn.Module):
         self.reads_captions = any(p.reads_captions for p in kept)
         self.uses_concepts = any(p.uses_concepts for p in kept)
         self.wants_partners = any(p.wants_partners for p in kept)
+        self.token_fields = tuple(dict.fromkeys(("text", *(f for p in kept for f in p.token_fields))))
         self.concepts = concepts
         self._missing = 0  # captions without a concept record, counted per process
 
@@ -180,8 +184,9 @@ class Method(nn.Module):
     def image_transform(self, model: nn.Module) -> Callable | None:
         return next((t for t in (p.image_transform(model) for p in self.parts) if t is not None), None)
 
-    def collate(self, samples: list[dict[str, Any]], tokenizer) -> dict[str, Any]:
-        """Stack images, tokenize captions, then let each part add its fields."""
+    def collate(self, samples: list[dict[str, Any]], tokenizer, width: TextWidth | None = None) -> dict[str, Any]:
+        """Stack images, tokenize captions, then let each part add its fields; with the model's `width` (`text_width`),
+        measure how far a causal tower reads each token field (`batch["widths"]`), here on the host."""
         batch = {
             "image": torch.stack([s["image"] for s in samples]),
             "caption": [s["caption"] for s in samples],
@@ -201,6 +206,8 @@ class Method(nn.Module):
             covered = batch.pop("covered")
             batch["coverage"] = torch.tensor([sum(covered), len(covered)])
             batch["uncovered"] = next((c for c, ok in zip(batch["caption"], covered, strict=True) if not ok), "")
+        if width is not None:
+            batch["widths"] = {key: width(batch[key]) for key in self.token_fields if key in batch}
         return batch
 
     def concept_records(self, samples: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
@@ -235,7 +242,7 @@ class Method(nn.Module):
             text_pooled, out["text_states"], out["text_project"] = text_token_states(model, batch["text"])
             out["text_features"] = F.normalize(text_pooled, dim=-1)
         elif self.reads_captions:  # cut after the batch's longest caption where that cannot change a feature (a causal tower)
-            out["text_features"] = F.normalize(encode_short_texts(model, batch["text"]), dim=-1)
+            out["text_features"] = F.normalize(encode_short_texts(model, batch["text"], text_width_of(batch, "text")), dim=-1)
         out["logit_scale"] = model.logit_scale.exp()
         out["logit_bias"] = model.logit_bias
         for part in self.parts:
@@ -282,6 +289,19 @@ def sigmoid_pairs_loss(logits: torch.Tensor, positive: torch.Tensor, count: int)
     """−Σ log σ(z·logits) / count with z = +1 on `positive` pairs and −1 elsewhere."""
     z = positive.to(logits.dtype) * 2 - 1
     return -F.logsigmoid(z * logits).sum() / count
+
+
+def text_width_of(batch: dict[str, Any], *keys: str) -> int | None:
+    """The widest `TextWidth` the collate measured for these token fields (None where it measured none: a batch a
+    user's own loop made, or a tower that cutting would change)."""
+    widths = batch.get("widths") or {}
+    return max(widths[k] for k in keys) if all(k in widths for k in keys) else None
+
+
+def with_text(batch: dict[str, Any], text: torch.Tensor, field: str) -> dict[str, Any]:
+    """`batch` whose captions' token ids are `text`, taken from the token field `field` (whose width it takes)."""
+    widths = batch.get("widths")
+    return {**batch, "text": text, **({"widths": {**widths, "text": widths[field]}} if widths and field in widths else {})}
 
 
 def image_rows(n: int, device, image_offset: int = 0) -> torch.Tensor:

@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.factory import LazyTokenizer
 from ..models.tokens import encode_short_texts, visual_token_embeddings
-from .base import LossPart, Method, Output, option, owned, require_concept_fields, sigmoid_pairs_loss
+from .base import LossPart, Method, Output, option, owned, require_concept_fields, sigmoid_pairs_loss, text_width_of
 from .siglip import SigLIPLoss, SigLIPPart
 
 __all__ = [
@@ -350,6 +350,7 @@ class C2LIPPart(LossPart):
     outputs: ClassVar[Mapping[str, Output]] = {"concept_features": owned("concept_image"),
                                                "swap_features": owned("swap_image", gather=False)}
     uses_concepts = True
+    token_fields = ("concept_text", "swap_text")
     uses_logit_bias = True
 
     def __init__(self, options: Options = Options()):
@@ -416,11 +417,11 @@ class C2LIPPart(LossPart):
             pooled = span_embeddings(out["text_states"], batch["concept_image"], batch["concept_span"])
             concepts = out["text_project"](pooled)
         else:
-            concepts = encode_short_texts(model, batch["concept_text"])
+            concepts = encode_short_texts(model, batch["concept_text"], text_width_of(batch, "concept_text"))
         out["concept_features"] = F.normalize(concepts, dim=-1)
         out["concept_image"] = batch["concept_image"]
         if self.swap_negatives:
-            out["swap_features"] = F.normalize(encode_short_texts(model, batch["swap_text"]), dim=-1)
+            out["swap_features"] = F.normalize(encode_short_texts(model, batch["swap_text"], text_width_of(batch, "swap_text")), dim=-1)
             out["swap_image"] = batch["swap_image"]
 
     def forward(self, out):

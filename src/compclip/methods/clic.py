@@ -29,7 +29,7 @@ from ..gather import GatheredLoss
 from ..models.factory import train_preprocess
 from ..models.tokens import encode_short_texts
 from ..text import sentences
-from .base import ROWS, LossPart, Output, option, owned
+from .base import ROWS, LossPart, Output, option, owned, text_width_of, with_text
 from .clip import CLIPLoss, clip_loss
 from .text import caption_rng, join_sentences, recase
 
@@ -176,6 +176,7 @@ class CLICPart(LossPart):
     contrastive = True
     outputs: ClassVar[Mapping[str, Output]] = {"positive_features": ROWS, "negative_features": owned("negative_image", gather=False)}
     uses_concepts = True
+    token_fields = ("positive_text", "first_text", "negative_text")
     alone = True
 
     def __init__(self, options: Options = Options(), seed: int = 0):
@@ -263,14 +264,15 @@ class CLICPart(LossPart):
 
     def inputs(self, batch):
         if self.pair_step():
-            return {**batch, "image": batch["pair_image"], "text": batch["positive_text"][:, 0]}
-        return {**batch, "text": batch["first_text"]}
+            return {**with_text(batch, batch["positive_text"][:, 0], "positive_text"), "image": batch["pair_image"]}
+        return with_text(batch, batch["first_text"], "first_text")
 
     def extend(self, model, batch, out):
         if not self.pair_step():
             return
         more = batch["positive_text"][:, 1:]
-        features = encode_short_texts(model, torch.cat([more.reshape(-1, more.shape[-1]), batch["negative_text"]]))
+        texts = torch.cat([more.reshape(-1, more.shape[-1]), batch["negative_text"]])
+        features = encode_short_texts(model, texts, text_width_of(batch, "positive_text", "negative_text"))
         features = F.normalize(features, dim=-1)
         n = more.shape[0] * more.shape[1]
         out["positive_features"] = features[:n].view(more.shape[0], more.shape[1], -1)

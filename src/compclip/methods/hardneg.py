@@ -19,7 +19,7 @@ from ..concepts.keywords import KEYWORDS, find_keywords, replacements, table, wi
 from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import encode_short_texts
-from .base import LossPart, Output, image_rows, option, owned
+from .base import LossPart, Output, image_rows, option, owned, text_width_of
 from .text import caption_rng
 
 CLASSES = tuple(KEYWORDS)
@@ -75,7 +75,7 @@ def hard_negative_infonce(
     if negatives.shape[0]:
         order = torch.argsort(negative_image, stable=True)  # group by owner: slot = rank within the owner
         owners, feats = negative_image[order], negatives[order]
-        counts = torch.bincount(owners, minlength=image.shape[0])
+        counts = owners.new_zeros(image.shape[0]).index_add_(0, owners, torch.ones_like(owners))  # bincount reads its max back
         slot = torch.arange(owners.shape[0], device=image.device) - (counts.cumsum(0) - counts)[owners]
         own = logit_scale * (image[owners] * feats).sum(-1)
         others = all_text.shape[0] - 1
@@ -84,7 +84,8 @@ def hard_negative_infonce(
             column = pick + (pick >= targets[owners]).long()  # skip the row's own caption
             logits = logits.index_put((owners, column), own)
         else:
-            extra = own.new_full((image.shape[0], int(counts.max())), float("-inf")).index_put((owners, slot), own)
+            # as many columns as there are negatives (a shape, not the busiest row's count read back from the device)
+            extra = own.new_full((image.shape[0], owners.shape[0]), float("-inf")).index_put((owners, slot), own)
             logits = torch.cat([logits, extra], dim=1)
     i2t = F.cross_entropy(logits, targets, reduction="sum")
     t2i = F.cross_entropy(logit_scale * text @ all_image.T, targets, reduction="sum")
@@ -144,6 +145,7 @@ class HardNegativePart(LossPart):
 
     name = "hardneg"
     contrastive = True
+    token_fields = ("negative_text",)
     # negatives stay on their rank: only their own image's row reads them
     outputs: ClassVar[Mapping[str, Output]] = {"negative_features": owned("negative_image", gather=False),
                                                "negative_draw": owned("negative_image", gather=False)}
@@ -184,7 +186,7 @@ class HardNegativePart(LossPart):
 
     def extend(self, model, batch, out):
         texts = batch["negative_text"]
-        features = encode_short_texts(model, texts) if texts.shape[0] else out["text_features"][:0]
+        features = encode_short_texts(model, texts, text_width_of(batch, "negative_text")) if texts.shape[0] else out["text_features"][:0]
         out["negative_features"] = F.normalize(features, dim=-1)
         out["negative_image"], out["negative_draw"] = batch["negative_image"], batch["negative_draw"]
 

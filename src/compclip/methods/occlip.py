@@ -29,7 +29,7 @@ from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import check_layer, encode_short_texts, visual_token_embeddings
 from ..scoring import DualEncoderScorer, Scorer
-from .base import LossPart, Output, option, owned
+from .base import LossPart, Output, option, owned, text_width_of
 from .text import caption_rng
 
 ENDS = 6  # per relation: subject, object; swapped subject, object (Ḡ); random subject, object (G̃)
@@ -101,10 +101,12 @@ def _halves(mlp: nn.Sequential, relation: torch.Tensor, slot: torch.Tensor) -> t
     return mlp[2](mlp[1](hidden))
 
 
-def padded(rows: torch.Tensor, owner: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows listed group by group (owner ascending) as (groups, longest, ...) and its mask."""
-    counts = torch.bincount(owner, minlength=groups)
-    longest = int(counts.max()) if len(owner) else 0
+def padded(rows: torch.Tensor, owner: torch.Tensor, groups: int, longest: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows listed group by group (owner ascending) as (groups, longest, ...) and its mask; `longest`, where the same
+    owners were padded already, is that width."""
+    counts = owner.new_zeros(groups).index_add_(0, owner, torch.ones_like(owner))  # bincount reads its max back
+    if longest is None:  # a read from the device the data makes necessary: the padded width is the busiest graph's count
+        longest = int(counts.max()) if len(owner) else 0
     first = torch.cumsum(counts, 0) - counts
     position = torch.arange(len(owner), device=rows.device) - first[owner]
     out = rows.new_zeros(groups, max(longest, 1), *rows.shape[1:])
@@ -157,7 +159,7 @@ class OCCLIPLoss(GatheredLoss):
         relation_image = gather.rows(relation_image + offset, relation_counts)
         nodes, node_mask = padded(node_features, node_image, g)
         relations, edge_mask = padded(relation_features, relation_image, g)
-        ends, _ = padded(relation_ends, relation_image, g)
+        ends, _ = padded(relation_ends, relation_image, g, edge_mask.shape[1])
         local = torch.cat([binding.score(binding.slots(tokens[c : c + self.chunk], nodes, node_mask), nodes, node_mask,
                                          relations, ends[..., :2], edge_mask) for c in range(0, b, self.chunk)])
         scores = gather.rows(local, counts)  # (g, g)
@@ -198,6 +200,7 @@ class OCCLIPPart(LossPart):
     contrastive = True
     needs = frozenset({"visual_tokens"})
     uses_concepts = True
+    token_fields = ("graph_text",)
     reads_captions = False  # S reads the graph's node and relation texts, never the whole caption
     outputs: ClassVar[Mapping[str, Output]] = {
         "node_features": owned("node_image"), "relation_features": owned("relation_image"), "relation_ends": owned("relation_image"),
@@ -242,7 +245,8 @@ class OCCLIPPart(LossPart):
         batch["relation_ends"] = long(ends).reshape(-1, ENDS)
 
     def extend(self, model, batch, out):
-        embedded = encode_short_texts(model, batch["graph_text"]) if batch["graph_text"].shape[0] else out["image_features"][:0]
+        texts = batch["graph_text"]
+        embedded = encode_short_texts(model, texts, text_width_of(batch, "graph_text")) if texts.shape[0] else out["image_features"][:0]
         embedded = F.normalize(embedded, dim=-1)
         out["node_features"], out["node_image"] = embedded[batch["node_text"]], batch["node_image"]
         out["relation_features"], out["relation_image"] = embedded[batch["relation_text"]], batch["relation_image"]

@@ -6,6 +6,7 @@ states so a concept can be pooled over its own span of the caption.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -99,10 +100,37 @@ def text_token_states(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch
     )
 
 
-def short_text_encoder(model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """`encode_text` for token batches cut after their longest text, where cutting cannot change
-    the result: a causal text tower pooled at the end-of-text token (CLIP). None otherwise
-    (SigLIP's towers attend both ways and pool the last position)."""
+@dataclasses.dataclass(frozen=True)
+class TextWidth:
+    """How far a causal text tower pooled at the end-of-text token reads a batch of token ids: up to its longest text,
+    rounded up to a multiple of `multiple` (fewer shapes, aligned attention masks), never past the context.
+
+    Measured where the ids are on the host, in the DataLoader worker that tokenized them (`Method.collate`): on a GPU
+    the lengths would be read back from the device halfway through the forward pass, a wait for the image tower
+    and a new sequence length every step."""
+
+    pool: str
+    eos: int | None
+    multiple: int = 8
+
+    def lengths(self, text: torch.Tensor) -> torch.Tensor:
+        """Each text's positions up to and including its end-of-text token (over the last dimension)."""
+        return (text.argmax(dim=-1) if self.pool == "argmax" else (text == self.eos).int().argmax(dim=-1)) + 1
+
+    def __call__(self, text: torch.Tensor) -> int:
+        longest = int(self.lengths(text).max()) if text.numel() else 1
+        return min(text.shape[-1], -(-longest // self.multiple) * self.multiple)
+
+
+def text_width(model: torch.nn.Module) -> TextWidth | None:
+    """The `TextWidth` of a model whose text features cutting cannot change: a causal text tower pooled at the
+    end-of-text token (CLIP). None otherwise (SigLIP's towers attend both ways and pool the last position)."""
+    tower = _causal_tower(model)
+    return None if tower is None else TextWidth(tower[1], tower[2])
+
+
+def _causal_tower(model: torch.nn.Module):
+    """`(tower, pool, eos, positional, mask, projection)` of a causal text tower pooled at the end-of-text token, or None."""
     if isinstance(model, CLIP):
         tower, pool, eos = model, model.text_pool_type, getattr(model, "text_eos_id", None)
         positional, mask, projection = model.positional_embedding, model.attn_mask, model.text_projection
@@ -116,25 +144,48 @@ def short_text_encoder(model: torch.nn.Module) -> Callable[[torch.Tensor], torch
         return None
     if mask is None or pool not in ("argmax", "eos"):
         return None
-    project = _projector(projection)
+    return tower, pool, eos, positional, mask, projection
 
-    def cut(text: torch.Tensor, n: int) -> torch.Tensor:
+
+class ShortTextEncoder:
+    """`encode_text` for token batches cut where cutting cannot change the result: a causal tower pooled at the
+    end-of-text token (CLIP's; `short_text_encoder` builds one).
+
+    `encoder(text, width=None)`: on the CPU, where reading lengths costs nothing, the batch is cut after its longest
+    text, or in two length groups (`length_groups`). Elsewhere nothing is read from the device: the batch is cut at
+    `width` (its `TextWidth`, measured on the host), or read over its whole context when no width is given, as
+    `encode_text` reads it (`encoder.cut`)."""
+
+    def __init__(self, tower, pool, eos, positional, mask, projection):
+        self.tower, self.pool, self.eos, self.positional, self.mask = tower, pool, eos, positional, mask
+        self.project = _projector(projection)
+        self.measure = TextWidth(pool, eos, multiple=1)
+
+    def cut(self, text: torch.Tensor, n: int) -> torch.Tensor:
+        """The features of `text` read over its first `n` positions alone."""
         text = text[:, :n]
-        cast_dtype = tower.transformer.get_cast_dtype()
-        x = tower.token_embedding(text).to(cast_dtype) + positional[:n].to(cast_dtype)
-        x = tower.ln_final(tower.transformer(x, attn_mask=mask[:n, :n]))
-        return project(text_global_pool(x, text, pool, eos_token_id=eos))
+        cast_dtype = self.tower.transformer.get_cast_dtype()
+        x = self.tower.token_embedding(text).to(cast_dtype) + self.positional[:n].to(cast_dtype)
+        x = self.tower.ln_final(self.tower.transformer(x, attn_mask=self.mask[:n, :n]))
+        return self.project(text_global_pool(x, text, self.pool, eos_token_id=self.eos))
 
-    def encode(text: torch.Tensor) -> torch.Tensor:
-        lengths = (text.argmax(dim=-1) if pool == "argmax" else (text == eos).int().argmax(dim=-1)) + 1
+    def __call__(self, text: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        if text.device.type != "cpu":
+            return self.cut(text, text.shape[-1] if width is None else width)
+        lengths = self.measure.lengths(text)
         groups = length_groups(lengths)
         if len(groups) == 1:
-            return cut(text, int(lengths.max()))
+            return self.cut(text, int(lengths.max()))
         order = torch.cat(groups)
-        features = torch.cat([cut(text[g], int(lengths[g].max())) for g in groups])
+        features = torch.cat([self.cut(text[g], int(lengths[g].max())) for g in groups])
         return features[order.argsort()]
 
-    return encode
+
+def short_text_encoder(model: torch.nn.Module) -> ShortTextEncoder | None:
+    """The model's `ShortTextEncoder`, or None where cutting would change its text features (SigLIP's towers attend
+    both ways and pool the last position)."""
+    causal = _causal_tower(model)
+    return None if causal is None else ShortTextEncoder(*causal)
 
 
 def length_groups(lengths: torch.Tensor, saving: float = 0.25) -> list[torch.Tensor]:
@@ -154,10 +205,12 @@ def length_groups(lengths: torch.Tensor, saving: float = 0.25) -> list[torch.Ten
     return [order[: k + 1], order[k + 1:]]
 
 
-def encode_short_texts(model: torch.nn.Module, text: torch.Tensor) -> torch.Tensor:
-    """`model.encode_text(text)`, cut after the longest text where cutting cannot change it (`short_text_encoder`):
-    noun phrases and graph nodes of a few tokens then cost a few positions, not the whole context."""
-    return (short_text_encoder(model) or model.encode_text)(text)
+def encode_short_texts(model: torch.nn.Module, text: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    """`model.encode_text(text)`, cut where cutting cannot change it (`short_text_encoder`; `width`, the batch's
+    `TextWidth` measured on the host, is where a GPU cuts): noun phrases and graph nodes of a few tokens then cost a
+    few positions, not the whole context."""
+    encode = short_text_encoder(model)
+    return model.encode_text(text) if encode is None else encode(text, width)
 
 
 def _forward_with_tokens(tower: torch.nn.Module, x: torch.Tensor):

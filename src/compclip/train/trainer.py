@@ -31,6 +31,7 @@ from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Pree
 from ..io import atomic_path, open_own, write_json
 from ..models import image_bytes
 from ..models.checkpoint import CONFIG_NAME, MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config, remove_checkpoint
+from ..models.tokens import TextWidth, text_width
 from ..precision import autocast, input_dtype, weights_precision
 from ..progress import progress
 from .config import TrainConfig, reader_kwargs
@@ -153,7 +154,7 @@ class Trainer:
             self.reader,
             batch_size=self.cfg.batch_size,
             num_workers=self.cfg.workers,
-            collate_fn=_Collate(self.method, self.tokenizer, self.view),
+            collate_fn=_Collate(self.method, self.tokenizer, self.view, text_width(self.model)),
             drop_last=True,
             pin_memory=self.env.device.type == "cuda",
             persistent_workers=self.cfg.workers > 0,
@@ -425,16 +426,16 @@ class _TrainModule(torch.nn.Module):
 
 class _Collate:
     """The method's batch transform as a picklable collate_fn for DataLoader workers, after the batch's image views where
-    the reader left them to a `BatchedView`."""
+    the reader left them to a `BatchedView`; the token fields' widths are measured there, on the host (`TextWidth`)."""
 
-    def __init__(self, method, tokenizer, view: BatchedView | None = None):
-        self.method, self.tokenizer, self.view = method, tokenizer, view
+    def __init__(self, method, tokenizer, view: BatchedView | None = None, width: TextWidth | None = None):
+        self.method, self.tokenizer, self.view, self.width = method, tokenizer, view, width
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         if self.view is not None:
             views = self.view.batch(torch.stack([s["image"] for s in samples]), torch.tensor([s["crop"] for s in samples]))
             samples = [{**s, "image": v} for s, v in zip(samples, views, strict=True)]
-        return self.method.collate(samples, self.tokenizer)
+        return self.method.collate(samples, self.tokenizer, self.width)
 
 
 def train(cfg: TrainConfig, eval_hook=None) -> dict[str, float]:

@@ -1,0 +1,370 @@
+"""`compclip train` beside `open_clip_train.main` on the same shards, model, batch, precision and workers.
+
+    python benchmarks/train_vs_open_clip_train.py                     # CPU: the tiny models, then ViT-B-16 at batch 8
+    python benchmarks/train_vs_open_clip_train.py --device cuda --models ViT-B-16,bench-ViT-B-16-map --batch 256 \\
+        --precision amp_bf16 --workers 12 --steps 48 --samples 4000 --shards shards/
+
+Both sides run as their users run them, each in a process of its own: `open_clip_train.main` (its `--siglip` for the
+sigmoid loss) and `compclip train` (`--method clip` or `siglip`, and any other `--methods`), from random initialisation,
+`--dataset-resampled`, AdamW (β 0.9/0.98, ε 1e-6, wd 0.2, as open_clip_train's defaults), a log line every step.
+Per-step samples/s is the median after the first 5 steps (open_clip_train's log line; compclip's `log.jsonl`
+`images_per_s`); peak memory is `torch.cuda.max_memory_allocated()` at the process's exit (CUDA only). Beside them:
+
+- the floor, the model's own step in this process: forward, open_clip's `ClipLoss`/`SigLipLoss`, backward, a fused
+  AdamW step, the batch already on the device;
+- compclip's step in phases, timed with `torch.cuda.Event` on a GPU (on a CPU every phase ends in its own time): data
+  wait, image tower, text tower, loss, backward, optimizer, logging. The loop's parts (`Trainer`'s model, method,
+  loader and optimizer), each phase called as the loop calls it.
+
+The shards are the 1,000 shipped Flickr photos resized to 256 px on the short side (as img2dataset stores them) with
+their first caption, repeated to `--samples` in 8 webdataset shards; `--shards DIR` reuses (or writes) them there, so a
+GPU machine that has only the checkout can be handed them. `bench-ViT-B-16-map` is ViT-B-16-SigLIP's architecture (MAP
+head, no causal mask) and `bench-tiny-map` compclip-tiny-siglip's, each with open_clip's own tokenizer, registered in
+each process from a config the script writes: a name holding "siglip" makes open_clip's tokenizer ask the hub for
+SigLIP's vocabulary.
+
+Each model writes `benchmarks/results/train_vs_open_clip_train-<device>-<model>.json` (device, versions, commit, every
+figure) and prints a table row per method; docs/benchmarks.md keeps the tables.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import csv
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FLICKR = ROOT.parent / "shared" / "data" / "flickr8k_1k"
+RESULTS = ROOT / "benchmarks" / "results"
+# SigLIP's architectures with open_clip's own tokenizer (a name holding "siglip" makes open_clip_train ask the hub for
+# SigLIP's vocabulary): the name each is registered under, and the config it copies
+MAP_MODELS = {"bench-ViT-B-16-map": "ViT-B-16-SigLIP", "bench-tiny-map": "compclip-tiny-siglip"}
+WARMUP = 5  # steps left out of each median
+
+
+# ---- the shards ----------------------------------------------------------------------------------------------------
+
+def write_shards(folder: Path, samples: int, shards: int = 8) -> str:
+    """The shipped photos at 256 px on the short side with their first caption, repeated to `samples` (kept if there)."""
+    import webdataset as wds
+    from PIL import Image
+
+    pattern = str(folder / f"flickr-{{000..{shards - 1:03d}}}.tar")
+    done = folder / f"done-{samples}"
+    if done.is_file():
+        return pattern
+    with open(FLICKR / "captions.csv", newline="") as f:
+        first: dict[str, str] = {}
+        for row in csv.DictReader(f):
+            first.setdefault(row["image"], row["caption"].strip())
+    encoded = []
+    for name, caption in first.items():
+        img = Image.open(FLICKR / "images" / name).convert("RGB")
+        scale = 256 / min(img.size)
+        img = img.resize((round(img.width * scale), round(img.height * scale)), Image.BICUBIC)
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", quality=95)
+        encoded.append((buf.getvalue(), caption))
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    per_shard = -(-samples // shards)
+    for s in range(shards):
+        with wds.TarWriter(str(folder / f"flickr-{s:03d}.tar")) as sink:
+            for i in range(s * per_shard, min(samples, (s + 1) * per_shard)):
+                jpg, caption = encoded[i % len(encoded)]
+                sink.write({"__key__": f"{i:07d}", "jpg": jpg, "txt": caption.encode()})
+    done.touch()
+    return pattern
+
+
+def write_map_configs(folder: Path) -> Path:
+    """`MAP_MODELS`: SigLIP's architectures with open_clip's tokenizer, as a folder `open_clip.add_model_config` reads."""
+    import open_clip
+
+    import compclip.models  # noqa: F401  (the tiny models' configs)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, source in MAP_MODELS.items():
+        cfg = json.loads(json.dumps(open_clip.get_model_config(source)))
+        text = cfg["text_cfg"]
+        for key in ("hf_tokenizer_name", "tokenizer_kwargs"):
+            text.pop(key, None)
+        text["vocab_size"] = 49408
+        (folder / f"{name}.json").write_text(json.dumps(cfg, indent=2))
+    return folder
+
+
+# ---- one side, in a process of its own -------------------------------------------------------------------------------
+
+def child(side: str, argv: list[str]) -> None:
+    """Run one side's entry point as its user would, with the benchmark's model configs registered and the peak memory
+    written at exit."""
+    import open_clip
+    import torch
+
+    import compclip.models  # noqa: F401  (registers the tiny models with open_clip and timm, for both sides)
+
+    if os.environ.get("BENCH_CONFIGS"):
+        open_clip.add_model_config(os.environ["BENCH_CONFIGS"])
+    peak_file = os.environ.get("BENCH_PEAK")
+    if peak_file and torch.cuda.is_available():
+        atexit.register(lambda: Path(peak_file).write_text(str(torch.cuda.max_memory_allocated())))
+    if side == "open_clip_train":
+        import open_clip_train.data as data
+        import webdataset as wds
+        from open_clip_train.main import main
+
+        if int(wds.__version__.split(".")[0]) >= 1:  # its own tar reader expects webdataset < 1.0's samples ("fname")
+            data.tarfile_to_samples_nothrow = wds.tarfile_to_samples(handler=data.log_and_continue)
+        main(argv)
+    else:
+        from compclip.cli import main
+
+        sys.exit(main(argv))
+
+
+def run_side(side: str, argv: list[str], configs: Path, scratch: Path, log: Path) -> dict:
+    peak = scratch / f"peak-{side}"
+    peak.unlink(missing_ok=True)
+    env = {**os.environ, "BENCH_CONFIGS": str(configs), "BENCH_PEAK": str(peak), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        done = subprocess.run([sys.executable, __file__, "--child", side, "--", *argv], env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode:
+        raise SystemExit(f"{side} failed ({done.returncode}): see {log}\n" + log.read_text()[-3000:])
+    return {"wall_s": time.perf_counter() - start, "peak_mib": int(peak.read_text()) / 2**20 if peak.is_file() else None}
+
+
+def common(args, model: str) -> dict:
+    return {"model": model, "batch": args.batch, "precision": args.precision, "workers": args.workers, "steps": args.steps}
+
+
+def open_clip_train_run(args, model: str, siglip: bool, shards: str, configs: Path, scratch: Path) -> dict:
+    logs = scratch / "oc-logs"
+    shutil.rmtree(logs, ignore_errors=True)
+    argv = ["--train-data", shards, "--train-num-samples", str(args.steps * args.batch), "--dataset-type", "webdataset",
+            "--dataset-resampled", "--batch-size", str(args.batch), "--precision", args.precision, "--workers", str(args.workers),
+            "--model", model, "--lr", "1e-4", "--wd", "0.2", "--warmup", "0", "--epochs", "1", "--log-every-n-steps", "1",
+            "--logs", str(logs), "--name", "run", "--save-frequency", "0", "--report-to", "", "--seed", "0",
+            "--device", args.device, *(["--siglip"] if siglip else [])]
+    side = run_side("open_clip_train", argv, configs, scratch, scratch / "open_clip_train.log")
+    rates = [float(r) for r in re.findall(r"Batch \(t\): [\d.]+, ([\d.]+)/s", (logs / "run" / "out.log").read_text())]
+    return {**side, "per_step": rates, "samples_per_s": statistics.median(rates[WARMUP:] or rates)}
+
+
+def compclip_run(args, model: str, method: str, shards: str, configs: Path, scratch: Path) -> dict:
+    out = scratch / f"cc-{method}"
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["-q", "train", "--method", method, "--model", model, "--train-data", shards, "--dataset-resampled",
+            "--batch-size", str(args.batch), "--precision", args.precision, "--workers", str(args.workers), "--steps", str(args.steps),
+            "--lr", "1e-4", "--optimizer", "adamw", "--beta2", "0.98", "--eps", "1e-6", "--wd", "0.2", "--log-every", "1",
+            "--save-every", str(10 * args.steps), "--out", str(out), "--device", args.device]
+    side = run_side("compclip", argv, configs, scratch, scratch / f"compclip-{method}.log")
+    rates = [r["images_per_s"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "images_per_s" in r]
+    return {**side, "per_step": rates, "samples_per_s": statistics.median(rates[WARMUP:] or rates)}
+
+
+# ---- in this process: the floor and compclip's step in phases ---------------------------------------------------------
+
+class Clock:
+    """Marks between phases: CUDA events on a GPU (read once at the end), the wall clock after a sync elsewhere."""
+
+    def __init__(self, device):
+        import torch
+
+        self.torch, self.cuda = torch, device.type == "cuda"
+        self.marks: list[tuple[str, object]] = []
+
+    def mark(self, name: str) -> None:
+        if self.cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append((name, event))
+        else:
+            self.marks.append((name, time.perf_counter()))
+
+    def phases(self) -> dict[str, float]:
+        """Milliseconds from each mark to the next, by the later mark's name."""
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        out: dict[str, float] = {}
+        for (_, a), (name, b) in zip(self.marks, self.marks[1:], strict=False):
+            ms = a.elapsed_time(b) if self.cuda else (b - a) * 1e3
+            out[name] = out.get(name, 0.0) + ms
+        return out
+
+
+def floor_run(args, model_name: str, siglip: bool, captions: list[str]) -> dict:
+    """The model's own step: open_clip's forward and loss, backward, fused AdamW; the batch already on the device."""
+    import open_clip
+    import torch
+    from open_clip.loss import ClipLoss, SigLipLoss
+    from open_clip_train.precision import get_autocast
+
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    model = open_clip.create_model(model_name, device=device, init_logit_bias=-10 if siglip else None, output_dict=True).train()
+    tokenizer = open_clip.get_tokenizer(model_name)
+    size = model.visual.image_size if isinstance(model.visual.image_size, tuple) else (model.visual.image_size,) * 2
+    images = torch.randn(args.batch, 3, *size, device=device)
+    text = tokenizer([captions[i % len(captions)] for i in range(args.batch)]).to(device)
+    loss_fn = SigLipLoss() if siglip else ClipLoss()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.2,
+                                  fused=device.type in ("cuda", "cpu"))
+    autocast = get_autocast(args.precision, device_type=device.type)
+    rates = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            out = model(images, text)
+            loss = loss_fn(out["image_features"], out["text_features"], out["logit_scale"],
+                           *([out["logit_bias"]] if siglip else []))
+        loss.backward()
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        rates.append(args.batch / (time.perf_counter() - start))
+    return {"per_step": rates, "samples_per_s": statistics.median(rates[WARMUP:] or rates)}
+
+
+def phase_run(args, model: str, method: str, shards: str, scratch: Path) -> dict:
+    """compclip's step through the loop's own parts, each phase marked (medians over the steps after the warm-up)."""
+    import torch.nn.functional as F
+
+    from compclip.methods.base import text_width_of
+    from compclip.models.tokens import encode_short_texts
+    from compclip.train import TrainConfig
+    from compclip.train.trainer import Trainer
+
+    out = scratch / f"phases-{method}"
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = TrainConfig(method=method, model=model, train_data=shards, dataset_resampled=True, batch_size=args.batch,
+                      precision=args.precision, workers=args.workers, steps=args.steps, lr=1e-4, optimizer="adamw", betas=(0.9, 0.98),
+                      eps=1e-6, weight_decay=0.2, out=str(out), device=args.device)
+    trainer = Trainer(cfg)
+    state, model_, method_ = trainer.state, trainer.model, trainer.method
+    method_.distribute(0, 1)
+    batches = trainer._batches()
+    per_step = []
+    for _ in range(args.steps):
+        clock = Clock(trainer.env.device)
+        clock.mark("start")
+        batch = next(batches)
+        clock.mark("data wait")
+        state.optimizer.zero_grad(set_to_none=True)
+        with trainer._autocast():
+            image = F.normalize(model_.encode_image(batch["image"]), dim=-1)
+            clock.mark("image tower")
+            text = F.normalize(encode_short_texts(model_, batch["text"], text_width_of(batch, "text")), dim=-1)
+            clock.mark("text tower")
+            terms = method_({"image_features": image, "text_features": text, "logit_scale": model_.logit_scale.exp(),
+                             "logit_bias": model_.logit_bias})
+            total = sum(terms.values())
+        clock.mark("loss")
+        state.scaler.scale(total).backward()
+        clock.mark("backward")
+        state.scaler.step(state.optimizer)
+        state.scaler.update()
+        state.scheduler.step()
+        clock.mark("optimizer")
+        {name: float(t.detach()) for name, t in terms.items()}  # what the loop logs
+        clock.mark("logging")
+        per_step.append(clock.phases())
+    batches.close()
+    kept = per_step[WARMUP:] or per_step
+    return {name: statistics.median(p[name] for p in kept) for name in kept[0]}
+
+
+def versions() -> dict:
+    import open_clip
+    import torch
+    import webdataset
+
+    import compclip
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "src"], capture_output=True, text=True).stdout.strip()
+    return {"torch": torch.__version__, "open_clip": open_clip.__version__, "webdataset": webdataset.__version__,
+            "compclip": compclip.__version__, "commit": commit + ("+changes" if dirty else ""), "python": platform.python_version()}
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", default=None, help="comma-separated (default: the tiny CLIP and SigLIP models, then ViT-B-16)")
+    parser.add_argument("--methods", default="", help="comma-separated compclip methods beyond clip/siglip, timed beside them")
+    parser.add_argument("--batch", type=int, default=None, help="default: 32 for the tiny models, 8 for ViT-B on a CPU")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--samples", type=int, default=1000)
+    parser.add_argument("--shards", type=Path, default=None, help="folder of the shards (written there when missing)")
+    parser.add_argument("--child", choices=["open_clip_train", "compclip"], help=argparse.SUPPRESS)
+    args, rest = parser.parse_known_args()
+    if args.child:
+        child(args.child, rest[1:] if rest[:1] == ["--"] else rest)
+        return
+    import torch
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    scratch = Path(tempfile.mkdtemp(prefix="compclip-train-bench-"))
+    shards = write_shards(args.shards or scratch / "shards", args.samples)
+    configs = write_map_configs(scratch / "configs")
+    import open_clip
+
+    open_clip.add_model_config(str(configs))
+    with open(FLICKR / "captions.csv", newline="") as f:
+        captions = [row["caption"].strip() for row in csv.DictReader(f)][::5]
+    models = args.models.split(",") if args.models else ["compclip-tiny-clip", "bench-tiny-map", "ViT-B-16"]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    print(f"device: {device_name(args.device)}; {versions()}")
+    print("| model | loss | batch | precision | open_clip_train samples/s | compclip samples/s | ratio | floor samples/s | "
+          "compclip / floor | peak MiB (open_clip_train / compclip) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for model in models:
+        siglip = "siglip" in model.lower() or model in MAP_MODELS
+        batch = args.batch or (8 if model.startswith("ViT") else 32)
+        run_args = argparse.Namespace(**{**vars(args), "batch": batch})
+        loss = "siglip" if siglip else "clip"
+        figures = {**common(run_args, model), "device": device_name(args.device), "versions": versions(), "loss": loss}
+        figures["open_clip_train"] = open_clip_train_run(run_args, model, siglip, shards, configs, scratch)
+        figures["floor"] = floor_run(run_args, model, siglip, captions)
+        figures["compclip"] = {}
+        for method in dict.fromkeys([loss, *filter(None, args.methods.split(","))]):
+            figures["compclip"][method] = compclip_run(run_args, model, method, shards, configs, scratch)
+        figures["phases_ms"] = phase_run(run_args, model, loss, shards, scratch)
+        oc, floor = figures["open_clip_train"], figures["floor"]["samples_per_s"]
+        for method, cc in figures["compclip"].items():
+            peaks = f"{oc['peak_mib']:.0f} / {cc['peak_mib']:.0f}" if cc["peak_mib"] else "–"
+            ratio = cc["samples_per_s"] / oc["samples_per_s"] if method == loss else float("nan")
+            print(f"| {model} | {method} | {batch} | {args.precision} | {oc['samples_per_s']:.1f} | {cc['samples_per_s']:.1f} | "
+                  f"{ratio:.2f}× | {floor:.1f} | {cc['samples_per_s'] / floor:.2f}× | {peaks} |")
+        phases = figures["phases_ms"]
+        print(f"phases of compclip's {loss} step (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
+        name = f"train_vs_open_clip_train-{args.device}-{model}-{args.precision}-b{batch}.json"
+        (RESULTS / name).write_text(json.dumps(figures, indent=2) + "\n")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
