@@ -61,17 +61,19 @@ lock: $(STAMP)
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra hf --extra wandb --upgrade --constraint $(VENV)/lock-pins.txt \
 		$(LOCK_TARGET) --custom-compile-command "make lock" --output-file requirements.lock
 
-# The suite on the previous torch minor release, in its own venv (uv downloads that torch's CUDA build).
+# The suite on torch's floor (pyproject.toml), in its own venv (uv downloads that torch's CUDA build): what a GPU image
+# with its own, older torch runs compclip on.
 COMPAT ?= .venv-compat
-COMPAT_PINS := torch==2.13.0 torchvision==0.28.0
-test-compat: $(STAMP)
+COMPAT_PINS := torch==2.8.0 torchvision==0.23.0
+test-compat: chromium $(STAMP) $(TF_FLOOR)/.done $(BENCH)/.done
 	@test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
 	printf '%s\n' $(COMPAT_PINS) > $(COMPAT)/pins.txt
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra hf --extra wandb --constraint $(COMPAT)/pins.txt $(LOCK_TARGET) \
 		--quiet --output-file $(COMPAT)/requirements.lock
 	$(VENV)/bin/uv pip sync --python $(COMPAT)/bin/python $(COMPAT)/requirements.lock
 	$(VENV)/bin/uv pip install --python $(COMPAT)/bin/python --no-deps -e .
-	HF_HUB_OFFLINE=1 $(COMPAT)/bin/python -m pytest -n 2 -q -p no:cacheprovider
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 COMPCLIP_TRANSFORMERS_FLOOR_PATH=$(TF_FLOOR) COMPCLIP_BENCH_PATH=$(BENCH) \
+		$(COMPAT)/bin/python -m pytest -n 2 -q -p no:cacheprovider
 
 # The suite on the oldest release of each dependency pyproject.toml admits (uv's lowest-direct resolution), in its own
 # venv, with torch and torchvision held at the lock's pair (the previous torch is test-compat's; pip takes them from this

@@ -1,6 +1,9 @@
-"""Optional dependencies: a command that needs one names the package, the version and the install command in one line,
-and the minimums are pyproject.toml's own."""
+"""Dependencies: a command that needs an optional one, and the command line for a core one, names the package, the
+version and the install command in one line, and the minimums are pyproject.toml's own."""
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +50,23 @@ def test_export_to_transformers_with_an_old_transformers_stops_before_writing(tm
     code, _, err = run_main(capsys, "export", ckpt, tmp_path / "hf", "--format", "hf")
     assert code == 2 and err.startswith("error: --format hf needs transformers>=99.1, and ") and err.count("\n") == 1
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_core_dependency_older_than_compclips_floor_is_one_line_at_the_command(tmp_path):
+    """An image's own open_clip 2.32 under a `--no-deps` install: the command line says so before any model is built
+    (the floor read from compclip's own installed requirements), and the floor itself passes."""
+    from importlib import metadata
+
+    floor = next(r.split(">=")[1] for r in metadata.requires("compclip") if r.startswith("open-clip-torch>="))
+    for version, refused in (("2.32.0", True), (floor, False)):
+        planted = tmp_path / version
+        (planted / f"open_clip_torch-{version}.dist-info").mkdir(parents=True)
+        (planted / f"open_clip_torch-{version}.dist-info" / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: open_clip_torch\nVersion: {version}\n")
+        done = subprocess.run([sys.executable, "-m", "compclip", "methods"], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join([str(planted), os.environ.get("PYTHONPATH", "")])})
+        if refused:
+            assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+                f"error: compclip needs open-clip-torch>={floor}, and 2.32.0 is installed: pip install -U 'open-clip-torch>={floor}'"]
+        else:
+            assert done.returncode == 0 and "clip" in done.stdout, done.stderr

@@ -636,12 +636,14 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: a problem the user can fix prints one `error:` line and exits 2, not a traceback."""
     from . import stops
     from .errors import CompclipError, Stopped
+    from .extras import check_core
 
     stops.answer()
     args = list(sys.argv[1:] if argv is None else argv)
     # --quiet / --verbose belong to the app's callback; accept them after the command too
     args = [a for a in args if a in GLOBAL_FLAGS] + [a for a in args if a not in GLOBAL_FLAGS]
     try:
+        check_core()
         _refuse_open_clip_elsewhere(args)
         code = app(args, prog_name="compclip", standalone_mode=False)
     except typer.TyperException as e:  # the command line itself: an unknown option, a missing or malformed value

@@ -1,6 +1,8 @@
-"""The optional dependencies, checked at the command that needs one: a missing or too old package is one line naming
-it, the version needed and the install command, as transformers checks its own at import. The minimums are
-pyproject.toml's extras (a test keeps them equal), each the oldest release the suite passes on (`make test-lowest`)."""
+"""The dependencies, checked where a missing or too old one would end in a traceback: one line naming it, the version
+needed and the install command, as transformers checks its own at import. The optional ones at the command that needs
+one, their minimums pyproject.toml's extras (a test keeps them equal); the core ones as the command line starts, their
+minimums compclip's own installed requirements. Each the oldest release the suite passes on (`make test-lowest`,
+`make test-compat`)."""
 from __future__ import annotations
 
 import re
@@ -29,3 +31,24 @@ def need(package: str, what: str) -> None:
         raise UsageError(f"{what} needs {package}>={minimum}, which is not installed: pip install 'compclip[{extra}]'") from None
     if release(found) < release(minimum):
         raise UsageError(f"{what} needs {package}>={minimum}, and {found} is installed: pip install -U 'compclip[{extra}]'")
+
+
+def check_core(distribution: str = "compclip") -> None:
+    """Refuse to start where a core dependency is older than `distribution`'s own requirement says (a `--no-deps`
+    install into an image with its own packages): open_clip 2.x, say, ends deep inside a model's construction otherwise.
+    Nothing is checked where compclip runs from a source tree without being installed."""
+    try:
+        required = metadata.requires(distribution) or []
+    except metadata.PackageNotFoundError:
+        return
+    for requirement in required:
+        floor = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*>=\s*([0-9][0-9.]*)\s*(?:,[^;]*)?", requirement)
+        if floor is None:  # an extra's (`; extra == ...`), or one without a floor
+            continue
+        name, minimum = floor.groups()
+        try:
+            found = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            raise UsageError(f"compclip needs {name}>={minimum}, which is not installed: pip install '{name}>={minimum}'") from None
+        if release(found) < release(minimum):
+            raise UsageError(f"compclip needs {name}>={minimum}, and {found} is installed: pip install -U '{name}>={minimum}'")
