@@ -210,6 +210,13 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("methods/clic.py", 'return with_text(batch, batch["first_text"], "first_text")', 'return {**batch, "text": batch["first_text"]}', D),
     ("train/trainer.py", "self.view, text_width(self.model))", "self.view, None)", "tests/test_device_reads.py tests/test_train.py"),
     ("scoring.py", "encode(chunk.to(self.device), width(chunk))", "encode(chunk.to(self.device))", "tests/test_device_reads.py"),
+    # #69: the loss modules refuse what they cannot mean
+    ("gather.py", "if text_features.shape[0] != image_features.shape[0]:", "if text_features.shape[0] > image_features.shape[0]:",
+     L + "refuses_inputs"),
+    ("gather.py", "if isinstance(x, torch.Tensor) and x.device != image_features.device:", "if x.device != image_features.device:",
+     L + "refuses_inputs"),
+    ("methods/negclip.py", "negative_features=negative_features, logit_scale=logit_scale)", "logit_scale=logit_scale)",
+     L + "refuses_inputs"),
 ]
 
 

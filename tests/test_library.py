@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from compclip.errors import UsageError
 from conftest import run_main, shared_data
 
 BENCHMARKS = "sugarcrepe/swap_att,sugarcrepe_pp/swap_att,winoground"
@@ -157,3 +159,38 @@ def test_evaluate_records_the_precision_it_scored_at_and_a_split_scored_nothing_
     table = compclip.load_results(tmp_path / "r")
     assert table[["split", "metric"]].values.tolist() == [["swap_att", "acc"], ["", "add"]]
     assert table["value"].isna().tolist() == [True, False] and table["n"].tolist()[0] == 0
+
+
+# ---- the loss modules refuse what they cannot mean, naming the argument, as a library's user expects --------------------
+
+def _losses():
+    from compclip.methods import CLIPLoss, HardNegativeLoss, NegCLIPLoss, SigLIPLoss
+
+    negatives = {"negative_features": torch.randn(2, 8), "negative_image": torch.tensor([0, 3])}
+    return {"CLIPLoss": (CLIPLoss(), {}), "SigLIPLoss": (SigLIPLoss(), {"logit_bias": torch.tensor(-10.0)}),
+            "NegCLIPLoss": (NegCLIPLoss(), {"negative_features": negatives["negative_features"]}),
+            "HardNegativeLoss": (HardNegativeLoss(negatives_as="extra"), negatives)}
+
+
+@pytest.mark.parametrize("loss", ["CLIPLoss", "SigLIPLoss", "NegCLIPLoss", "HardNegativeLoss"])
+def test_a_loss_module_refuses_inputs_it_cannot_mean_naming_the_argument(loss):
+    """Mismatched rows (a finite number before), an empty batch (NaN before), another width, features that are not
+    (rows, dimension), a tensor on another device: one error each, naming the argument. What it accepts it scores as
+    before: 4 pairs give a finite loss, the negatives of other rows or none at all included."""
+    module, extra = _losses()[loss]
+    torch.manual_seed(0)
+    image, text, scale = F.normalize(torch.randn(4, 8), dim=-1), F.normalize(torch.randn(4, 8), dim=-1), torch.tensor(10.0)
+    assert torch.isfinite(module(image, text, logit_scale=scale, **extra))
+    cases = [((image, text[:3]), "image_features has 4 rows and text_features 3"),
+             ((image[:0], text[:0]), "image_features has no rows"),
+             ((image, text[:, :6]), "text_features has dimension 6 and image_features 8"),
+             ((image, text[None]), "text_features must be (rows, dimension), not of shape (1, 4, 8)"),
+             ((image, text.to("meta")), "text_features is on meta and image_features on cpu")]
+    if "negative_features" in extra:
+        cases.append(((image, text), "negative_features has dimension 5 and image_features 8", {"negative_features": torch.randn(2, 5)}))
+    for args, said, *changed in cases:
+        with pytest.raises(UsageError) as refused:
+            module(*args, logit_scale=scale, **{**extra, **(changed[0] if changed else {})})
+        assert str(refused.value) == f"{loss}: {said}" or str(refused.value).startswith(f"{loss}: {said}:"), str(refused.value)
+    with pytest.raises(UsageError, match=f"^{loss}: logit_scale is on meta and image_features on cpu$"):
+        module(image, text, logit_scale=scale.to("meta"), **extra)

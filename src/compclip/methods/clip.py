@@ -38,7 +38,7 @@ class CLIPLoss(GatheredLoss):
     `CLIPLoss(rank=, world_size=)(image_features, text_features, logit_scale)`, the full batch's value on every rank."""
 
     def forward(self, image_features, text_features, logit_scale):
-        self.gather.check("CLIPLoss")
+        self.check_inputs(image_features, text_features, logit_scale=logit_scale)
         counts = self.gather.counts(image_features)
         share = clip_loss(image_features, text_features, logit_scale, all_image=self.gather.rows(image_features, counts),
                           all_text=self.gather.rows(text_features, counts), image_offset=self.gather.first(counts))

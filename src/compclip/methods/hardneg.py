@@ -129,7 +129,8 @@ class HardNegativeLoss(GatheredLoss):
         self.replace, self.directions = negatives_as == "replace", directions
 
     def forward(self, image_features, text_features, negative_features, negative_image, logit_scale, negative_draw=None):
-        self.gather.check("HardNegativeLoss")
+        self.check_inputs(image_features, text_features, negative_features=negative_features, negative_image=negative_image,
+                          logit_scale=logit_scale, negative_draw=negative_draw)
         if self.replace and negative_draw is None:
             raise UsageError("HardNegativeLoss(negatives_as='replace') needs negative_draw, the column each negative replaces")
         counts = self.gather.counts(image_features)

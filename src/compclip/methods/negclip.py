@@ -157,7 +157,7 @@ class NegCLIPLoss(GatheredLoss):
     (`compclip.gather`). `swap_negatives` makes the negatives of a caption."""
 
     def forward(self, image_features, text_features, negative_features, logit_scale):
-        self.gather.check("NegCLIPLoss")
+        self.check_inputs(image_features, text_features, negative_features=negative_features, logit_scale=logit_scale)
         counts = self.gather.counts(image_features)
         negatives = self.gather.rows(negative_features)
         share = clip_loss(image_features, text_features, logit_scale, all_image=self.gather.rows(image_features, counts),

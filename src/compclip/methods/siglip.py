@@ -15,7 +15,7 @@ class SigLIPLoss(GatheredLoss):
     value is the full batch's on every rank (`compclip.gather`); open_clip's returns the mean over images instead."""
 
     def forward(self, image_features, text_features, logit_scale, logit_bias=None):
-        self.gather.check("SigLIPLoss")
+        self.check_inputs(image_features, text_features, logit_scale=logit_scale, logit_bias=logit_bias)
         counts = self.gather.counts(image_features)
         texts = self.gather.rows(text_features, counts)
         logits = logit_scale * image_features @ texts.T
