@@ -1,11 +1,19 @@
 """What a shared cluster does to a run: group-shared folders under a umask, checkpoint rotation beside the user's own
 files. Each case asserts what is on disk afterwards."""
 import contextlib
+import errno
+import json
 import os
+import shutil
+import socket
 import stat
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
+import torch
 
 from compclip.io import atomic_dir, atomic_path, write_json
 
@@ -788,3 +796,131 @@ def test_a_full_disk_reads_as_such_in_every_form_safetensors_words_it():
     new = "Error while serializing: I/O error: No space left on device (os error 28)"
     assert _storage_errno(Exception(old)) == _storage_errno(Exception(new)) == 28 and WHY[28] == "the disk is full"
     assert _storage_errno(Exception("Error while serializing: IoError(Os { code: 2, kind: NotFound })")) is None
+
+
+# ---- a folder a group shares, and a filesystem without locks ----------------------------------------------------------
+
+OTHER = 65534  # nobody, in group nogroup: the colleague
+
+
+def as_colleague(code: str, home: Path) -> subprocess.CompletedProcess:
+    """Python `code` run as another user (uid 65534) whose only group is the shared folder's (gid 65534)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "HOME": str(home), "HF_HUB_OFFLINE": "1",
+           "XDG_CACHE_HOME": str(home / ".cache")}
+    return subprocess.run(["setpriv", f"--reuid={OTHER}", f"--regid={OTHER}", "--clear-groups", sys.executable, "-c", code],
+                          env=env, capture_output=True, text=True, cwd="/", timeout=300)
+
+
+@pytest.fixture
+def group_folder():
+    """A folder shared by root and the colleague's group (setgid, group-writable), outside pytest's private tmp."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to act as a second user")
+    folder = Path(tempfile.mkdtemp(prefix="compclip-group-", dir="/tmp"))
+    os.chown(folder, 0, OTHER)
+    os.chmod(folder, 0o2775)
+    reach = as_colleague("import compclip.io", folder)
+    if reach.returncode:
+        shutil.rmtree(folder)
+        pytest.skip(f"another user cannot import this checkout: {reach.stderr.strip().splitlines()[-1]}")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_groups_lock_takes_the_umasks_mode_and_a_colleague_takes_it_over(group_folder):
+    """Under umask 002 the lock files compclip makes are group-writable, as `open()` makes files: a colleague takes a
+    run's or a store's lock once it is free, is refused in one line naming the holder while it is held, and takes one
+    an older compclip left 0644 (locked read-only: flock needs no write access)."""
+    from compclip.io import FolderLock
+
+    lock = group_folder / "store" / ".index.lock"
+    with umask(0o002):
+        FolderLock(lock, "a test").acquire().release()
+        (group_folder / "plain").write_text("x")
+    assert mode(lock) == mode(group_folder / "plain") == 0o664
+    take = (f"from pathlib import Path\nfrom compclip.io import FolderLock\nFolderLock(Path({str(lock)!r}), 'a compclip concepts run')"
+            ".acquire()\nprint('taken')")
+    assert as_colleague(take, group_folder).stdout.strip() == "taken"
+    with FolderLock(lock, "a compclip concepts run"):
+        refused = as_colleague(take, group_folder)
+    assert refused.returncode == 1 and f"{lock.parent} is in use by a compclip concepts run (host " in refused.stderr
+    assert f"pid {os.getpid()}, since" in refused.stderr, refused.stderr
+    os.chown(lock, 0, 0)
+    os.chmod(lock, 0o644)  # an older compclip's lock file, not the group's
+    done = as_colleague(take, group_folder)
+    assert done.stdout.strip() == "taken", done.stderr
+
+
+def test_another_users_private_feature_cache_is_said_and_computed_around(group_folder):
+    """An evaluation cache another user wrote under umask 077: the colleague's scores are the same as with the cache,
+    computed anew, with one warning for reading and one for writing; no traceback."""
+    from PIL import Image
+
+    from compclip.eval import DualEncoderScorer
+    from compclip.models import load_model
+
+    for i, colour in enumerate(("red", "green")):
+        Image.new("RGB", (40, 32), colour).save(group_folder / f"{i}.png")
+    os.chmod(group_folder / "0.png", 0o644), os.chmod(group_folder / "1.png", 0o644)
+    model, preprocess, tokenizer = load_model("compclip-tiny-clip")
+    with umask(0o077):
+        mine = DualEncoderScorer(model, preprocess, tokenizer, workers=0, cache_dir=group_folder / "cache").matrix(
+            [group_folder / "0.png", group_folder / "1.png"], ["a red image", "a green image"])
+    code = ("import sys, torch; from compclip.eval import DualEncoderScorer; from compclip.models import load_model\n"
+            "model, preprocess, tokenizer = load_model('compclip-tiny-clip')\n"
+            f"scores = DualEncoderScorer(model, preprocess, tokenizer, workers=0, cache_dir={str(group_folder / 'cache')!r}).matrix("
+            f"[{str(group_folder / '0.png')!r}, {str(group_folder / '1.png')!r}], ['a red image', 'a green image'])\n"
+            "print(scores.flatten().tolist())")
+    theirs = as_colleague(code, group_folder)
+    assert theirs.returncode == 0, theirs.stderr
+    assert torch.allclose(torch.tensor(json.loads(theirs.stdout)), mine.flatten().float(), atol=1e-6)
+    said = [line for line in theirs.stderr.splitlines() if "the feature cache cannot be" in line]
+    assert len(said) == 2 and "cannot be read" in said[0] and "cannot be written" in said[1], theirs.stderr
+    assert "Traceback" not in theirs.stderr
+
+
+@pytest.fixture
+def no_flock(monkeypatch):
+    """A filesystem that keeps no locks (NFS mounted `nolock`): flock answers ENOLCK."""
+    import fcntl
+
+    def flock(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+
+
+def test_without_flock_a_marker_file_locks_and_a_dead_owners_marker_is_taken_over(tmp_path, no_flock):
+    from compclip.errors import UsageError
+    from compclip.io import FolderLock
+
+    lock = tmp_path / ".lock"
+    held = FolderLock(lock, "a compclip train run").acquire()
+    marker = tmp_path / ".lock.held"
+    assert marker.read_text().startswith(f"host {socket.gethostname()}, pid {os.getpid()}, since ")
+    with pytest.raises(UsageError) as refused:
+        FolderLock(lock, "a compclip train run").acquire()
+    assert str(refused.value).startswith(f"{tmp_path} is in use by a compclip train run (host ") and \
+        f"this filesystem keeps no locks, so {marker} marks it: if that process has ended, delete that file): wait" in str(refused.value)
+    held.release()
+    assert not marker.exists()
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    marker.write_text(f"host {socket.gethostname()}, pid {ended.pid}, since 2026-01-01 00:00:00")  # killed before it released
+    FolderLock(lock, "a compclip train run").acquire().release()
+    marker.write_text("host another-node, pid 1, since 2026-01-01 00:00:00")  # alive or not, another node's is not ours to judge
+    with pytest.raises(UsageError, match="another-node"):
+        FolderLock(lock, "a compclip train run").acquire()
+
+
+def test_a_run_and_a_concept_store_on_a_filesystem_without_flock(tmp_path, no_flock, capsys):
+    from conftest import run_main
+    from test_train import make_dataset
+
+    data = make_dataset(tmp_path, n=8)
+    code, _, err = run_main(capsys, "concepts", str(data), "--out", str(tmp_path / "concepts"))
+    assert code == 0, err
+    code, _, err = run_main(capsys, "train", "--method", "clip", "--model", "compclip-tiny-clip", "--train-data", str(data),
+                            "--out", str(tmp_path / "run"), "--steps", "1", "--batch-size", "4", "--workers", "0")
+    assert code == 0, err
+    assert not list(tmp_path.rglob("*.held"))  # every marker released

@@ -181,6 +181,7 @@ def test_a_loss_module_refuses_inputs_it_cannot_mean_naming_the_argument(loss):
     torch.manual_seed(0)
     image, text, scale = F.normalize(torch.randn(4, 8), dim=-1), F.normalize(torch.randn(4, 8), dim=-1), torch.tensor(10.0)
     assert torch.isfinite(module(image, text, logit_scale=scale, **extra))
+    assert module(image, text, logit_scale=10.0, **extra) == module(image, text, logit_scale=scale, **extra)  # a number too
     cases = [((image, text[:3]), "image_features has 4 rows and text_features 3"),
              ((image[:0], text[:0]), "image_features has no rows"),
              ((image, text[:, :6]), "text_features has dimension 6 and image_features 8"),

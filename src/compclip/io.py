@@ -111,6 +111,16 @@ def _remove_left_behind(path: Path) -> None:
             entry.unlink(missing_ok=True)
 
 
+def _owner() -> str:
+    return f"host {socket.gethostname()}, pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+
+
+def _gone(owner: str) -> bool:
+    """Whether a lock's owner (as `_owner` wrote it) was a process of this host that has ended."""
+    found = re.match(r"host (\S+), pid (\d+),", owner)
+    return found is not None and found.group(1) == socket.gethostname() and not _alive(int(found.group(2)))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -213,42 +223,97 @@ def append_line(path: str | os.PathLike, line: str) -> None:
             f.write(line + "\n")
 
 
+# flock's errors where a filesystem keeps no locks (NFS mounted `nolock`, some FUSE filesystems)
+NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+
+
 class FolderLock:
     """An advisory lock (`flock`) on `FILE`, holding the owner's host, pid and start time. The kernel drops it when its
     process ends, however it ends, so a lock left by a killed process is taken over, never waited on; a second process
     is refused in one line naming the first (`place`, by default the lock's folder, then what to do: `then`), or with
-    `wait` waits for it (a short critical section)."""
+    `wait` waits for it (a short critical section).
+
+    The file takes `open()`'s mode under the umask, so a group sharing the folder (umask 002) shares its lock; a lock
+    file another user left unwritable is locked read-only (flock needs no write access). Where the filesystem keeps
+    no locks, a marker `FILE.held` created exclusively stands in: a killed owner's marker is taken over on its own
+    host, and named with how to remove it from another."""
 
     def __init__(self, file: Path, what: str, wait: bool = False, place: str | None = None, then: str = "wait for it to finish"):
-        self.file, self.what, self.wait, self.fd = file, what, wait, None
+        self.file, self.what, self.wait, self.fd, self.marker = file, what, wait, None, None
         self.place, self.then = place or str(file.parent), then
 
     def acquire(self) -> FolderLock:
         with storage_errors(self.file):
             self.file.parent.mkdir(parents=True, exist_ok=True)
-            fd = open_own(self.file, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd, writable = open_own(self.file, os.O_RDWR | os.O_CREAT), True
+            except PermissionError:
+                if not self.file.is_file():
+                    raise
+                fd, writable = open_own(self.file, os.O_RDONLY), False  # another user's lock file, not shared with us
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
         except BlockingIOError:
             owner = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
             raise UsageError(f"{self.place} is in use by {self.what} ({owner}): {self.then}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"host {socket.gethostname()}, pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in NO_LOCKS:
+                raise
+            return self._acquire_marker()
+        if writable:
+            os.ftruncate(fd, 0)
+            os.write(fd, _owner().encode())
         self.fd = fd
         os.register_at_fork(after_in_child=self._forget)  # a forked worker must not keep the lock alive
         return self
 
+    def _acquire_marker(self) -> FolderLock:
+        """The lock where flock is refused: `FILE.held`, created only where it is not there (`O_EXCL`)."""
+        marker = self.file.with_name(self.file.name + ".held")
+        while True:
+            try:
+                with storage_errors(marker):
+                    fd = open_own(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            except FileExistsError:
+                try:
+                    owner = marker.read_text(encoding="utf-8", errors="replace").strip()
+                except FileNotFoundError:  # released meanwhile
+                    continue
+                if _gone(owner):
+                    marker.unlink(missing_ok=True)
+                    continue
+                if self.wait:
+                    time.sleep(0.05)
+                    continue
+                raise UsageError(f"{self.place} is in use by {self.what} ({owner or 'another process'}; this filesystem keeps no "
+                                 f"locks, so {marker} marks it: if that process has ended, delete that file): {self.then}") from None
+            os.write(fd, _owner().encode())
+            os.close(fd)
+            self.marker = marker
+            os.register_at_fork(after_in_child=self._forget)
+            return self
+
     def _forget(self) -> None:
-        """In a forked child: close its copy of the descriptor, so the lock dies with the process that took it."""
+        """In a forked child: close its copy of the descriptor, so the lock dies with the process that took it (and
+        leave a marker to the parent)."""
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        self.marker = None
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None or self.marker is not None
 
     def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        if self.marker is not None:
+            self.marker.unlink(missing_ok=True)
+            self.marker = None
 
     def __enter__(self) -> FolderLock:
         return self.acquire()

@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from . import stops
 from .data.images import ImageRef, image_ref
 from .data.shared_memory import check_shared_memory
-from .errors import DataError, NonFiniteError
+from .errors import DataError, NonFiniteError, StorageError
 from .io import atomic_path
 from .models import image_bytes
 from .models.tokens import short_text_encoder, text_width
@@ -162,6 +162,7 @@ class DualEncoderScorer(Scorer):
         self.precision = precision
         self.image_dtype = image_dtype(model)  # pixels enter in the tower's dtype (16-bit weights: open_clip's bf16)
         self.cache = Path(cache_dir) / f"{model_key(model)}-{precision}" if cache_dir else None
+        self._cache_warned: set[str] = set()
         self._images: dict[str, torch.Tensor] = {}
         self._texts: dict[str, torch.Tensor] = {}
         self._sources: dict[str, tuple[ImageRef, Box | None]] = {}  # each image key's image and crop, for encoding
@@ -274,8 +275,12 @@ class DualEncoderScorer(Scorer):
     def _load(self, kind: str, keys: list[str]) -> torch.Tensor | None:
         if self.cache is None:
             return None
-        file = self._cache_file(kind, keys)
-        if not file.is_file():
+        try:
+            file = self._cache_file(kind, keys)
+            if not file.is_file():
+                return None
+        except OSError as e:  # another user's private cache (umask 077): an optimisation, so only said
+            self._cache_unusable("read", e)
             return None
         try:
             embeddings = load_file(file)["embeddings"]
@@ -289,9 +294,19 @@ class DualEncoderScorer(Scorer):
     def _save(self, kind: str, keys: list[str], embeddings: torch.Tensor) -> None:
         if self.cache is None:
             return
-        self.cache.mkdir(parents=True, exist_ok=True)
-        with atomic_path(self._cache_file(kind, keys)) as tmp:
-            save_file({"embeddings": embeddings.contiguous()}, tmp)
+        try:
+            self.cache.mkdir(parents=True, exist_ok=True)
+            with atomic_path(self._cache_file(kind, keys)) as tmp:
+                save_file({"embeddings": embeddings.contiguous()}, tmp)
+        except (OSError, StorageError) as e:  # a full disk or another user's folder: the scores stand without it
+            self._cache_unusable("written", e)
+
+    def _cache_unusable(self, how: str, error: Exception) -> None:
+        """Warn once per scorer and way that the cache folder cannot be used; the features are computed all the same."""
+        if how not in self._cache_warned:
+            self._cache_warned.add(how)
+            log.warning("%s: the feature cache cannot be %s (%s): features are computed without it", self.cache, how,
+                        getattr(error, "strerror", None) or error)
 
     def _encode_images(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
         return self._over_images(keys, "images", lambda batch: F.normalize(self.model.encode_image(batch).float(), dim=-1))

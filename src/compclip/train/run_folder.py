@@ -45,7 +45,7 @@ class RunLock(FolderLock):
 
     def release(self, keep_folder: bool = True) -> None:
         """Unlock; with `keep_folder` False, a folder this run created and left without a checkpoint is removed."""
-        if self.fd is None:
+        if not self.held:
             return
         super().release()
         if not keep_folder and self.created and not (self.out / "checkpoints").exists():
