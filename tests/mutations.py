@@ -272,6 +272,7 @@ def main(chosen: list[int], rev: str | None = None) -> None:
     picked = [(i, m) for i, m in enumerate(MUTATIONS) if not chosen or i in chosen]
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="compclip-mutations-") as scratch:
+        os.chmod(scratch, 0o755)  # the mutated tree, readable by the second user some tests act as
         tests_root = tests_at(rev, Path(scratch)) if rev else ROOT
         for tests in dict.fromkeys(m[3] for _, m in picked):  # the unmutated code must pass, or "caught" means nothing
             if run(("io.py", "", "", tests), Path(scratch), tests_root) != "MISSED":

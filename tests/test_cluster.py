@@ -805,8 +805,9 @@ OTHER = 65534  # nobody, in group nogroup: the colleague
 
 def as_colleague(code: str, home: Path) -> subprocess.CompletedProcess:
     """Python `code` run as another user (uid 65534) whose only group is the shared folder's (gid 65534)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "HOME": str(home), "HF_HUB_OFFLINE": "1",
-           "XDG_CACHE_HOME": str(home / ".cache")}
+    from test_train import env_for_children
+
+    env = {**env_for_children(), "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")}
     return subprocess.run(["setpriv", f"--reuid={OTHER}", f"--regid={OTHER}", "--clear-groups", sys.executable, "-c", code],
                           env=env, capture_output=True, text=True, cwd="/", timeout=300)
 
