@@ -227,6 +227,17 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("train/run_folder.py", "        if not self.held:\n            return", "        if self.fd is None:\n            return", C),
     ("scoring.py", "        except OSError as e:  # another user's private cache",
      "        except ValueError as e:  # another user's private cache", C),
+    # #69: a comparison that cannot pair the wrong items
+    ("eval/compare.py", 'mine.assign(copy=mine.groupby(["run", *KEY, "identity"]).cumcount())', "mine.assign(copy=0)",
+     "tests/test_compare.py"),
+    ("eval/compare.py", "return mcnemar_exact(self.a_only + self.b_only, 0) < 0.05", "return True", "tests/test_compare.py"),
+    ("eval/compare.py", "    clash = clash[clash > 1]", "    clash = clash[clash > 2]", "tests/test_compare.py"),
+    ("eval/compare.py", "            if n > d.n:", "            if n < d.n:", "tests/test_compare.py"),
+    ("eval/items.py", '            out += [str(t) for t in row["texts"]]', "            pass", "tests/test_compare.py"),
+    ("eval/gallery.py", "        key = (row.benchmark, row.split, row.item, row.identity, row.copy)",
+     "        key = (row.benchmark, row.split, row.item, row.identity, 0)", "tests/test_compare.py"),
+    ("eval/results.py", "    if not (pd.api.types.is_bool_dtype(verdicts)", "    if True or not (pd.api.types.is_bool_dtype(verdicts)",
+     "tests/test_compare.py"),
 ]
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compclip.eval.compare import bootstrap_interval, compare, mcnemar_exact
+from compclip.errors import UsageError
+from compclip.eval.compare import bootstrap_interval, compare, left_out, markdown, mcnemar_exact, table
 from conftest import run_main
 
 
@@ -97,3 +98,103 @@ def test_compare_from_the_command_line_on_two_models_results(two_models, tmp_pat
     assert saved["low"] <= saved["difference"] <= saved["high"] and saved["a_only"] + saved["b_only"] > 0
     code, _, err = run_main(capsys, "compare", tmp_path / "base")
     assert code == 2 and "compare needs two models or more" in err
+
+
+# ---- pairing by what an item is, not by its id alone ------------------------------------------------------------------
+
+def choice_items(model, verdicts, texts, images=None, split="adj", benchmark="vl_checklist", ids=None):
+    """Items as a choice benchmark writes them: `texts` each item's options (true first), `ids` its id as the official
+    file names it (VL-CheckList: the image, which several records share)."""
+    n = len(verdicts)
+    images = images or [f"img{i // 2}.jpg" for i in range(n)]
+    ids = ids or images
+    return pd.DataFrame({"model": model, "run": 0, "benchmark": benchmark, "split": split, "item": ids, "image": images,
+                         "true": [t[0] for t in texts], "false": [t[1] for t in texts], "texts": [list(t) for t in texts],
+                         "correct": verdicts})
+
+
+def test_items_that_share_an_id_are_paired_by_what_they_are_not_by_the_first_row():
+    """VL-CheckList names each record by its image: 12 records on 6 images. Every record is paired with its own (n is
+    12, each side's accuracy is its result's), where a pivot on the id kept the first row of each (n 6, A 100 %)."""
+    texts = [(f"a {c} dog", f"a {o} dog") for c, o in zip(["red", "blue"] * 6, ["green", "pink"] * 6, strict=True)]
+    a = [True, False, True, False, True, False, True, False, True, False, True, True]  # 7 of 12
+    b = [False, True, False, True, True, True, True, True, False, False, True, False]  # 7 of 12, other records
+    d, = compare(pd.concat([choice_items("A", a, texts), choice_items("B", b, texts)]), "A", "B", resamples=500)
+    assert (d.n, d.acc_a, d.acc_b) == (12, pytest.approx(7 / 12), pytest.approx(7 / 12))
+    pairs = list(zip(a, b, strict=True))
+    assert (d.a_only, d.b_only) == (sum(x and not y for x, y in pairs), sum(y and not x for x, y in pairs))
+    shuffled = choice_items("B", b, texts).iloc[[1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10]]  # B wrote each image's records in another order
+    d2, = compare(pd.concat([choice_items("A", a, texts), shuffled]), "A", "B", resamples=500)
+    assert (d2.n, d2.a_only, d2.b_only) == (d.n, d.a_only, d.b_only)
+    twice, images = texts + texts[:1], [f"img{i // 2}.jpg" for i in range(12)] + ["img0.jpg"]  # a record repeated to the letter:
+    d3, = compare(pd.concat([choice_items("A", [*a, False], twice, images), choice_items("B", [*b, True], twice, images)]),  # each
+                  "A", "B", resamples=500)  # copy its own item, paired in order
+    assert (d3.n, d3.b_only) == (13, d.b_only + 1)
+
+
+def test_items_under_the_same_ids_with_other_content_are_refused():
+    texts = [("a red dog", "a blue dog"), ("a cat", "two cats")]
+    other = [("a red dog", "a blue dog"), ("a tall cat", "two cats")]  # another release: item 1's options changed
+    items = pd.concat([choice_items("A", [True, True], texts, ids=["0", "1"]), choice_items("B", [True, False], other, ids=["0", "1"])])
+    with pytest.raises(UsageError, match=r"^A and B both scored item 1 of vl_checklist/adj, but not the same item there \(its image "
+                                         r"or captions differ; 1 such item\(s\)\)"):
+        compare(items, "A", "B", resamples=500)
+
+
+def test_one_item_a_split_is_no_star_and_the_table_says_why():
+    """One item, A wrong and B right: the bootstrap interval is the point +100, which excludes zero, but one discordant
+    item cannot be told from chance (McNemar's p is 1): no star, here or in paired.csv's `significant`."""
+    d, = compare(pd.concat([frame("A", [False]), frame("B", [True])]), "A", "B", resamples=500)
+    assert (d.low, d.high, d.p_mcnemar) == (1.0, 1.0, 1.0)
+    assert not d.resolvable and not d.significant and not table([d])["significant"][0]
+    assert "+100.0 [+100.0, +100.0] (too few discordant items to tell)" in markdown([d])
+    six = compare(pd.concat([frame("A", [False] * 6), frame("B", [True] * 6)]), "A", "B", resamples=500)[0]
+    assert six.resolvable and six.significant and "[+100.0, +100.0] * |" in markdown([six])  # 2 · ½⁶ < 5 %: the test can reject
+
+
+def test_what_one_side_scored_alone_is_said_with_its_full_result():
+    """B scored 4 of A's 6 items of one split and a benchmark A lacks: the pairs are the 4, each side's full result is
+    beside them, and both omissions are said."""
+    a = frame("A", [True, True, False, False, True, False])
+    b = pd.concat([frame("B", [True, False, True, True]), frame("B", [True], split="other")])
+    items = pd.concat([a, b])
+    d, = compare(items, "A", "B", resamples=500)
+    assert (d.n, d.n_a, d.n_b, d.acc_a, d.acc_a_all, d.acc_b_all) == (4, 6, 4, 0.5, 0.5, 0.75)
+    notes = left_out(items, "A", "B", [d])
+    assert notes == ["sugarcrepe/other: scored by B alone, left out",
+                     "sugarcrepe/swap_att: 2 of A's 6 items left out (the other did not score them); A on all 6: 50.0"]
+    assert markdown([d], notes).endswith("\n- " + notes[1])
+
+
+def test_the_gallery_marks_as_disagreeing_the_records_the_models_answer_differently():
+    """Three records of one image, the third a copy of the second to the letter: the models agree on the first two and
+    disagree on the copy; only the copy's card is marked (a pivot on the id compared the first records alone)."""
+    from compclip.eval.gallery import write_gallery
+
+    texts = [("a red dog", "a blue dog"), ("a dog on grass", "a dog on snow"), ("a dog on grass", "a dog on snow")]
+    items = pd.concat([choice_items(m, v, texts, images=["img.jpg"] * 3) for m, v in (("A", [False] * 3), ("B", [False, False, True]))])
+    items = items.assign(score_true=0.1, score_false=0.2, tie=False)
+    import re
+    import tempfile
+    from pathlib import Path
+
+    page = write_gallery(items, Path(tempfile.mkdtemp()) / "g.html").read_text(encoding="utf-8")
+    cards = re.findall(r'data-model="(\w)"[^>]*data-disagree="(\d)".*?class="true">✓ ([^<]*?) <span', page)
+    assert sorted(cards) == [("A", "0", "a dog on grass"), ("A", "0", "a red dog"), ("A", "1", "a dog on grass"),
+                             ("B", "0", "a dog on grass"), ("B", "0", "a red dog")], cards
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"correct": ["yes", "no"]}, "column correct holds 'yes', not true or false"),
+    ({"correct": None}, "not an items file of compclip eval: no column correct"),
+])
+def test_an_items_file_of_another_making_is_one_line_naming_it(tmp_path, capsys, change, said):
+    good = choice_items("A", [True, False], [("a red dog", "a blue dog"), ("a cat", "two cats")]).drop(columns=["model", "run"])
+    good = good.assign(score_true=0.2, score_false=0.1, tie=False).drop(columns=["benchmark"])
+    bad = good.drop(columns=[k for k, v in change.items() if v is None]).assign(**{k: v for k, v in change.items() if v is not None})
+    for name, frame in (("a", good), ("b", bad)):
+        (tmp_path / name).mkdir()
+        frame.to_parquet(tmp_path / name / "vl_checklist.items.parquet", index=False)
+    code, _, err = run_main(capsys, "compare", tmp_path / "a", tmp_path / "b")
+    tail = ": not an items file of compclip eval" if "holds" in said else ""  # (the missing column's line says it first)
+    assert code == 2 and err.strip().splitlines() == [f"error: {tmp_path / 'b' / 'vl_checklist.items.parquet'}: {said}{tail}"], err

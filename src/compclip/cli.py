@@ -504,7 +504,7 @@ def compare(
     """
     from .errors import UsageError
     from .eval.compare import compare as paired
-    from .eval.compare import load_runs, markdown, table
+    from .eval.compare import left_out, load_runs, markdown, table
     from .io import atomic_path
 
     if len(models) < 2:
@@ -517,7 +517,8 @@ def compare(
     differences = [d for other in names[1:] for d in paired(items, names[0], other, resamples, seed)]
     for other in names[1:]:
         typer.echo(f"{other} against {names[0]}:")
-        typer.echo(markdown([d for d in differences if d.b == other]))
+        mine = [d for d in differences if d.b == other]
+        typer.echo(markdown(mine, left_out(items, names[0], other, mine)))
     if out is not None:
         frame = table(differences)
         with atomic_path(out) as tmp:

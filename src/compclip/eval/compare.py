@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from .items import IDENTITY, identity
 from .results import items_frame
 
 KEY = ["benchmark", "split", "item"]
@@ -43,10 +44,21 @@ class Difference:
     a_only: int  # items A gets right and B wrong (over several runs: items A's runs get right more often)
     b_only: int
     p_mcnemar: float | None  # exact, one run a side; None otherwise
+    n_a: int  # items of this split each side scored, paired or not, and its accuracy over them all (its own result)
+    n_b: int
+    acc_a_all: float
+    acc_b_all: float
+
+    @property
+    def resolvable(self) -> bool:
+        """Whether the discordant items are enough for a difference to be told from chance at all: the exact test's
+        smallest two-sided p, 2 · ½^d for d discordant items, is under 5 % from d = 6 on. Below that a bootstrap interval
+        that excludes zero (a single item's, say) is the resampling's narrowness, not evidence."""
+        return mcnemar_exact(self.a_only + self.b_only, 0) < 0.05
 
     @property
     def significant(self) -> bool:
-        return self.low > 0 or self.high < 0
+        return self.resolvable and (self.low > 0 or self.high < 0)
 
 
 def bootstrap_interval(a: np.ndarray, b: np.ndarray, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
@@ -81,29 +93,70 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
 
 
 def verdicts(items: pd.DataFrame, model: str) -> pd.DataFrame:
-    """One model's verdicts, one column per run (its folders), indexed by benchmark, split and item."""
+    """One model's verdicts, one column per run (its folders), indexed by benchmark, split, item, the item's identity
+    (what makes it that item: repeated ids, such as VL-CheckList's records of one image, are told apart by it) and which
+    copy of an identical item it is."""
     mine = items[items["model"] == model]
-    wide = mine.pivot_table(index=KEY, columns="run", values="correct", aggfunc="first")
-    return wide.astype(float).rename(columns=str)
+    mine = mine.assign(identity=identity(mine), correct=mine["correct"].astype(float))
+    mine = mine.assign(copy=mine.groupby(["run", *KEY, "identity"]).cumcount())
+    return mine.pivot_table(index=IDENTITY, columns="run", values="correct", aggfunc="first").rename(columns=str)
+
+
+def refuse_other_items(va: pd.DataFrame, vb: pd.DataFrame, a: str, b: str) -> None:
+    """Two results that name an item alike but mean another by it (another release, another subset under the same
+    name): each has a content under that id the other lacks. Refused, naming the first such item."""
+    ids_a = va.index.droplevel("copy").unique().to_frame(index=False)
+    ids_b = vb.index.droplevel("copy").unique().to_frame(index=False)
+    merged = ids_a.merge(ids_b, on=[*KEY, "identity"], how="outer", indicator=True)
+    lone = merged[merged["_merge"] != "both"]
+    clash = lone.groupby(KEY)["_merge"].nunique()
+    clash = clash[clash > 1]
+    if len(clash):
+        benchmark, split, item = clash.index[0]
+        raise UsageError(f"{a} and {b} both scored item {item} of {benchmark}{'/' + split if split else ''}, but not the same item "
+                         f"there (its image or captions differ; {len(clash)} such item(s)): results of another release or subset "
+                         "under the same name, which cannot be paired")
 
 
 def compare(items: pd.DataFrame, a: str, b: str, resamples: int = RESAMPLES, seed: int = 0) -> list[Difference]:
-    """B against A on every benchmark split both scored, over the items both scored (`items`: `load_items`' columns
-    plus `run`, which distinguishes a model's runs)."""
-    both = verdicts(items, a).add_suffix("_a").join(verdicts(items, b).add_suffix("_b"), how="inner").dropna()
+    """B against A on every benchmark split both scored, over the items both scored, paired by what each item is
+    (`items`: `load_items`' columns plus `run`, which distinguishes a model's runs). Each difference also carries each
+    side's own result over all of its items of the split; `left_out` says what one side scored alone."""
+    va, vb = verdicts(items, a), verdicts(items, b)
+    refuse_other_items(va, vb, a, b)
+    both = va.add_suffix("_a").join(vb.add_suffix("_b"), how="inner").dropna()
     if both.empty:
         raise UsageError(f"{a} and {b} scored no item in common: compare results of the same benchmarks and splits")
     out = []
     for (benchmark, split), group in both.groupby(level=["benchmark", "split"], sort=True):
-        va = group[[c for c in group.columns if c.endswith("_a")]].to_numpy().T
-        vb = group[[c for c in group.columns if c.endswith("_b")]].to_numpy().T
-        low, high = bootstrap_interval(va, vb, resamples, seed)
-        mean_a, mean_b = va.mean(0), vb.mean(0)  # each item's verdict, over a side's runs
+        all_a, all_b = (v.xs((benchmark, split), level=["benchmark", "split"]).to_numpy() for v in (va, vb))
+        runs_a = group[[c for c in group.columns if c.endswith("_a")]].to_numpy().T
+        runs_b = group[[c for c in group.columns if c.endswith("_b")]].to_numpy().T
+        low, high = bootstrap_interval(runs_a, runs_b, resamples, seed)
+        mean_a, mean_b = runs_a.mean(0), runs_b.mean(0)  # each item's verdict, over a side's runs
         a_only, b_only = int((mean_a > mean_b).sum()), int((mean_b > mean_a).sum())
-        single = va.shape[0] == vb.shape[0] == 1
-        out.append(Difference(benchmark, split, a, b, group.shape[0], float(va.mean()), float(vb.mean()), float(vb.mean() - va.mean()),
-                              low, high, a_only, b_only, mcnemar_exact(a_only, b_only) if single else None))
+        single = runs_a.shape[0] == runs_b.shape[0] == 1
+        acc_a, acc_b = float(runs_a.mean()), float(runs_b.mean())
+        out.append(Difference(benchmark, split, a, b, group.shape[0], acc_a, acc_b, acc_b - acc_a, low, high, a_only, b_only,
+                              mcnemar_exact(a_only, b_only) if single else None, len(all_a), len(all_b),
+                              float(np.nanmean(all_a)), float(np.nanmean(all_b))))
     return out
+
+
+def left_out(items: pd.DataFrame, a: str, b: str, differences: list[Difference]) -> list[str]:
+    """What the paired figures leave out, in words: benchmark splits one side alone scored, and within a split compared,
+    the items one side alone scored (its full result beside the paired one)."""
+    splits = {m: set(map(tuple, items.loc[items["model"] == m, ["benchmark", "split"]].drop_duplicates().to_numpy())) for m in (a, b)}
+    lines = []
+    for model, other in ((a, b), (b, a)):
+        for benchmark, split in sorted(splits[model] - splits[other]):
+            lines.append(f"{benchmark}{'/' + split if split else ''}: scored by {model} alone, left out")
+    for d in differences:
+        for model, n, acc in ((a, d.n_a, d.acc_a_all), (b, d.n_b, d.acc_b_all)):
+            if n > d.n:
+                lines.append(f"{d.benchmark}{'/' + d.split if d.split else ''}: {n - d.n} of {model}'s {n} items left out (the other "
+                             f"did not score them); {model} on all {n}: {100 * acc:.1f}")
+    return lines
 
 
 def load_runs(models: list[str], labels: list[str] | None = None) -> tuple[pd.DataFrame, list[str]]:
@@ -119,17 +172,19 @@ def load_runs(models: list[str], labels: list[str] | None = None) -> tuple[pd.Da
 
 
 def table(differences: list[Difference]) -> pd.DataFrame:
-    return pd.DataFrame([{**asdict(d), "significant": d.significant} for d in differences])
+    return pd.DataFrame([{**asdict(d), "resolvable": d.resolvable, "significant": d.significant} for d in differences])
 
 
-def markdown(differences: list[Difference]) -> str:
-    """A table a person reads: each split's accuracies, the difference with its interval (`*` where it excludes zero),
-    the discordant items and McNemar's p."""
+def markdown(differences: list[Difference], notes: list[str] | None = None) -> str:
+    """A table a person reads: each split's accuracies on the paired items, the difference with its interval (`*` where
+    it excludes zero and the discordant items are enough to tell, `Difference.resolvable`), the discordant items and
+    McNemar's p; then `notes` (`left_out`), one a line."""
     lines = ["| benchmark | split | n | A | B | B − A (95 % interval) | A only | B only | McNemar p |",
              "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     for d in differences:
         p = "—" if d.p_mcnemar is None else f"{d.p_mcnemar:.3g}"
+        mark = " *" if d.significant else "" if d.resolvable else " (too few discordant items to tell)"
         lines.append(f"| {d.benchmark} | {d.split or '—'} | {d.n} | {100 * d.acc_a:.1f} | {100 * d.acc_b:.1f} | "
-                     f"{100 * d.difference:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}]{' *' if d.significant else ''} | "
+                     f"{100 * d.difference:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}]{mark} | "
                      f"{d.a_only} | {d.b_only} | {p} |")
-    return "\n".join(lines)
+    return "\n".join([*lines, *(f"- {line}" for line in (notes or []))] if notes else lines)

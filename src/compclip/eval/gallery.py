@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..io import atomic_path
 from ..stats import wilson
+from .items import IDENTITY, identity
 
 SHOWN = 500  # wrong items shown per model and split; the totals count them all
 THUMBNAIL = 128
@@ -66,7 +67,10 @@ def thumbnail(image: str) -> str | None:
 def write_gallery(items: pd.DataFrame, out: Path) -> Path:
     """The page, from every model's items (`load_items`, models named as the report names them)."""
     models = list(dict.fromkeys(items["model"]))
-    verdicts = items.pivot_table(index=["benchmark", "split", "item"], columns="model", values="correct", aggfunc="first")
+    # items paired as `compare` pairs them: by what each is, and which copy of an item a split repeats
+    items = items.assign(identity=identity(items))
+    items = items.assign(copy=items.groupby(["model", "benchmark", "split", "item", "identity"]).cumcount())
+    verdicts = items.pivot_table(index=IDENTITY, columns="model", values="correct", aggfunc="first")
     disagree = set(verdicts[verdicts.nunique(axis=1) > 1].index) if len(models) > 1 else set()
     wrong = items[~items["correct"].astype(bool)]
     wrong = wrong.groupby(["model", "benchmark", "split"], group_keys=False).head(SHOWN)
@@ -92,7 +96,7 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
         # each image's thumbnail is in the page once, as a style rule its cards name (models share images)
         name = names[row.image] if thumbs[row.image] else None
         picture = f'<div class="thumb {name}" role="img"></div>' if name else f'<div class="noimg">{_e(row.image)}</div>'
-        key = (row.benchmark, row.split, row.item)
+        key = (row.benchmark, row.split, row.item, row.identity, row.copy)
         cards.append(
             f'<div class="card" data-model="{_e(row.model)}" data-split="{_e(row.benchmark)}/{_e(row.split)}" data-kind="{kind}" '
             f'data-words="{_e(" ".join(words))}" data-disagree="{int(key in disagree)}">{picture}<div class="text">'

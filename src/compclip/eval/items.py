@@ -22,6 +22,34 @@ COLUMNS = ("split", "item", "image", "true", "false", "score_true", "score_false
 SUFFIX = ".items.parquet"
 
 
+# a scored item by what it is (`identity`), and which copy of an identical item where a split repeats one
+IDENTITY = ["benchmark", "split", "item", "identity", "copy"]
+
+
+def identity(items):
+    """What makes each row's item that item whatever model scored it, as a short digest: its image (and second image),
+    and what it offers, model by model the same: every option of a choice (`texts`), a grid's two captions, a retrieval
+    query's direction (and a caption query's caption), a class item's true class. Not `false` where an item offers more
+    than two options, nor an image query's `true`: those are what the model scored highest. Rows of another release
+    or subset under the same ids then differ here."""
+    import hashlib
+
+    def parts(row) -> list[str]:
+        out = [str(row.get("image"))]
+        if isinstance(row.get("image_2"), str):
+            out += [row["image_2"], str(row.get("true")), str(row.get("false"))]
+        elif row.get("texts") is not None and not isinstance(row.get("texts"), float):
+            out += [str(t) for t in row["texts"]]
+        elif isinstance(row.get("direction"), str):
+            out += [row["direction"], str(row.get("true")) if row["direction"] == "text→image" else ""]
+        else:
+            out.append(str(row.get("true")))
+        return out
+
+    return items.apply(lambda row: hashlib.sha256("\x1f".join(parts(row)).encode("utf-8", "surrogatepass")).hexdigest()[:16],
+                       axis=1) if len(items) else items.index.to_series(dtype=str)
+
+
 def write_items(path: Path, rows: list[dict[str, Any]]) -> None:
     """The rows as Parquet, written atomically (the leading columns even when no item was scored)."""
     import pandas as pd

@@ -414,15 +414,17 @@ def _items_of(folders: list[str | Path], names: dict[str, str]) -> pd.DataFrame 
 
 def paired_section(items: pd.DataFrame, models: list[str], out: Path) -> list[str]:
     """Each model against the first, item by item (`compare`), as a report section and `OUT/paired.csv`."""
-    from .compare import compare, markdown, table
+    from .compare import compare, left_out, markdown, table
 
     differences = [d for other in models[1:] for d in compare(items.assign(run=0), models[0], other)]
     with atomic_path(out / "paired.csv") as tmp:
         table(differences).to_csv(tmp, index=False)
     parts = [f"## Paired differences against {markdown_text(models[0])}", "",
              "Each model against the first on the items both scored: B − A in points with its 95 % paired-bootstrap interval "
-             "(10,000 draws of the items, seed 0), `*` where it excludes zero; the discordant items and McNemar's exact p "
+             "(10,000 draws of the items, seed 0), `*` where it excludes zero and the discordant items are enough to tell; the "
+             "discordant items and McNemar's exact p "
              "(`compclip compare` says more).", ""]
     for other in models[1:]:
-        parts += [f"**{markdown_text(other)}**", "", markdown([d for d in differences if d.b == other]), ""]
+        mine = [d for d in differences if d.b == other]
+        parts += [f"**{markdown_text(other)}**", "", markdown(mine, left_out(items, models[0], other, mine)), ""]
     return parts

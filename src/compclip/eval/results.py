@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import DataError, MissingFileError, UsageError
+from .items import COLUMNS as ITEM_COLUMNS
 from .items import SUFFIX as ITEMS_SUFFIX
 
 
@@ -49,12 +50,25 @@ def items_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
             except (OSError, ValueError) as e:
                 raise DataError(f"{file}: not a readable items file ({type(e).__name__}: {e}); run `compclip eval` again for "
                                 "it") from None
+            check_items(file, frame)
             frames.append(frame.assign(model=label, benchmark=file.name.removesuffix(ITEMS_SUFFIX)))
     if not frames:
         raise MissingFileError(f"{folders}: no items files (<benchmark>{ITEMS_SUFFIX}): results written by an older compclip; run "
                                "`compclip eval` again")
     table = pd.concat(frames, ignore_index=True)
     return table[["model", "benchmark", *[c for c in table.columns if c not in ("model", "benchmark")]]]
+
+
+def check_items(file: Path, frame: pd.DataFrame) -> None:
+    """An items file as `compclip eval` writes it, or one line naming the file and what is wrong: every leading column
+    (`compclip.eval.items.COLUMNS`), and verdicts that are true or false."""
+    missing = [c for c in ITEM_COLUMNS if c not in frame.columns]
+    if missing:
+        raise DataError(f"{file}: not an items file of compclip eval: no column {', '.join(missing)}")
+    verdicts = frame["correct"]
+    if not (pd.api.types.is_bool_dtype(verdicts) or (pd.api.types.is_numeric_dtype(verdicts) and verdicts.isin([0, 1]).all())):
+        bad = next(v for v in verdicts if not isinstance(v, (bool, int, float)) or v not in (0, 1))
+        raise DataError(f"{file}: column correct holds {bad!r}, not true or false: not an items file of compclip eval")
 
 
 def results_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
