@@ -95,6 +95,40 @@ def test_a_checkpoint_with_nan_weights_is_refused_not_scored(work, capsys):
     one_line(in_process(capsys, "export", broken, root / "nan.safetensors"), 2, "holds NaN or inf")
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bool])
+def test_a_checkpoint_of_integer_or_boolean_weights_is_refused_not_cast_and_scored(work, capsys, dtype):
+    """A quantized or foreign export: loading would cast its integers to floats and score them. Refused from the file's
+    header, naming the weight and its type; the same file with float weights loads."""
+    from compclip.models import load_model
+
+    root, _ = work
+    odd = copy_run(work, f"{dtype}-run") / "checkpoints" / "step_0000002"
+    weights = load_file(odd / "model.safetensors")
+    name = sorted(k for k in weights if k.startswith("visual") and weights[k].ndim == 2)[0]
+    weights[name] = weights[name].to(dtype)
+    save_file(weights, odd / "model.safetensors")
+    said = {torch.int8: "I8", torch.bool: "BOOL"}[dtype]
+    (root / "evalroot" / "retrieval" / "three").mkdir(parents=True, exist_ok=True)
+    for i, colour in enumerate(("red", "green", "blue")):
+        Image.new("RGB", (32, 32), colour).save(root / "evalroot" / "retrieval" / "three" / f"{i}.png")
+    (root / "evalroot" / "retrieval" / "three" / "captions.csv").write_text("image,caption\n0.png,red\n1.png,green\n2.png,blue\n")
+    result = in_process(capsys, "eval", "--model", odd, "--benchmark", "retrieval", "--data-root", root / "evalroot", "--out",
+                        root / f"{dtype}-out", "--device", "cpu")
+    one_line(result, 2, f"{odd / 'model.safetensors'}: weight {name} is {said}, not floating point: a quantized or foreign export")
+    weights[name] = weights[name].float()
+    save_file(weights, odd / "model.safetensors")
+    load_model(str(odd))
+
+
+def test_an_out_under_a_regular_file_is_one_line_for_train_and_concepts(work, capsys):
+    root, data = work
+    (root / "a-file").write_text("not a folder")
+    one_line(in_process(capsys, *TRAIN, "--train-data", data, "--out", root / "a-file" / "run", "--steps", 1), 2,
+             f"{root / 'a-file' / 'run' / '.lock'}: not written: a folder on its path is a file")
+    one_line(in_process(capsys, "concepts", data, "--out", root / "a-file" / "store"), 2,
+             f"{root / 'a-file' / 'store'}", "not written: a folder on its path is a file")
+
+
 def test_two_runs_cannot_share_a_folder(work):
     root, data = work
     out = root / "shared"

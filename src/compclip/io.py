@@ -24,7 +24,8 @@ from .errors import DataError, StorageError, UsageError
 FULL = -1  # torch.save's writer reports a failed write without its errno: a full disk or quota, as far as it says
 WHY = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up", errno.EROFS: "the file system is read-only",
        errno.EACCES: "permission denied", errno.EPERM: "permission denied", FULL: "the disk is full or the quota used up",
-       errno.EFBIG: "the file would pass this process's file-size limit (ulimit -f)"}
+       errno.EFBIG: "the file would pass this process's file-size limit (ulimit -f)",
+       errno.ENOTDIR: "a folder on its path is a file"}
 
 
 def _storage_errno(e: BaseException) -> int | None:

@@ -50,16 +50,20 @@ def word_kinds(captions: list[str]) -> dict[str, dict[str, str]]:
 
 
 def thumbnail(image: str) -> str | None:
-    """A data URL of the image file, at most THUMBNAIL pixels a side, or None where it is no readable file."""
+    """A data URL of the image file, at most THUMBNAIL pixels a side, or None where it is no readable file, or one past
+    Pillow's decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`: decoding it would take gigabytes), shown as missing."""
     from PIL import Image
 
     try:
         with Image.open(image) as img:
+            if Image.MAX_IMAGE_PIXELS and img.width * img.height > Image.MAX_IMAGE_PIXELS:
+                return None
+            img.draft("RGB", (THUMBNAIL, THUMBNAIL))  # a JPEG decodes at the smallest scale that still covers the thumbnail
             img = img.convert("RGB")
             img.thumbnail((THUMBNAIL, THUMBNAIL))
             buf = io.BytesIO()
             img.save(buf, "JPEG", quality=75)
-    except (OSError, ValueError):
+    except (OSError, ValueError, Image.DecompressionBombError):
         return None
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 

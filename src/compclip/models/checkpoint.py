@@ -347,6 +347,7 @@ def load_weights(model: torch.nn.Module, file: str | Path) -> str:
             if is_torchscript(file):
                 model.load_state_dict(read_state_dict(file), strict=True)
             else:
+                refuse_unfloat_weights(model, file)
                 with _reading(file):
                     open_clip.load_checkpoint(model, str(file), strict=True, weights_only=True)
             bad = first_nonfinite(model.state_dict())
@@ -365,6 +366,27 @@ def load_weights(model: torch.nn.Module, file: str | Path) -> str:
         if _identity(file) == before:
             return digest
     raise DataError(f"{file}: replaced three times while it was read; run again once nothing rewrites it")
+
+
+FLOATS = ("F64", "F32", "F16", "BF16")  # safetensors' names of floating-point dtypes
+
+
+def refuse_unfloat_weights(model: torch.nn.Module, file: Path) -> None:
+    """A `.safetensors` file whose tensors for the model's floating-point weights are integers or booleans (a quantized
+    or foreign export), refused from its header before anything is read: loading would cast them to floats and score
+    what they have become."""
+    if file.suffix != ".safetensors":
+        return
+    floating = {name for name, tensor in model.state_dict().items() if tensor.is_floating_point()}
+    try:
+        with _reading(file), safe_open(str(file), framework="pt") as weights:
+            found = next(((k, weights.get_slice(k).get_dtype()) for k in weights.keys()  # noqa: SIM118 (safe_open has no __iter__)
+                          if k in floating and weights.get_slice(k).get_dtype() not in FLOATS), None)
+    except SafetensorError:
+        return  # not a readable header: the loader says so, with its reasons
+    if found is not None:
+        raise DataError(f"{file}: weight {found[0]} is {found[1]}, not floating point: a quantized or foreign export, refused "
+                        "(cast to floats it would be scored as something it is not)")
 
 
 def _identity(file: Path) -> tuple[int, ...]:
