@@ -241,7 +241,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     # #69: inputs from elsewhere refused in one line
     ("models/checkpoint.py", "if k in floating and weights.get_slice(k).get_dtype() not in FLOATS", "if False",
      "tests/test_misuse.py -k integer_or_boolean"),
-    ("eval/gallery.py", "            if Image.MAX_IMAGE_PIXELS and img.width * img.height > Image.MAX_IMAGE_PIXELS:\n                return None\n",
+    ("eval/gallery.py",
+     "            if Image.MAX_IMAGE_PIXELS and img.width * img.height > Image.MAX_IMAGE_PIXELS:\n                return None\n",
      "", G + "bomb"),
     ("io.py", '       errno.ENOTDIR: "a folder on its path is a file"}', "}", "tests/test_misuse.py -k regular_file"),
 ]
