@@ -195,3 +195,19 @@ def test_a_loss_module_refuses_inputs_it_cannot_mean_naming_the_argument(loss):
         assert str(refused.value) == f"{loss}: {said}" or str(refused.value).startswith(f"{loss}: {said}:"), str(refused.value)
     with pytest.raises(UsageError, match=f"^{loss}: logit_scale is on meta and image_features on cpu$"):
         module(image, text, logit_scale=scale.to("meta"), **extra)
+
+
+def test_evaluate_refuses_a_model_without_weights_or_with_anothers_preprocess(swap_root):
+    """A model built on the meta device, and the preprocess of another model's size: one error each, before any image
+    is read, where both ended in a traceback."""
+    import open_clip
+
+    import compclip
+
+    model, preprocess, tokenizer = compclip.load_model("compclip-tiny-clip")
+    empty = compclip.load_model("compclip-tiny-clip")[0].to("meta")  # as `torch.device("meta")` or accelerate's init builds one
+    with pytest.raises(UsageError, match=r"^the model's weights are on the meta device"):
+        compclip.evaluate(empty, preprocess, tokenizer, "sugarcrepe/swap_att", data_root=swap_root, workers=0)
+    wide = open_clip.image_transform(224, is_train=False)
+    with pytest.raises(UsageError, match=r"^preprocess makes 224x224 images and the model's vision tower takes 64x64: "):
+        compclip.evaluate(model, wide, tokenizer, "sugarcrepe/swap_att", data_root=swap_root, workers=0)

@@ -248,6 +248,7 @@ def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], da
     from ..models.towers import two_towers
 
     net = two_towers(model)
+    refuse_unusable_model(net, preprocess)
     device = device or str(next(net.parameters()).device)
     cfg = EvalConfig(model=name or type(model).__name__, benchmark=benchmarks, out=str(out) if out is not None else "",
                      data_root=None if data_root is None else str(data_root), device=device, **options)
@@ -260,6 +261,24 @@ def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], da
                        before_write=lambda: refuse_another_models(folder, cfg.model, None, head["weights_sha256"], cfg.force))
     report(records, folder, cfg)
     return records
+
+
+def refuse_unusable_model(net, preprocess) -> None:
+    """One line, before any data is read, for a model in memory that cannot be scored as handed: weights on the meta
+    device (built without them), or a `preprocess` whose images are not the size its vision tower takes."""
+    if any(p.is_meta for p in net.parameters()):
+        raise UsageError("the model's weights are on the meta device (built without them): load its weights first "
+                         "(`model.to_empty(device=...)` and `load_state_dict`), then evaluate")
+    size = getattr(getattr(net, "visual", None), "image_size", None)
+    if size is None:
+        return
+    from PIL import Image
+
+    want = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+    got = tuple(preprocess(Image.new("RGB", (37, 29))).shape[-2:])
+    if got != want:
+        raise UsageError(f"preprocess makes {got[0]}x{got[1]} images and the model's vision tower takes {want[0]}x{want[1]}: "
+                         "give the preprocess made with this model (open_clip's `create_model_and_transforms`)")
 
 
 def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: dict[str, Any], ties: str, blind: bool,
