@@ -142,17 +142,19 @@ def test_a_caption_handed_in_a_results_folder_is_text_on_the_page(tmp_path):
 
 
 def test_an_image_past_pillows_bomb_limit_is_shown_missing_not_decoded(tmp_path):
-    """A 20,000 × 20,000 image in someone's results: decoding it would take gigabytes (and Pillow refuses it). Its card
-    says the file instead of a thumbnail; the page is written."""
+    """A 20,000 × 20,000 image in someone's results (Pillow refuses it) and a 10,000 × 10,000 one (Pillow warns, and
+    decoding it would take 300 MB): each card says the file instead of a thumbnail; the page is written."""
     import pandas as pd
     from PIL import Image
 
     from compclip.eval.gallery import write_gallery
 
     Image.new("1", (20_000, 20_000)).save(tmp_path / "huge.png")
+    Image.new("1", (10_000, 10_000)).save(tmp_path / "large.png")
     Image.new("RGB", (40, 30), "red").save(tmp_path / "small.png")
     rows = [{"model": "m", "benchmark": "b", "split": "s", "item": str(i), "image": str(tmp_path / name), "true": "a red square",
              "false": "a blue square", "score_true": 0.1, "score_false": 0.2, "correct": False, "tie": False}
-            for i, name in enumerate(("huge.png", "small.png"))]
+            for i, name in enumerate(("huge.png", "large.png", "small.png"))]
     page = write_gallery(pd.DataFrame(rows), tmp_path / "g.html").read_text(encoding="utf-8")
-    assert f'<div class="noimg">{tmp_path / "huge.png"}</div>' in page and page.count("data:image/jpeg;base64,") == 1
+    assert all(f'<div class="noimg">{tmp_path / name}</div>' in page for name in ("huge.png", "large.png"))
+    assert page.count("data:image/jpeg;base64,") == 1

@@ -208,6 +208,9 @@ def test_evaluate_refuses_a_model_without_weights_or_with_anothers_preprocess(sw
     empty = compclip.load_model("compclip-tiny-clip")[0].to("meta")  # as `torch.device("meta")` or accelerate's init builds one
     with pytest.raises(UsageError, match=r"^the model's weights are on the meta device"):
         compclip.evaluate(empty, preprocess, tokenizer, "sugarcrepe/swap_att", data_root=swap_root, workers=0)
+    from compclip.eval.run import refuse_unusable_model
+
+    refuse_unusable_model(model, preprocess)  # its own preprocess passes
     wide = open_clip.image_transform(224, is_train=False)
     with pytest.raises(UsageError, match=r"^preprocess makes 224x224 images and the model's vision tower takes 64x64: "):
         compclip.evaluate(model, wide, tokenizer, "sugarcrepe/swap_att", data_root=swap_root, workers=0)
