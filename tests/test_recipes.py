@@ -255,6 +255,22 @@ def test_report_sets_results_beside_the_papers_numbers_and_names_what_was_not_ru
     assert code == 2 and err.startswith("error: --paper negclap: no such paper; known: c2lip, clic, hardneg, occlip")
 
 
+def test_the_paper_table_names_the_models_beside_its_row_and_marks_an_incomplete_result(tmp_path, capsys):
+    """A toy model's results beside the paper's ViT-B/16 row: the heading names each folder's model and says a bundled
+    one is not the paper's; a column from a result with missing images is marked ≠ and said incomplete."""
+    toy = result_folder(tmp_path, "toy", {"sugarcrepe": {"add": 0.5, "replace": 0.5, "swap": 0.5}})
+    real = result_folder(tmp_path, "real", {"sugarcrepe": {"add": 0.9, "replace": 0.8, "swap": 0.7}})
+    for folder, model, pretrained, complete in ((toy, "compclip-tiny-siglip", "", False), (real, "ViT-B-16-SigLIP", "webli", True)):
+        record = json.loads((folder / "sugarcrepe.json").read_text())
+        (folder / "sugarcrepe.json").write_text(json.dumps({**record, "model": model, "pretrained": pretrained, "complete": complete}))
+    code, out, err = run_main(capsys, "report", toy, real, "--out", tmp_path / "report", "--paper", "c2lip")
+    assert code == 0, err
+    assert ("yours are the models your results scored (toy: compclip-tiny-siglip (a toy model compclip bundles, "
+            "compclip-tiny-siglip: not the paper's); real: ViT-B-16-SigLIP webli)") in out
+    assert "| SC add | Table 2 | 94.2 | 50.0 ≠ | -44.2 | 90.0 | -4.2 |" in out
+    assert "SC add (toy): sugarcrepe incomplete (images or files were missing)" in out
+
+
 def test_every_recipe_names_the_published_row_it_reproduces():
     from compclip.eval.report import paper_numbers
 

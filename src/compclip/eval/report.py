@@ -247,7 +247,7 @@ def protocol_differences(records: dict[str, dict[str, Any]], columns: dict[str, 
     record, protocol = records.get(spec["benchmark"]), spec.get("protocol", {})
     if record is None:
         return []
-    found = []
+    found = [] if record.get("complete", True) else [f"{spec['benchmark']} incomplete (images or files were missing)"]
     if "ties" in protocol and record.get("ties") != protocol["ties"]:
         found.append(f"ties={record.get('ties', 'unrecorded')} (paper: {protocol['ties']})")
     options = record.get("options") or {}
@@ -293,7 +293,18 @@ def paper_comparison(results, paper: str, model: str | None = None) -> tuple[pd.
     frame.index.name = "column"
     notes = [r["note"] for r in rows if r.get("note")]
     return frame, {"paper": paper, "model": model, "citation": numbers["citation"], "not_reproducible": unreachable,
-                   "notes": notes}, not_run
+                   "notes": notes, "yours": {label: models_scored(records) for label, records in results.items()}}, not_run
+
+
+def models_scored(records: dict[str, dict[str, Any]]) -> str:
+    """The model a folder's results scored, as they record it (`model`, `pretrained`), and where it is one of the toy
+    models compclip bundles (random weights at a few pixels a side), that it is: no paper's model."""
+    from ..models import BUNDLED_MODELS
+
+    scored = dict.fromkeys(" ".join(filter(None, (str(r.get("model", "")), str(r.get("pretrained") or "")))) for r in records.values())
+    names = ", ".join(s for s in scored if s) or "unrecorded"
+    bundled = [n for n in BUNDLED_MODELS if any(n in s for s in scored)]
+    return names + (f" (a toy model compclip bundles, {', '.join(bundled)}: not the paper's)" if bundled else "")
 
 
 def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str]) -> str:
@@ -301,8 +312,10 @@ def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str
     paper's marked ≠ and its differences listed below; then the columns not run and those compclip cannot compute."""
     labels = [c for c in frame.columns if c not in ("paper", "table") and not c.endswith((" − paper", " protocol"))]
     cols = ["column", "table", "paper", *[c for label in labels for c in (label, f"{label} − paper")]]
+    yours = "; ".join(f"{label}: {model}" for label, model in about.get("yours", {}).items())
     lines = [f"Against {markdown_text(about['citation'])}, row {markdown_text(repr(about['model']))} (in %; a difference is "
-             "yours − the paper's; ≠ marks a value computed by another protocol than the paper's):", "",
+             "yours − the paper's; ≠ marks a value computed by another protocol than the paper's). The paper's row is its "
+             f"model; yours are the models your results scored ({markdown_text(yours)}), beside it, whatever they are:", "",
              "| " + " | ".join(markdown_text(c) for c in cols) + " |", "|" + " --- |" * len(cols)]
     differing = []
     for name, row in frame.iterrows():
