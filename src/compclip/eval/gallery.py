@@ -74,8 +74,9 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
     # items paired as `compare` pairs them: by what each is, and which copy of an item a split repeats
     items = items.assign(identity=identity(items))
     items = items.assign(copy=items.groupby(["model", "benchmark", "split", "item", "identity"]).cumcount())
-    verdicts = items.pivot_table(index=IDENTITY, columns="model", values="correct", aggfunc="first")
-    disagree = set(verdicts[verdicts.nunique(axis=1) > 1].index) if len(models) > 1 else set()
+    verdicts = items.assign(correct=items["correct"].astype(float)).pivot_table(index=IDENTITY, columns="model", values="correct",
+                                                                               aggfunc="first")
+    disagree = set(verdicts.index[verdicts.max(axis=1) != verdicts.min(axis=1)]) if len(models) > 1 else set()  # column-wise
     wrong = items[~items["correct"].astype(bool)]
     wrong = wrong.groupby(["model", "benchmark", "split"], group_keys=False).head(SHOWN)
     kinds = word_kinds(wrong["true"].astype(str).tolist())
