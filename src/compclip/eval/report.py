@@ -429,7 +429,12 @@ def paired_section(items: pd.DataFrame, models: list[str], out: Path) -> list[st
     """Each model against the first, item by item (`compare`), as a report section and `OUT/paired.csv`."""
     from .compare import compare, left_out, markdown, table
 
-    differences = [d for other in models[1:] for d in compare(items.assign(run=0), models[0], other)]
+    differences, unpaired = [], {}
+    for other in models[1:]:
+        try:
+            differences += compare(items.assign(run=0), models[0], other)
+        except UsageError as e:  # other items under the same names (another split of the data, say): said, not paired
+            unpaired[other] = str(e)
     with atomic_path(out / "paired.csv") as tmp:
         table(differences).to_csv(tmp, index=False)
     parts = [f"## Paired differences against {markdown_text(models[0])}", "",
@@ -439,5 +444,7 @@ def paired_section(items: pd.DataFrame, models: list[str], out: Path) -> list[st
              "(`compclip compare` says more).", ""]
     for other in models[1:]:
         mine = [d for d in differences if d.b == other]
-        parts += [f"**{markdown_text(other)}**", "", markdown(mine, left_out(items, models[0], other, mine)), ""]
+        said = (f"not paired: {markdown_text(unpaired[other])}." if other in unpaired
+                else markdown(mine, left_out(items, models[0], other, mine)))
+        parts += [f"**{markdown_text(other)}**", "", said, ""]
     return parts
