@@ -25,12 +25,17 @@ def release(version: str) -> tuple[int, ...]:
 def need(package: str, what: str) -> None:
     """Refuse `what` (a flag or command, as the user typed it) unless `package` is installed at its minimum or newer."""
     minimum, extra = MINIMUM[package]
+    require(what, package, minimum, f"compclip[{extra}]")
+
+
+def require(what: str, package: str, minimum: str, install: str) -> None:
+    """Refuse `what` unless `package` is installed at `minimum` or newer, naming what to `pip install`."""
     try:
         found = metadata.version(package)
     except metadata.PackageNotFoundError:
-        raise UsageError(f"{what} needs {package}>={minimum}, which is not installed: pip install 'compclip[{extra}]'") from None
+        raise UsageError(f"{what} needs {package}>={minimum}, which is not installed: pip install '{install}'") from None
     if release(found) < release(minimum):
-        raise UsageError(f"{what} needs {package}>={minimum}, and {found} is installed: pip install -U 'compclip[{extra}]'")
+        raise UsageError(f"{what} needs {package}>={minimum}, and {found} is installed: pip install -U '{install}'")
 
 
 def check_core(distribution: str = "compclip") -> None:
@@ -46,9 +51,4 @@ def check_core(distribution: str = "compclip") -> None:
         if floor is None:  # an extra's (`; extra == ...`), or one without a floor
             continue
         name, minimum = floor.groups()
-        try:
-            found = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            raise UsageError(f"compclip needs {name}>={minimum}, which is not installed: pip install '{name}>={minimum}'") from None
-        if release(found) < release(minimum):
-            raise UsageError(f"compclip needs {name}>={minimum}, and {found} is installed: pip install -U '{name}>={minimum}'")
+        require("compclip", name, minimum, f"{name}>={minimum}")
