@@ -228,7 +228,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("scoring.py", "        except OSError as e:  # another user's private cache",
      "        except ValueError as e:  # another user's private cache", C),
     # #69: a comparison that cannot pair the wrong items
-    ("eval/compare.py", 'mine.assign(copy=mine.groupby(["run", *KEY, "identity"]).cumcount())', "mine.assign(copy=0)",
+    ("eval/items.py", 'items.assign(copy=items.groupby([*by, "identity"]).cumcount())', "items.assign(copy=0)",
      "tests/test_compare.py"),
     ("eval/compare.py", "return mcnemar_exact(self.a_only + self.b_only, 0) < 0.05", "return True", "tests/test_compare.py"),
     ("eval/compare.py", "    clash = clash[clash > 1]", "    clash = clash[clash > 2]", "tests/test_compare.py"),
@@ -240,7 +240,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/results.py", "    if not (pd.api.types.is_bool_dtype(verdicts)", "    if True or not (pd.api.types.is_bool_dtype(verdicts)",
      "tests/test_compare.py"),
     # #69: inputs from elsewhere refused in one line
-    ("models/checkpoint.py", "if k in floating and weights.get_slice(k).get_dtype() not in FLOATS", "if False",
+    ("models/checkpoint.py", "for k, dtype in typed if dtype not in FLOATS", "for k, dtype in typed if False",
      "tests/test_misuse.py -k integer_or_boolean"),
     ("eval/gallery.py",
      "            if Image.MAX_IMAGE_PIXELS and img.width * img.height > Image.MAX_IMAGE_PIXELS:\n                return None\n",

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
-from .items import IDENTITY, identity
+from .items import IDENTITY, identified
 from .results import items_frame
 
 KEY = ["benchmark", "split", "item"]
@@ -97,8 +97,7 @@ def verdicts(items: pd.DataFrame, model: str) -> pd.DataFrame:
     (what makes it that item: repeated ids, such as VL-CheckList's records of one image, are told apart by it) and which
     copy of an identical item it is."""
     mine = items[items["model"] == model]
-    mine = mine.assign(identity=identity(mine), correct=mine["correct"].astype(float))
-    mine = mine.assign(copy=mine.groupby(["run", *KEY, "identity"]).cumcount())
+    mine = identified(mine.assign(correct=mine["correct"].astype(float)), ["run", *KEY])
     return mine.pivot_table(index=IDENTITY, columns="run", values="correct", aggfunc="first").rename(columns=str)
 
 

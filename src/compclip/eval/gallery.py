@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..io import atomic_path
 from ..stats import wilson
-from .items import IDENTITY, identity
+from .items import IDENTITY, identified
 
 SHOWN = 500  # wrong items shown per model and split; the totals count them all
 THUMBNAIL = 128
@@ -72,8 +72,7 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
     """The page, from every model's items (`load_items`, models named as the report names them)."""
     models = list(dict.fromkeys(items["model"]))
     # items paired as `compare` pairs them: by what each is, and which copy of an item a split repeats
-    items = items.assign(identity=identity(items))
-    items = items.assign(copy=items.groupby(["model", "benchmark", "split", "item", "identity"]).cumcount())
+    items = identified(items, ["model", "benchmark", "split", "item"])
     verdicts = items.assign(correct=items["correct"].astype(float)).pivot_table(index=IDENTITY, columns="model", values="correct",
                                                                                aggfunc="first")
     disagree = set(verdicts.index[verdicts.max(axis=1) != verdicts.min(axis=1)]) if len(models) > 1 else set()  # column-wise

@@ -50,6 +50,13 @@ def identity(items):
     return pd.util.hash_pandas_object(text(column("image")) + "\x1f" + pd.Series(offered, index=items.index), index=False)
 
 
+def identified(items, by: list[str]):
+    """`items` with their `identity` and `copy` (the k-th row of an identical item among the rows that share `by`: one
+    model's, one run's), the columns `IDENTITY` pairs them on."""
+    items = items.assign(identity=identity(items))
+    return items.assign(copy=items.groupby([*by, "identity"]).cumcount())
+
+
 def write_items(path: Path, rows: list[dict[str, Any]]) -> None:
     """The rows as Parquet, written atomically (the leading columns even when no item was scored)."""
     import pandas as pd

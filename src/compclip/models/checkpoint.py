@@ -380,8 +380,8 @@ def refuse_unfloat_weights(model: torch.nn.Module, file: Path) -> None:
     floating = {name for name, tensor in model.state_dict().items() if tensor.is_floating_point()}
     try:
         with _reading(file), safe_open(str(file), framework="pt") as weights:
-            found = next(((k, weights.get_slice(k).get_dtype()) for k in weights.keys()  # noqa: SIM118 (safe_open has no __iter__)
-                          if k in floating and weights.get_slice(k).get_dtype() not in FLOATS), None)
+            typed = ((k, weights.get_slice(k).get_dtype()) for k in weights.keys() if k in floating)  # noqa: SIM118 (no __iter__)
+            found = next(((k, dtype) for k, dtype in typed if dtype not in FLOATS), None)
     except SafetensorError:
         return  # not a readable header: the loader says so, with its reasons
     if found is not None:

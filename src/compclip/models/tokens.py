@@ -125,8 +125,8 @@ class TextWidth:
 def text_width(model: torch.nn.Module) -> TextWidth | None:
     """The `TextWidth` of a model whose text features cutting cannot change: a causal text tower pooled at the
     end-of-text token (CLIP). None otherwise (SigLIP's towers attend both ways and pool the last position)."""
-    tower = _causal_tower(model)
-    return None if tower is None else TextWidth(tower[1], tower[2])
+    encoder = short_text_encoder(model)
+    return None if encoder is None else TextWidth(encoder.pool, encoder.eos)
 
 
 def _causal_tower(model: torch.nn.Module):
