@@ -90,6 +90,9 @@ def test_an_array_reader_hands_the_view_its_arrays_and_resumes_on_the_same_boxes
     whole, resumed = read(), read(resume_positions={0: 5})
     assert [s["caption"] for s in resumed] == [s["caption"] for s in whole[5:]]
     assert [s["crop"] for s in resumed] == [s["crop"] for s in whole[5:]]
+    boxes = [tuple(s["crop"]) for s in whole]
+    assert len(set(boxes)) >= n - 2  # each sample its own box (two may both fall back to the central crop), not one for all
+    assert [tuple(s["crop"]) for s in read(epoch=1)] != boxes and [tuple(s["crop"]) for s in read()] == boxes
     assert all(torch.equal(s["image"], torch.from_numpy(pixels[i])) for i, s in enumerate(whole))
 
 

@@ -198,3 +198,30 @@ def test_an_items_file_of_another_making_is_one_line_naming_it(tmp_path, capsys,
     code, _, err = run_main(capsys, "compare", tmp_path / "a", tmp_path / "b")
     tail = ": not an items file of compclip eval" if "holds" in said else ""  # (the missing column's line says it first)
     assert code == 2 and err.strip().splitlines() == [f"error: {tmp_path / 'b' / 'vl_checklist.items.parquet'}: {said}{tail}"], err
+
+
+def test_a_split_scored_exactly_zero_reads_back_as_zero_everywhere(tmp_path, capsys):
+    """A model wrong on every item of a split: 0 is its score, not a missing one, in `load_results`, `results_frame`,
+    the report's table and `compare` (a value of 0 is falsy: each reader must tell it from None)."""
+    from compclip.eval.report import build_report
+    from compclip.eval.results import load_results, results_frame
+
+    texts = [("a red dog", "a blue dog"), ("a cat", "two cats")]
+    for name, verdicts in (("zero", [False, False]), ("half", [True, False])):
+        (tmp_path / name).mkdir()
+        acc = sum(verdicts) / 2
+        (tmp_path / name / "vl_checklist.json").write_text(json.dumps({"dataset": "vl_checklist", "ties": "strict",
+                                                                       "metrics": {"adj": {"acc": acc, "n": 2}, "acc": acc}}))
+        items = choice_items(name, verdicts, texts).drop(columns=["model", "run", "benchmark"])
+        items.assign(score_true=0.1, score_false=0.2, tie=False).to_parquet(tmp_path / name / "vl_checklist.items.parquet", index=False)
+    folders = [tmp_path / "zero", tmp_path / "half"]
+    assert load_results(folders)["zero"]["vl_checklist"]["metrics"]["adj"]["acc"] == 0.0
+    frame = results_frame(folders).set_index(["model", "split", "metric"])["value"]
+    assert frame[("zero", "adj", "acc")] == 0.0 and frame[("zero", "", "acc")] == 0.0 and frame[("half", "adj", "acc")] == 0.5
+    report = build_report(folders, tmp_path / "report").read_text()
+    section = report.split("## vl_checklist", 1)[1]
+    assert "| zero | 0.0 | 0.0 |" in section and "| half | 50.0 | 50.0 |" in section, section
+    code, _, err = run_main(capsys, "compare", *folders, "--out", tmp_path / "d.json", "--resamples", 200)
+    assert code in (0, None), err
+    saved, = json.loads((tmp_path / "d.json").read_text())
+    assert (saved["n"], saved["acc_a"], saved["acc_b"], saved["acc_a_all"]) == (2, 0.0, 0.5, 0.0)

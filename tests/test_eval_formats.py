@@ -129,6 +129,11 @@ def test_winoground_reads_the_hub_parquet_and_the_older_jsonl(tmp_path):
     (legacy / "winoground" / "data" / "examples.jsonl").write_text("\n".join(lines) + "\n")
     for root in (parquet, legacy):
         strict = run("winoground", root)
+        # each item's row: image 0 against its own caption and the other one, cosines counted by hand (caption 0 of the
+        # third names red and green: 1/√2 on the red image)
+        rows = sorted(strict.items, key=lambda r: int(r["item"]))
+        assert [r["score_true"] for r in rows] == pytest.approx([1.0, 0.0, 1 / math.sqrt(2), 1.0])
+        assert [r["score_false"] for r in rows] == pytest.approx([0.0, 1.0, 0.0, 0.0])
         assert strict.complete and {k: strict.metrics[k] for k in ("text", "image", "group", "n")} == {
             "text": 0.5, "image": 0.5, "group": 0.25, "n": 4}
         assert strict.metrics["collapsed_tag"] == {
@@ -173,6 +178,10 @@ def test_inpaint_coco_reads_the_hub_parquet_per_concept(tmp_path):
         row("size", "green", None, "a green box", "a small green box"),  # no inpainted image: missing, named
     ], images=("coco_image", "inpaint_image"))
     result = run("inpaint_coco", tmp_path)
+    # the COCO image against its own caption and the inpainted one's, by hand
+    assert [(r["true"], r["score_true"], r["false"], r["score_false"]) for r in result.items] == [
+        ("a red car", 1.0, "a blue car", 0.0), ("a blue car", 0.0, "a red car", 1.0), ("a red cat", 1.0, "a green dog", 0.0),
+        ("a green box", pytest.approx(1.0), "a big green box", pytest.approx(1.0))]
     assert result.metrics == {"acc": 0.5, "n": 4, "concept": {"color": {"acc": 0.5, "n": 2}, "object": {"acc": 1.0, "n": 1},
                                                               "size": {"acc": 0.0, "n": 1}}}
     member = f"{data / 'test-00001-of-00002.parquet'}::row 1, inpaint_image"
@@ -537,7 +546,9 @@ def test_retrieval_reads_karpathy_and_clip_benchmark_layouts(tmp_path):
     # Flickr30k's Karpathy file (no filepath) with the images as its archive extracts them
     images = [{"filename": f"{i}.jpg", "split": "test", "sentences": [{"raw": c} for c in CAPTIONS[colour]]} for i, colour in
               enumerate(CAPTIONS)]
-    images.append({"filename": "9.jpg", "split": "train", "sentences": [{"raw": "unused"}]})
+    # Karpathy's other splits, images present: a test set is its `test` entries only
+    images += [{"filename": f"{9 + k}.jpg", "split": split, "sentences": [{"raw": f"a red {split} dog"}]}
+               for k, split in enumerate(("train", "val", "restval"))]
     (root / "f30k").mkdir(parents=True)
     (root / "f30k" / "dataset_flickr30k.json").write_text(json.dumps({"images": images}))
     # CLIP_benchmark's mscoco_captions: COCO caption format beside val2014/
@@ -546,19 +557,27 @@ def test_retrieval_reads_karpathy_and_clip_benchmark_layouts(tmp_path):
     (root / "coco").mkdir()
     (root / "coco" / "coco_test_karpathy.json").write_text(json.dumps(coco))
     # CLIP_benchmark's flickr8k: a header line, then name.jpg,caption (commas inside the caption)
-    lines = ["image,caption", *(f"{i}.jpg,{c}" for i, colour in enumerate(CAPTIONS) for c in CAPTIONS[colour])]
+    # (without the red image's blue caption: every answer right, so the datasets' recalls differ)
+    lines = ["image,caption", *(f"{i}.jpg,{c}" for i, colour in enumerate(CAPTIONS) for c in CAPTIONS[colour] if c != "a blue dog")]
     (root / "f8k").mkdir()
     (root / "f8k" / "flickr8k_test_karpathy.txt").write_text("\n".join(lines) + "\n")
     for i, colour in enumerate(CAPTIONS):
         solid(root / "f30k" / "flickr30k-images" / f"{i}.jpg", colour)
         solid(root / "coco" / "val2014" / f"COCO_val2014_{i}.jpg", colour)
         solid(root / "f8k" / f"{i}.jpg", colour)
+    for k in range(3):
+        solid(root / "f30k" / "flickr30k-images" / f"{9 + k}.jpg", "red")
     result = run("retrieval", tmp_path)
     assert result.complete
-    for folder, layout in (("f30k", "dataset_flickr30k.json"), ("coco", "coco_test_karpathy.json"), ("f8k", "flickr8k_test_karpathy.txt")):
+    for folder, layout in (("f30k", "dataset_flickr30k.json"), ("coco", "coco_test_karpathy.json")):
         m = result.metrics[folder]
         assert {k: m[k] for k in EXPECTED} == EXPECTED and m["layout"] == layout, folder
-    assert run("retrieval", tmp_path, "clip_benchmark").metrics["f8k"]["text_retrieval_recall@1"] == 1.0
+    f8k = result.metrics["f8k"]
+    assert (f8k["image_retrieval_recall@1"], f8k["text_retrieval_recall@1"], f8k["captions"]) == (1.0, 1.0, 3)
+    # the number the card and the quick tour print: each dataset's two directions averaged, then the datasets
+    assert result.metrics["mean_recall@1"] == pytest.approx(((0.75 + 2 / 3) / 2 * 2 + 1.0) / 3)
+    assert result.metrics["mean_recall@5"] == 1.0
+    assert run("retrieval", tmp_path, "clip_benchmark").metrics["coco"]["text_retrieval_recall@1"] == 1.0
 
 
 def flair_pieces(text):

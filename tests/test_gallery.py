@@ -158,3 +158,30 @@ def test_an_image_past_pillows_bomb_limit_is_shown_missing_not_decoded(tmp_path)
     page = write_gallery(pd.DataFrame(rows), tmp_path / "g.html").read_text(encoding="utf-8")
     assert all(f'<div class="noimg">{tmp_path / name}</div>' in page for name in ("huge.png", "large.png"))
     assert page.count("data:image/jpeg;base64,") == 1
+
+
+def test_the_gallerys_totals_are_each_models_own_items(gallery, tmp_path):
+    """The totals table with two models, one of which scored fewer items: each row's count, accuracy and Wilson interval
+    are that model's own, read here from its items file and scipy's interval."""
+    import pandas as pd
+    from scipy.stats import binomtest
+
+    from compclip.eval.gallery import write_gallery
+    from compclip.eval.results import items_frame
+
+    items = items_frame([gallery / "base", gallery / "other"])
+    dropped = items[(items["model"] == "other") & (items["benchmark"] == "sugarcrepe-swap_att")].index[-10:]
+    page = write_gallery(items.drop(index=dropped), tmp_path / "gallery.html").read_text(encoding="utf-8")
+    cell = r"</td><td>"
+    rows = re.findall(rf"<tr><td>([^<]*){cell}([^<]*){cell}([^<]*){cell}([\d,]+){cell}([\d.]+){cell}\[([\d.]+), ([\d.]+)\]</td></tr>", page)
+    assert len(rows) == 4  # two benchmarks' swap_att, two models
+    for bench, split_name, model, n, acc, low, high in rows:
+        own = pd.read_parquet(gallery / model / f"{bench}.items.parquet")
+        correct = own[own["split"] == split_name]["correct"].astype(bool).tolist()
+        if (model, bench) == ("other", "sugarcrepe-swap_att"):
+            correct = correct[:-10]
+        right = sum(correct)
+        interval = binomtest(right, len(correct)).proportion_ci(method="wilson")
+        assert int(n.replace(",", "")) == len(correct), (bench, model)
+        assert float(acc) == pytest.approx(100 * right / len(correct), abs=0.05), (bench, model)
+        assert (float(low), float(high)) == pytest.approx((100 * interval.low, 100 * interval.high), abs=0.05), (bench, model)

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from compclip.errors import DataError, UsageError
 from compclip.models import load_model, save_checkpoint
@@ -344,9 +345,20 @@ def test_markup_in_folder_names_and_result_fields_stays_text_in_the_report_and_t
     config = {"model_name": "hf-hub:someone/m```\n<script>alert(3)</script>", "pretrained": None, "model_cfg": {},
               "method": None}
     results = [{"dataset": "a|b<b>bold</b>", "metrics": {"acc\n| forged |": 0.5}, "ties": "strict", "precision": "fp32",
+                "compclip_version": "0"},
+               {"dataset": "sugarcrepe/swap_att", "metrics": {"acc": 0.25}, "ties": "strict", "precision": "fp32",
                 "compclip_version": "0"}]
     card = model_card(config, library="open_clip", kind="clip", license="mit", usage=f"load({config['model_name']!r})",
                       notes=["<iframe src=x>"], results=results)
+    from huggingface_hub import ModelCardData
+
+    front = yaml.safe_load(card.split("---\n")[1])
+    evals = ModelCardData(**front).eval_results  # as the Hub reads the front matter
+    named = {(e.dataset_type, e.dataset_config, e.dataset_split, e.metric_type): e.metric_value for e in evals}
+    # a label's `/` names the benchmark's part (the Hub's config), not a train/test split; another program's markup is
+    # not carried into fields the Hub shows as they are
+    assert named == {("a-b-b-bold", "b", None, "acc-forged"): 0.5, ("sugarcrepe", "swap_att", None, "acc"): 0.25}
+    assert all(not set("<>|\n") & set(str(v)) for e in evals for v in vars(e).values())
     body = card.split("\n---\n", 1)[1]
     fence = next(line for line in body.splitlines() if line.endswith("python")).removesuffix("python")
     code_start = body.index(fence + "python")
@@ -662,6 +674,41 @@ def test_a_resume_refuses_data_edited_in_place_at_the_same_size(tmp_path, capsys
     one_error_line(code, err, "names other files now (1 file of", "their contents differ: edited in place")
 
 
+def test_a_resume_refuses_images_replaced_under_the_same_names_and_resumes_when_untouched(tmp_path, capsys):
+    """The CSV unchanged, its images re-saved as other pixels (a re-extraction at another size, another crop): the run's
+    data is not what it trained on. Touching the files alone (same bytes, new times) is no change."""
+    from PIL import Image
+
+    data = make_dataset(tmp_path, n=8)
+    out = tmp_path / "run"
+    assert run_main(capsys, *TRAIN, "--train-data", str(data), "--out", str(out), "--save-every", "1")[0] == 0
+    for image in (tmp_path / "img").iterdir():
+        os.utime(image)  # new times, the same bytes
+    assert run_main(capsys, *TRAIN, "--train-data", str(data), "--out", str(out), "--save-every", "1")[0] == 0  # finished
+    Image.open(tmp_path / "img" / "3.jpg").convert("RGB").resize((48, 48)).save(tmp_path / "img" / "3.jpg")
+    code, _, err = run_main(capsys, *TRAIN, "--train-data", str(data), "--out", str(out), "--save-every", "1")
+    one_error_line(code, err, f"--train-data {data} is the same file, but the images it names are not (8 of them hashed")
+
+
+def test_the_images_a_resume_compares_are_spread_through_a_large_csv(tmp_path):
+    """Of 600 records, 256 images are hashed, evenly spaced: one near the end among them, so a re-extraction of the last
+    shards' images is seen too (what the first 256 alone would miss)."""
+    from compclip.data import image_files, open_reader
+    from compclip.data.readers import IMAGES_HASHED
+
+    (tmp_path / "img").mkdir()
+    for i in range(600):
+        (tmp_path / "img" / f"{i}.jpg").write_bytes(f"image {i}".encode())
+    (tmp_path / "d.csv").write_text("image,caption\n" + "".join(f"img/{i}.jpg,a photo\n" for i in range(600)))
+    before = image_files(open_reader(tmp_path / "d.csv"))
+    assert before["images_hashed"] == IMAGES_HASHED == 256
+    last = (IMAGES_HASHED - 1) * 600 // IMAGES_HASHED  # 597
+    (tmp_path / "img" / f"{last}.jpg").write_bytes(b"another image")
+    assert image_files(open_reader(tmp_path / "d.csv"))["images_sha256"] != before["images_sha256"]
+    (tmp_path / "img" / f"{last}.jpg").write_bytes(f"image {last}".encode())
+    assert image_files(open_reader(tmp_path / "d.csv")) == before
+
+
 def test_an_in_training_evaluation_that_scores_nothing_is_said_and_logs_no_nan(tmp_path, capsys):
     data = make_dataset(tmp_path, n=8)
     root = tmp_path / "root"
@@ -685,6 +732,32 @@ def test_an_address_space_limit_too_low_for_torch_is_one_line(tmp_path):
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
     one_error_line(done.returncode, done.stderr, "failed to map segment", "this process may map 1.0 GiB (ulimit -v)")
     assert not (tmp_path / "run").exists()
+
+
+OUT_OF_MEMORY = """
+import resource, sys
+import torch
+from compclip.cli import main
+from compclip.models import load_model
+load_model("compclip-tiny-clip")  # the libraries eval needs, mapped: the limit is met by the work, not by an import
+size = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize:")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + (20 << 20), resource.RLIM_INFINITY))
+main(sys.argv[1:])
+"""
+
+
+def test_an_address_space_limit_reached_during_eval_is_one_line(tmp_path):
+    """`ulimit -v` met mid-way (torch's CPU allocator refusing, not an import): 20 MiB above what the process already
+    maps, on the 1,000 Flickr photos."""
+    from conftest import shared_data
+
+    (tmp_path / "retrieval").mkdir()
+    (tmp_path / "retrieval" / "f8k").symlink_to(shared_data("flickr8k_1k"))
+    done = subprocess.run([sys.executable, "-c", OUT_OF_MEMORY, "eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval",
+                           "--data-root", str(tmp_path), "--out", str(tmp_path / "out"), "--workers", "0", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    one_error_line(done.returncode, done.stderr, "can't allocate memory", "GiB (ulimit -v), less than torch and a model need")
+    assert not (tmp_path / "out" / "retrieval.json").exists()
 
 
 def test_a_hub_repository_whose_config_asks_for_remote_code_is_refused(hub_cache):

@@ -197,6 +197,44 @@ def test_a_loss_module_refuses_inputs_it_cannot_mean_naming_the_argument(loss):
         module(image, text, logit_scale=scale.to("meta"), **extra)
 
 
+def _losses_with_rows_per_image():
+    """CLIC's, C2LIP's concept terms' and OC-CLIP's losses, each with inputs it scores (named as its forward names them)
+    and the tensor of a row per image that is not the text (CLIC's positives, the visual tokens)."""
+    from compclip.methods import BindingModule, CLICLoss, ConceptLoss, OCCLIPLoss
+
+    torch.manual_seed(0)
+    unit = lambda *shape: F.normalize(torch.randn(*shape), dim=-1)  # noqa: E731
+    image, scale, owners = unit(4, 8), torch.tensor(10.0), torch.tensor([0, 0, 1, 2, 3, 3])
+    return {
+        "CLICLoss": (CLICLoss(), {"image_features": image, "positive_features": unit(4, 2, 8), "negative_features": unit(4, 8),
+                                  "negative_image": torch.arange(4), "logit_scale": scale}, "positive_features"),
+        "ConceptLoss": (ConceptLoss(), {"image_features": image, "concept_features": unit(6, 8), "visual_tokens": unit(4, 5, 8),
+                                        "concept_image": owners, "logit_scale": scale, "logit_bias": torch.tensor(-10.0)}, "visual_tokens"),
+        "OCCLIPLoss": (OCCLIPLoss(), {"binding": BindingModule(8, 1), "visual_tokens": unit(4, 5, 8), "image_features": image,
+                                      "node_features": unit(6, 8), "node_image": owners, "relation_features": unit(2, 8),
+                                      "relation_image": torch.tensor([0, 3]),
+                                      "relation_ends": torch.tensor([[0, 1, 1, 0, 0, 1], [0, 1, 1, 0, 1, 0]]), "logit_scale": scale},
+                       "visual_tokens"),
+    }
+
+
+@pytest.mark.parametrize("loss", ["CLICLoss", "ConceptLoss", "OCCLIPLoss"])
+def test_a_loss_with_a_row_per_image_beyond_the_text_refuses_what_does_not_pair(loss):
+    """The same refusals for the losses whose inputs are not an (image, text) pair: their own per-image tensor with
+    another number of rows, an empty batch, a feature of another width, a tensor on another device."""
+    module, inputs, own = _losses_with_rows_per_image()[loss]
+    assert all(torch.isfinite(v) for v in module(**inputs).values())
+    feature = next(k for k in inputs if k.endswith("_features") and k != "image_features" and inputs[k].ndim == 2)
+    cases = [({own: inputs[own][:3]}, f"image_features has 4 rows and {own} 3"),
+             ({"image_features": inputs["image_features"][:0], own: inputs[own][:0]}, "image_features has no rows"),
+             ({feature: inputs[feature][:, :5]}, f"{feature} has dimension 5 and image_features 8"),
+             ({own: inputs[own].to("meta")}, f"{own} is on meta and image_features on cpu")]
+    for changed, said in cases:
+        with pytest.raises(UsageError) as refused:
+            module(**{**inputs, **changed})
+        assert str(refused.value) == f"{loss}: {said}" or str(refused.value).startswith(f"{loss}: {said}:"), str(refused.value)
+
+
 def test_evaluate_refuses_a_model_without_weights_or_with_anothers_preprocess(swap_root):
     """A model built on the meta device, and the preprocess of another model's size: one error each, before any image
     is read, where both ended in a traceback."""

@@ -159,6 +159,10 @@ def test_dataset_resampled_draws_shards_with_replacement(tmp_path):
     assert runs[0] == runs[1] and len(runs[0]) == 12
     parts = [[c.split()[1] for c in runs[0][w::2]] for w in (0, 1)]  # the loader takes a sample from each worker in turn
     assert len(parts[0]) == len(parts[1]) == 6 and parts[0] != parts[1]
+    # five workers: each one's share of 12 rounded up (open_clip's `math.ceil(num_batches / num_workers)` per worker), so
+    # an epoch is never short of its samples: 3 each, 15 in all
+    five = [s["caption"] for s in torch.utils.data.DataLoader(reader, batch_size=None, num_workers=5)]
+    assert len(five) == 5 * math.ceil(12 / 5) >= 12
 
 
 def test_val_metrics_against_brute_force():

@@ -55,3 +55,34 @@ def test_each_splits_interval_is_wilsons_over_its_items():
     assert low.loc["m", "swap_att"] == pytest.approx(100 * (centre - half))
     assert high.loc["m", "swap_att"] == pytest.approx(100 * (centre + half))
     assert math.isnan(low.loc["m", "swap"]) and counts == {"swap_att": "666"}
+
+
+def test_each_error_bar_is_drawn_from_its_low_to_its_high_end():
+    """The intervals are asymmetric (Wilson's): read back from the SVG, each bar's error line must span its own low and
+    high ends, not the two lengths swapped. Heights in % are read against the bar's own top and the axis at 0."""
+    import re
+    import tempfile
+    from pathlib import Path
+
+    import pytest
+
+    from compclip.plots import split_bars
+
+    values = pd.DataFrame({"a": [40.0], "b": [70.0]}, index=["M"])
+    low, high = pd.DataFrame({"a": [10.0], "b": [66.0]}, index=["M"]), pd.DataFrame({"a": [45.0], "b": [90.0]}, index=["M"])
+    with tempfile.TemporaryDirectory() as folder:
+        split_bars(values, low, high, {}, {}, "asymmetric", Path(folder) / "f.png")
+        svg = (Path(folder) / "f.svg").read_text()
+    colour = "#" + "".join(f"{round(255 * c):02x}" for c in distinct_colours(1)[0][:3])
+    number, point = r"([\d.]+)", r"[\d.]+"
+    corners = rf"M {number} {number}\s+L {number} {point}\s+L {point} {number}\s+L {point} {point}\s+z\s*"
+    bars = re.findall(rf'<path d="{corners}" clip-path="[^"]*" style="fill: {colour}', svg)  # in the axes (the legend's is not clipped)
+    collection = re.search(r'<g id="LineCollection_\d+">(.*?)</g>', svg, re.S).group(1)  # the error lines
+    lines = re.findall(r'<path d="M ([\d.]+) ([\d.]+)\s+L [\d.]+ ([\d.]+)\s*"', collection)
+    assert len(bars) == 2 and len(lines) == 2, (bars, lines)
+    for (left, base, right, top), value, lo, hi in zip(bars, (40.0, 70.0), (10.0, 66.0), (45.0, 90.0), strict=True):
+        x = (float(left) + float(right)) / 2
+        line = next(ln for ln in lines if abs(float(ln[0]) - x) < 1)  # the error line at this bar's centre
+        per_pixel = value / (float(base) - float(top))
+        ends = sorted(per_pixel * (float(base) - float(y)) for y in line[1:])
+        assert ends == pytest.approx([lo, hi], abs=0.05)

@@ -2,6 +2,7 @@
 import io
 import json
 import logging
+import random
 import tarfile
 from collections import Counter
 
@@ -279,6 +280,22 @@ def test_a_shuffle_buffer_mixes_a_sorted_file_the_same_way_each_run_and_resumes_
     assert all((np.asarray(s["image"]) == int(s["caption"].split()[-1])).all() for s in resumed)
     loader = DataLoader(reader(), batch_size=None, num_workers=2)
     assert sorted(order(loader)) == list(range(n))
+
+
+def test_a_shuffle_buffers_last_records_leave_in_an_order_the_seed_draws():
+    """When the input ends, the records still in the buffer leave shuffled too: their order, like the first ones',
+    depends on the seed (a buffer emptied in place would hand every seed the same tail)."""
+    from compclip.data.readers import shuffled
+
+    n, size = 30, 8
+    runs = {seed: list(shuffled(iter(range(n)), size, random.Random(seed))) for seed in range(6)}
+    for order in runs.values():
+        assert sorted(order) == list(range(n))
+    tails = {tuple(order[-size:]) for order in runs.values()}
+    assert len(tails) == len(runs)  # six seeds, six orders of the last eight
+    assert all(list(tail) != sorted(tail) for tail in tails)
+    few = {tuple(shuffled(iter(range(5)), size, random.Random(seed))) for seed in range(6)}  # all of them still in the buffer
+    assert len(few) > 1 and tuple(range(5)) not in few
 
 
 def test_every_pil_mode_decodes_as_a_viewer_shows_it(tmp_path):

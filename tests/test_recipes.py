@@ -33,11 +33,12 @@ PAPERS = {  # what each source says, typed in again from the papers and the auth
                       "schedule": "const", "warmup": 0, "global_batch_size": 64, "epochs": 3, "precision": "amp",
                       "method_options": {"negative_classes": "color", "negatives_as": "replace", "directions": "sum", "negatives": 1}},
     "hardneg-object": {"model": "ViT-B-32-quickgelu", "lr": 5e-6, "epochs": 3, "precision": "amp",
-                       "method_options": {"negative_classes": "object"}},
+                       "method_options": {"negative_classes": "object", "negatives_as": "replace", "directions": "sum", "negatives": 1}},
     "hardneg-location": {"model": "ViT-B-32-quickgelu", "lr": 5e-6, "epochs": 3, "precision": "amp",
-                         "method_options": {"negative_classes": "location"}},
+                         "method_options": {"negative_classes": "location", "negatives_as": "replace", "directions": "sum",
+                                            "negatives": 1}},
     "hardneg-size": {"model": "ViT-B-32-quickgelu", "lr": 5e-6, "global_batch_size": 64, "epochs": 3, "precision": "amp",
-                     "method_options": {"negative_classes": "size"}},
+                     "method_options": {"negative_classes": "size", "negatives_as": "replace", "directions": "sum", "negatives": 1}},
     # OC-CLIP §4.2
     "occlip-coco": {"model": "ViT-B-16", "global_batch_size": 128, "epochs": 100, "lr": 2e-4, "method_options": {"module_lr": 2e-4}},
     "occlip-coco-openclip-ft": {"method": "clip", "model": "ViT-B-16", "global_batch_size": 256, "lr": 4e-6, "epochs": 20},
@@ -410,3 +411,24 @@ def test_every_recipe_trains_from_its_pretrained_weights_offline_and_is_compared
                             recipe.numbers["paper"], "--paper-model", recipe.numbers["model"])
     assert code == 0, err[-3000:]
     assert f"row {recipe.numbers['model']!r}" in (tmp_path / "report" / "paper.md").read_text()
+
+
+def test_hardnegs_epochs_are_passes_over_the_captions_its_class_admits(tmp_path, capsys):
+    """hardneg-color trains on the captions that name a colour (§3.3's per-concept subsets): its 3 epochs are 3 passes
+    over those 6 of the 16 records, 18 samples, 5 steps of 4 (not 12 steps over every record); config.json records both
+    counts. A method that trains on every caption counts every record."""
+    data = make_dataset(tmp_path, n=16)
+    header, *rows = data.read_text().splitlines()
+    plain = [row.split(",")[0] + ",a square to the left of a circle" for row in rows[:10]]
+    data.write_text("\n".join([header, *plain, *rows[10:]]) + "\n")  # 10 captions without a colour, 6 with
+    args = ["-q", "train", "--recipe", "hardneg-color", "--model", "compclip-tiny-clip", "--train-data", data, "--out", tmp_path / "run",
+            "--batch-size", "2", "--global-batch-size", "4", "--workers", "0"]
+    code, _, err = run_main(capsys, *args)
+    assert code == 0, err
+    record = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (record["epochs"], record["steps"], record["epoch_records"]) == (3, math.ceil(3 * 6 / 4), {"records": 16, "admitted": 6})
+    logged = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [1, 2, 3, 4, 5]
+    plain_clip = TrainConfig.from_given({"method": "clip", "model": "compclip-tiny-clip", "train_data": str(data), "epochs": 3,
+                                         "out": str(tmp_path / "clip"), "batch_size": 4, "workers": 0})
+    assert Trainer(plain_clip).cfg.steps == math.ceil(3 * 16 / 4)

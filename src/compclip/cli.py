@@ -633,6 +633,32 @@ def _address_space_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
+def _out_of_memory(e: BaseException) -> str | None:
+    """The one line for an exception that means memory ran out, or None for any other: a library that could not map
+    under `ulimit -v` (torch's own ImportError, or one a library raised from it: pandas' "no usable engine" when
+    pyarrow could not load), Python's MemoryError, torch's CPU allocator refusing and CUDA running out."""
+    chain, seen = [], e
+    while seen is not None and len(chain) < 8:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(str(x) for x in chain)
+    unmapped = any(isinstance(x, ImportError) for x in chain) and "failed to map segment" in text
+    spent = isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and "can't allocate memory" in str(e))
+    first = next((str(x).splitlines()[0] for x in chain if str(x) and ("map segment" in str(x) or x is e)), "out of memory")
+    limit = _address_space_limit()
+    if limit is not None and (unmapped or spent):
+        culprit = next((x for x in chain if "map segment" in str(x)), e)
+        return (f"error: {type(culprit).__name__}: {first}: this process may map {limit / (1 << 30):.1f} GiB (ulimit -v), less "
+                "than torch and a model need; raise the limit (ulimit -v unlimited, or a larger --mem for a scheduler that sets it)")
+    if spent:
+        return (f"error: out of memory ({first}): this machine's memory is spent; lower --batch-size (or --workers), or run "
+                "where there is more")
+    torch = sys.modules.get("torch")  # (not imported here: an ImportError may be torch's own)
+    if torch is not None and isinstance(e, torch.OutOfMemoryError):
+        return f"error: {first}: lower --batch-size (--accum-freq keeps the step's size; --grad-checkpointing saves more)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: a problem the user can fix prints one `error:` line and exits 2, not a traceback."""
     from . import stops
@@ -655,13 +681,11 @@ def main(argv: list[str] | None = None) -> None:
     except CompclipError as e:
         typer.echo(f"{e.label}: {e}", err=True)
         raise SystemExit(e.exit_code) from None
-    except (ImportError, MemoryError) as e:
-        limit = _address_space_limit()
-        if limit is None or (isinstance(e, ImportError) and "failed to map segment" not in str(e)):
+    except (ImportError, MemoryError, RuntimeError) as e:
+        said = _out_of_memory(e)
+        if said is None:
             raise
-        typer.echo(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'out of memory'}: this process may map "
-                   f"{limit / (1 << 30):.1f} GiB (ulimit -v), less than torch and a model need; raise the limit "
-                   "(ulimit -v unlimited, or a larger --mem for a scheduler that sets it)", err=True)
+        typer.echo(said, err=True)
         raise SystemExit(2) from None
     except Stopped as e:  # files are closed; leave past atexit's pool finalisers, which would wait on a killed worker's lock
         stops.end_children()

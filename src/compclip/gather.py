@@ -103,15 +103,18 @@ class GatheredLoss(nn.Module):
         super().__init__()
         self.gather = Gather(rank, world_size, group)
 
-    def check_inputs(self, image_features: torch.Tensor, text_features: torch.Tensor, **others) -> None:
+    def check_inputs(self, image_features: torch.Tensor, text_features: torch.Tensor | None = None, *,
+                     per_image: dict[str, torch.Tensor] | None = None, **others) -> None:
         """One error naming the argument for inputs the loss cannot mean, which it would otherwise turn into a number
         (a user's own loop then trains on it): image and text rows that do not pair, an empty batch (NaN), features
-        that are not (rows, dimension) or of another width, tensors on another device. `others`: more features (2-D,
-        any number of rows: negatives, concepts), and indices and scalars (device only). Shapes and devices alone:
-        nothing is read back from the device."""
+        that are not (rows, dimension) or of another width, tensors on another device. `per_image`: more tensors with
+        a row per image, of any shape after it (CLIC's positives, the visual tokens); `others`: more features (2-D, any
+        number of rows: negatives, concepts), and indices and scalars (device only). Shapes and devices alone: nothing
+        is read back from the device."""
         loss = type(self).__name__
         self.gather.check(loss)
-        features = {"image_features": image_features, "text_features": text_features,
+        paired = {"text_features": text_features} if text_features is not None else {}
+        features = {"image_features": image_features, **paired,
                     **{k: v for k, v in others.items() if isinstance(v, torch.Tensor) and v.is_floating_point() and v.ndim == 2}}
         for name, x in features.items():
             if x.ndim != 2:
@@ -119,14 +122,16 @@ class GatheredLoss(nn.Module):
         if image_features.shape[0] == 0:
             raise UsageError(f"{loss}: image_features has no rows: an empty batch has no loss (a DataLoader's last, short batch: "
                              "drop_last=True)")
-        if text_features.shape[0] != image_features.shape[0]:
-            raise UsageError(f"{loss}: image_features has {image_features.shape[0]} rows and text_features {text_features.shape[0]}: "
-                             "row i of each is one image and its caption")
+        for name, x in {**paired, **(per_image or {})}.items():
+            if x.ndim < 2 or x.shape[0] != image_features.shape[0]:
+                raise UsageError(f"{loss}: image_features has {image_features.shape[0]} rows and {name} "
+                                 f"{x.shape[0] if x.ndim else 'none'}: row i of each is one image and its "
+                                 f"{'caption' if name == 'text_features' else 'own'}")
         width = image_features.shape[1]
         for name, x in features.items():
             if x.shape[1] != width:
                 raise UsageError(f"{loss}: {name} has dimension {x.shape[1]} and image_features {width}: both towers' "
                                  "features, in the joint embedding space")
-        for name, x in {**features, **others}.items():
+        for name, x in {**features, **(per_image or {}), **others}.items():
             if isinstance(x, torch.Tensor) and x.device != image_features.device:
                 raise UsageError(f"{loss}: {name} is on {x.device} and image_features on {image_features.device}")

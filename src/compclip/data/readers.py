@@ -197,6 +197,18 @@ class ImageTextReader(IterableDataset):
         raise UsageError(f"--epochs over {self.name}: shards do not say how many samples they hold; give --train-num-samples "
                          "(as open_clip_train asks), or --steps")
 
+    def admitted_records(self) -> int:
+        """Records in one pass that `admit` lets through: `num_records`, less those whose caption the method refuses
+        (what `--epochs` counts for a method that trains on some captions only); a bad record counts, as there."""
+        total = self.num_records()
+        if self.admit is None:
+            return total
+        return sum(1 for k in range(total) if _bad_caption(caption := self.caption_at(k)) or self.admit(caption.strip()))
+
+    def caption_at(self, index: int) -> Any:
+        """Record `index`'s caption alone: what `admitted_records` reads, with no image decoded."""
+        return self.record_at(index)[2]
+
     def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
         """Record `index` of the whole data (every process's part), as `records` yields it: what a partner is drawn from."""
         raise UsageError(f"{self.name}: webdataset shards are read in order, so a partner cannot be drawn from the whole data; "
@@ -632,6 +644,10 @@ class ArrayReader(ImageTextReader):
     def num_records(self) -> int:
         return len(self.order)
 
+    def caption_at(self, index: int) -> Any:
+        source, i = self.order[index].tolist()
+        return self.captions[source][i]
+
     def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
         source, i = self.order[index].tolist()
         return f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], None
@@ -696,6 +712,30 @@ def data_files(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 WHOLE_UP_TO = 256 << 20  # a data file up to this size is hashed whole for `data_files` (a captions CSV, a world's array)
+IMAGES_HASHED = 256  # image files of a CSV or captions JSON hashed whole for `image_files`
+
+
+def image_files(reader: ImageTextReader) -> dict[str, Any]:
+    """What `data_files` cannot see of a CSV or a captions JSON: the image files it names, which a resume compares too
+    (images replaced under the same names, re-extracted at another size). A SHA-256 over `IMAGES_HASHED` of them, spread
+    evenly through the records and each hashed whole (every image would cost a corpus' reading at each start); a
+    missing one counts as missing. Empty where the images are inside the data files (shards, arrays)."""
+    if not reader.random_access or is_image_array(reader.name):
+        return {}
+    total = reader.num_records()
+    count = min(total, IMAGES_HASHED)
+    picks = [k * total // count for k in range(count)]
+    digest = hashlib.sha256()
+    for k in picks:
+        image = reader.record_at(k)[1]
+        digest.update(f"{k} {image}\n".encode())
+        try:
+            with open(image, "rb") as f:
+                while chunk := f.read(1 << 22):
+                    digest.update(chunk)
+        except (OSError, TypeError):  # missing, unreadable, or no image named: the reader skips and counts it
+            digest.update(b"\0missing\0")
+    return {"images_hashed": len(picks), "images_sha256": digest.hexdigest()}
 
 
 def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:

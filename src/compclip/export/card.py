@@ -112,17 +112,28 @@ def _card_data(config: dict[str, Any], library: str, license: str, license_name:
                                           "compositionality"] if t))
     evals = []
     for r in results:
-        name, _, split = r["dataset"].partition("/")
+        # "sugarcrepe/swap_att": a benchmark run on one of its parts, the Hub's dataset type and config (its `split` is
+        # the data's train/test split, which a label does not name)
+        name, _, part = r["dataset"].partition("/")
         for metric, value in r["metrics"].items():
             if isinstance(value, float):
-                evals.append(EvalResult(task_type=TASKS.get(r.get("task"), r.get("task") or "other"), dataset_type=name,
-                                        dataset_name=r["dataset"], dataset_split=split or None, metric_type=metric,
-                                        metric_value=value, metric_name=f"{metric} (compclip eval {r.get('compclip_version')})"))
+                evals.append(EvalResult(task_type=TASKS.get(r.get("task"), r.get("task") or "other"), dataset_type=hub_name(name),
+                                        dataset_name=" ".join(hub_name(p) for p in (name, part) if p),
+                                        dataset_config=hub_name(part) if part else None, metric_type=hub_name(metric),
+                                        metric_value=value,
+                                        metric_name=f"{hub_name(metric)} (compclip eval {hub_name(str(r.get('compclip_version')))})"))
     other = license == "other"
     return ModelCardData(library_name=library, license=license, license_name=(license_name or DEFAULT_LICENSE_NAME) if other else None,
                          license_link=license_link if other else None, base_model=base_model(config),
                          pipeline_tag="zero-shot-image-classification", tags=tags, model_name=title if evals else None,
                          eval_results=evals or None)
+
+
+def hub_name(text: str) -> str:
+    """A name as the front matter's metadata holds it: letters, digits and `_.@+-` kept (`recall@5`), any other run of
+    characters one `-`. The Hub shows these fields as they are (no Markdown escaping reaches them), and a result file is
+    another program's text."""
+    return re.sub(r"[^A-Za-z0-9_.@+-]+", "-", text).strip("-") or "-"
 
 
 def _training(config: dict[str, Any]) -> list[str]:

@@ -284,7 +284,9 @@ class ConceptLoss(GatheredLoss):
 
     def forward(self, image_features, concept_features, visual_tokens, concept_image, logit_scale, logit_bias,
                 swap_features=None, swap_image=None) -> dict[str, torch.Tensor]:
-        self.gather.check("ConceptLoss")
+        self.check_inputs(image_features, per_image={"visual_tokens": visual_tokens}, concept_features=concept_features,
+                          concept_image=concept_image, logit_scale=logit_scale, logit_bias=logit_bias, swap_features=swap_features,
+                          swap_image=swap_image)
         counts = self.gather.counts(image_features)
         concepts, owners = self.gather.owned(concept_features, concept_image, counts)
         common = {"image_offset": self.gather.first(counts), "n_concepts": concepts.shape[0]}

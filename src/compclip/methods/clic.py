@@ -152,7 +152,8 @@ class CLICLoss(GatheredLoss):
         self.lambda_cont, self.lambda_neg, self.lambda_uni, self.uni_distance = lambda_cont, lambda_neg, lambda_uni, uni_distance
 
     def forward(self, image_features, positive_features, negative_features, negative_image, logit_scale) -> dict[str, torch.Tensor]:
-        self.gather.check("CLICLoss")
+        self.check_inputs(image_features, per_image={"positive_features": positive_features}, negative_features=negative_features,
+                          negative_image=negative_image, logit_scale=logit_scale)
         image, positives, scale = image_features, positive_features, logit_scale
         counts = self.gather.counts(image)
         all_image, all_positives = self.gather.rows(image, counts), self.gather.rows(positives, counts)

@@ -147,7 +147,9 @@ class OCCLIPLoss(GatheredLoss):
 
     def forward(self, binding: BindingModule, visual_tokens, image_features, node_features, node_image, relation_features,
                 relation_image, relation_ends, logit_scale) -> dict[str, torch.Tensor]:
-        self.gather.check("OCCLIPLoss")
+        self.check_inputs(image_features, per_image={"visual_tokens": visual_tokens}, node_features=node_features, node_image=node_image,
+                          relation_features=relation_features, relation_image=relation_image, relation_ends=relation_ends,
+                          logit_scale=logit_scale)
         tokens, gather = visual_tokens, self.gather
         b = tokens.shape[0]
         counts = gather.counts(image_features)

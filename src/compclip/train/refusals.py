@@ -43,9 +43,13 @@ def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[s
     saved |= {k: resolved(saved[k]) for k in PATH_OPTIONS if isinstance(saved.get(k), str)}
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
     changes = changed_options(saved, dataclasses.asdict(cfg), defaults)
-    before = read_config(folder).get("train_data_files")
-    now_files = data_files or {}  # a run of an older compclip recorded no sha256: what it recorded is compared
-    if before is not None and any(before[k] != now_files[k] for k in before.keys() & now_files.keys()):
+    before = read_config(folder).get("train_data_files") or {}
+    now_files = data_files or {}  # a run of an older compclip recorded no sha256 or images: what it recorded is compared
+    differ = {k for k in before.keys() & now_files.keys() if before[k] != now_files[k]}
+    if differ == {"images_sha256"}:
+        changes.append(f"--train-data {cfg.train_data} is the same file, but the images it names are not ({before['images_hashed']:,} "
+                       "of them hashed, spread through it: replaced under the same names)")
+    elif differ:
         then, now = (f"{d['files']:,} file{'s' * (d['files'] != 1)} of {d['bytes']:,} bytes" for d in (before, data_files))
         edited = " (their contents differ: edited in place)" if then == now else ""
         changes.append(f"--train-data {cfg.train_data} names other files now ({then} then, {now} now){edited}")

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import WebDatasetReader, data_files, is_image_array, is_tar_shards, open_reader
+from ..data import WebDatasetReader, data_files, image_files, is_image_array, is_tar_shards, open_reader
 from ..data.augment import BatchedView
 from ..data.shared_memory import check_shared_memory
 from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Preempted, StorageError, UsageError
@@ -67,15 +67,18 @@ class Trainer:
 
         cfg = self.cfg
         self.out = Path(cfg.out)
-        cfg.resolve_length(self.env.world_size, lambda: open_reader(cfg.train_data, **self._reader_kwargs()).num_records())
-        self.data_files = data_files(cfg.train_data)  # what a resume compares beside the options
-        self.resume_from = self._resume_folder()
-        refuse_another_run(cfg, self.resume_from, self.data_files)  # reads OUT only: writing waits for `run` to own it
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else self._carried_concepts()
         self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)
         if concepts is None and self.method.uses_concepts:
             raise UsageError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`), "
                              "or train on shards that carry them (`compclip concepts SHARDS --into-shards DIR`)")
+        self.epoch_records: dict[str, int] = {}
+        cfg.resolve_length(self.env.world_size, self._records_an_epoch)
+        self.data_files = data_files(cfg.train_data)  # what a resume compares beside the options
+        if self.data_files is not None:
+            self.data_files |= image_files(open_reader(cfg.train_data, **self._reader_kwargs()))
+        self.resume_from = self._resume_folder()
+        refuse_another_run(cfg, self.resume_from, self.data_files)  # reads OUT only: writing waits for `run` to own it
         torch.manual_seed(cfg.seed)  # the model's initialisation, where it is built from scratch, then the method's modules
         model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device, init_seed=None,
                                               precision=weights_precision(cfg.precision), **self._forced())
@@ -141,6 +144,16 @@ class Trainer:
             return None
         fields = WebDatasetReader(self.cfg.train_data, caption_field=self.cfg.caption_key).concept_fields()
         return SampleConcepts(fields, self.cfg.train_data) if fields else None
+
+    def _records_an_epoch(self) -> int:
+        """What --epochs counts: the records the method trains on, those whose caption it admits (hardneg's keyword
+        subsets, §3.3 of its paper: 3 epochs of the colour captions, not of COCO). Both counts go into config.json."""
+        reader = open_reader(self.cfg.train_data, **self._reader_kwargs(), admit=self.method.admits)
+        self.epoch_records = {"records": reader.num_records(), "admitted": reader.admitted_records()}
+        if not self.epoch_records["admitted"]:
+            raise DataError(f"--train-data {self.cfg.train_data}: method {self.cfg.method} admits none of its "
+                            f"{self.epoch_records['records']:,} captions, so an epoch of it is no step")
+        return self.epoch_records["admitted"]
 
     def _reader_kwargs(self) -> dict[str, Any]:
         return reader_kwargs(self.cfg, self.cfg.train_data, self.cfg.image_root)
@@ -276,6 +289,8 @@ class Trainer:
     def _config_record(self) -> dict[str, Any]:
         """The run's options, and with a recipe its citation and each setting the run changed (`config.json`)."""
         record = dataclasses.asdict(self.cfg)
+        if self.epoch_records:  # what --epochs counted
+            record["epoch_records"] = self.epoch_records
         if self.cfg.recipe is not None:
             from ..recipes import get_recipe
 
