@@ -728,7 +728,7 @@ def image_files(reader: ImageTextReader) -> dict[str, Any]:
     digest = hashlib.sha256()
     for k in picks:
         image = reader.record_at(k)[1]
-        digest.update(f"{k} {image}\n".encode())
+        digest.update(f"{k}\n".encode())  # by position and contents: the same images by another path are the same data
         try:
             with open(image, "rb") as f:
                 while chunk := f.read(1 << 22):

@@ -68,10 +68,7 @@ class Trainer:
         cfg = self.cfg
         self.out = Path(cfg.out)
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else self._carried_concepts()
-        self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)
-        if concepts is None and self.method.uses_concepts:
-            raise UsageError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`), "
-                             "or train on shards that carry them (`compclip concepts SHARDS --into-shards DIR`)")
+        self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)  # what an epoch counts
         self.epoch_records: dict[str, int] = {}
         cfg.resolve_length(self.env.world_size, self._records_an_epoch)
         self.data_files = data_files(cfg.train_data)  # what a resume compares beside the options
@@ -79,6 +76,9 @@ class Trainer:
             self.data_files |= image_files(open_reader(cfg.train_data, **self._reader_kwargs()))
         self.resume_from = self._resume_folder()
         refuse_another_run(cfg, self.resume_from, self.data_files)  # reads OUT only: writing waits for `run` to own it
+        if concepts is None and self.method.uses_concepts:
+            raise UsageError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`), "
+                             "or train on shards that carry them (`compclip concepts SHARDS --into-shards DIR`)")
         torch.manual_seed(cfg.seed)  # the model's initialisation, where it is built from scratch, then the method's modules
         model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device, init_seed=None,
                                               precision=weights_precision(cfg.precision), **self._forced())
