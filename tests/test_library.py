@@ -197,6 +197,25 @@ def test_a_loss_module_refuses_inputs_it_cannot_mean_naming_the_argument(loss):
         module(image, text, logit_scale=scale.to("meta"), **extra)
 
 
+def test_output_dict_gives_open_clips_key_and_value():
+    """`output_dict=True` as open_clip's `ClipLoss` and `SigLipLoss` answer it: `{"contrastive_loss": loss}`, the value
+    theirs (on one process; on several, compclip's is the whole batch's on every rank)."""
+    import open_clip
+
+    from compclip.methods import CLIPLoss, SigLIPLoss
+
+    torch.manual_seed(0)
+    image, text = F.normalize(torch.randn(5, 8), dim=-1), F.normalize(torch.randn(5, 8), dim=-1)
+    scale, bias = torch.tensor(10.0), torch.tensor(-10.0)
+    ours, theirs = CLIPLoss()(image, text, scale, output_dict=True), open_clip.ClipLoss()(image, text, scale, output_dict=True)
+    assert ours.keys() == theirs.keys() == {"contrastive_loss"}
+    assert ours["contrastive_loss"] == pytest.approx(float(theirs["contrastive_loss"]), rel=1e-6)
+    ours = SigLIPLoss()(image, text, scale, bias, output_dict=True)
+    theirs = open_clip.loss.SigLipLoss()(image, text, scale, bias, output_dict=True)
+    assert ours.keys() == theirs.keys() == {"contrastive_loss"}
+    assert ours["contrastive_loss"] == pytest.approx(float(theirs["contrastive_loss"]), rel=1e-6)
+
+
 def _losses_with_rows_per_image():
     """CLIC's, C2LIP's concept terms' and OC-CLIP's losses, each with inputs it scores (named as its forward names them)
     and the tensor of a row per image that is not the text (CLIC's positives, the visual tokens)."""

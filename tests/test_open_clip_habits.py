@@ -28,6 +28,33 @@ def test_open_clip_names_are_aliases_and_other_meanings_name_compclips_flag(tmp_
         assert code == 2 and f"{flag} is open_clip_train's flag" in err and compclips in err, err
 
 
+def test_every_flag_of_open_clip_trains_is_compclips_or_says_what_compclip_does_instead(capsys):
+    """open_clip_train's whole parser (its `params.parse_args`, read from the installed package): each flag is a flag of
+    `compclip train` (its own name or an alias), or is answered in one line that names what compclip does instead,
+    never click's bare "No such option"."""
+    import argparse
+
+    import typer.main
+    from open_clip_train import params
+
+    from compclip.cli import app
+
+    built = {}
+    parse = argparse.ArgumentParser.parse_args
+    argparse.ArgumentParser.parse_args = lambda self, args=None, ns=None: built.setdefault("parser", self) and parse(self, [], ns)
+    try:
+        params.parse_args([])
+    finally:
+        argparse.ArgumentParser.parse_args = parse
+    theirs = {o for a in built["parser"]._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+    train = typer.main.get_command(app).commands["train"]
+    ours = {o for p in train.params for o in (*p.opts, *p.secondary_opts)}
+    assert len(theirs) > 80
+    for flag in sorted(theirs - ours):
+        code, _, err = run_main(capsys, "train", flag)
+        assert code == 2 and err.startswith(f"error: {flag} is open_clip_train's flag: ") and len(err.strip().splitlines()) == 1, err
+
+
 def test_resume_from_a_path_or_latest(tmp_path):
     from compclip.errors import MissingFileError, UsageError
     from compclip.train import train
@@ -245,7 +272,8 @@ def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(t
     assert {e.step: pytest.approx(e.value) for e in tb.Scalars(key)} == evaluated
     history = {r["_step"]: r for r in wandb_history(next((out / "wandb").glob("offline-run-*/run-*.wandb")))}
     assert {step: r[key] for step, r in history.items() if key in r} == pytest.approx(evaluated)
-    assert history[5]["loss"] == pytest.approx(figures[5]["loss"])
+    assert history[5]["train/loss"] == pytest.approx(figures[5]["loss"])  # open_clip_train's tags: train/, val/
+    assert {e.step: pytest.approx(e.value) for e in tb.Scalars("train/lr")} == {s: r["lr"] for s, r in figures.items()}
     best = json.loads((out / "checkpoints" / "best" / "best.json").read_text())
     assert best["value"] == max(evaluated.values()) and evaluated[best["step"]] == best["value"]
     # the kept weights, evaluated afresh by `compclip eval`, give the figure logged at that step
@@ -289,6 +317,18 @@ def test_keep_best_names_a_validation_figure_or_is_refused_before_training(tmp_p
                                         "val/image_to_text_mean_rank, "), err
     assert err.count("\n") == 1 and "val/clip_val_loss" in err and "num_samples" not in err.split(":", 2)[2]
     assert not (tmp_path / "run").exists()
+
+
+def test_wandb_writes_under_wandb_dir_when_it_is_set(tmp_path):
+    """W&B's own WANDB_DIR places its files, as it does under open_clip_train; without it they go under --out. (A process
+    of its own: W&B keeps its settings for the rest of a process.)"""
+    data = make_dataset(tmp_path, n=8)
+    env = {**env_for_children(), "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path / "elsewhere")}
+    done = subprocess.run(compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),
+                                   "--out", str(tmp_path / "run"), "--steps", "1", "--batch-size", "4", "--workers", "0",
+                                   "--report-to", "wandb"), capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert list((tmp_path / "elsewhere" / "wandb").glob("offline-run-*/run-*.wandb")) and not (tmp_path / "run" / "wandb").exists()
 
 
 def test_wandb_without_a_login_is_one_line_saying_what_to_do(tmp_path, capsys, monkeypatch):

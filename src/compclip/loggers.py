@@ -3,6 +3,7 @@ event files under OUT/tensorboard, a W&B run under OUT/wandb (offline under WAND
 loggers themselves load when a run starts one."""
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,10 @@ def wandb_run(out: Path, config: dict[str, Any], project: str):
     if not id_file.is_file():
         with atomic_path(id_file) as tmp:
             tmp.write_text(uuid.uuid4().hex[:8])  # W&B's own ids are 8 characters of [a-z0-9]
+    where = Path(os.environ.get("WANDB_DIR") or out)  # W&B's own variable wins, as it does for open_clip_train
     try:
-        return wandb.init(project=project, name=out.name, id=id_file.read_text().strip(), resume="allow", dir=str(out), config=config)
+        return wandb.init(project=project, name=out.name, id=id_file.read_text().strip(), resume="allow", dir=str(where), config=config)
     except wandb.errors.Error as e:  # no API key, no network on a compute node: W&B's own words, then what to do
         said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UsageError(f"--report-to wandb: W&B did not start ({said}); run `wandb login`, or set WANDB_MODE=offline to log "
-                         f"into {out / 'wandb'} and `wandb sync` it later") from None
+                         f"into {where / 'wandb'} and `wandb sync` it later") from None

@@ -35,14 +35,16 @@ def clip_loss(
 
 class CLIPLoss(GatheredLoss):
     """open_clip's `ClipLoss` (symmetric InfoNCE, the mean of both directions) over the batch of every rank:
-    `CLIPLoss(rank=, world_size=)(image_features, text_features, logit_scale)`, the full batch's value on every rank."""
+    `CLIPLoss(rank=, world_size=)(image_features, text_features, logit_scale)`, the full batch's value on every rank;
+    with `output_dict=True` `{"contrastive_loss": loss}`, as open_clip's."""
 
-    def forward(self, image_features, text_features, logit_scale):
+    def forward(self, image_features, text_features, logit_scale, output_dict: bool = False):
         self.check_inputs(image_features, text_features, logit_scale=logit_scale)
         counts = self.gather.counts(image_features)
         share = clip_loss(image_features, text_features, logit_scale, all_image=self.gather.rows(image_features, counts),
                           all_text=self.gather.rows(text_features, counts), image_offset=self.gather.first(counts))
-        return self.gather.total(share)
+        loss = self.gather.total(share)
+        return {"contrastive_loss": loss} if output_dict else loss
 
 
 class CLIPPart(LossPart):

@@ -12,9 +12,10 @@ class SigLIPLoss(GatheredLoss):
 
     As open_clip's `SigLipLoss(rank=, world_size=)(image_features, text_features, logit_scale, logit_bias)`: features
     L2-normalised, `logit_scale` already exponentiated. Each rank scores its images against every rank's texts, so the
-    value is the full batch's on every rank (`compclip.gather`); open_clip's returns the mean over images instead."""
+    value is the full batch's on every rank (`compclip.gather`); open_clip's returns the mean over images instead. With
+    `output_dict=True` `{"contrastive_loss": loss}`, as open_clip's."""
 
-    def forward(self, image_features, text_features, logit_scale, logit_bias=None):
+    def forward(self, image_features, text_features, logit_scale, logit_bias=None, output_dict: bool = False):
         self.check_inputs(image_features, text_features, logit_scale=logit_scale, logit_bias=logit_bias)
         counts = self.gather.counts(image_features)
         texts = self.gather.rows(text_features, counts)
@@ -23,7 +24,8 @@ class SigLIPLoss(GatheredLoss):
             logits = logits + logit_bias
         rows = self.gather.local_rows(counts, image_features.device)
         positive = rows[:, None] == torch.arange(texts.shape[0], device=image_features.device)[None, :]
-        return self.gather.total(sigmoid_pairs_loss(logits, positive, texts.shape[0]))
+        loss = self.gather.total(sigmoid_pairs_loss(logits, positive, texts.shape[0]))
+        return {"contrastive_loss": loss} if output_dict else loss
 
 
 class SigLIPPart(LossPart):

@@ -18,9 +18,11 @@ class Reporters:
             self.wandb = wandb_run(out, config, project)
 
     def log(self, record: dict[str, Any]) -> None:
-        """One line of `log.jsonl`, and its numbers to the loggers at `record["step"]`."""
+        """One line of `log.jsonl`, and its numbers to the loggers at `record["step"]`, under open_clip_train's tags: a
+        training figure as `train/<name>`, the evaluations' already under `val/` and `eval/`."""
         append_line(self.out / "log.jsonl", json.dumps(record))
-        scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
+        scalars = {k if "/" in k else f"train/{k}": v for k, v in record.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
         if self.tb is not None:
             for key, value in scalars.items():
                 self.tb.add_scalar(key, value, record["step"])
