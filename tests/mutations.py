@@ -295,6 +295,20 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("train/refusals.py", '    if differ == {"images_sha256"}:', '    if differ == {"images"}:', k("images_replaced")),
     ("train/trainer.py", "            self.data_files |= image_files(open_reader(cfg.train_data, **self._reader_kwargs()))\n", "",
      k("images_replaced")),
+    # #72: one notion of a checkpoint, runs that extend
+    ("models/checkpoint.py", 'return str(name) if ":" in str(name) or not Path(name).exists() else str(checkpoint_folder(name))',
+     "return str(name)", "tests/test_train.py -k one_notion"),
+    ("models/checkpoint.py", 'for pointer in (path, path / LATEST_NAME, path / "checkpoints" / LATEST_NAME):',
+     "for pointer in (path, path / LATEST_NAME):", "tests/test_train.py -k one_notion"),
+    ("eval/scorer.py", "    model = model_name(model)\n", "", "tests/test_train.py -k one_notion"),
+    ("train/run_folder.py", 'more = now.get("steps", 0) > saved.get("steps", now.get("steps", 0))',
+     'more = now.get("steps", 0) >= saved.get("steps", now.get("steps", 0))', "tests/test_train.py -k extend"),
+    ("train/run_folder.py", 'if key in NOT_DEFINING or (longer and key in ("steps", "epochs")):', "if key in NOT_DEFINING:",
+     "tests/test_train.py -k extend"),
+    ("train/trainer.py", "            extended.append(self.extension)\n", "", "tests/test_train.py -k extend"),
+    ("train/reporting.py", 'scalars = {k if "/" in k else f"train/{k}": v', "scalars = {k: v", "tests/test_open_clip_habits.py -k two_processes"),
+    ("loggers.py", 'where = Path(os.environ.get("WANDB_DIR") or out)', "where = out", "tests/test_open_clip_habits.py -k wandb"),
+    ("methods/clip.py", 'return {"contrastive_loss": loss} if output_dict else loss', "return loss", L + "output_dict"),
 ]
 
 

@@ -461,3 +461,63 @@ def test_a_seed_of_ten_or_more_trains(tmp_path, capsys):
     code, _, err = run_main(capsys, "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--batch-size", "8",
                             "--workers", "0", "--steps", "1", "--seed", "42", "--train-data", str(data), "--out", str(tmp_path / "run"))
     assert code == 0, err[-2000:]
+
+
+def test_a_run_folder_latest_best_and_a_step_are_one_notion_of_a_checkpoint(tmp_path, swap_root, capsys, caplog):
+    """What `export` took and `eval` refused: the run folder, its `checkpoints` folder and `checkpoints/latest` (a text
+    pointer) all mean the newest step, said; `checkpoints/best` and a step folder are themselves. The same weights through
+    `load_model`, `eval` and `export`."""
+    import logging
+
+    import torch
+
+    from compclip.models import load_model
+    from conftest import run_main
+
+    train_run = settings_config(tmp_path, "run", steps=2, save_every=1, keep=2, val_data=str(tmp_path / "train.csv"), eval_every=1,
+                                keep_best="val/clip_val_loss")
+    from compclip.train import train
+
+    train(train_run)
+    run, step = tmp_path / "run", tmp_path / "run" / "checkpoints" / "step_0000002"
+    reference = load_model(step)[0].state_dict()
+    with caplog.at_level(logging.INFO, logger="compclip.models"):
+        for given in (run, run / "checkpoints", run / "checkpoints" / "latest", str(run)):
+            weights = load_model(given)[0].state_dict()
+            assert all(torch.equal(weights[k], reference[k]) for k in reference), given
+    assert f"{run}: the run's newest checkpoint, {step}" in caplog.text
+    best = json.loads((run / "checkpoints" / "best" / "best.json").read_text())
+    assert load_model(run / "checkpoints" / "best")[0] is not None and best["step"] in (1, 2)
+    for given in (run, run / "checkpoints" / "latest"):
+        out = tmp_path / f"eval-{given.name}"
+        code, _, err = run_main(capsys, "eval", "--model", given, "--benchmark", "sugarcrepe/swap_att", "--data-root", swap_root,
+                                "--out", out, "--workers", "0", "--device", "cpu")
+        assert code in (0, None), err
+        assert json.loads((out / "sugarcrepe-swap_att.json").read_text())["metrics"]["swap_att"]["n"] > 0
+    code, _, err = run_main(capsys, "export", run / "checkpoints" / "latest", tmp_path / "exported")
+    assert code in (0, None), err
+
+
+def test_more_steps_on_resume_extend_a_finished_run_and_fewer_are_refused(tmp_path, capsys):
+    """open_clip_train resumes with more epochs: `--steps 5` on a finished 3-step run trains steps 4 and 5, its cosine
+    stretched to the new end (each step's rate the 5-step schedule's), said in one line and recorded in config.json;
+    fewer steps, or other options, are still another run."""
+    from conftest import run_main
+
+    data = make_dataset(tmp_path, n=16)
+    args = ["train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data, "--out", tmp_path / "run",
+            "--batch-size", "8", "--workers", "0", "--lr", "1e-3", "--save-every", "1"]
+    assert run_main(capsys, *args, "--steps", "3")[0] == 0
+    code, _, err = run_main(capsys, *args, "--steps", "5")
+    assert code == 0, err
+    assert "extending" in err and "from 3 to 5 steps at step 3: the cosine schedule now ends at step 5" in err
+    rates = logged(tmp_path, "run", "lr")
+    assert sorted(rates) == [1, 2, 3, 4, 5]
+    for step in (4, 5):  # the rate after `step` updates, of the 5-step cosine
+        assert rates[step] == pytest.approx(0.5 * (1 + math.cos(math.pi * step / 5)) * 1e-3, abs=1e-12), step
+    record = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert record["steps"] == 5 and record["extended"] == [{"at_step": 3, "steps": [3, 5]}]
+    code, _, err = run_main(capsys, *args, "--steps", "4")
+    assert code == 2 and "holds a run made with other options (steps 5 -> 4)" in err, err
+    code, _, err = run_main(capsys, *args, "--steps", "6", "--lr", "2e-3")
+    assert code == 2 and "lr 0.001 -> 0.002" in err and "steps" not in err.split("(")[1].split(")")[0], err

@@ -284,8 +284,8 @@ def train(ctx: typer.Context, **options: Any) -> None:
     cfg = TrainConfig.from_given({k: v for k, v in declared_values(TrainConfig, options).items() if k in typed})
     terms = run(cfg)
     if not terms:
-        typer.echo(f"nothing to train: {cfg.out} has finished its {cfg.steps} steps; a second stage starts from its weights: "
-                   f"--model {latest_checkpoint(cfg.out)} --out ANOTHER_FOLDER")
+        typer.echo(f"nothing to train: {cfg.out} has finished its {cfg.steps} steps; more --steps extend it, or a second stage "
+                   f"starts from its weights: --model {latest_checkpoint(cfg.out)} --out ANOTHER_FOLDER")
         return
     typer.echo(f"finished {cfg.steps} steps; the last step's loss: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))
 

@@ -16,7 +16,7 @@ from .. import __version__
 from ..errors import DataError, MissingFileError, UsageError
 from ..io import sha256_of, write_json
 from ..loggers import parse_reporters
-from ..models.checkpoint import weights_file, weights_sha256
+from ..models.checkpoint import model_name, weights_file, weights_sha256
 from ..options import make_options
 from ..plugins import load_plugins
 from ..precision import PRECISIONS, resolve_device
@@ -204,7 +204,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     """
     device = resolve_device(cfg.device)
     jobs, root, made = check_options(cfg)
-    model, pretrained, out = cfg.model, cfg.pretrained, Path(cfg.out)
+    model, pretrained, out = model_name(cfg.model), cfg.pretrained, Path(cfg.out)
     file = weights_file(model, pretrained)  # refused before the model loads; checked again with the weights as loaded
     refuse_another_models(out, model, pretrained, sha256_of(file) if file else None, cfg.force)
     precision = cfg.precision or default_precision(device)

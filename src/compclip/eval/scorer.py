@@ -6,7 +6,7 @@ from typing import Any
 
 from ..methods import build_method
 from ..models import load_model
-from ..models.checkpoint import CONFIG_NAME, load_module_weights, read_config
+from ..models.checkpoint import CONFIG_NAME, load_module_weights, model_name, read_config
 from ..scoring import Box, DualEncoderScorer, Image, Scorer, UnreadableImagesError
 
 __all__ = ["Box", "DualEncoderScorer", "Image", "Scorer", "UnreadableImagesError", "load_scorer", "model_scorer"]
@@ -16,6 +16,7 @@ def load_scorer(model: str, pretrained: str | None = None, device: str = "cpu", 
     """The scorer of a model named as `load_model` takes it; `settings` are `DualEncoderScorer`'s (batch size, workers,
     cache, precision). A checkpoint whose method owns modules (`method.safetensors`) is scored by that method's scorer,
     its modules restored."""
+    model = model_name(model)
     net, preprocess, tokenizer = load_model(model, pretrained, device=device)
     config = read_config(model) if (Path(model) / CONFIG_NAME).is_file() else {}
     method = None

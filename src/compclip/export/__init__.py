@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..extras import need
 from ..io import atomic_dir
+from ..models.checkpoint import checkpoint_folder
 from ..progress import Stages
 from .card import CARD_MARK, check_license, find_results, model_card
 
@@ -48,15 +49,6 @@ def _results_roots(checkpoint: Path, results: list[Path]) -> list[Path]:
     return [checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent]
 
 
-def run_checkpoint(path: Path) -> Path:
-    """A checkpoint folder as given, or the one a run's `checkpoints/latest` pointer names (the pointer, its folder, or the
-    run folder itself)."""
-    for pointer in (path, path / "latest", path / "checkpoints" / "latest"):
-        if pointer.is_file() and pointer.name == "latest":
-            return pointer.parent / pointer.read_text(encoding="utf-8").strip()
-    return path
-
-
 def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, force: bool = False, results: list[Path] | None = None,
            license: str = "other", license_name: str | None = None, license_link: str | None = None,
            push_to_hub: str | None = None) -> tuple[Path, str, list[str]]:
@@ -66,7 +58,7 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
     weights, their config, the tokenizer (where it has a counterpart) and `README.md`, the model card, which
     `push_to_hub` (a Hub repository id) then uploads.
     """
-    checkpoint = run_checkpoint(Path(checkpoint))
+    checkpoint = checkpoint_folder(checkpoint)
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}: {', '.join(FORMATS)}")
     check_license(license, license_name, license_link)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import pickle
 import warnings
 import zipfile
@@ -32,10 +33,12 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 OPEN_CLIP_CONFIG_NAME = "open_clip_config.json"
 STATE_NAME = "training_state.pt"  # optimizer, scheduler, RNG and data position, for resuming
+LATEST_NAME = "latest"  # OUT/checkpoints/latest: a text file naming the run's newest complete step folder
 MODULES_NAME = "method.safetensors"  # the modules a method owns (not part of the open_clip model)
 SPEC_ATTR = "compclip_spec"  # set on every model load_model returns
 DIGEST_ATTR = "compclip_weights_sha256"  # the SHA-256 of the weights file load_model read, where it read one
 _SPEC_KEYS = ("model_name", "model_cfg", "preprocess_cfg", "tokenizer", "pretrained")
+log = logging.getLogger("compclip.models")
 
 
 class CheckpointMismatchError(DataError):
@@ -90,6 +93,25 @@ def weights_sha256(model: torch.nn.Module) -> str | None:
     was read: it names these exact weights in results and model cards. None for open_clip tags, hub ids and random
     weights."""
     return getattr(unwrap(model), DIGEST_ATTR, None)
+
+
+def checkpoint_folder(path: str | Path) -> Path:
+    """The checkpoint folder `path` means, one rule for `load_model` and so for `eval`, `export` and `attention`: a
+    checkpoint folder (a step's, `checkpoints/best`) is itself; a run's `checkpoints/latest` pointer, its `checkpoints`
+    folder or the run folder mean the step the pointer names, the run's newest (said)."""
+    path = Path(path)
+    for pointer in (path, path / LATEST_NAME, path / "checkpoints" / LATEST_NAME):
+        if pointer.name == LATEST_NAME and pointer.is_file():
+            target = pointer.parent / pointer.read_text(encoding="utf-8").strip()
+            log.info("%s: the run's newest checkpoint, %s", path, target)
+            return target
+    return path
+
+
+def model_name(name: str | Path) -> str:
+    """A model's name as `load_model` takes it, a run folder or its `latest` pointer made the checkpoint folder it means
+    (`checkpoint_folder`); open_clip names, tags and hub ids as they are."""
+    return str(name) if ":" in str(name) or not Path(name).exists() else str(checkpoint_folder(name))
 
 
 def read_config(folder: str | Path) -> dict[str, Any]:

@@ -23,7 +23,16 @@ from open_clip.transform import PreprocessCfg, image_transform_v2
 from ..errors import DataError, DownloadError, UsageError
 from ..extras import need
 from . import bundled
-from .checkpoint import DIGEST_ATTR, SPEC_ATTR, WEIGHTS_NAME, check_checkpoint_folder, load_weights, trained_activation, unwrap
+from .checkpoint import (
+    DIGEST_ATTR,
+    SPEC_ATTR,
+    WEIGHTS_NAME,
+    check_checkpoint_folder,
+    load_weights,
+    model_name,
+    trained_activation,
+    unwrap,
+)
 
 log = logging.getLogger("compclip.models")
 
@@ -186,7 +195,7 @@ def load_model(
     The `force_*` overrides are open_clip's `create_model` ones, recorded in the model's config.
     Returns `(model, preprocess, tokenizer)`: the model in eval mode, the evaluation preprocessing.
     """
-    name = str(name)
+    name = model_name(name)
     folder = Path(name)
     forced = {"force_quick_gelu": force_quick_gelu, "force_context_length": force_context_length, "force_image_size": force_image_size,
               "force_patch_dropout": force_patch_dropout, "force_custom_text": force_custom_text}

@@ -12,7 +12,7 @@ import torch
 from ..errors import DataError, UsageError
 from ..models.checkpoint import read_config
 from .config import PATH_OPTIONS, TrainConfig, resolved
-from .run_folder import changed_options
+from .run_folder import changed_options, extends
 
 log = logging.getLogger("compclip.train")
 
@@ -33,11 +33,11 @@ def refuse_what_cannot_learn(cfg: TrainConfig, model: torch.nn.Module, method: t
                     cfg.steps, cfg.lr)
 
 
-def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[str, Any] | None) -> None:
+def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[str, Any] | None) -> dict[str, Any] | None:
     """A run resumes only under the options and data that made it (`folder`: its checkpoint); another run's are refused
-    before anything is built."""
+    before anything is built. More steps extend it: returned as `{"at_step", "steps": [then, now]}`, and said."""
     if folder is None:
-        return
+        return None
     saved = read_config(folder).get("train_args", {})
     # a run saved before paths were recorded resolved: its strings, from here, as it was compared then
     saved |= {k: resolved(saved[k]) for k in PATH_OPTIONS if isinstance(saved.get(k), str)}
@@ -56,6 +56,12 @@ def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[s
     if changes:
         raise UsageError(f"--out {cfg.out} holds a run made with other options ({'; '.join(changes)}): resume it with its own "
                          f"options, or start a second stage from its weights: --model {folder} --out ANOTHER_FOLDER")
+    if not extends(saved, dataclasses.asdict(cfg)):
+        return None
+    at = read_config(folder).get("step")
+    log.warning("extending %s from %d to %d steps at step %s%s", cfg.out, saved["steps"], cfg.steps, at,
+                f": the {cfg.schedule} schedule now ends at step {cfg.steps}" if cfg.schedule != "const" else "")
+    return {"at_step": at, "steps": [saved["steps"], cfg.steps]}
 
 
 class Coverage:

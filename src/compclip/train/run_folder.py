@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import FolderLock, refuse_links
+from ..models.checkpoint import LATEST_NAME
 
 LOCK_NAME = ".lock"
 # The options that do not change what a run computes: how it is launched, logged and checkpointed.
@@ -22,7 +23,7 @@ NOT_DEFINING = frozenset({"out", "workers", "save_every", "keep", "log_every", "
 
 def latest_checkpoint(out: str | Path) -> Path | None:
     """The run's newest complete checkpoint, as OUT/checkpoints/latest names it (None before the first)."""
-    pointer = Path(out) / "checkpoints" / "latest"
+    pointer = Path(out) / "checkpoints" / LATEST_NAME
     return pointer.parent / pointer.read_text().strip() if pointer.is_file() else None
 
 
@@ -55,14 +56,25 @@ class RunLock(FolderLock):
                 self.out.rmdir()
 
 
+def extends(saved: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether `now` is the saved run given more to do: more --steps (or --epochs), the same otherwise. open_clip_train
+    resumes with more epochs so; a cosine schedule then stretches to the new end from the step it resumes at."""
+    more = now.get("steps", 0) > saved.get("steps", now.get("steps", 0))
+    fewer_epochs = None not in (saved.get("epochs"), now.get("epochs")) and now["epochs"] < saved["epochs"]
+    return more and not fewer_epochs
+
+
 def changed_options(saved: dict[str, Any], now: dict[str, Any], defaults: dict[str, Any] | None = None) -> list[str]:
     """`option old -> new` for each option that defines a run and differs between the two configurations. More steps
-    continue a run whose learning rate is constant; under a cosine schedule they change every step's rate. An option
-    newer than the saved run counts as its default there (`defaults`)."""
+    extend a run (`extends`): its length, and a warm-up drawn as a share of it, are not changes then; fewer are. An
+    option newer than the saved run counts as its default there (`defaults`)."""
     out, defaults = [], defaults or {}
+    longer = extends(saved, now)
     for key in sorted(set(saved) | set(now)):
-        if key in NOT_DEFINING or (key == "steps" and saved.get("schedule") == now.get("schedule") == "const"):
+        if key in NOT_DEFINING or (longer and key in ("steps", "epochs")):
             continue
+        if longer and key == "warmup" and saved.get("warmup_fraction") and saved.get("warmup_fraction") == now.get("warmup_fraction"):
+            continue  # drawn from the steps: a share of the new length
         old, new = saved.get(key, defaults.get(key)), now.get(key)
         if isinstance(old, list):  # JSON holds tuples as lists
             old = tuple(old)

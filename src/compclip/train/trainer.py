@@ -30,7 +30,16 @@ from ..data.shared_memory import check_shared_memory
 from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Preempted, StorageError, UsageError
 from ..io import atomic_path, open_own, write_json
 from ..models import image_bytes
-from ..models.checkpoint import CONFIG_NAME, MODULES_NAME, STATE_NAME, first_nonfinite, load_module_weights, read_config, remove_checkpoint
+from ..models.checkpoint import (
+    CONFIG_NAME,
+    LATEST_NAME,
+    MODULES_NAME,
+    STATE_NAME,
+    first_nonfinite,
+    load_module_weights,
+    read_config,
+    remove_checkpoint,
+)
 from ..models.tokens import TextWidth, text_width
 from ..precision import autocast, input_dtype, weights_precision
 from ..progress import progress
@@ -75,7 +84,8 @@ class Trainer:
         if self.data_files is not None:
             self.data_files |= image_files(open_reader(cfg.train_data, **self._reader_kwargs()))
         self.resume_from = self._resume_folder()
-        refuse_another_run(cfg, self.resume_from, self.data_files)  # reads OUT only: writing waits for `run` to own it
+        # reads OUT only: writing waits for `run` to own it
+        self.extension = refuse_another_run(cfg, self.resume_from, self.data_files)
         if concepts is None and self.method.uses_concepts:
             raise UsageError(f"method {cfg.method} trains on concepts: pass --concepts DIR (from `compclip concepts`), "
                              "or train on shards that carry them (`compclip concepts SHARDS --into-shards DIR`)")
@@ -221,7 +231,7 @@ class Trainer:
             except StorageError as e:
                 raise StorageError(f"{e}: training stopped at step {self.step}; the checkpoints before it are untouched: make room "
                                    "and run the same command to resume") from None
-            with atomic_path(self.out / "checkpoints" / "latest") as tmp:
+            with atomic_path(self.out / "checkpoints" / LATEST_NAME) as tmp:
                 tmp.write_text(folder.name)
             for old in sorted((self.out / "checkpoints").glob("step_*"))[: -max(1, self.cfg.keep)]:
                 if (old / CONFIG_NAME).exists():  # a folder rotation has already emptied of its own files is left alone
@@ -291,6 +301,12 @@ class Trainer:
         record = dataclasses.asdict(self.cfg)
         if self.epoch_records:  # what --epochs counted
             record["epoch_records"] = self.epoch_records
+        earlier = (self.out / "config.json").is_file() and json.loads((self.out / "config.json").read_text()).get("extended", [])
+        extended = list(earlier or [])
+        if self.extension and self.extension not in extended[-1:]:  # (not twice where a run killed before saving is resumed)
+            extended.append(self.extension)
+        if extended:  # each time more steps extended the run, in order
+            record["extended"] = extended
         if self.cfg.recipe is not None:
             from ..recipes import get_recipe
 
