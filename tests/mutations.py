@@ -306,7 +306,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("train/run_folder.py", 'if key in NOT_DEFINING or (longer and key in ("steps", "epochs")):', "if key in NOT_DEFINING:",
      "tests/test_train.py -k extend"),
     ("train/trainer.py", "            extended.append(self.extension)\n", "", "tests/test_train.py -k extend"),
-    ("train/reporting.py", 'scalars = {k if "/" in k else f"train/{k}": v', "scalars = {k: v", "tests/test_open_clip_habits.py -k two_processes"),
+    ("train/reporting.py", 'scalars = {k if "/" in k else f"train/{k}": v', "scalars = {k: v",
+     "tests/test_open_clip_habits.py -k two_processes"),
     ("loggers.py", 'where = Path(os.environ.get("WANDB_DIR") or out)', "where = out", "tests/test_open_clip_habits.py -k wandb"),
     ("methods/clip.py", 'return {"contrastive_loss": loss} if output_dict else loss', "return loss", L + "output_dict"),
 ]
