@@ -310,6 +310,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_open_clip_habits.py -k two_processes"),
     ("loggers.py", 'where = Path(os.environ.get("WANDB_DIR") or out)', "where = out", "tests/test_open_clip_habits.py -k wandb"),
     ("methods/clip.py", 'return {"contrastive_loss": loss} if output_dict else loss', "return loss", L + "output_dict"),
+    ("text.py", "close = [k for k in known if k.startswith(name) and name][:n] or ", "close = ", "tests/test_cli.py -k unknown"),
+    ("export/openclip.py", 'return "import open_clip\\n" + (', "return (", "tests/test_export.py -k plain_open_clip"),
 ]
 
 

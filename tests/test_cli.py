@@ -285,7 +285,8 @@ TRAIN_CASES = {
                                         ["--method-opt negatives=two: expected int"]),
     "method option without a value": (["--method-opt", "negatives"], ["--method-opt 'negatives': expected KEY=VALUE"]),
     "unknown method": (["--method", "c3lip"],
-                       ["unknown method 'c3lip'; known: attswap, c2lip, clic, clip, hardneg, negclip, occlip, siglip"]),
+                       ["unknown method 'c3lip' (did you mean clip or c2lip?); known: attswap, c2lip, clic, clip, hardneg, negclip, "
+                        "occlip, siglip"]),
     **({} if torch.cuda.is_available() else {"cuda without a GPU": (["--device", "cuda"], ["--device cuda: torch sees no GPU here"])}),
 }
 
@@ -333,8 +334,9 @@ def test_train_finds_images_in_an_images_folder_or_image_root(tmp_path):
 @pytest.mark.parametrize("args, fragments", [
     (["--batch-size", "0"], ["--batch-size must be at least 1, not 0"]),
     (["--ties", "loose"], ["--ties must be one of official, strict, clip_benchmark, not 'loose'"]),
-    (["--benchmark", "sugarcrepe,wino"], ["unknown benchmark 'wino'"]),
-    (["--benchmark", "sugarcrepe/swap"], ["--benchmark sugarcrepe/swap: sugarcrepe has no split 'swap'; its splits: add_obj"]),
+    (["--benchmark", "sugarcrepe,wino"], ["unknown benchmark 'wino' (did you mean winoground?); known: "]),
+    (["--benchmark", "sugarcrepe/swap"], ["--benchmark sugarcrepe/swap: sugarcrepe has no split 'swap' (did you mean swap_att or "
+                                          "swap_obj?); its splits: add_obj"]),
     (["--benchmark", "winoground/x"], ["winoground has no split 'x'; it has no splits"]),
     (["--bench-opt", "vl_checklist.pairs=zip"], ["--bench-opt vl_checklist.*: vl_checklist is not among the benchmarks run (sugarcrepe)"]),
     (["--benchmark", "vl_checklist", "--bench-opt", "vl_checklist.pair=zip"],

@@ -46,8 +46,8 @@ def test_export_loads_in_plain_open_clip_with_identical_embeddings(tmp_path, nam
     folder = save_checkpoint(model, tmp_path / "ckpt")
     usage = export_open_clip(folder, tmp_path / "plain.safetensors")
     assert f"open_clip.create_model_and_transforms('{name}', pretrained='{tmp_path / 'plain.safetensors'}')" in usage
-    scope = {"open_clip": open_clip}
-    exec(usage, scope)  # the printed lines, run as a user pastes them: model and tokenizer from open_clip alone
+    scope = {}
+    exec(usage, scope)  # the printed lines, run as a user pastes them, imports and all: model and tokenizer from open_clip alone
     # get_tokenizer would reach for SigLIP's hub tokenizer: the line names the tokenizer class
     assert isinstance(scope["tokenizer"], open_clip.tokenizer.HFTokenizer if name in bundled.HF_TOKENIZED else open_clip.SimpleTokenizer)
     assert_same_outputs(model, scope["model"].eval(), tokenizer, scope["tokenizer"])
@@ -68,8 +68,8 @@ def test_the_open_clip_folder_loads_by_local_dir_with_its_tokenizer(tmp_path, na
     model, _, tokenizer = load_model(name, init_seed=3)
     out, usage, _ = export(save_checkpoint(model, tmp_path / "ckpt"), tmp_path / "out")
     assert "local-dir:" in usage and (out / "open_clip_config.json").is_file() and (out / "README.md").is_file()
-    scope = {"open_clip": open_clip}
-    exec(usage, scope)
+    scope = {}
+    exec(usage, scope)  # its own imports
     assert torch.equal(scope["tokenizer"](CAPTIONS), tokenizer(CAPTIONS))  # the HF tokenizer from the folder's own files
     assert_same_outputs(model, scope["model"].eval(), tokenizer, scope["tokenizer"])
 

@@ -496,6 +496,9 @@ def test_a_run_folder_latest_best_and_a_step_are_one_notion_of_a_checkpoint(tmp_
         assert json.loads((out / "sugarcrepe-swap_att.json").read_text())["metrics"]["swap_att"]["n"] > 0
     code, _, err = run_main(capsys, "export", run / "checkpoints" / "latest", tmp_path / "exported")
     assert code in (0, None), err
+    from compclip.eval import load_scorer
+
+    assert load_scorer(str(run)).model is not None  # the library's own door: the same rule
 
 
 def test_more_steps_on_resume_extend_a_finished_run_and_fewer_are_refused(tmp_path, capsys):
@@ -517,6 +520,8 @@ def test_more_steps_on_resume_extend_a_finished_run_and_fewer_are_refused(tmp_pa
         assert rates[step] == pytest.approx(0.5 * (1 + math.cos(math.pi * step / 5)) * 1e-3, abs=1e-12), step
     record = json.loads((tmp_path / "run" / "config.json").read_text())
     assert record["steps"] == 5 and record["extended"] == [{"at_step": 3, "steps": [3, 5]}]
+    code, out, err = run_main(capsys, *args, "--steps", "5")  # the same length again: finished, nothing extended
+    assert code == 0 and out.startswith("nothing to train") and "extending" not in err, err
     code, _, err = run_main(capsys, *args, "--steps", "4")
     assert code == 2 and "holds a run made with other options (steps 5 -> 4)" in err, err
     code, _, err = run_main(capsys, *args, "--steps", "6", "--lr", "2e-3")

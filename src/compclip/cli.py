@@ -479,7 +479,8 @@ def report(
 
     if label and len(label) != len(results):
         raise UsageError(f"--label names {len(label)} models, {len(results)} are given")
-    typer.echo(f"wrote {build_report(results, out, paper, paper_model, label or None, html)}")
+    written = build_report(results, out, paper, paper_model, label or None, html)
+    typer.echo(f"wrote {written}" + (f" and {written.with_name('report.html')} (open it in a browser)" if html else ""))
     if paper:
         typer.echo((out / "paper.md").read_text(encoding="utf-8").rstrip())
 

@@ -7,12 +7,12 @@ NAME.KEY=VALUE` set, parsed here as the field's declared type. A key nobody decl
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import typing
 from collections.abc import Mapping
 from typing import Any
 
 from .errors import UsageError
+from .text import did_you_mean
 
 MODEL_HELP = "open_clip name (e.g. ViT-B-16-SigLIP, compclip-tiny-siglip), hf-hub: id, or compclip checkpoint folder."
 
@@ -70,8 +70,7 @@ def make_options(declared: list[type], given: Mapping[str, Any], *, owner: str, 
     valid = {f.name for cls in declared for f in dataclasses.fields(cls)}
     unknown = sorted(set(given) - valid)
     if unknown:
-        close = {k: difflib.get_close_matches(k, valid, n=1) for k in unknown}
-        hints = "".join(f" (did you mean {c[0]}?)" for c in close.values() if c)
+        hints = "".join(did_you_mean(k, valid) for k in unknown)
         known = ", ".join(sorted(valid)) or "none"
         raise UsageError(f"{owner} has no option {', '.join(unknown)}{hints}; its options: {known} (see `{listing}`)")
     made = []

@@ -1,5 +1,5 @@
 """Text rules shared by several layers: sentence splitting (one rule for the methods that recombine sentences and the
-retrieval protocol), and text from files compclip did not write set into Markdown.
+retrieval protocol), text from files compclip did not write set into Markdown, and the hint for a mistyped name.
 
 A results folder, a run's options and a checkpoint's config can come from someone else: put into a model card or a
 report unescaped, their `|` splits a table's row, a newline ends it, and `<script>` or `<img onerror=...>` is markup that
@@ -7,8 +7,10 @@ GitHub, the Hub or a browser renders or runs.
 """
 from __future__ import annotations
 
+import difflib
 import html
 import re
+from collections.abc import Iterable
 
 # A sentence ends at a run of . ! ? followed by whitespace, a capital or the end: "3.5 m" stays whole.
 _SENTENCE = re.compile(r"\S.*?(?:[.!?]+(?=[\sA-Z]|\Z)|\Z)", re.S)
@@ -28,3 +30,12 @@ def markdown_text(value: object) -> str:
     links and table cells backslash-escaped, line breaks as spaces."""
     one_line = " ".join(str(value).splitlines())
     return _MARKDOWN.sub(r"\\\1", html.escape(one_line, quote=False))
+
+
+def did_you_mean(name: str, known: Iterable[str], n: int = 1) -> str:
+    """" (did you mean X?)" for a mistyped `name` among `known`, or "" when none is close: the names it begins (a name cut
+    short), else difflib's closest `n`. One wording for every name a user types (a method, a benchmark, a split, a
+    recipe, a model, an option)."""
+    known = sorted(known)
+    close = [k for k in known if k.startswith(name) and name][:n] or difflib.get_close_matches(name, known, n=n)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""

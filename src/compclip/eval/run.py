@@ -20,6 +20,7 @@ from ..models.checkpoint import model_name, weights_file, weights_sha256
 from ..options import make_options
 from ..plugins import load_plugins
 from ..precision import PRECISIONS, resolve_device
+from ..text import did_you_mean
 from . import (  # noqa: F401 (importing a benchmark's module registers it, timm-style)
     aro,
     concept_ranking,
@@ -71,11 +72,12 @@ def resolve(items: str | list[str]) -> list[Job]:
     for item in items:
         name, _, split = item.partition("/")
         if name not in REGISTRY:
-            raise UsageError(f"unknown benchmark {name!r}; known: {', '.join(sorted(REGISTRY))} (`compclip benchmarks` lists them)")
+            raise UsageError(f"unknown benchmark {name!r}{did_you_mean(name, REGISTRY, n=2)}; known: {', '.join(sorted(REGISTRY))} "
+                             "(`compclip benchmarks` lists them)")
         splits = REGISTRY[name].splits
         if split and split not in splits:
             known = f"its splits: {', '.join(splits)}" if splits else "it has no splits"
-            raise UsageError(f"--benchmark {item}: {name} has no split {split!r}; {known}")
+            raise UsageError(f"--benchmark {item}: {name} has no split {split!r}{did_you_mean(split, splits, n=2)}; {known}")
         jobs.append(Job(item, name, (split,) if split else ()))
     if not jobs:
         raise UsageError(f"no benchmark given; known: {', '.join(sorted(REGISTRY))}")

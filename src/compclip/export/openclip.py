@@ -27,8 +27,9 @@ def _weights(checkpoint: Path) -> dict:
     return tensors
 
 
-def _registers(name: str) -> str:
-    return f"import compclip.models  # registers {name}\n" if name in BUNDLED_MODELS else ""
+def _imports(name: str) -> str:
+    """The snippet's first lines: open_clip, and compclip's models where the architecture is one compclip registers."""
+    return "import open_clip\n" + (f"import compclip.models  # registers {name}\n" if name in BUNDLED_MODELS else "")
 
 
 def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
@@ -42,7 +43,7 @@ def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
     builtin = open_clip.get_model_config(name) if ":" not in name else None
     tokenizer = _tokenizer_line(config["tokenizer"]) + "".join(f"\n# note: {n}" for n in method_notes(config))
     if builtin is None:
-        return f"model, _, preprocess = open_clip.create_model_and_transforms('local-dir:{checkpoint}')\n{tokenizer}"
+        return f"import open_clip\nmodel, _, preprocess = open_clip.create_model_and_transforms('local-dir:{checkpoint}')\n{tokenizer}"
     forces = []
     cfg = config["model_cfg"]
     if cfg.get("quick_gelu", False) != builtin.get("quick_gelu", False):
@@ -52,7 +53,7 @@ def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
     if cfg["vision_cfg"].get("image_size") != builtin["vision_cfg"].get("image_size"):
         forces.append(f"force_image_size={cfg['vision_cfg']['image_size']!r}")
     args = ", ".join([repr(name), f"pretrained={str(out)!r}", *forces])
-    return f"{_registers(name)}model, _, preprocess = open_clip.create_model_and_transforms({args})\n{tokenizer}"
+    return f"{_imports(name)}model, _, preprocess = open_clip.create_model_and_transforms({args})\n{tokenizer}"
 
 
 def write_open_clip_folder(checkpoint: Path, folder: Path, shown: Path, tokenizer: Any) -> tuple[str, list[str]]:
@@ -72,7 +73,7 @@ def write_open_clip_folder(checkpoint: Path, folder: Path, shown: Path, tokenize
             notes.append(f"tokenizer: not written ({type(e).__name__}: {e}); open_clip fetches "
                          f"{written['model_cfg']['text_cfg']['hf_tokenizer_name']} from the hub instead")
     write_json(folder / OPEN_CLIP_CONFIG_NAME, written)
-    usage = (f"{_registers(name)}model, _, preprocess = open_clip.create_model_and_transforms('local-dir:{shown}')\n"
+    usage = (f"{_imports(name)}model, _, preprocess = open_clip.create_model_and_transforms('local-dir:{shown}')\n"
              f"tokenizer = open_clip.get_tokenizer('local-dir:{shown}')")
     return usage, notes
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..plugins import load_plugins
+from ..text import did_you_mean
 from . import attswap, c2lip, clic, clip, hardneg, negclip, occlip, siglip
 from .base import LossPart, Method, MethodFactory, NoOptions, make_options, option, require_concept_fields
 from .c2lip import C2LIPLoss, ConceptLoss, concept_inputs
@@ -70,7 +71,8 @@ def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> 
     names = spec.split("+")
     unknown = [n for n in names if n not in _REGISTRY]
     if unknown:
-        raise UsageError(f"unknown method {unknown[0]!r}; known: {', '.join(list_methods())}")
+        hint = did_you_mean(unknown[0], list_methods(), n=2)
+        raise UsageError(f"unknown method {unknown[0]!r}{hint}; known: {', '.join(list_methods())}")
     require_concept_fields(concepts, method_concept_fields(spec), spec)
     made = make_options(spec, [_REGISTRY[n][1] for n in names], options)
     parts: list[LossPart] = []

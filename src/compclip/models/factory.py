@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import difflib
 import json
 import logging
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from open_clip.transform import PreprocessCfg, image_transform_v2
 
 from ..errors import DataError, DownloadError, UsageError
 from ..extras import need
+from ..text import did_you_mean
 from . import bundled
 from .checkpoint import (
     DIGEST_ATTR,
@@ -166,9 +166,8 @@ def _model_config(name: str) -> dict[str, Any]:
     except Exception as e:  # hf-hub config fetch
         raise DownloadError(f"could not fetch the config of {name} ({type(e).__name__}: {e})") from e
     if cfg is None:
-        close = difflib.get_close_matches(name, open_clip.list_models(), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise UsageError(f"unknown model {name!r}{hint} (open_clip.list_models() lists the names)")
+        raise UsageError(f"unknown model {name!r}{did_you_mean(name, open_clip.list_models(), n=3)} (open_clip.list_models() lists "
+                         "the names)")
     return cfg
 
 

@@ -8,7 +8,6 @@ recipe and each setting the run changed (`Recipe.overrides`). Nothing here impor
 """
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -16,6 +15,7 @@ from importlib import resources
 from typing import Any
 
 from ..errors import UsageError
+from ..text import did_you_mean
 
 # A flag given beside a recipe replaces the recipe's way of saying the same thing: --steps its epochs, --accum-freq its
 # global batch, --warmup its warm-up share.
@@ -106,9 +106,8 @@ def get_recipe(name: str) -> Recipe:
     """The recipe `name`; an unknown one is an error listing the known ones."""
     recipes = _recipes()
     if name not in recipes:
-        close = difflib.get_close_matches(name, recipes, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise UsageError(f"--recipe {name}: no such recipe{hint}; known: {', '.join(sorted(recipes))} (see `compclip recipes`)")
+        raise UsageError(f"--recipe {name}: no such recipe{did_you_mean(name, recipes)}; known: {', '.join(sorted(recipes))} "
+                         "(see `compclip recipes`)")
     return recipes[name]
 
 
