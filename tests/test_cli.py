@@ -196,7 +196,7 @@ def test_demo_runs_end_to_end(tmp_path):
                    for m in ("siglip-ft", "c2lip-ft") for f in (m, f"{m}-s6")}
         swap = {m: statistics.mean(column_value(records[f], "SC swap-att") for f in (m, f"{m}-s6")) for m in ("siglip-ft", "c2lip-ft")}
         differences.append(swap["c2lip-ft"] - swap["siglip-ft"])
-    half = 12.706 * statistics.stdev(differences) / math.sqrt(2)  # Student's t, 1 degree of freedom
+    half = 12.7062047 * statistics.stdev(differences) / math.sqrt(2)  # Student's t, 1 degree of freedom (t_0.975)
     markdown = (tmp_path / "demo" / "report" / "seeds.md").read_text()
     row = next(line for line in markdown.splitlines() if line.startswith("| c2lip-ft − siglip-ft | unseen |"))
     assert row.split(" | ")[5] == fmt_difference(statistics.mean(differences), half), row

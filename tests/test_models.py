@@ -74,8 +74,11 @@ def test_real_siglip_builds_offline_and_its_hub_tokenizer_fails_clearly():
     assert model.visual.trunk.attn_pool.kv.in_features == 768
     with torch.no_grad():
         assert model.encode_image(torch.randn(1, 3, 224, 224)).shape == (1, 768)
-    with pytest.raises(DownloadError, match="Hugging Face hub"):
+    with pytest.raises(DownloadError, match="Hugging Face hub") as failed:
         tokenizer(["a dog"])
+    said = str(failed.value)  # transformers' reason, one line, then compclip's: no stray marks where the two meet
+    assert said.startswith("the tokenizer of ViT-B-16-SigLIP could not be loaded (") and "\n" not in said
+    assert ".)" not in said and "'.)" not in said and "). SigLIP-family tokenizers come from the Hugging Face hub" in said
 
 
 @pytest.mark.parametrize("name", BUNDLED_MODELS)

@@ -17,9 +17,19 @@ def t_cdf(x: float, df: int) -> float:
     return float(((density[1:] + density[:-1]) / 2 * np.diff(grid)).sum())  # numpy 1.x has no trapezoid, 2.x no trapz
 
 
-@pytest.mark.parametrize("df", [2, 3, 4, 9, 29])
+@pytest.mark.parametrize("df", [2, 3, 4, 9, 29, 45])
 def test_quantile_table_matches_the_integrated_density(df):
     assert t_cdf(t975(df), df) == pytest.approx(0.975, abs=2e-4)
+
+
+# the table compclip printed from before scipy computed the quantile: t_{0.975}(df) for df = 1..30 to three decimals
+OLD_TABLE = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+             2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def test_scipys_quantile_is_the_old_table_to_its_three_decimals_and_exact_past_it():
+    assert [round(t975(df), 3) for df in range(1, 31)] == list(OLD_TABLE)
+    assert 1.960 < t975(60) < 2.001 and t975(10_000) == pytest.approx(1.95996, abs=5e-4)  # the table said 1.960 past 30
 
 
 def test_interval_covers_the_true_mean_95_percent_of_the_time():
@@ -36,7 +46,7 @@ def test_paired_is_the_interval_of_differences_and_significance_needs_zero_outsi
     mean, half = paired(a, b)
     d = [5.0, 4.0, 5.0]
     sd = math.sqrt(sum((x - sum(d) / 3) ** 2 for x in d) / 2)
-    assert mean == pytest.approx(14 / 3) and half == pytest.approx(4.303 * sd / math.sqrt(3))
+    assert mean == pytest.approx(14 / 3) and half == pytest.approx(4.3026527 * sd / math.sqrt(3))
     assert significant(mean, half) and not significant(*paired([50.0, 40.0, 52.0], [45.0, 48.0, 46.0]))
     assert math.isnan(interval([7.0])[1]) and not significant(*interval([7.0])) and fmt(*interval([7.0])) == "7.0"
     assert fmt_difference(-2.0, 1.5) == "-2.0 ± 1.5 *" and fmt_difference(0.4, 1.5) == "+0.4 ± 1.5"

@@ -63,7 +63,8 @@ class Difference:
 
 def bootstrap_interval(a: np.ndarray, b: np.ndarray, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
     """The 95 % percentile interval of mean(b) − mean(a) for verdicts `a` (runs_a × items) and `b` (runs_b × items) on the
-    same items: each draw resamples the items (the same ones for both) and each side's runs, with replacement."""
+    same items: each draw resamples the items (the same ones for both) and each side's runs, with replacement. Our own
+    because scipy's `bootstrap(paired=True)` resamples the items alone: with one run a side it is that (tested)."""
     rng = np.random.default_rng(seed)
     n = a.shape[1]
     a, b = a.astype(np.float64), b.astype(np.float64)

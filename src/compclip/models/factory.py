@@ -45,7 +45,8 @@ class LazyTokenizer:
     It remembers the rows of the last `cache_size` distinct texts, in one memory shared by every tokenizer of the
     same source and length in the process (a DataLoader worker starts from a copy of it, then keeps its own):
     training captions come back every epoch, a benchmark's texts come back for every model scored, and BPE costs far
-    more than a lookup.
+    more than a lookup. Our own memory, not `functools.lru_cache`: that keeps one call's answer, and a batch's new
+    texts are tokenized in one call; the oldest rows go first.
     """
 
     cache_size = 65_536
@@ -76,8 +77,9 @@ class LazyTokenizer:
                     _need_transformers(self.source)
                     raise
                 except Exception as e:
+                    said = str(e).strip().splitlines()[0].rstrip(" .") if str(e).strip() else "no reason given"
                     raise DownloadError(
-                        f"the tokenizer of {self.source} could not be loaded ({type(e).__name__}: {e}); "
+                        f"the tokenizer of {self.source} could not be loaded ({type(e).__name__}: {said}). "
                         "SigLIP-family tokenizers come from the Hugging Face hub: fetch them once online "
                         "or point HF_HOME at a cache that holds them"
                     ) from e
