@@ -312,6 +312,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("methods/clip.py", 'return {"contrastive_loss": loss} if output_dict else loss', "return loss", L + "output_dict"),
     ("text.py", "close = [k for k in known if k.startswith(name) and name][:n] or ", "close = ", "tests/test_cli.py -k unknown"),
     ("export/openclip.py", 'return "import open_clip\\n" + (', "return (", "tests/test_export.py -k plain_open_clip"),
+    ("eval/results.py", "names = [given_name(f) or f.name for f in folders]", "names = [f.name for f in folders]",
+     L + "records_the_precision"),
+    ("eval/results.py", 'benchmark = str(record.get("dataset") or stem).split("/")[0]', "benchmark = stem", L + "records_the_precision"),
+    ("stats.py", "return float(t.ppf(0.975, df))", "return float(t.ppf(0.95, df))", "tests/test_stats.py"),
 ]
 
 

@@ -154,6 +154,12 @@ def test_evaluate_records_the_precision_it_scored_at_and_a_split_scored_nothing_
     model, preprocess, tokenizer = load_model("compclip-tiny-clip")
     records = compclip.evaluate(model, preprocess, tokenizer, "winoground", data_root=swap_root, precision="amp_bf16")
     assert records["winoground"]["precision"] == "amp_bf16" and records["winoground"]["complete"] is False
+    # the name given is the folder's label, and a one-split run's rows sit under their benchmark's name
+    for name, folder in (("C2LIP", "x"), ("SigLIP", "y")):
+        compclip.evaluate(model, preprocess, tokenizer, "sugarcrepe/swap_att", data_root=swap_root, name=name, out=tmp_path / folder)
+    named = compclip.load_results([tmp_path / "x", tmp_path / "y"])
+    assert set(named["model"]) == {"C2LIP", "SigLIP"} and set(named["benchmark"]) == {"sugarcrepe"}
+    assert "swap_att" in set(named["split"]) and set(compclip.load_items([tmp_path / "x"])["model"]) == {"C2LIP"}
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "sugarcrepe.json").write_text(json.dumps({"metrics": {"swap_att": {"acc": None, "n": 0}, "add": 0.5}}))
     table = compclip.load_results(tmp_path / "r")

@@ -26,9 +26,9 @@ def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any
 
 
 def folder_labels(folders: list[str | Path]) -> dict[str, Path]:
-    """Each results folder by its label: the folder's name, or `parent/name` when names repeat; each checked once."""
+    """Each results folder by its label: the `name=` its results were given (`compclip.evaluate`), else the folder's
+    name, or `parent/name` when names repeat; each checked once."""
     folders = [Path(f) for f in folders]
-    names = [f.name for f in folders]
     twice = next((f for i, f in enumerate(folders) if f.resolve() in {g.resolve() for g in folders[:i]}), None)
     if twice is not None:
         raise UsageError(f"{twice}: given twice; a report has one row per results folder")
@@ -36,7 +36,20 @@ def folder_labels(folders: list[str | Path]) -> dict[str, Path]:
         if not folder.is_dir():
             raise MissingFileError(f"{folder}: {'a file' if folder.exists() else 'no such folder'}; give the folders that "
                                    "`compclip eval --out` wrote, one per model")
-    return {f.name if names.count(f.name) == 1 else f"{f.parent.name}/{f.name}": f for f in folders}
+    names = [given_name(f) or f.name for f in folders]
+    return {n if names.count(n) == 1 else f"{f.parent.name}/{f.name}": f for n, f in zip(names, folders, strict=True)}
+
+
+def given_name(folder: Path) -> str | None:
+    """The model's name its results record (`compclip.evaluate(name=)`), where every result file in `folder` names the
+    same one; None for `compclip eval`'s results, named by their folder."""
+    found = set()
+    for file in folder.glob("*.json"):
+        try:
+            found.add(json.loads(file.read_text(encoding="utf-8")).get("name"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            return None  # (`_read_result` names the file that is not a result)
+    return found.pop() if len(found) == 1 and None not in found else None
 
 
 def items_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
@@ -73,12 +86,13 @@ def check_items(file: Path, frame: pd.DataFrame) -> None:
 
 def results_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
     """Result folders as one tidy table, a row per score: model (the folder's label, as `report` names it), benchmark
-    (the result file's name), split (the metric's path, `/`-joined; "" for a benchmark's totals), metric, value (None
-    where nothing could be scored) and n (the examples behind it, where the result names them). Counts such as
-    `classes` and texts such as a layout are fields, not scores, and give no row."""
+    (the benchmark's name: `sugarcrepe` for a run of `sugarcrepe/swap_att` too), split (the metric's path, `/`-joined; ""
+    for a benchmark's totals), metric, value (None where nothing could be scored) and n (the examples behind it, where
+    the result names them). Counts such as `classes` and texts such as a layout are fields, not scores, and give no row."""
     rows = []
     for label, records in load_results([folders] if isinstance(folders, (str, Path)) else list(folders)).items():
-        for benchmark, record in records.items():
+        for stem, record in records.items():
+            benchmark = str(record.get("dataset") or stem).split("/")[0]  # a one-split run's rows beside its benchmark's
             rows += [(label, benchmark, *row) for row in _scores(record["metrics"], ())]
     return pd.DataFrame(rows, columns=["model", "benchmark", "split", "metric", "value", "n"]).astype({"n": "Int64"})
 

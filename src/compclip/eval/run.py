@@ -257,7 +257,8 @@ def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], da
     jobs, root, made = check_options(cfg)
     precision = cfg.precision or default_precision(device)
     scorer = model_scorer(net, preprocess, tokenizer, method, device=device, precision=precision, **cfg.scorer_settings)
-    head = {"model": cfg.model, "pretrained": "", "weights_sha256": weights_sha256(net), "precision": precision}
+    head = {"model": cfg.model, "pretrained": "", "weights_sha256": weights_sha256(net), "precision": precision,
+            **({"name": name} if name else {})}  # what `load_results` calls the folder
     folder = Path(out) if out is not None else None
     records = run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, folder,
                        before_write=lambda: refuse_another_models(folder, cfg.model, None, head["weights_sha256"], cfg.force))
@@ -296,7 +297,7 @@ def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: di
         record: dict[str, Any] = {"dataset": job.label, "model": head["model"], "pretrained": head["pretrained"],
                                   "weights_sha256": head["weights_sha256"], "task": bench.task, "ties": rule, "ties_option": ties,
                                   "precision": head["precision"], "compclip_version": __version__,
-                                  "options": dataclasses.asdict(made[job.name])}
+                                  "options": dataclasses.asdict(made[job.name]), **({"name": head["name"]} if "name" in head else {})}
         lacks = bench.lacks(root, job.splits)
         if lacks:
             log.error("%s: cannot run: %s", job.label, lacks)
