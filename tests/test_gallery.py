@@ -185,3 +185,39 @@ def test_the_gallerys_totals_are_each_models_own_items(gallery, tmp_path):
         assert int(n.replace(",", "")) == len(correct), (bench, model)
         assert float(acc) == pytest.approx(100 * right / len(correct), abs=0.05), (bench, model)
         assert (float(low), float(high)) == pytest.approx((100 * interval.low, 100 * interval.high), abs=0.05), (bench, model)
+
+
+def test_a_retrieval_miss_shows_the_image_retrieved_instead_and_pairs_across_models(tmp_path):
+    """A caption whose query retrieved another image: its card shows both images (its own, the one retrieved), kind
+    "retrieval", no words listed as swapped. Two models that retrieved different wrong images still answer the same
+    query: their rows pair, and the disagreement view does not count it."""
+    import pandas as pd
+    import torch
+    from PIL import Image
+
+    from compclip.eval.compare import compare
+    from compclip.eval.gallery import write_gallery
+    from compclip.eval.items import retrieval_rows
+    from compclip.eval.protocols import query_ranks
+
+    images = []
+    for name, colour in (("red.png", (255, 0, 0)), ("green.png", (0, 255, 0)), ("blue.png", (0, 0, 255))):
+        Image.new("RGB", (32, 32), colour).save(tmp_path / name)
+        images.append(str(tmp_path / name))
+    captions, owner = ["a red square", "a green square", "a blue square"], torch.tensor([0, 1, 2])
+
+    def rows(model, scores):
+        positives = owner[:, None] == torch.arange(3)[None, :]
+        ranks = query_ranks(scores, positives, "strict"), query_ranks(scores.T, positives.T, "strict")
+        return pd.DataFrame(retrieval_rows("set", images, captions, owner, scores, ranks)).assign(model=model, run=0, benchmark="retrieval")
+
+    # (captions, images): A finds the red square's caption the green image, B the blue one; both right elsewhere
+    a = rows("A", torch.tensor([[0.2, 0.9, 0.1], [0.0, 1.0, 0.1], [0.0, 0.1, 1.0]]))
+    b = rows("B", torch.tensor([[0.2, 0.1, 0.9], [0.0, 1.0, 0.1], [0.0, 0.1, 1.0]]))
+    page = write_gallery(pd.concat([a, b], ignore_index=True), tmp_path / "g.html").read_text(encoding="utf-8")
+    cards = [c for c in page.split('<div class="card"')[1:] if "item caption 0" in c]
+    assert len(cards) == 2 and all('data-kind="retrieval"' in c and 'data-words=""' in c for c in cards)
+    assert all(c.count('class="thumb t') == 2 for c in cards)  # its own image and the one retrieved
+    assert all('data-disagree="0"' in c for c in cards)  # both missed that query: no disagreement
+    d, = [d for d in compare(pd.concat([a, b]), "A", "B", resamples=200) if d.split == "set"]
+    assert (d.n, d.a_only, d.b_only) == (6, 0, 0)  # six queries paired, the caption-0 miss on both sides

@@ -86,3 +86,25 @@ def test_each_error_bar_is_drawn_from_its_low_to_its_high_end():
         per_pixel = value / (float(base) - float(top))
         ends = sorted(per_pixel * (float(base) - float(y)) for y in line[1:])
         assert ends == pytest.approx([lo, hi], abs=0.05)
+
+
+def test_the_axis_fits_the_values_and_a_mean_of_one_part_is_not_drawn_again(tmp_path):
+    """Retrieval's R@1 of a few % gets an axis to 2, not a sliver under 100; a one-split run's family mean and overall
+    (the same number, no interval of their own) are not two more bars beside the split's."""
+    import re
+
+    import pytest
+
+    from compclip.plots import axis_top, split_bars
+
+    assert [axis_top(v) for v in (0.3, 1.2, 4.6, 9.0, 17.0, 45.4, 45.5, 80.0, float("nan"))] == [1, 2, 10, 10, 20, 50, 100, 100, 100]
+    values = pd.DataFrame({"swap_att": [1.2], "swap": [1.2], "overall": [1.2]}, index=["M"])
+    low = pd.DataFrame({"swap_att": [0.4], "swap": [float("nan")], "overall": [float("nan")]}, index=["M"])
+    high = pd.DataFrame({"swap_att": [1.7], "swap": [float("nan")], "overall": [float("nan")]}, index=["M"])
+    split_bars(values, low, high, {"swap_att": "666"}, {}, "one split", tmp_path / "f.png")
+    svg = (tmp_path / "f.svg").read_text()
+    colour = "#" + "".join(f"{round(255 * c):02x}" for c in distinct_colours(1)[0][:3])
+    assert len(re.findall(rf'clip-path="[^"]*" style="fill: {colour}"', svg)) == 1  # one bar: swap_att's
+    assert "swap_att" in svg and "overall" not in svg
+    ticks = [float(t) for t in re.findall(r"<!-- (\d+(?:\.\d+)?) -->", svg)]
+    assert max(ticks) == pytest.approx(2.0)  # the axis to 2 %, not 100

@@ -67,6 +67,15 @@ def grouped_bars(df, title: str, out: str | Path) -> Path:
 FIGURE_FORMATS = ("png", "pdf", "svg")
 
 
+def axis_top(highest: float) -> float:
+    """The top of a percent axis that shows `highest` (a bar or an interval's end) with room above it: 100 once values
+    pass half of it, else the next of 1, 2, 5, 10, 20, 50 above 1.1 times it (retrieval's R@1 of a few % is not a
+    sliver under an axis to 100)."""
+    if not np.isfinite(highest) or highest * 1.1 > 50:
+        return 100.0
+    return next(top for top in (1, 2, 5, 10, 20, 50) if top >= highest * 1.1)
+
+
 def split_bars(values, low, high, counts: dict[str, str], chance: dict[str, float], title: str, out: str | Path) -> Path:
     """A figure for a paper: per split (a column of `values`, in %), one bar per model (a row, named as given), its 95 %
     interval from `low` to `high` (same shape; NaN: none), the split's item count `counts[split]` under its name, and a
@@ -80,6 +89,11 @@ def split_bars(values, low, high, counts: dict[str, str], chance: dict[str, floa
 
     values = values.apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
     low, high = (f.reindex(index=values.index, columns=values.columns).apply(pd.to_numeric, errors="coerce") for f in (low, high))
+    # a mean of one part (a family of one split, the overall of a one-split run) repeats that part's bar: drawn once
+    columns = list(values.columns)
+    means = [c for c in columns if low[c].isna().all() and high[c].isna().all()]
+    repeats = [c for c in means if any(values[o].equals(values[c]) for o in columns[: columns.index(c)])]
+    values, low, high = (f.drop(columns=repeats) for f in (values, low, high))
     models, splits = len(values), list(values.columns)
     rows = math.ceil(models / LEGEND_COLUMNS)
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(splits) + 2), 3.6 + 0.2 * rows), layout="constrained")
@@ -102,7 +116,8 @@ def split_bars(values, low, high, counts: dict[str, str], chance: dict[str, floa
     ax.set_xticks(np.arange(len(splits)) + width * (models - 1) / 2)
     ax.set_xticklabels([f"{s}\nn={counts[s]}" if s in counts else s for s in splits], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("% (95 % interval)")
-    ax.set_ylim(0, 100)
+    lines = [100 * chance[s] for s in values.columns if s in chance]
+    ax.set_ylim(0, axis_top(np.nanmax([values.max().max(), high.max().max(), *lines])))
     ax.set_title(title)
     _legend_below(fig, models + bool(chance))
     return _save(fig, out, FIGURE_FORMATS)

@@ -91,15 +91,22 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
                 totals.append(f"<tr><td>{_e(bench)}</td><td>{_e(split or '—')}</td><td>{_e(model)}</td><td>{len(mine):,}</td>"
                               f"<td>{acc:.1f}</td><td>[{low:.1f}, {high:.1f}]</td></tr>")
     for row in wrong.itertuples(index=False):
-        words = changed_words(str(row.true), str(row.false))
+        retrieval = isinstance(getattr(row, "direction", None), str) and bool(row.direction)
+        # a retrieval's wrong answer is another image or another image's caption: no word of it is a swap
+        words = [] if retrieval else changed_words(str(row.true), str(row.false))
         found = kinds.get(str(row.true), {})
-        kind = next((found[w] for w in words if w in found), "other")
-        if row.image not in thumbs:
-            thumbs[row.image] = thumbnail(row.image)
-            names[row.image] = f"t{len(names)}"
-        # each image's thumbnail is in the page once, as a style rule its cards name (models share images)
-        name = names[row.image] if thumbs[row.image] else None
-        picture = f'<div class="thumb {name}" role="img"></div>' if name else f'<div class="noimg">{_e(row.image)}</div>'
+        kind = "retrieval" if retrieval else next((found[w] for w in words if w in found), "other")
+        second = getattr(row, "image_2", None)  # Winoground's other image, the image a caption retrieved instead of its own
+        pictures = []
+        for image, title in ((row.image, "its image"), *([(second, "the other image")] if isinstance(second, str) and second else [])):
+            if image not in thumbs:
+                thumbs[image] = thumbnail(image)
+                names[image] = f"t{len(names)}"
+            # each image's thumbnail is in the page once, as a style rule its cards name (models share images)
+            name = names[image] if thumbs[image] else None
+            pictures.append(f'<div class="thumb {name}" role="img" title="{title}"></div>' if name else
+                            f'<div class="noimg">{_e(image)}</div>')
+        picture = "".join(pictures)
         key = (row.benchmark, row.split, row.item, row.identity, row.copy)
         cards.append(
             f'<div class="card" data-model="{_e(row.model)}" data-split="{_e(row.benchmark)}/{_e(row.split)}" data-kind="{kind}" '
@@ -147,7 +154,7 @@ table {{ border-collapse: collapse; margin-bottom: 1.5em; }} td, th {{ border: 1
 <div class="filters">
 <label>split <select id="split"><option value="">all</option>{split_options}</select></label>
 <label>kind <select id="kind"><option value="">all</option><option>attribute</option><option>object</option>
-<option>relation</option><option>other</option></select></label>
+<option>relation</option><option>retrieval</option><option>other</option></select></label>
 <label>word <input id="word" size="10"></label>
 <label>model <select id="model"><option value="">all</option>{model_options}</select></label>
 <label{disagree_hidden}><input type="checkbox" id="disagree"> only where the models disagree</label>

@@ -41,9 +41,9 @@ def identity(items):
     def text(values: pd.Series) -> pd.Series:
         return values.map(lambda v: "" if v is None or isinstance(v, float) else str(v))
 
-    grid = column("image_2").map(lambda v: isinstance(v, str))
     options = column("texts").map(lambda t: None if t is None or isinstance(t, float) else "\x1e".join(map(str, t)))
     direction, true = text(column("direction")), text(column("true"))
+    grid = column("image_2").map(lambda v: isinstance(v, str)) & (direction == "")  # a retrieval's image_2 is the model's pick
     query = direction + "\x1e" + np.where(direction == "text→image", true, "")  # an image query's `true` is the model's pick
     offered = np.where(grid, text(column("image_2")) + "\x1e" + true + "\x1e" + text(column("false")),
                        np.where(options.notna(), options.fillna(""), np.where(direction != "", query, true)))
@@ -127,7 +127,7 @@ def retrieval_rows(split: str, images: Sequence[Any], captions: Sequence[str], o
                    ranks: tuple[torch.Tensor, torch.Tensor]) -> list[dict[str, Any]]:
     """Retrieval, one row per query: each caption finding its image (`direction` text→image), each image finding one of
     its captions (image→text); `rank` of the first match (0: retrieved first, `correct` at R@1), `false` the best wrong
-    candidate (a caption, or for a caption's query the caption of the image retrieved in its image's place)."""
+    candidate (a caption; for a caption's query the image retrieved in its image's place, also as `image_2`)."""
     rows = []
     t2i_rank, i2t_rank = (r.tolist() for r in ranks)
     own = scores[torch.arange(len(captions)), owner]  # (captions,)
@@ -137,7 +137,8 @@ def retrieval_rows(split: str, images: Sequence[Any], captions: Sequence[str], o
         rows.append({"split": split, "item": f"caption {q}", "image": image_name(images[image]), "true": caption,
                      "false": f"image {image_name(images[other])}", "score_true": float(own[q]),
                      "score_false": float(wrong_image.values[q]), "correct": t2i_rank[q] == 0,
-                     "tie": float(own[q]) == float(wrong_image.values[q]), "direction": "text→image", "rank": t2i_rank[q]})
+                     "tie": float(own[q]) == float(wrong_image.values[q]), "direction": "text→image", "rank": t2i_rank[q],
+                     "image_2": image_name(images[other])})  # the image retrieved in its own's place, shown beside it
     mine = owner[None, :] == torch.arange(len(images))[:, None]  # (images, captions)
     by_image = scores.T
     best_own = by_image.masked_fill(~mine, float("-inf")).max(dim=1)
