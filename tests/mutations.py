@@ -320,6 +320,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/gallery.py", 'kind = "retrieval" if retrieval else next(', "kind = next(", G + "retrieval_miss"),
     ("plots.py", "    values, low, high = (f.drop(columns=repeats) for f in (values, low, high))\n", "", "tests/test_plots.py"),
     ("plots.py", "return next(top for top in (1, 2, 5, 10, 20, 50) if top >= highest * 1.1)", "return 100.0", "tests/test_plots.py"),
+    ("progress.py", "    if in_notebook():\n        return _logging_above(", "    if False:\n        return _logging_above(",
+     "tests/test_notebook.py"),
+    ("__init__.py", 'warnings.filterwarnings("ignore", message="IProgress not found", module="tqdm")', "pass", "tests/test_notebook.py"),
+    ("progress.py", "        return _logging_above(_notebook_bar()(", "        return iter(_notebook_bar()(", "tests/test_notebook.py"),
 ]
 
 

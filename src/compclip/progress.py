@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from tqdm.auto import tqdm
+from tqdm.std import tqdm
 
 T = TypeVar("T")
 _QUIET = os.environ.get("COMPCLIP_QUIET", "") not in ("", "0")
@@ -42,9 +42,60 @@ def progress(iterable: Iterable[T], desc: str, total: int | None = None, unit: s
     would fill the log)."""
     if _QUIET:
         return iter(iterable)
+    if in_notebook():
+        return _logging_above(_notebook_bar()(iterable, desc=desc, total=total, unit=unit, leave=leave))
     if sys.stderr.isatty():
-        return iter(tqdm(iterable, desc=desc, total=total, unit=unit, dynamic_ncols=True, leave=leave))
+        return _logging_above(tqdm(iterable, desc=desc, total=total, unit=unit, dynamic_ncols=True, leave=leave))
     return _lines(iterable, desc, total, unit)
+
+
+class _AboveTheBar(logging.Handler):
+    """A console handler's records written through `tqdm.write`: on a line of their own above a live bar, not after it."""
+
+    def __init__(self, console: logging.StreamHandler):
+        super().__init__(console.level)
+        self.console = console
+        self.setFormatter(console.formatter)
+        self.filters = list(console.filters)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=self.console.stream)
+        except Exception:  # as logging's own handlers: a record that cannot be written does not end the work
+            self.handleError(record)
+
+
+def _logging_above(bar) -> Iterator[T]:
+    """Iterate `bar` with the root logger's console handlers writing above it (tqdm.contrib.logging's idea, keeping each
+    handler's level, which `configure` sets)."""
+    root = logging.getLogger()
+    before = root.handlers
+    during = root.handlers = [_AboveTheBar(h) if type(h) is logging.StreamHandler and h.stream in (sys.stderr, sys.stdout) else h
+                              for h in before]
+    try:
+        yield from bar
+    finally:
+        if root.handlers is during:  # (not where logging was set up anew meanwhile, or a bar left unfinished ends late)
+            root.handlers = before
+
+
+def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel (tqdm.autonotebook's test): its stderr is no terminal, yet it redraws a bar."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+def _notebook_bar() -> type:
+    """tqdm's widget where ipywidgets can draw it; else its text bar, which a notebook redraws in place as well. (tqdm.auto
+    there without ipywidgets warns "IProgress not found" and prints a line per update.)"""
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is None:
+        return tqdm
+    from tqdm.notebook import tqdm as widget
+
+    return widget
 
 
 def _lines(iterable: Iterable[T], desc: str, total: int | None, unit: str) -> Iterator[T]:
