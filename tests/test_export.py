@@ -404,7 +404,8 @@ def test_the_card_parses_as_the_hub_parses_it_for_odd_licenses_and_paths(tmp_pat
         assert "| learning rate | 1e-05 |" in card.text and "| training data | train.csv |" in card.text and str(odd) not in card.text
     # --push-to-hub: offline here, so huggingface_hub's own call fails, in one line; the export stays
     code, _, err = run_main(capsys, "export", tmp_path / "run", tmp_path / "pushed", "--push-to-hub", "someone/tiny-clip")
-    assert code == 2 and err.startswith("error: --push-to-hub someone/tiny-clip: OfflineModeIsEnabled") and "hf upload" in err
+    said = err.splitlines()[-1]  # (after the log's line naming the run's newest checkpoint)
+    assert code == 2 and said.startswith("error: --push-to-hub someone/tiny-clip: OfflineModeIsEnabled") and "hf upload" in said
     assert (tmp_path / "pushed" / "README.md").is_file()
     config = json.loads((tmp_path / "run" / "checkpoints" / "step_0000001" / "config.json").read_text())
     assert upload_arguments(tmp_path / "pushed", "someone/tiny-clip", config) == {

@@ -8,7 +8,6 @@ from pathlib import Path
 from ..errors import UsageError
 from ..extras import need
 from ..io import atomic_dir
-from ..models.checkpoint import checkpoint_folder
 from ..progress import Stages
 from .card import CARD_MARK, check_license, find_results, model_card
 
@@ -58,7 +57,6 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
     weights, their config, the tokenizer (where it has a counterpart) and `README.md`, the model card, which
     `push_to_hub` (a Hub repository id) then uploads.
     """
-    checkpoint = checkpoint_folder(checkpoint)
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}: {', '.join(FORMATS)}")
     check_license(license, license_name, license_link)
@@ -76,9 +74,10 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
         if fmt == "hf":
             need("transformers", "--format hf")
     from ..models import load_model
-    from ..models.checkpoint import check_checkpoint_folder, weights_sha256
+    from ..models.checkpoint import check_checkpoint_folder, checkpoint_folder, weights_sha256
     from .openclip import export_open_clip, method_notes, write_open_clip_folder
 
+    checkpoint = checkpoint_folder(checkpoint)  # a run folder or its `latest`: the newest step
     config = check_checkpoint_folder(checkpoint)
     if single_file:
         return target, export_open_clip(checkpoint, target), []

@@ -35,24 +35,23 @@ log = logging.getLogger("compclip.methods")
 class Output:
     """How the trainer carries one model output across micro-batches and ranks (`compclip.train.step`).
 
-    - `rows`: one row per image of the batch; concatenated over micro-batches and, with
-      `gather`, over ranks as `all_<name>`.
+    - `rows`: one row per image of the batch; concatenated over micro-batches.
     - `owned`: rows that each belong to an image, whose local index is the output `owner`;
-      concatenated with the owners offset by each micro-batch's first image and, with `gather`,
-      over ranks with the owners offset by each rank's first image.
+      concatenated with the owners offset by each micro-batch's first image.
     - `scalar`: one value shared by the batch (τ, b): the micro-batch with gradients passes 1/A of it.
+
+    Ranks are the loss module's to join (`compclip.gather`): a part sees this process's outputs only.
     """
 
     kind: str
     owner: str | None = None
-    gather: bool = True
 
 
-ROWS, LOCAL_ROWS, SCALAR = Output("rows"), Output("rows", gather=False), Output("scalar")
+ROWS, SCALAR = Output("rows"), Output("scalar")
 
 
-def owned(owner: str, gather: bool = True) -> Output:
-    return Output("owned", owner, gather)
+def owned(owner: str) -> Output:
+    return Output("owned", owner)
 
 
 class LossPart(nn.Module):
@@ -281,7 +280,7 @@ class LocalOutputs(dict):
         return super().get(key, default)
 
 
-BASE_OUTPUTS = {"image_features": ROWS, "text_features": ROWS, "visual_tokens": LOCAL_ROWS, "logit_scale": SCALAR,
+BASE_OUTPUTS = {"image_features": ROWS, "text_features": ROWS, "visual_tokens": ROWS, "logit_scale": SCALAR,
                 "logit_bias": SCALAR}
 
 

@@ -350,7 +350,7 @@ class C2LIPPart(LossPart):
     needs = frozenset({"visual_tokens", "text_states"})
     # every image meets every concept of the global batch
     outputs: ClassVar[Mapping[str, Output]] = {"concept_features": owned("concept_image"),
-                                               "swap_features": owned("swap_image", gather=False)}
+                                               "swap_features": owned("swap_image")}
     uses_concepts = True
     token_fields = ("concept_text", "swap_text")
     uses_logit_bias = True

@@ -175,7 +175,7 @@ class CLICPart(LossPart):
 
     name = "clic"
     contrastive = True
-    outputs: ClassVar[Mapping[str, Output]] = {"positive_features": ROWS, "negative_features": owned("negative_image", gather=False)}
+    outputs: ClassVar[Mapping[str, Output]] = {"positive_features": ROWS, "negative_features": owned("negative_image")}
     uses_concepts = True
     token_fields = ("positive_text", "first_text", "negative_text")
     alone = True

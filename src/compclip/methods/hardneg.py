@@ -148,8 +148,8 @@ class HardNegativePart(LossPart):
     contrastive = True
     token_fields = ("negative_text",)
     # negatives stay on their rank: only their own image's row reads them
-    outputs: ClassVar[Mapping[str, Output]] = {"negative_features": owned("negative_image", gather=False),
-                                               "negative_draw": owned("negative_image", gather=False)}
+    outputs: ClassVar[Mapping[str, Output]] = {"negative_features": owned("negative_image"),
+                                               "negative_draw": owned("negative_image")}
 
     def __init__(self, options: Options = Options(), seed: int = 0):
         super().__init__()

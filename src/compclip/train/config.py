@@ -10,7 +10,6 @@ from typing import Any
 
 from ..errors import MissingFileError, UsageError
 from ..loggers import REPORTERS, parse_reporters
-from ..models.checkpoint import STATE_NAME
 from ..options import MODEL_HELP, flag_of, option
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -171,6 +170,8 @@ class TrainConfig:
         if self.dataset_resampled and not is_tar_shards(self.train_data):
             raise UsageError(f"--dataset-resampled draws webdataset shards with replacement: --train-data {self.train_data} is no "
                              "shards (a CSV or an array is read whole each epoch: --no-dataset-resampled)")
+        from ..models.checkpoint import STATE_NAME  # (here: `compclip train --help` imports this module, not torch)
+
         if self.resume not in (None, "latest") and not (Path(self.resume) / STATE_NAME).is_file():
             raise MissingFileError(f"--resume {self.resume}: not a checkpoint folder (it has no training_state.pt); give "
                                    "OUT/checkpoints/step_N or latest")
