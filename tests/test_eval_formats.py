@@ -755,6 +755,15 @@ def test_zeroshot_subset_is_clics_seeded_draw_and_imagenet_stays_whole(tmp_path)
     assert (m["colours"]["n"], m["colours"]["subset"], m["colours"]["subset_seed"]) == (5, 5, 1)
     assert m["colours"]["acc"] == pytest.approx(sum(right[i] for i in chosen) / 5)
     assert m["imagenet"]["n"] == 12 and "subset" not in m["imagenet"] and m["imagenet"]["acc"] == pytest.approx(sum(right) / 12)
+    # what `report --paper` compares with CLIC's draw: the order drawn over, where names and prompts came from
+    assert m["colours"]["subset_order"] == "class folders, then file names" and "subset_order" not in m["imagenet"]
+    assert (m["colours"]["classnames_source"], m["colours"]["templates_source"]) == ("dataset file", "dataset file")
+    assert (m["imagenet"]["classnames_source"], m["imagenet"]["templates_source"]) == ("dataset file", "dataset file")
+    from compclip.eval.zeroshot import source
+
+    assert [source(said, file) for said, file in (("en_classnames.json[cars]", "en_classnames.json"), ("the class folders' names", None),
+                                                   ("ImageNet's 80 templates (bundled)", None), ("/d/templates.txt", None))] == [
+        "clip_benchmark json", "folder names", "imagenet", "dataset file"]
     other = run("zeroshot", tmp_path, subset=5, subset_seed=2, subset_skip="").metrics
     np.random.seed(2)
     np.random.shuffle(indices := list(range(12)))

@@ -15,7 +15,8 @@ from compclip.eval.report import list_papers, paper_comparison, paper_markdown, 
 from conftest import shared_paper
 from test_recipes import result_folder
 
-FIELDS = {"layout", "subset"}  # what a result records per dataset that a column's protocol may name
+FIELDS = {"layout", "subset", "subset_order", "classnames_source", "templates_source"}  # what a result records per dataset that a
+# column's protocol may name
 
 
 def cells(line: str) -> list[float | None]:
@@ -101,11 +102,13 @@ def test_the_report_marks_a_value_computed_by_another_protocol(tmp_path):
     """CLIC's retrieval is ARO's pre_caption on BLIP's Karpathy file, its ZS-10 ten datasets of 1,000 images drawn with
     seed 1, its ImageNet whole: a result computed otherwise is marked ≠ in its cell and its differences named."""
     ten = ["food101", "cifar10", "cifar100", "cars", "fgvc_aircraft", "dtd", "pets", "caltech101", "flowers", "country211"]
-    zs = {name: {"acc": 0.5 + i / 100, "subset": 1000, "subset_seed": 1} for i, name in enumerate(ten)}
+    theirs = {"subset_order": "CLIP_benchmark's dataset order", "classnames_source": "clip_benchmark json",
+              "templates_source": "clip_benchmark json"}  # CLIC's own draw, as another tool would record it
+    zs = {name: {"acc": 0.5 + i / 100, "subset": 1000, "subset_seed": 1, **theirs} for i, name in enumerate(ten)}
     coco = {"text_retrieval_recall@5": 0.8, "image_retrieval_recall@5": 0.6}
     same = result_folder(tmp_path, "same", {
         "zeroshot": {**zs, "imagenet": {"acc": 0.6}},
-        "retrieval": {"mscoco_captions": {**coco, "layout": "coco_karpathy_test.json"}},
+        "retrieval": {"mscoco_captions": {**coco, "layout": "coco_karpathy_test_2017.json"}},
     }, options={"zeroshot": {"subset": 1000}, "retrieval": {"captions": "pre_caption"}})
     other = result_folder(tmp_path, "other", {
         "zeroshot": {**zs, "imagenet": {"acc": 0.6, "subset": 1000, "subset_seed": 1}},
@@ -125,16 +128,28 @@ def test_the_report_marks_a_value_computed_by_another_protocol(tmp_path):
     lone, _, _ = paper_comparison(load_results([whole]), "clic", "CLIC-LAION")
     assert lone.loc["ZS-10", "whole protocol"].startswith(
         "zeroshot.subset=unrecorded (paper: 1000); zeroshot.subset_seed=unrecorded (paper: 1); food101 subset=None (paper: 1000); ")
-    assert lone.loc["MSCOCO text retrieval R@5", "whole protocol"] == (
-        "retrieval.captions=unrecorded (paper: pre_caption); retrieval.max_words=unrecorded (paper: 30)")
+    assert lone.loc["MSCOCO text retrieval R@5", "whole protocol"] == (  # BLIP's 2014 Karpathy file: another split than Val2017
+        "retrieval.captions=unrecorded (paper: pre_caption); retrieval.max_words=unrecorded (paper: 30); mscoco_captions "
+        "layout=coco_karpathy_test.json (paper: coco_karpathy_test_2017.json)")
     assert frame.loc["ZS-10", "same"] == pytest.approx(100 * sum(0.5 + i / 100 for i in range(10)) / 10)
     assert frame.loc["ZS-10", "paper"] == 61.0 and frame.loc["ImageNet", "paper"] == 61.7
     assert (frame["same protocol"] == "").all()
     assert frame.loc["ImageNet", "other protocol"] == "imagenet subset=1000 (paper: None)"
     assert frame.loc["ZS-10", "other protocol"] == ""
+    # compclip's own draw: over the class folders, with the folders' names and ImageNet's templates, each said
+    mine = result_folder(tmp_path, "mine", {"zeroshot": {name: {"acc": 0.5, "subset": 1000, "subset_seed": 1,
+                                                                "subset_order": "class folders, then file names",
+                                                                "classnames_source": "folder names", "templates_source": "imagenet"}
+                                                         for name in ten}}, options={"zeroshot": {"subset": 1000}})
+    drawn, _, _ = paper_comparison(load_results([mine]), "clic", "CLIC-LAION")
+    said = drawn.loc["ZS-10", "mine protocol"]
+    for dataset in ten:
+        assert (f"{dataset} subset_order=class folders, then file names (paper: CLIP_benchmark's dataset order)" in said
+                and f"{dataset} classnames_source=folder names (paper: clip_benchmark json)" in said
+                and f"{dataset} templates_source=imagenet (paper: clip_benchmark json)" in said), said
     assert frame.loc["MSCOCO text retrieval R@5", "other protocol"] == (
         "retrieval.captions=raw (paper: pre_caption); mscoco_captions layout=coco_test_karpathy.json "
-        "(paper: coco_karpathy_test_2017.json or coco_karpathy_test.json)")
+        "(paper: coco_karpathy_test_2017.json)")
     text = paper_markdown(frame, about, not_run)
     assert "| ImageNet | Table 2 | 61.7 | 60.0 | -1.7 | 60.0 ≠ | -1.7 |" in text
     assert "ImageNet (other): imagenet subset=1000 (paper: None)" in text

@@ -81,6 +81,20 @@ def clip_benchmark_metrics(scores: torch.Tensor, target: torch.Tensor, correct: 
     return {"acc1": rate(correct), "acc5": top5, "mean_per_class_recall": sum(recalls) / len(recalls)}
 
 
+# the order a subset is drawn over: the class folders in name order, each one's files in name order. CLIC draws over a
+# CLIP_benchmark dataset's own order (eval/eval_utils.py, shuffle_and_select), which no folder of images records.
+SUBSET_ORDER = "class folders, then file names"
+
+
+def source(said: str, file: str | None) -> str:
+    """Where class names or templates came from, in a word `report --paper` compares: "clip_benchmark json" (the
+    --bench-opt file, CLIP_benchmark's format), "dataset file" (the folder's own .txt), "imagenet" (the bundled
+    fallback) or "folder names"."""
+    if file and said.startswith(f"{file}["):
+        return "clip_benchmark json"
+    return "imagenet" if "bundled" in said else "folder names" if said == "the class folders' names" else "dataset file"
+
+
 def seeded_subset(count: int, size: int, seed: int) -> list[int]:
     """CLIC's draw (eval/eval_utils.py, `shuffle_and_select` after `np.random.seed(args.seed)` in
     eval/eval_zeroshot_imagenet.py): the indices 0..count-1 shuffled by numpy's legacy generator, the first `size`."""
@@ -125,9 +139,12 @@ class ZeroShot(Benchmark):
             scores, target = scorer.class_scores(files, prompts), torch.tensor(labels, dtype=torch.long)
             correct = protocols.picks(scores, target, ties)
             items += class_rows(folder.name, files, labels, names, scores, correct, folder)
+            # how the subset was drawn and where names and prompts came from, as `report --paper` compares them
+            drawing = {"subset": options.subset, "subset_seed": options.subset_seed, "subset_order": SUBSET_ORDER} if drawn else {}
             metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), "classes": len(classes),
-                                    **({"subset": options.subset, "subset_seed": options.subset_seed} if drawn else {}),
-                                    "prompts": sum(map(len, prompts)), "classnames_from": names_from, "templates_from": prompts_from}
+                                    **drawing, "prompts": sum(map(len, prompts)), "classnames_from": names_from,
+                                    "templates_from": prompts_from, "classnames_source": source(names_from, options.classnames),
+                                    "templates_source": source(prompts_from, options.templates)}
         datasets = list(metrics.values())
         metrics["overall"] = mean(m["acc"] for m in datasets)
         for key in ("acc1", "acc5", "mean_per_class_recall"):  # CLIP_benchmark's keys, over the datasets
