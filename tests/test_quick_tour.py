@@ -35,6 +35,7 @@ def test_the_readme_quick_tour_runs_as_written(tmp_path):
                  "c2lip-hf/README.md"):
         assert (tour / made).is_file(), made
     assert "nothing evaluated" not in result.stdout and "retrieval: mean_recall@1" in result.stdout
+    assert "flickr8k_1k_images 1,000," in result.stdout  # a count printed as a count, not as a score (1000.0000)
     assert "note: tokenizer:" in result.stdout and "open_clip.SimpleTokenizer(context_length=64)" in result.stdout
     assert "| retrieval | mean_recall@1 |" in (tour / "c2lip-hf" / "README.md").read_text()  # the card found its scores
 

@@ -417,7 +417,8 @@ def eval_(**options: Any) -> None:
             continue
         headline = {k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}
         flag = "" if record["complete"] else "  (incomplete)"
-        shown = {k: "n/a" if v is None else v if isinstance(v, str) else f"{v:.4f}" for k, v in headline.items()}
+        shown = {k: "n/a" if v is None else v if isinstance(v, str) else f"{v:,}" if isinstance(v, int) else f"{v:.4f}"  # a count, a score
+                 for k, v in headline.items()}
         typer.echo(f"{name}: " + ", ".join(f"{k} {v}" for k, v in shown.items()) + flag)
     if empty:
         raise typer.Exit(1)
