@@ -324,6 +324,14 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_notebook.py"),
     ("__init__.py", 'warnings.filterwarnings("ignore", message="IProgress not found", module="tqdm")', "pass", "tests/test_notebook.py"),
     ("progress.py", "        return _logging_above(_notebook_bar()(", "        return iter(_notebook_bar()(", "tests/test_notebook.py"),
+    # #71: the columns that differ from their paper say so
+    ("eval/zeroshot.py", '"subset_order": SUBSET_ORDER} if drawn else {}', "} if drawn else {}", P + "zeroshot_subset"),
+    ("eval/zeroshot.py", '    if file and said.startswith(f"{file}["):', "    if file:", P + "zeroshot_subset"),
+    ("eval/papers/clic.json", '"layout": "coco_karpathy_test_2017.json"',
+     '"layout": ["coco_karpathy_test_2017.json", "coco_karpathy_test.json"]', "tests/test_papers.py -k another_protocol"),
+    ("eval/report.py", 'assumed = {col: columns[col]["assumed"] for col in table if columns[col].get("assumed")}', "assumed = {}",
+     "tests/test_papers.py -k assumed"),
+    ("cli.py", 'else f"{v:,}" if isinstance(v, int) else f"{v:.4f}"', 'else f"{v:.4f}"', "tests/test_quick_tour.py"),
 ]
 
 

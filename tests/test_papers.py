@@ -15,7 +15,7 @@ from compclip.eval.report import list_papers, paper_comparison, paper_markdown, 
 from conftest import shared_paper
 from test_recipes import result_folder
 
-FIELDS = {"layout", "subset", "subset_order", "classnames_source", "templates_source"}  # what a result records per dataset that a
+FIELDS = {"layout", "subset", "subset_order", "classnames_source", "templates_source", "n"}  # what a result records per dataset that a
 # column's protocol may name
 
 
@@ -154,6 +154,25 @@ def test_the_report_marks_a_value_computed_by_another_protocol(tmp_path):
     assert "| ImageNet | Table 2 | 61.7 | 60.0 | -1.7 | 60.0 ≠ | -1.7 |" in text
     assert "ImageNet (other): imagenet subset=1000 (paper: None)" in text
     assert "Flickr30k text retrieval R@5" in not_run
+
+
+def test_subsets_of_another_size_are_marked_and_an_assumed_protocol_is_said(tmp_path):
+    """Rösch's concept ranking on subsets of the paper's sizes (Table 8) is the paper's protocol; compclip's keyword rule
+    finds other counts, marked ≠ with both. OC-CLIP's ARO and spatial columns are read by a protocol the paper does not
+    state: the table says so, whatever the result."""
+    from compclip.eval.report import load_results
+
+    ranking = {cls: {"acc": 0.5, "n": n} for cls, n in (("object", 13270), ("color", 3907), ("location", 2527), ("size", 2601))}
+    folder = result_folder(tmp_path, "mine", {"concept_ranking": ranking})
+    frame, _, _ = paper_comparison(load_results([folder]), "hardneg", "CLIP ViT-B/32 (Orig.)")
+    assert frame.loc["concept ranking object", "mine protocol"] == "object n=13270 (paper: 12907)"
+    assert frame.loc["concept ranking color", "mine protocol"] == ""  # the paper's own count
+    aro = result_folder(tmp_path, "aro", {"aro_vg_relation": {"macro": 0.6}, "sugarcrepe": {"swap_att": {"acc": 0.7, "n": 666}}})
+    frame, about, not_run = paper_comparison(load_results([aro]), "occlip")
+    text = paper_markdown(frame, about, not_run)
+    said = text.split("A protocol compclip assumed where the paper does not state it: ")[1].split("\n")[0]
+    assert "ARO relation (macro over relations: the paper does not say macro or micro" in said
+    assert "COCO-spatial (the mean of the one- and two-object subsets" in said and "SC swap att" not in said
 
 
 def test_an_average_column_is_the_mean_of_its_members_and_empty_without_one(tmp_path):

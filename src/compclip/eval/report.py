@@ -292,8 +292,10 @@ def paper_comparison(results, paper: str, model: str | None = None) -> tuple[pd.
     frame = pd.DataFrame.from_dict(table, orient="index")
     frame.index.name = "column"
     notes = [r["note"] for r in rows if r.get("note")]
+    assumed = {col: columns[col]["assumed"] for col in table if columns[col].get("assumed")}  # compclip's reading of a silent paper
     return frame, {"paper": paper, "model": model, "citation": numbers["citation"], "not_reproducible": unreachable,
-                   "notes": notes, "yours": {label: models_scored(records) for label, records in results.items()}}, not_run
+                   "assumed": assumed, "notes": notes,
+                   "yours": {label: models_scored(records) for label, records in results.items()}}, not_run
 
 
 def models_scored(records: dict[str, dict[str, Any]]) -> str:
@@ -329,6 +331,9 @@ def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str
         lines.append("| " + " | ".join(cells) + " |")
     if differing:
         lines += ["", "Computed by another protocol than the paper's (≠): " + markdown_text("; ".join(differing)) + "."]
+    if about.get("assumed"):
+        assumed = "; ".join(f"{c} ({why})" for c, why in about["assumed"].items())
+        lines += ["", "A protocol compclip assumed where the paper does not state it: " + markdown_text(assumed) + "."]
     if not_run:
         lines += ["", f"Not run (no result has them): {markdown_text(', '.join(not_run))}."]
     if about.get("not_reproducible"):
