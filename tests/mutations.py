@@ -332,6 +332,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/report.py", 'assumed = {col: columns[col]["assumed"] for col in table if columns[col].get("assumed")}', "assumed = {}",
      "tests/test_papers.py -k assumed"),
     ("cli.py", 'else f"{v:,}" if isinstance(v, int) else f"{v:.4f}"', 'else f"{v:.4f}"', "tests/test_quick_tour.py"),
+    ("cli.py", 'one = dataclasses.replace(cfg, seed=seed, seeds=None, out=str(Path(cfg.out) / f"seed-{seed}"))',
+     'one = dataclasses.replace(cfg, seeds=None, out=str(Path(cfg.out) / f"seed-{seed}"))', "tests/test_train.py -k seeds_train"),
 ]
 
 

@@ -526,3 +526,26 @@ def test_more_steps_on_resume_extend_a_finished_run_and_fewer_are_refused(tmp_pa
     assert code == 2 and "holds a run made with other options (steps 5 -> 4)" in err, err
     code, _, err = run_main(capsys, *args, "--steps", "6", "--lr", "2e-3")
     assert code == 2 and "lr 0.001 -> 0.002" in err and "steps" not in err.split("(")[1].split(")")[0], err
+
+
+def test_seeds_train_one_run_each_into_its_own_folder(tmp_path, capsys):
+    """A paper's mean over seeds (OC-CLIP's three): `--seeds 0,1` trains two runs, OUT/seed-0 and OUT/seed-1, each its own
+    run (its seed in config.json, other weights); run again, each has finished. Refused where it cannot work."""
+    from safetensors.torch import load_file
+
+    from conftest import run_main
+
+    data = make_dataset(tmp_path, n=16)
+    args = ["train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data, "--out", tmp_path / "run",
+            "--batch-size", "8", "--workers", "0", "--steps", "2", "--seeds", "0,1"]
+    code, out, err = run_main(capsys, *args)
+    assert code == 0, err
+    assert "seed 0: finished 2 steps into" in out and "seed 1: finished 2 steps into" in out and "2 runs under" in out
+    for seed in (0, 1):
+        assert json.loads((tmp_path / "run" / f"seed-{seed}" / "config.json").read_text())["seed"] == seed
+    weights = [load_file(tmp_path / "run" / f"seed-{s}" / "checkpoints" / "step_0000002" / "model.safetensors") for s in (0, 1)]
+    assert not torch.equal(weights[0]["text.token_embedding.weight"], weights[1]["text.token_embedding.weight"])  # seeded apart
+    code, out, _ = run_main(capsys, *args)
+    assert code == 0 and "seed 0: " in out and "had finished" in out
+    code, _, err = run_main(capsys, *args[:-1], "0,x")
+    assert code == 2 and "--seeds 0,x: give comma-separated whole numbers" in err

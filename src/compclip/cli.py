@@ -282,6 +282,15 @@ def train(ctx: typer.Context, **options: Any) -> None:
 
     typed = _typed(ctx, TrainConfig)
     cfg = TrainConfig.from_given({k: v for k, v in declared_values(TrainConfig, options).items() if k in typed})
+    seeds = cfg.seed_list()
+    if seeds:  # one run a seed, each a folder of its own, resumable as any run
+        for seed in seeds:
+            one = dataclasses.replace(cfg, seed=seed, seeds=None, out=str(Path(cfg.out) / f"seed-{seed}"))
+            terms = run(one)
+            typer.echo(f"seed {seed}: " + (f"finished {one.steps} steps into {one.out}" if terms else f"{one.out} had finished"))
+        typer.echo(f"{len(seeds)} runs under {cfg.out}: evaluate each, then `compclip compare` their result folders, "
+                   "comma-joined as one model, for the mean over seeds and its interval")
+        return
     terms = run(cfg)
     if not terms:
         typer.echo(f"nothing to train: {cfg.out} has finished its {cfg.steps} steps; more --steps extend it, or a second stage "

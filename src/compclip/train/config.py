@@ -3,6 +3,7 @@ are generated from it. Nothing heavy is imported here, so that the command line'
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,8 @@ class TrainConfig:
     workers: int = option(2, "DataLoader workers per process.")
     shuffle: int = option(1000, "Records in each worker's seeded shuffle buffer (new order each epoch); 0 reads in file order.")
     seed: int = option(0, "Seed of the model's initialisation, data order, augmentation and negatives.")
+    seeds: str | None = option(None, "Comma-separated seeds trained one after another, each into OUT/seed-S (a paper's mean over "
+                                     "seeds, OC-CLIP's three); one process.")
     save_every: int = option(500, "Checkpoint every N steps (and at the end).")
     keep: int = option(2, "Checkpoints to keep.")
     resume: str | None = option(None, "Resume from a checkpoint folder (OUT/checkpoints/step_N), or latest: the newest in --out, "
@@ -109,6 +112,20 @@ class TrainConfig:
     min_concept_coverage: float = option(0.5, "A concept method stops when fewer of the first step's captions have concepts it can "
                                               "use (0 never stops).")
     skip_nonfinite: int = option(0, "Steps with a NaN or inf loss or gradient skipped (no update) before training stops.")
+
+    def seed_list(self) -> list[int]:
+        """--seeds as numbers (empty without it), refused in one line where it cannot be read or under torchrun."""
+        if not self.seeds:
+            return []
+        try:
+            seeds = [int(s) for s in self.seeds.split(",") if s.strip()]
+        except ValueError:
+            raise UsageError(f"--seeds {self.seeds}: give comma-separated whole numbers, such as 0,1,2") from None
+        if len(set(seeds)) != len(seeds) or not seeds:
+            raise UsageError(f"--seeds {self.seeds}: give each seed once")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise UsageError("--seeds trains its runs one after another in one process: under torchrun, launch one job per --seed")
+        return seeds
 
     def validate(self) -> None:
         """Every value checked before a model is built or a file written; errors name the CLI option."""
@@ -304,7 +321,7 @@ HELP_GROUPS = {
     "Method": ("method", "recipe", "method_options"),
     "Optimisation": ("batch_size", "accum_freq", "global_batch_size", "steps", "epochs", "lr", "warmup", "warmup_fraction",
                      "warmup_lr", "min_lr", "schedule", "optimizer", "betas", "eps", "weight_decay", "grad_clip_norm", "precision",
-                     "seed", "skip_nonfinite"),
+                     "seed", "seeds", "skip_nonfinite"),
     "Evaluation": ("eval_benchmarks", "eval_data_root", "eval_every", "val_data", "keep_best"),
     "Cluster": ("device", "dist_timeout", "resume", "save_every", "keep"),
     "Logging": ("out", "log_every", "report_to", "wandb_project_name"),
