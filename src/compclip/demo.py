@@ -74,9 +74,10 @@ COLUMNS = ("SC add", "SC replace", "SC swap", "SC swap-att", "SC++ ITT", "SC++ T
 
 def _train(out: Path, **kwargs) -> Path:
     """Train unless `out` already has its final checkpoint; returns the checkpoint folder."""
+    from .models.checkpoint import RunFolder
     from .train import TrainConfig, train
 
-    final = out / "checkpoints" / f"step_{kwargs['steps']:07d}"
+    final = RunFolder(out).step(kwargs["steps"])
     if not final.is_dir():
         train(TrainConfig(out=str(out), **kwargs))
     return final
@@ -345,10 +346,10 @@ def pretrain_base(train: Path, world_dir: Path, cfg, pretrain_steps: int, common
     """The base's checkpoint in `train/base`, and how it came there: the shipped base where it was made on this very
     world by this curriculum (`shipped_fits`), installed in a second, unless `rebuild`; else `CURRICULUM`'s runs from
     scratch (or what a re-run finds of them)."""
-    from .models.checkpoint import read_config
+    from .models.checkpoint import RunFolder, read_config
 
     steps = [max(1, round(pretrain_steps * run[-1] / PRETRAIN_STEPS)) for run in CURRICULUM]
-    final = train / CURRICULUM[-1][0] / "checkpoints" / f"step_{steps[-1]:07d}"
+    final = RunFolder(train / CURRICULUM[-1][0]).step(steps[-1])
     shipped = final.is_dir() and "shipped" in read_config(final)
     if rebuild and shipped:
         raise UsageError(f"{final} holds the shipped base: --rebuild-base pretrains one in another --out")

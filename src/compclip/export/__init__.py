@@ -43,9 +43,9 @@ def _check_folder(out: Path, force: bool) -> None:
 
 def _results_roots(checkpoint: Path, results: list[Path]) -> list[Path]:
     """Where eval results are looked for: `results`, else the run folder that holds the checkpoint."""
-    if results:
-        return results
-    return [checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent]
+    from ..models.checkpoint import RunFolder
+
+    return results or [RunFolder.holding(checkpoint)]
 
 
 def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, force: bool = False, results: list[Path] | None = None,

@@ -34,6 +34,7 @@ WEIGHTS_NAME = "model.safetensors"
 OPEN_CLIP_CONFIG_NAME = "open_clip_config.json"
 STATE_NAME = "training_state.pt"  # optimizer, scheduler, RNG and data position, for resuming
 LATEST_NAME = "latest"  # OUT/checkpoints/latest: a text file naming the run's newest complete step folder
+BEST_NAME = "best"  # OUT/checkpoints/best: the model folder of the best evaluation, with best.json beside its config
 MODULES_NAME = "method.safetensors"  # the modules a method owns (not part of the open_clip model)
 SPEC_ATTR = "compclip_spec"  # set on every model load_model returns
 DIGEST_ATTR = "compclip_weights_sha256"  # the SHA-256 of the weights file load_model read, where it read one
@@ -95,12 +96,39 @@ def weights_sha256(model: torch.nn.Module) -> str | None:
     return getattr(unwrap(model), DIGEST_ATTR, None)
 
 
+class RunFolder:
+    """A training run's folder, the one place its layout is spelled: `checkpoints/step_NNNNNNN` (a checkpoint folder each,
+    with `training_state.pt` to resume), `checkpoints/latest` (a text file naming the newest complete step) and
+    `checkpoints/best`; `log.jsonl`, `train.log` and `config.json` beside them."""
+
+    def __init__(self, out: str | Path):
+        self.out = Path(out)
+        self.checkpoints = self.out / "checkpoints"
+        self.pointer, self.best = self.checkpoints / LATEST_NAME, self.checkpoints / BEST_NAME
+
+    def step(self, n: int) -> Path:
+        return self.checkpoints / f"step_{n:07d}"
+
+    def steps(self) -> list[Path]:
+        """The step folders there, oldest first."""
+        return sorted(self.checkpoints.glob("step_*"))
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint, as the pointer names it (None before the first)."""
+        return self.checkpoints / self.pointer.read_text(encoding="utf-8").strip() if self.pointer.is_file() else None
+
+    @staticmethod
+    def holding(checkpoint: Path) -> Path:
+        """The run folder a checkpoint folder belongs to (the folder itself where it is not a run's)."""
+        return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+
+
 def checkpoint_folder(path: str | Path) -> Path:
     """The checkpoint folder `path` means, one rule for `load_model` and so for `eval`, `export` and `attention`: a
     checkpoint folder (a step's, `checkpoints/best`) is itself; a run's `checkpoints/latest` pointer, its `checkpoints`
     folder or the run folder mean the step the pointer names, the run's newest (said)."""
     path = Path(path)
-    for pointer in (path, path / LATEST_NAME, path / "checkpoints" / LATEST_NAME):
+    for pointer in (path, path / LATEST_NAME, RunFolder(path).pointer):
         if pointer.name == LATEST_NAME and pointer.is_file():
             target = pointer.parent / pointer.read_text(encoding="utf-8").strip()
             log.info("%s: the run's newest checkpoint, %s", path, target)

@@ -21,7 +21,6 @@ from .config import TrainConfig, reader_kwargs
 
 log = logging.getLogger("compclip.train")
 
-BEST_NAME = "best"  # OUT/checkpoints/best: the model folder of the best evaluation, with best.json beside its config
 BEST_RECORD = "best.json"
 LOWER_IS_BETTER = ("loss", "_rank")  # the figures where less is better: val/clip_val_loss and val/*_mean_rank, *_median_rank
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import FolderLock, refuse_links
-from ..models.checkpoint import LATEST_NAME
+from ..models.checkpoint import RunFolder
 
 LOCK_NAME = ".lock"
 # The options that do not change what a run computes: how it is launched, logged and checkpointed.
@@ -23,8 +23,7 @@ NOT_DEFINING = frozenset({"out", "workers", "save_every", "keep", "log_every", "
 
 def latest_checkpoint(out: str | Path) -> Path | None:
     """The run's newest complete checkpoint, as OUT/checkpoints/latest names it (None before the first)."""
-    pointer = Path(out) / "checkpoints" / LATEST_NAME
-    return pointer.parent / pointer.read_text().strip() if pointer.is_file() else None
+    return RunFolder(out).latest()
 
 
 # What a run writes in OUT: a planted link at any of them would be written through, or its target's files deleted.
@@ -49,7 +48,7 @@ class RunLock(FolderLock):
         if not self.held:
             return
         super().release()
-        if not keep_folder and self.created and not (self.out / "checkpoints").exists():
+        if not keep_folder and self.created and not RunFolder(self.out).checkpoints.exists():
             for name in (LOCK_NAME, "train.log"):
                 (self.out / name).unlink(missing_ok=True)
             if not any(self.out.iterdir()):

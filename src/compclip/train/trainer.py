@@ -32,9 +32,9 @@ from ..io import atomic_path, open_own, write_json
 from ..models import image_bytes
 from ..models.checkpoint import (
     CONFIG_NAME,
-    LATEST_NAME,
     MODULES_NAME,
     STATE_NAME,
+    RunFolder,
     first_nonfinite,
     load_module_weights,
     read_config,
@@ -45,7 +45,7 @@ from ..precision import autocast, input_dtype, weights_precision
 from ..progress import progress
 from .config import TrainConfig, reader_kwargs
 from .distributed import DistEnv, init_distributed, leave
-from .evaluation import BEST_NAME, RunEvaluation, keep_if_best
+from .evaluation import RunEvaluation, keep_if_best
 from .faults import NonFiniteGuard, StopSignals, peer_lost, worker_init
 from .loop import train_loop
 from .optim import lr_schedule, make_optimizer, param_groups
@@ -76,6 +76,7 @@ class Trainer:
 
         cfg = self.cfg
         self.out = Path(cfg.out)
+        self.run_folder = RunFolder(self.out)  # its layout
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else self._carried_concepts()
         self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)  # what an epoch counts
         self.epoch_records: dict[str, int] = {}
@@ -221,19 +222,19 @@ class Trainer:
         bad = first_nonfinite(self.model.state_dict())  # never a checkpoint that cannot be used
         if bad is not None:
             raise NonFiniteError(f"step {self.step}: weight {bad} holds NaN or inf: not saved, training stopped (checkpoints "
-                                 f"under {self.out / 'checkpoints'} are untouched). Lower --lr")
+                                 f"under {self.run_folder.checkpoints} are untouched). Lower --lr")
         ranks = self._gather_objects(self.state.rank_state())
         if self.env.is_main:
             state = self.state.state_dict(ranks)
-            folder = self.out / "checkpoints" / f"step_{self.step:07d}"
+            folder = self.run_folder.step(self.step)
             try:
                 self._write_model(folder, state=state)
             except StorageError as e:
                 raise StorageError(f"{e}: training stopped at step {self.step}; the checkpoints before it are untouched: make room "
                                    "and run the same command to resume") from None
-            with atomic_path(self.out / "checkpoints" / LATEST_NAME) as tmp:
+            with atomic_path(self.run_folder.pointer) as tmp:
                 tmp.write_text(folder.name)
-            for old in sorted((self.out / "checkpoints").glob("step_*"))[: -max(1, self.cfg.keep)]:
+            for old in self.run_folder.steps()[: -max(1, self.cfg.keep)]:
                 if (old / CONFIG_NAME).exists():  # a folder rotation has already emptied of its own files is left alone
                     foreign = remove_checkpoint(old)
                     if foreign:
@@ -266,19 +267,19 @@ class Trainer:
 
     def _previous_complete(self, damaged: Path) -> str:
         """Where to resume from instead of a damaged checkpoint."""
-        folders = sorted((self.out / "checkpoints").glob("step_*"), reverse=True)
+        folders = self.run_folder.steps()[::-1]
         earlier = [f for f in folders if f != damaged and (f / STATE_NAME).is_file()]
         if earlier:
-            return (f"the previous checkpoint {earlier[0]} is complete: write {earlier[0].name} into {self.out / 'checkpoints' / 'latest'} "
+            return (f"the previous checkpoint {earlier[0]} is complete: write {earlier[0].name} into {self.run_folder.pointer} "
                     "to resume from it")
-        return f"no earlier checkpoint: remove {self.out / 'checkpoints'} to start the run again"
+        return f"no earlier checkpoint: remove {self.run_folder.checkpoints} to start the run again"
 
     def _keep_best(self, figures: dict[str, float]) -> None:
         """Rank 0: OUT/checkpoints/best becomes this step's model when its --keep-best figure is the best yet."""
         best = self.evaluation.best(figures) if self.env.is_main else None
         if best is None:
             return
-        keep_if_best(self.out / "checkpoints" / BEST_NAME, *best, self.step, save=self._write_model)
+        keep_if_best(self.run_folder.best, *best, self.step, save=self._write_model)
 
     def _write_model(self, folder: Path, **extra: Any) -> None:
         """This step's model and method modules with the run's options and data: what a checkpoint and `best` both hold."""
@@ -396,7 +397,7 @@ class Trainer:
             return micro
 
         try:
-            return train_loop(self.state, self.bar, draw, self.env, NonFiniteGuard(cfg.skip_nonfinite, self.out / "checkpoints"),
+            return train_loop(self.state, self.bar, draw, self.env, NonFiniteGuard(cfg.skip_nonfinite, self.run_folder.checkpoints),
                               self.after_step, cfg.grad_clip_norm, self._autocast)
         finally:
             if self.reporters is not None:
@@ -426,7 +427,7 @@ class Trainer:
             if not saved:
                 self.save()
             raise Preempted(f"{signal.Signals(stop).name} at step {self.step} of {cfg.steps}: checkpoint "
-                            f"{self.out / 'checkpoints' / f'step_{self.step:07d}'} written; run the same command to resume")
+                            f"{self.run_folder.step(self.step)} written; run the same command to resume")
 
     def _trained(self) -> list[torch.nn.Parameter]:
         return self.state.trained()
