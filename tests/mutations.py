@@ -334,6 +334,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("cli.py", 'else f"{v:,}" if isinstance(v, int) else f"{v:.4f}"', 'else f"{v:.4f}"', "tests/test_quick_tour.py"),
     ("cli.py", 'one = dataclasses.replace(cfg, seed=seed, seeds=None, out=str(Path(cfg.out) / f"seed-{seed}"))',
      'one = dataclasses.replace(cfg, seeds=None, out=str(Path(cfg.out) / f"seed-{seed}"))', "tests/test_train.py -k seeds_train"),
+    ("models/checkpoint.py", 'return self.checkpoints / f"step_{n:07d}"', 'return self.checkpoints / f"step_{n:06d}"',
+     "tests/test_train.py -k 'one_notion or extend'"),
+    ("models/checkpoint.py", 'return sorted(self.checkpoints.glob("step_*"))', 'return sorted(self.checkpoints.glob("step_*"), reverse=True)',
+     "tests/test_train.py"),
 ]
 
 

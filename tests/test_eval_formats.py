@@ -762,8 +762,9 @@ def test_zeroshot_subset_is_clics_seeded_draw_and_imagenet_stays_whole(tmp_path)
     from compclip.eval.zeroshot import source
 
     assert [source(said, file) for said, file in (("en_classnames.json[cars]", "en_classnames.json"), ("the class folders' names", None),
-                                                   ("ImageNet's 80 templates (bundled)", None), ("/d/templates.txt", None))] == [
-        "clip_benchmark json", "folder names", "imagenet", "dataset file"]
+                                                   ("ImageNet's 80 templates (bundled)", None), ("/d/templates.txt", None),
+                                                   ("/d/classnames.txt", "en_classnames.json"))] == [
+        "clip_benchmark json", "folder names", "imagenet", "dataset file", "dataset file"]  # (a JSON given, this dataset not in it)
     other = run("zeroshot", tmp_path, subset=5, subset_seed=2, subset_skip="").metrics
     np.random.seed(2)
     np.random.shuffle(indices := list(range(12)))
