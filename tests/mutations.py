@@ -337,7 +337,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("models/checkpoint.py", 'return self.checkpoints / f"step_{n:07d}"', 'return self.checkpoints / f"step_{n:06d}"',
      "tests/test_train.py -k 'one_notion or extend'"),
     ("models/checkpoint.py", 'return sorted(self.checkpoints.glob("step_*"))',
-     'return sorted(self.checkpoints.glob("step_*"), reverse=True)', "tests/test_train.py -k 'keep or damaged or rotation'"),
+     'return sorted(self.checkpoints.glob("step_*"), reverse=True)', "tests/test_train.py -k keep_log_every"),
 ]
 
 
