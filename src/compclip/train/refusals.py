@@ -38,12 +38,13 @@ def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[s
     before anything is built. More steps extend it: returned as `{"at_step", "steps": [then, now]}`, and said."""
     if folder is None:
         return None
-    saved = read_config(folder).get("train_args", {})
+    config = read_config(folder)
+    saved = config.get("train_args", {})
     # a run saved before paths were recorded resolved: its strings, from here, as it was compared then
     saved |= {k: resolved(saved[k]) for k in PATH_OPTIONS if isinstance(saved.get(k), str)}
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
     changes = changed_options(saved, dataclasses.asdict(cfg), defaults)
-    before = read_config(folder).get("train_data_files") or {}
+    before = config.get("train_data_files") or {}
     now_files = data_files or {}  # a run of an older compclip recorded no sha256 or images: what it recorded is compared
     differ = {k for k in before.keys() & now_files.keys() if before[k] != now_files[k]}
     if differ == {"images_sha256"}:
@@ -58,7 +59,7 @@ def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[s
                          f"options, or start a second stage from its weights: --model {folder} --out ANOTHER_FOLDER")
     if not extends(saved, dataclasses.asdict(cfg)):
         return None
-    at = read_config(folder).get("step")
+    at = config.get("step")
     log.warning("extending %s from %d to %d steps at step %s%s", cfg.out, saved["steps"], cfg.steps, at,
                 f": the {cfg.schedule} schedule now ends at step {cfg.steps}" if cfg.schedule != "const" else "")
     return {"at_step": at, "steps": [saved["steps"], cfg.steps]}

@@ -80,10 +80,13 @@ class Trainer:
         concepts = ConceptStore(cfg.concepts) if cfg.concepts else self._carried_concepts()
         self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)  # what an epoch counts
         self.epoch_records: dict[str, int] = {}
-        cfg.resolve_length(self.env.world_size, self._records_an_epoch)
+        # one reader over the whole data for what set-up counts and hashes: a CSV parsed once for both, its rows let go
+        # after set-up (the loader's own reader comes later, with the transform)
+        whole = open_reader(cfg.train_data, **self._reader_kwargs(), admit=self.method.admits)
+        cfg.resolve_length(self.env.world_size, lambda: self._records_an_epoch(whole))
         self.data_files = data_files(cfg.train_data)  # what a resume compares beside the options
         if self.data_files is not None:
-            self.data_files |= image_files(open_reader(cfg.train_data, **self._reader_kwargs()))
+            self.data_files |= image_files(whole)
         self.resume_from = self._resume_folder()
         # reads OUT only: writing waits for `run` to own it
         self.extension = refuse_another_run(cfg, self.resume_from, self.data_files)
@@ -156,10 +159,9 @@ class Trainer:
         fields = WebDatasetReader(self.cfg.train_data, caption_field=self.cfg.caption_key).concept_fields()
         return SampleConcepts(fields, self.cfg.train_data) if fields else None
 
-    def _records_an_epoch(self) -> int:
+    def _records_an_epoch(self, reader) -> int:
         """What --epochs counts: the records the method trains on, those whose caption it admits (hardneg's keyword
         subsets, §3.3 of its paper: 3 epochs of the colour captions, not of COCO). Both counts go into config.json."""
-        reader = open_reader(self.cfg.train_data, **self._reader_kwargs(), admit=self.method.admits)
         self.epoch_records = {"records": reader.num_records(), "admitted": reader.admitted_records()}
         if not self.epoch_records["admitted"]:
             raise DataError(f"--train-data {self.cfg.train_data}: method {self.cfg.method} admits none of its "
