@@ -283,7 +283,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("export/card.py", "dataset_type=hub_name(name)", "dataset_type=name", k("markup")),
     ("export/card.py", "dataset_config=hub_name(part) if part else None", "dataset_config=None", k("markup")),
     ("cli.py", """(isinstance(e, RuntimeError) and "can't allocate memory" in str(e))""",
-     """(isinstance(e, RuntimeError) and "out of memory" in str(e))""", k("address_space")),
+     """(isinstance(e, RuntimeError) and "out of memory" in str(e))""", k("address_space torch_refusing")),
     ("data/readers.py", "_bad_caption(caption := self.caption_at(k)) or self.admit(caption.strip()))",
      "_bad_caption(caption := self.caption_at(k)) or True)", "tests/test_recipes.py -k hardnegs_epochs"),
     ("train/trainer.py", 'return self.epoch_records["admitted"]', 'return self.epoch_records["records"]',

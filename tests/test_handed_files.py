@@ -4,6 +4,7 @@ thing (a TorchScript archive with a scripted `__setstate__`, a tokenizer folder 
 symbolic link, a second process holding a store) and checks what is on disk afterwards."""
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -756,8 +757,28 @@ def test_an_address_space_limit_reached_during_eval_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-c", OUT_OF_MEMORY, "eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval",
                            "--data-root", str(tmp_path), "--out", str(tmp_path / "out"), "--workers", "0", "--device", "cpu"],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
-    one_error_line(done.returncode, done.stderr, "can't allocate memory", "GiB (ulimit -v), less than torch and a model need")
+    # which allocation meets the limit first depends on the machine: torch's CPU allocator (a RuntimeError) or Python's own
+    one_error_line(done.returncode, done.stderr, "GiB (ulimit -v), less than torch and a model need")
+    assert re.search(r"^error: (MemoryError|RuntimeError: .*can't allocate memory)", done.stderr, re.M), done.stderr[-3000:]
     assert not (tmp_path / "out" / "retrieval.json").exists()
+
+
+TORCH_REFUSED = ("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                 "268435456 bytes. Error code 12 (Cannot allocate memory)")
+
+
+@pytest.mark.parametrize("limit", [None, 3 << 30], ids=["no-limit", "ulimit-v"])
+def test_torch_refusing_an_allocation_is_told_as_memory_spent(monkeypatch, limit):
+    """torch's CPU allocator raises a RuntimeError, not a MemoryError: its text is what marks it (the exact message of
+    torch 2.x's alloc_cpu.cpp); any other RuntimeError is left to propagate."""
+    from compclip import cli
+
+    monkeypatch.setattr(cli, "_address_space_limit", lambda: limit)
+    said = cli._out_of_memory(RuntimeError(TORCH_REFUSED))
+    assert said is not None and said.startswith("error: ") and "DefaultCPUAllocator: can't allocate memory" in said
+    assert ("3.0 GiB (ulimit -v)" in said) if limit else ("this machine's memory is spent" in said)
+    assert cli._out_of_memory(MemoryError()) is not None
+    assert cli._out_of_memory(RuntimeError("shape mismatch: can't broadcast")) is None
 
 
 def test_a_hub_repository_whose_config_asks_for_remote_code_is_refused(hub_cache):
