@@ -202,7 +202,7 @@ def compare_aro(repo: Path, root: Path, scorer) -> bool:
 
 
 def vl_checklist_data(root: Path, rng: random.Random) -> None:
-    from compclip.eval.vl_checklist import CORPUS
+    from compclip.eval.benchmarks.vl_checklist import CORPUS
 
     base = root / "vl_checklist"
     for sources in CORPUS.values():
@@ -222,7 +222,7 @@ def vl_checklist_data(root: Path, rng: random.Random) -> None:
 def compare_vl_checklist(repo: Path, root: Path, scorer, work: Path) -> bool:
     import yaml
 
-    from compclip.eval.vl_checklist import CORPUS
+    from compclip.eval.benchmarks.vl_checklist import CORPUS
 
     corpus = json.loads((repo / "corpus.json").read_text())
     table = {dim: {source: [] for source in sources} for dim, sources in corpus.items()}

@@ -54,7 +54,7 @@ def main() -> None:
     import torch
 
     from compclip.eval import run as harness
-    from compclip.eval import sugarcrepe
+    from compclip.eval.benchmarks import sugarcrepe
 
     work = Path(args.work)
     stand_ins(work / "data")

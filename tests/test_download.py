@@ -93,21 +93,24 @@ def test_download_skips_verified_files_and_fetches_a_changed_one_again(server, t
 
 def test_every_download_is_https_with_a_pinned_checksum():
     """No file is trusted on first download, and none travels in clear (COCO's archives were plain http, unpinned)."""
-    from compclip.eval.download import MANIFEST
+    from compclip.eval.base import downloads
 
-    assets = [a for assets in MANIFEST.values() for a in assets]
+    manifest = downloads()
+    assert set(manifest) == {"sugarcrepe", "sugarcrepe_pp", "coco_val2017", "coco_captions"}
+    assets = [a for assets in manifest.values() for a in assets]
     assert {a.url.split("://")[0] for a in assets} == {"https"}
     assert all(len(a.sha256) == 64 and int(a.sha256, 16) >= 0 for a in assets)
-    coco = {a.path: a.sha256 for a in MANIFEST["coco_val2017"] + MANIFEST["coco_captions"]}
+    coco = {a.path: a.sha256 for a in manifest["coco_val2017"] + manifest["coco_captions"]}
     assert coco == {"coco/val2017.zip": "4f7e2ccb2866ec5041993c9cf2a952bbed69647b115d0f74da7ce8f4bef82f05",
                     "coco/annotations_trainval2017.zip": "113a836d90195ee1f884e704da6304dfaaecff1f023f49b6ca93c4aaae470268"}
 
 
 def test_the_manifest_checksums_are_the_published_files(tmp_path):
     """The SugarCrepe and SugarCrepe++ checksums match the copies in shared/ (the files as published)."""
-    from compclip.eval.download import MANIFEST, sha256_of
+    from compclip.eval.base import downloads
+    from compclip.eval.download import sha256_of
     from conftest import shared_data
 
     for name in ("sugarcrepe", "sugarcrepe_pp"):
-        for asset in MANIFEST[name]:
+        for asset in downloads()[name]:
             assert sha256_of(shared_data(*asset.path.split("/"))) == asset.sha256

@@ -199,7 +199,7 @@ def test_missing_images_are_reported_not_dropped_silently(data_root, tiny, tmp_p
         (root / "coco" / "val2017" / p.name).symlink_to(p)
     result = REGISTRY["sugarcrepe"].run(DualEncoderScorer(*tiny, workers=0), root, "strict")
     assert not result.complete
-    report = result.missing.report()
+    report = result.missing.as_record()
     total = len({r["filename"] for f in (root / "sugarcrepe").glob("*.json") for r in json.loads(f.read_text()).values()})
     assert report["count"] == total - 200 and len(report["examples"]) == 5
     for split, m in result.metrics.items():
@@ -213,7 +213,7 @@ def test_a_benchmark_without_any_image_still_reports(data_root, tiny, tmp_path):
 
     (tmp_path / "sugarcrepe_pp").symlink_to(data_root / "sugarcrepe_pp")
     result = REGISTRY["sugarcrepe_pp"].run(DualEncoderScorer(*tiny, workers=0), tmp_path, "strict")
-    assert not result.complete and result.missing.report()["count"] > 1000
+    assert not result.complete and result.missing.as_record()["count"] > 1000
     m = result.metrics["swap_att"]
     assert m["n_itt"] == 0 and m["itt"] != m["itt"] and 0 <= m["tot"] <= 1  # no image: ITT is NaN, TOT still scored
 

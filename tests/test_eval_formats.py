@@ -185,7 +185,7 @@ def test_inpaint_coco_reads_the_hub_parquet_per_concept(tmp_path):
     assert result.metrics == {"acc": 0.5, "n": 4, "concept": {"color": {"acc": 0.5, "n": 2}, "object": {"acc": 1.0, "n": 1},
                                                               "size": {"acc": 0.0, "n": 1}}}
     member = f"{data / 'test-00001-of-00002.parquet'}::row 1, inpaint_image"
-    assert result.missing.report() == {"count": 1, "unreadable": 0, "examples": [member]}
+    assert result.missing.as_record() == {"count": 1, "unreadable": 0, "examples": [member]}
 
 
 # ---- VL-CheckList: the repository's data/ tree, images per source -------------------------------------------------
@@ -227,7 +227,7 @@ def test_vl_checklist_scores_the_first_pair_and_averages_as_radar_py(tmp_path):
     assert result.absent[str(data / "Attribute/vg/material.json")] == "empty: nothing to score"
     assert result.absent[str(data / "Attribute/vaw/material.json")] == "absent: not scored"
     assert "1 malformed records skipped" in result.absent[str(data / "Attribute/vg/state.json")]
-    assert result.missing.report()["examples"] == [str(base / "images" / "vg" / "VG_100K" / "9.jpg")] and not result.complete
+    assert result.missing.as_record()["examples"] == [str(base / "images" / "vg" / "VG_100K" / "9.jpg")] and not result.complete
     assert len(REGISTRY["vl_checklist"].images(tmp_path)) == 5  # what `compclip data check` looks for, the missing one too
     zipped = run("vl_checklist", tmp_path, pairs="zip").metrics  # every k-th POS against the k-th NEG
     assert zipped["files"]["Attribute/vaw/color"] == {"acc": pytest.approx(1 / 3), "n": 3}
@@ -260,7 +260,7 @@ def test_vl_checklist_averages_files_within_a_source_before_sources(tmp_path):
 
 
 def test_vl_checklist_corpus_names_every_file_of_the_official_summary():
-    from compclip.eval.vl_checklist import CATEGORIES, CORPUS
+    from compclip.eval.benchmarks.vl_checklist import CATEGORIES, CORPUS
 
     assert [d for c in CATEGORIES.values() for d in c] == list(CORPUS) and len(CORPUS) == 13
     assert CORPUS["large"]["swig"][1] == ("Object/Size/swig_size/swig_destination/swig_destination_large.json", "swig")
@@ -332,7 +332,7 @@ def test_a_misplaced_download_is_named_with_where_it_goes(tmp_path):
 
 
 def test_whatsup_two_object_prepositions_follow_evaluate_scores():
-    from compclip.eval.whatsup import preposition
+    from compclip.eval.benchmarks.whatsup import preposition
 
     assert [preposition("coco_two_obj", [1, c, ""]) for c in ("a dog to the left of a cat", "a dog above a cat", "a dog below a cat")] == [
         "left", "above", "below"]
@@ -369,7 +369,7 @@ def test_aro_relation_crops_the_region_and_leaves_symmetric_relations_out_of_the
     m = result.metrics
     assert m["relations"] == {"left of": {"acc": 0.5, "n": 2}, "next to": {"acc": 1.0, "n": 1}, "on": {"acc": 0.5, "n": 2}}
     assert (m["macro"], m["macro_groups"], m["acc"], m["n"]) == (0.5, 2, 0.6, 5)
-    assert result.missing.report()["count"] == 1 and not result.complete
+    assert result.missing.as_record()["count"] == 1 and not result.complete
     assert run("aro_vg_relation", tmp_path, exclude_symmetric=False).metrics["macro"] == pytest.approx(2 / 3)
 
     attributes = [vg_record("1.png", "left", "red", "blue", attributes=["red", "blue"]),
@@ -387,7 +387,7 @@ def test_aro_relation_crops_the_region_and_leaves_symmetric_relations_out_of_the
 
 
 def test_pre_caption_as_the_aro_repository_cleans_captions():
-    from compclip.eval.aro import pre_caption
+    from compclip.eval.benchmarks.aro import pre_caption
 
     assert pre_caption('A man: "riding" a (red) bike!  \n') == "a man riding a red bike"
     assert pre_caption("Two dogs; one~brown, one #white.") == "two dogs one brown, one white"
@@ -396,7 +396,7 @@ def test_pre_caption_as_the_aro_repository_cleans_captions():
 
 def test_order_perturbations_move_what_text_shuffler_moves():
     from compclip.concepts import load_nlp
-    from compclip.eval.aro import Shuffler
+    from compclip.eval.benchmarks.aro import Shuffler
 
     doc = load_nlp()("A small red bus parked next to a tall white building.")
     tokens, tags = [t.text for t in doc], [t.tag_ for t in doc]
@@ -515,7 +515,7 @@ def test_zeroshot_ensembles_prompts_that_embed_differently(tmp_path):
 
 def test_clip_benchmark_zeroshot_figures_against_brute_force():
     from compclip.eval import protocols
-    from compclip.eval.zeroshot import clip_benchmark_metrics
+    from compclip.eval.benchmarks.zeroshot import clip_benchmark_metrics
 
     torch.manual_seed(0)
     scores, target = torch.randn(40, 7), torch.tensor([i % 7 for i in range(33)] + [0] * 7)  # unbalanced classes
@@ -596,7 +596,7 @@ def test_retrieval_reads_flairs_fine_grained_files_and_splits_long_captions_as_f
     """C2LIP's DOCCI and IIW columns: FLAIR's pre-split test_annotations.json (DOCCI's in annotations/ with images/, IIW's
     beside its docci/ images), and a long_captions.jsonl split as FLAIR's split_caption splits (or by compclip's sentence
     rule, the named variant)."""
-    from compclip.eval.retrieval import load_pairs
+    from compclip.eval.benchmarks.retrieval import load_pairs
 
     root = tmp_path / "retrieval"
     for colour in ("red", "blue"):
@@ -652,7 +652,7 @@ def aro_pre_caption(caption, max_words=30):
 def test_retrieval_pre_caption_is_aros_on_blips_karpathy_files(tmp_path):
     """CLIC's retrieval: BLIP's coco_karpathy_test.json and flickr30k_test.json (`image` paths relative to the folder, a
     list of captions each), every caption through ARO's pre_caption with 30 words; raw captions are the default."""
-    from compclip.eval.retrieval import load_pairs, pre_caption
+    from compclip.eval.benchmarks.retrieval import load_pairs, pre_caption
 
     root = tmp_path / "retrieval"
     long = " ".join(f"word{i}" for i in range(40)) + " blue"
@@ -685,7 +685,7 @@ def test_retrieval_pre_caption_is_aros_on_blips_karpathy_files(tmp_path):
 def test_retrieval_reads_coco_val2017s_own_caption_file(tmp_path):
     """Rösch et al.'s T2I R@5 is on COCO val2017: captions_val2017.json in the folder (or its annotations/, FLAIR's
     layout), images in val2017/ (or images/val2017/); the real file gives its 5,000 images and 25,014 captions."""
-    from compclip.eval.retrieval import layout_file, load_pairs
+    from compclip.eval.benchmarks.retrieval import layout_file, load_pairs
     from conftest import shared_data
 
     folder = tmp_path / "retrieval" / "coco_val2017"
@@ -759,7 +759,7 @@ def test_zeroshot_subset_is_clics_seeded_draw_and_imagenet_stays_whole(tmp_path)
     assert m["colours"]["subset_order"] == "class folders, then file names" and "subset_order" not in m["imagenet"]
     assert (m["colours"]["classnames_source"], m["colours"]["templates_source"]) == ("dataset file", "dataset file")
     assert (m["imagenet"]["classnames_source"], m["imagenet"]["templates_source"]) == ("dataset file", "dataset file")
-    from compclip.eval.zeroshot import source
+    from compclip.eval.benchmarks.zeroshot import source
 
     assert [source(said, file) for said, file in (("en_classnames.json[cars]", "en_classnames.json"), ("the class folders' names", None),
                                                    ("ImageNet's 80 templates (bundled)", None), ("/d/templates.txt", None),

@@ -499,7 +499,7 @@ def test_a_damaged_store_manifest_is_named(store, text, capsys):
 
 
 def test_latin1_captions_of_a_retrieval_set_are_named_by_line(tmp_path):
-    from compclip.eval.retrieval import load_pairs
+    from compclip.eval.benchmarks.retrieval import load_pairs
 
     file = tmp_path / "captions.csv"
     file.write_bytes(b"image,caption\na.jpg,a dog\n" * 1 + "b.jpg,a caf\u00e9 on a street\n".encode("latin-1"))
@@ -585,7 +585,7 @@ def test_a_fifo_as_an_image_is_skipped_not_waited_on(tmp_path):
 
 def test_an_image_name_padded_with_spaces_is_found_by_eval_as_by_train(tmp_path):
     from compclip.data import CsvReader
-    from compclip.eval.retrieval import load_pairs
+    from compclip.eval.benchmarks.retrieval import load_pairs
 
     data = make_dataset(tmp_path, n=4)
     data.write_text(data.read_text().replace("img/", " img/").replace(".jpg,", ".jpg  ,"))
@@ -596,7 +596,7 @@ def test_an_image_name_padded_with_spaces_is_found_by_eval_as_by_train(tmp_path)
 
 def test_a_caption_longer_than_spacy_parses_and_than_csv_reads_is_kept(tmp_path, caplog):
     from compclip.concepts import extract
-    from compclip.eval.retrieval import load_pairs
+    from compclip.eval.benchmarks.retrieval import load_pairs
 
     long = "a red car " * 110_000  # 1.1 million characters
     records = extract(["a blue bus", long], what=("noun_phrases", "pos", "graph", "keywords"))

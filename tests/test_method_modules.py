@@ -66,7 +66,7 @@ def gain_method():
 
     register_method("gain", lambda o, *, concepts=None, seed=0: [GainLoss(o.lr)], GainOptions)
     yield
-    del methods._REGISTRY["gain"]
+    methods.METHODS.remove("gain")
 
 
 def test_a_method_declares_the_concept_fields_it_reads(tmp_path):
@@ -84,7 +84,7 @@ def test_a_method_declares_the_concept_fields_it_reads(tmp_path):
             build_method("gain_pos", concepts=ConceptStore(tmp_path / "np"))
         assert build_method("gain_pos").name == "gain_pos"  # no store: nothing to check yet
     finally:
-        del methods._REGISTRY["gain_pos"]
+        methods.METHODS.remove("gain_pos")
 
 
 def config(tmp_path, steps, out="run"):
@@ -145,7 +145,7 @@ def test_training_from_a_checkpoint_of_the_method_goes_on_with_its_modules(tmp_p
     try:
         other = Trainer(replace(config(tmp_path, 2, "third"), model=str(folder), method="gain2"))
     finally:
-        del methods._REGISTRY["gain2"]
+        methods.METHODS.remove("gain2")
     assert other.method.parts[0].gain.item() == 0.0
 
 

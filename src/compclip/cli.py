@@ -456,7 +456,7 @@ def benchmarks() -> None:
 
     from .eval import REGISTRY
 
-    for name, bench in sorted(REGISTRY.items()):
+    for name, bench in REGISTRY.items():
         splits = f"; splits: {', '.join(bench.splits)}" if bench.splits else ""
         typer.echo(f"{name} (ties: {bench.ties}{splits})")
         typer.echo(f"  data: {bench.layout}")
@@ -543,7 +543,8 @@ app.add_typer(data_app, name="data")
 
 @data_app.command("download")
 def data_download(
-    name: str = typer.Argument(..., help="sugarcrepe, sugarcrepe_pp, coco_val2017 or coco_captions."),
+    name: str = typer.Argument(..., help="A benchmark whose files have pinned checksums (sugarcrepe, sugarcrepe_pp), coco_val2017 "
+                               "or coco_captions."),
     data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA)."),
 ) -> None:
     """Fetch a dataset's official public files: resumable, verified by SHA-256.
@@ -554,9 +555,10 @@ def data_download(
     compclip data download sugarcrepe --data-root data
     """
     from .eval.base import data_root as resolve_root
+    from .eval.base import downloads
     from .eval.download import download
 
-    for path in download(name, resolve_root(data_root)):
+    for path in download(name, resolve_root(data_root), downloads()):
         typer.echo(f"ok {path}")
 
 
@@ -574,7 +576,7 @@ def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help
     from .eval.base import data_root as resolve_root
 
     root = resolve_root(data_root)
-    for name, bench in sorted(REGISTRY.items()):
+    for name, bench in REGISTRY.items():
         lacks = bench.lacks(root, ())
         if lacks:
             typer.echo(f"{name}: {lacks}")

@@ -69,7 +69,7 @@ RUN_OPTIONS = {"shuffle": 0, "save_every": 10**9, "keep": 1}
 BENCHMARKS = "sugarcrepe,sugarcrepe_pp,zeroshot,retrieval"
 SPLITS = ("seen", "unseen")
 COLUMNS = ("SC add", "SC replace", "SC swap", "SC swap-att", "SC++ ITT", "SC++ TOT", "ZS shape", "ZS colour",
-           "retrieval R@1", "retrieval R@5")  # headers of compclip.eval.report.COLUMNS
+           "retrieval R@1", "retrieval R@5")  # report columns (`compclip.eval.report.columns()`)
 
 
 def _train(out: Path, **kwargs) -> Path:

@@ -6,16 +6,13 @@ from importlib import import_module
 from typing import Any
 
 
-def lazy_names(package: str, where: dict[str, str], first: str | None = None) -> Callable[[str], Any]:
+def lazy_names(package: str, where: dict[str, str]) -> Callable[[str], Any]:
     """A module `__getattr__` for `package` that imports `where[name]` (a submodule, relative; `module:attribute` where the
-    name differs there) when `name` is first read, after `first` when one is given (a submodule whose import registers
-    what the names serve)."""
+    name differs there) when `name` is first read."""
 
     def __getattr__(name: str) -> Any:
         if name not in where:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        if first is not None:
-            import_module(first, package)
         module, _, attribute = where[name].partition(":")
         return getattr(import_module(module, package), attribute or name)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import stops
-from ..data.readers import tar_members
+from ..data.formats.webdataset_shards import tar_members
 from ..errors import UsageError
 from ..io import atomic_path
 from .pipeline import PARSED, extract, load_nlp, parse_what
@@ -52,7 +52,7 @@ def _samples(members: Iterable[tuple[tarfile.TarInfo, Callable[[], bytes | None]
 
 
 def _caption(members: list[tuple[tarfile.TarInfo, bytes | None]], caption_key: str) -> Any:
-    from ..data.readers import sample_caption
+    from ..data.formats.webdataset_shards import sample_caption
 
     sample = {info.name.rpartition("/")[2].partition(".")[2].lower(): data for info, data in members if data is not None}
     try:

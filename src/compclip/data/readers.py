@@ -9,18 +9,18 @@ images, empty or undecodable captions, malformed rows) are skipped and counted, 
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import itertools
 import json
+import logging
 import os
 import random
 import re
 import stat
-import tarfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,11 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import DataError, UsageError
+from ..plugins import Registry
 from .concept_records import record_from_json
 from .skips import SkipCounter
-from .table import open_table, table_rows
+
+log = logging.getLogger("compclip.data")
 
 SEED_SPAN = 1 << 63  # torch's generators take a seed below 2**63: a --seed of 10 or more passed it, and training stopped
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "gif", "tif", "tiff", "bmp")  # open_clip's four, and what else PIL decodes
@@ -317,49 +319,15 @@ class ImageTextReader(IterableDataset):
         return None
 
 
-class CsvReader(ImageTextReader):
-    """A CSV or TSV of image paths (relative to the file's folder or `image_root`, see `image_path`) and captions."""
+class TableReader(ImageTextReader):
+    """A file of records a row each (a CSV, JSON lines): subclasses give `_rows_of`, every row as (where, image path or
+    None, caption, None), or for a malformed row (where, None, None, what is wrong with it)."""
 
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        transform: Callable | None = None,
-        image_key: str = "image",
-        caption_key: str = "caption",
-        sep: str | None = None,
-        image_root: str | os.PathLike | None = None,
-        **stages: Any,
-    ):
-        self.path = Path(path)
-        super().__init__(str(self.path), transform, **stages)
-        self.image_key, self.caption_key = image_key, caption_key
-        self.sep = sep or ("\t" if self.path.suffix.lower() in (".tsv", ".tab") else ",")
-        self.image_root = Path(image_root) if image_root else self.path.parent
-        with self._open() as f:
-            columns = next(csv.reader(f, delimiter=self.sep), [])
-        missing = [k for k in (image_key, caption_key) if k not in columns]
-        if missing:
-            raise DataError(f"{self.path}: no column {missing} (columns: {columns}); set --image-key / --caption-key")
-
-    def _open(self):
-        return open_table(self.path)
+    def _rows_of(self) -> Iterator[tuple[str, Any, Any, str | None]]:
+        raise NotImplementedError
 
     def num_records(self) -> int:
         return len(self._all_rows())
-
-    def _rows_of(self) -> Iterator[tuple[str, Any, Any, str | None]]:
-        """Every row as (where, image path or None, caption, None), or for a malformed row (where, None, None, what is
-        wrong with it)."""
-        for line, row, malformed in table_rows(self.path, self.sep):
-            where = f"{self.path}:{line}"
-            if malformed:
-                yield where, None, None, malformed
-            elif None in row or None in row.values():  # DictReader's marks of a long or short row
-                fields = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None, []))
-                yield where, None, None, f"{fields} fields, header has {len(row) - (None in row)}"
-            else:
-                rel = row[self.image_key].strip()
-                yield where, image_path(self.image_root, rel) if rel else None, row[self.caption_key], None
 
     def _all_rows(self) -> list[tuple[str, Any, Any, str | None]]:
         """Every row, read once per process for `record_at` (a malformed one drawn is no usable sample)."""
@@ -378,285 +346,6 @@ class CsvReader(ImageTextReader):
             yield where, image, caption, None
 
 
-CONCEPTS_MEMBER = "concepts.json"
-
-
-class _Watched:
-    """A stream that remembers where its last byte that is not zero was: what follows a tar's last member must be zeros."""
-
-    def __init__(self, raw):
-        self.raw, self.pos, self.last_data = raw, 0, 0
-
-    def read(self, size: int = -1) -> bytes:
-        chunk = self.raw.read(size)
-        kept = len(chunk.rstrip(b"\0"))
-        if kept:
-            self.last_data = self.pos + kept
-        self.pos += len(chunk)
-        return chunk
-
-
-def tar_members(url: str, damaged: Callable[[str], None]) -> Iterator[tuple[tarfile.TarInfo, Callable[[], bytes | None]]]:
-    """Each member of a tar shard with what reads its bytes (None for what is not a file), in order: read before the next
-    member, and after a caller has done with the members before it (a shard cut off in this one's data fails there).
-
-    What webdataset's `tar_file_iterator` (its `tariterators`) reads, on the same `tarfile.open(..., mode="r|*")` stream
-    and `wds.gopen` (so any URL webdataset opens, `pipe:` included, opens here), with one difference that matters:
-    Python's tarfile takes a damaged header for the archive's end and drops the rest of the shard in silence, so
-    webdataset would train on part of a shard and say nothing. Here reading goes on past it (`ignore_zeros` finds the
-    next good header), and `damaged` is told where bytes were passed over: the member whose header it was is lost, and
-    the sample it belonged to lacks it. A shard cut off, in a member or between two, raises `tarfile.ReadError`."""
-    import webdataset as wds
-
-    end = 0  # where the previous member's data ended: the next header starts there
-    with wds.gopen(url) as raw:
-        stream = _Watched(raw)
-        with tarfile.open(fileobj=stream, mode="r|*", ignore_zeros=True) as tar:
-            for member in tar:
-                if member.offset > end:
-                    damaged(f"bytes {end}-{member.offset} are no tar member (a damaged header): one member lost before {member.name}")
-                end = member.offset_data + -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
-                yield member, lambda member=member: tar.extractfile(member).read() if member.isreg() else None
-        if stream.last_data > end:
-            damaged(f"bytes {end}-{stream.last_data} after the last good member are no tar member (a damaged header): "
-                    "what was there is lost")
-        elif stream.pos < end + 2 * tarfile.BLOCKSIZE:  # a whole archive ends in two zero blocks
-            raise tarfile.ReadError(f"cut off after byte {stream.pos}: the archive's end is missing")
-
-
-def sample_caption(sample: dict[str, Any], caption_field: str = "caption") -> Any:
-    """A webdataset sample's caption: its `txt`, or its `json`'s caption field (None when absent; bytes that
-    are not UTF-8 come back surrogate-escaped, for the reader to count). Raises JSONDecodeError on bad json."""
-    raw = sample.get("txt", sample.get("json"))
-    if raw is None:
-        return None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", errors="surrogateescape")
-    if "txt" in sample:
-        return text
-    meta = json.loads(text)
-    return meta.get(caption_field) if isinstance(meta, dict) else None
-
-
-class WebDatasetReader(ImageTextReader):
-    """webdataset tar shards: an image (jpg/jpeg/png/webp/gif/tif/tiff/bmp) plus `txt`, or `json` with a caption field."""
-
-    def __init__(self, urls: str | list[str], transform: Callable | None = None, caption_field: str = "caption", **stages: Any):
-        import webdataset as wds
-
-        self.urls = wds.shardlists.expand_urls(urls) if isinstance(urls, str) else list(urls)
-        extra = f" (+{len(self.urls) - 1} shards)" if len(self.urls) > 1 else ""
-        super().__init__(f"{self.urls[0]}{extra}", transform, **stages)
-        self.caption_field = caption_field
-
-    def _shard_samples(self, url: str) -> Iterator[dict[str, Any]]:
-        """A shard's members grouped by key (webdataset's convention); a damaged header is one bad record, reading going on
-        after it; a shard cut off ends in one bad record."""
-        sample: dict[str, Any] = {}
-        try:
-            for member, read in tar_members(url, lambda where: self.skips.skip("bad_record", url, where)):
-                if not member.isreg():
-                    continue
-                folder, _, base = member.name.rpartition("/")
-                stem, _, ext = base.partition(".")
-                key = f"{folder}/{stem}" if folder else stem
-                if sample and sample["__key__"] != key:
-                    yield sample
-                    sample = {}
-                sample["__key__"] = key
-                sample[ext.lower()] = read()
-        except (tarfile.TarError, OSError) as e:
-            after = f" after key {sample['__key__']}" if sample else ""
-            self.skips.skip("bad_record", f"{url}{after}", f"{type(e).__name__}: {e}")
-            return
-        if sample:
-            yield sample
-
-    def records(self):
-        if self.resampled:
-            yield from self._resampled_records()
-            return
-        part = self.shard()
-        # Whole shards per process when there are enough; otherwise every process reads
-        # every shard and keeps every count-th sample, so no process sits idle.
-        if len(self.urls) >= part[1]:
-            samples = ((url, sample) for url in part_of(self.urls, *part) for sample in self._shard_samples(url))
-        else:
-            samples = part_of(((url, sample) for url in self.urls for sample in self._shard_samples(url)), *part)
-        for url, sample in samples:
-            record = self._record(url, sample)
-            if record is not None:
-                yield record
-
-    def _resampled_records(self):
-        """open_clip's --dataset-resampled (webdataset's `ResampledShards`): this part draws shards with replacement from
-        all of them, seeded by (seed, epoch, part), until it has its share of `resampled` samples an epoch."""
-        index, count = self.shard()
-        rng = random.Random(((self.sample_seed or 0) + self.epoch) * 1_000_003 + index)
-        share, read, idle = -(-self.resampled // count), 0, 0
-        while read < share:
-            url = rng.choice(self.urls)
-            before = read
-            for sample in self._shard_samples(url):
-                record = self._record(url, sample)
-                if record is not None:
-                    read += 1
-                    yield record
-                    if read == share:
-                        return
-            idle = idle + 1 if read == before else 0
-            if idle > 10 * len(self.urls):  # every draw empty: nothing to resample
-                return
-
-    def _record(self, url: str, sample: dict[str, Any]) -> tuple[str, Any, Any, Any] | None:
-        where = f"{url} key {sample['__key__']}"
-        image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
-        try:
-            caption = sample_caption(sample, self.caption_field)
-        except json.JSONDecodeError as e:
-            self.skips.skip("bad_record", where, f"json: {e}")
-            return None
-        return where, image, caption, sample.get(CONCEPTS_MEMBER)
-
-    def concept_fields(self) -> tuple[str, ...] | None:
-        """The concept fields the shards carry (`compclip concepts --into-shards`), judged by the first sample; None if none."""
-        first = next(iter(self._shard_samples(self.urls[0])), {})
-        if CONCEPTS_MEMBER not in first:
-            return None
-        return tuple(k for k in json.loads(first[CONCEPTS_MEMBER]) if k != "caption")
-
-
-class FolderReader(ImageTextReader):
-    """An image folder with a captions JSON.
-
-    The JSON is COCO's captions format (`images` + `annotations`), a list of
-    `{"image": ..., "caption": ... | "captions": [...]}`, or a `{filename: caption(s)}` map.
-    Each (image, caption) pair is one sample.
-    """
-
-    def __init__(self, captions: str | os.PathLike, image_root: str | os.PathLike | None = None, transform: Callable | None = None,
-                 **stages: Any):
-        self.captions_path = Path(captions)
-        super().__init__(str(self.captions_path), transform, **stages)
-        self.image_root = Path(image_root) if image_root else self.captions_path.parent
-        try:
-            data = json.loads(self.captions_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DataError(f"{self.captions_path}: unreadable captions JSON: {e}") from None
-        self.pairs = list(self._pairs(data))
-
-    def _pairs(self, data: Any) -> Iterator[tuple[str, Any, Any]]:
-        if isinstance(data, dict) and "annotations" in data and "images" in data:  # COCO
-            bad = [key for key in ("images", "annotations") if not isinstance(data[key], list)]
-            if bad:
-                raise DataError(f"{self.captions_path}: COCO captions whose \"{bad[0]}\" is {type(data[bad[0]]).__name__}, not a "
-                                "list of records")
-            files = {im.get("id"): im.get("file_name") for im in data["images"] if isinstance(im, dict)}
-            for i, ann in enumerate(data["annotations"]):
-                ann = ann if isinstance(ann, dict) else {}
-                yield f"annotations[{i}]", files.get(ann.get("image_id")), ann.get("caption")
-        elif isinstance(data, dict):
-            for name, caps in data.items():
-                yield from self._expand(f"[{name!r}]", name, caps)
-        elif isinstance(data, list):
-            for i, rec in enumerate(data):
-                rec = rec if isinstance(rec, dict) else {}
-                yield from self._expand(f"[{i}]", rec.get("image"), rec.get("captions", rec.get("caption")))
-        else:
-            raise DataError(f"{self.captions_path}: expected COCO captions, a list of records or a filename-to-caption map")
-
-    @staticmethod
-    def _expand(where: str, name: Any, captions: Any) -> Iterator[tuple[str, Any, Any]]:
-        if isinstance(captions, list):
-            for j, caption in enumerate(captions):
-                yield f"{where}[{j}]", name, caption
-        else:
-            yield where, name, captions
-
-    def num_records(self) -> int:
-        return len(self.pairs)
-
-    def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
-        where, name, caption = self.pairs[index]
-        image = image_path(self.image_root, name) if isinstance(name, str) and name.strip() else None
-        return f"{self.captions_path} {where}", image, caption, None
-
-    def records(self):
-        for i in part_of(range(len(self.pairs)), *self.shard()):
-            yield self.record_at(i)
-
-
-class ArrayReader(ImageTextReader):
-    """Decoded images in a `.npy` array (uint8, N × H × W × 3), read memory-mapped, and their captions: the
-    `caption` field of each line of a JSONL beside it (default `scenes.jsonl`), line i for image i.
-
-    What `compclip world generate` writes for training: nothing is decoded while training. Several arrays
-    joined by `::` (open_clip's way of naming several sources) read as one, each with the JSONL beside it,
-    their records interleaved in proportion to their sizes, so that every batch mixes them alike.
-    """
-
-    def __init__(self, path: str | os.PathLike, transform: Callable | None = None, captions: str | os.PathLike | None = None,
-                 caption_key: str = "caption", **stages: Any):
-        self.paths = [Path(p) for p in str(path).split("::")]
-        super().__init__(str(path), transform, **stages)
-        if captions and len(self.paths) > 1:
-            raise UsageError(f"{path}: several arrays take their captions from the scenes.jsonl beside each, not from {captions}")
-        caption_paths = [Path(captions)] if captions else [p.with_name("scenes.jsonl") for p in self.paths]
-        self.images, self.captions = [], []
-        for array, lines in zip(self.paths, caption_paths, strict=True):
-            for p in (array, lines):
-                if not p.is_file():
-                    raise DataError(f"{p}: no such file (an image array needs its captions JSONL beside it)")
-            try:
-                images = np.load(array, mmap_mode="r")
-            except (ValueError, OSError, EOFError) as e:  # an object array (a pickle), a truncated or foreign file
-                raise DataError(f"{array}: not an image array ({type(e).__name__}: {e}); expected uint8 images of shape "
-                                "(N, H, W, 3), as `compclip world generate` writes them") from None
-            if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
-                raise DataError(f"{array}: expected uint8 images of shape (N, H, W, 3), found {images.dtype} {images.shape}")
-            captions_ = []
-            with open(lines, encoding="utf-8", errors="surrogateescape") as f:
-                for line in f:
-                    try:
-                        item = json.loads(line)
-                    except json.JSONDecodeError:
-                        item = None
-                    captions_.append(item.get(caption_key) if isinstance(item, dict) else None)
-            if len(captions_) != len(images):
-                raise DataError(f"{lines}: {len(captions_)} captions for the {len(images)} images of {array}")
-            self.images.append(images)
-            self.captions.append(captions_)
-        sizes = [len(c) for c in self.captions]
-        # record k of source s sits at (k + 0.5) / size: sorted together, the sources interleave evenly
-        at = np.concatenate([(np.arange(n) + 0.5) / n for n in sizes])
-        self.order = np.stack([np.repeat(np.arange(len(sizes)), sizes), np.concatenate([np.arange(n) for n in sizes])], 1)[
-            np.argsort(at, kind="stable")]
-
-    def __getstate__(self) -> dict[str, Any]:  # a DataLoader worker maps the arrays again
-        return {k: v for k, v in self.__dict__.items() if k != "images"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.images = [np.load(p, mmap_mode="r") for p in self.paths]
-
-    def num_records(self) -> int:
-        return len(self.order)
-
-    def caption_at(self, index: int) -> Any:
-        source, i = self.order[index].tolist()
-        return self.captions[source][i]
-
-    def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
-        source, i = self.order[index].tolist()
-        return f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], None
-
-    def records(self):
-        for k in part_of(range(len(self.order)), *self.shard()):
-            yield self.record_at(k)
-
-
 class _Uncounted:
     """A skip counter that counts nothing: a partner drawn and passed over is no skipped sample."""
 
@@ -668,31 +357,12 @@ class _Uncounted:
 _UNCOUNTED = _Uncounted()
 
 
-def is_tar_shards(path: str | os.PathLike) -> bool:
-    """A `.tar` file or a brace pattern of them (`shards-{0000..0099}.tar`)."""
-    text = str(path)
-    return Path(text).suffix.lower() == ".tar" or (".tar" in text and "{" in text)
-
-
-def is_image_array(path: str | os.PathLike) -> bool:
-    """An array of decoded images (`.npy`), or several joined by `::` (`ArrayReader`)."""
-    return str(path).lower().endswith(".npy")
-
-
 def data_files(path: str | os.PathLike) -> dict[str, Any] | None:
     """What a run's data is, beyond its path: how many files the path names (shards expanded), their bytes, and a
     SHA-256 of their contents (of a file over `WHOLE_UP_TO`, its size, first and last MiB: hashing a corpus of shards
     at every start would cost more than the run's first steps). A resume compares it (a file rewritten, in place at the
     same size too, or shards added between runs); None for a path with a remote or piped shard."""
-    text = str(path)
-    if is_tar_shards(text):
-        import webdataset as wds
-
-        names = wds.shardlists.expand_urls(text)
-    elif is_image_array(text):  # arrays joined by "::", each with its captions beside it
-        names = [str(f) for a in text.split("::") for f in (Path(a), Path(a).with_name("scenes.jsonl"))]
-    else:
-        names = [text]
+    names = data_format(path).files(str(path))
     if any("://" in name or name.startswith("pipe:") for name in names):
         return None
     present = [name for name in names if os.path.isfile(name)]
@@ -720,7 +390,7 @@ def image_files(reader: ImageTextReader) -> dict[str, Any]:
     (images replaced under the same names, re-extracted at another size). A SHA-256 over `IMAGES_HASHED` of them, spread
     evenly through the records and each hashed whole (every image would cost a corpus' reading at each start); a
     missing one counts as missing. Empty where the images are inside the data files (shards, arrays)."""
-    if not reader.random_access or is_image_array(reader.name):
+    if not reader.random_access or data_format(reader.name).decoded:
         return {}
     total = reader.num_records()
     count = min(total, IMAGES_HASHED)
@@ -738,18 +408,79 @@ def image_files(reader: ImageTextReader) -> dict[str, Any]:
     return {"images_hashed": len(picks), "images_sha256": digest.hexdigest()}
 
 
-def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:
-    """Pick the reader from the path: `.tar` shards (brace patterns allowed), `.csv`/`.tsv`, a captions `.json`,
-    or an image array `.npy`. `kwargs`: the format's own (columns, caption field, image root) and the stages'
-    (`ImageTextReader`'s: sample_seed, shuffle, admit, partners, resampled)."""
+def local_names(path: str) -> list[str]:
+    """The files a path names, one or several joined by "::" (open_clip's way of naming several sources)."""
+    return path.split("::")
+
+
+@dataclass(frozen=True)
+class DataFormat:
+    """One training-data format, declared once in its own module of `data/formats/` (`FORMATS.register`): which paths
+    it reads, its reader, and what training and `compclip concepts` ask of it.
+
+    - `describe`: what a user hands it, as the refusal of a path no format reads lists it;
+    - `matches(path)`: whether a path is this format's;
+    - `reader(path, transform=..., **options, **stages)`: an `ImageTextReader`;
+    - `options`: which of the run's `image_key`, `caption_key` and `image_root` the reader takes;
+    - `captions(path, caption_key)`: the captions alone, in record order, for `compclip concepts` (None for a record
+      that has none); `count(path)`: how many, or None where only reading says;
+    - `files(path)`: the files the path names, which a resume hashes (`data_files`) and a run looks for before it starts;
+    - `streamed`: read as a stream of shards from any URL webdataset opens: nothing is looked for before reading (a
+      shard that cannot be read is a bad record), the count of records is unknown, and `--dataset-resampled` may draw
+      the shards with replacement;
+    - `decoded`: its images arrive decoded (arrays), for a transform that takes a batch of them (`BatchedView`);
+    - `concept_fields(path, caption_key)`: the concept fields its samples carry themselves, or None.
+    """
+
+    name: str
+    describe: str
+    matches: Callable[[str], bool]
+    reader: Callable[..., ImageTextReader]
+    options: tuple[str, ...]
+    captions: Callable[[str, str], Iterator[Any]]
+    count: Callable[[str], int | None] = lambda path: None
+    files: Callable[[str], list[str]] = local_names
+    streamed: bool = False
+    decoded: bool = False
+    concept_fields: Callable[[str, str], tuple[str, ...] | None] = lambda path, caption_key: None
+
+    def missing_file(self, path: str) -> str | None:
+        """The first file `path` names that is not there (None for a streamed format, whose shards are read as met)."""
+        return None if self.streamed else next((name for name in self.files(path) if not os.path.isfile(name)), None)
+
+
+FORMATS: Registry[DataFormat] = Registry("data format", f"{__package__}.formats", "compclip.data_formats")
+
+
+def data_format(path: str | os.PathLike) -> DataFormat:
+    """The format that reads `path`, or a UsageError listing what each format reads."""
     text = str(path)
-    suffix = Path(text).suffix.lower()
-    if is_tar_shards(text):
-        return WebDatasetReader(text, transform, **kwargs)
-    if suffix in (".csv", ".tsv", ".tab"):
-        return CsvReader(text, transform, **kwargs)
-    if suffix == ".json":
-        return FolderReader(text, transform=transform, **kwargs)
-    if is_image_array(text):
-        return ArrayReader(text, transform, **kwargs)
-    raise UsageError(f"{path}: unknown data format; expected .tar shards, .csv/.tsv, a captions .json or an image .npy")
+    found = next((f for f in FORMATS.values() if f.matches(text)), None)
+    if found is None:
+        raise UsageError(f"{path}: unknown data format; expected {', '.join(f.describe for f in FORMATS.values())}")
+    return found
+
+
+def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:
+    """The reader of `path`'s format (`data_format`). `kwargs`: the format's own (its `options`: columns, caption key,
+    image root) and the stages' (`ImageTextReader`'s: sample_seed, shuffle, admit, partners, resampled)."""
+    return data_format(path).reader(str(path), transform=transform, **kwargs)
+
+
+def reader_options(path: str | os.PathLike, **given: Any) -> dict[str, Any]:
+    """Of a run's `image_key`, `caption_key` and `image_root`, what the reader of `path`'s format takes."""
+    return {key: given[key] for key in data_format(path).options}
+
+
+def utf8_captions(rows: Iterable[tuple[str, Any]]) -> Iterator[Any]:
+    """Each (where, caption)'s caption, one whose bytes are not UTF-8 as None (an empty record), as training skips
+    it; the first such one is named in a warning, the rest counted there."""
+    seen = 0
+    for where, caption in rows:
+        if isinstance(caption, str) and undecodable(caption):
+            seen += 1
+            if seen == 1:
+                log.warning("%s: skipped a caption whose bytes are not UTF-8, as training skips it (more are counted, not named)",
+                            where)
+            caption = None
+        yield caption

@@ -13,13 +13,14 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 from ..data.images import ImageRef, image_ref
 from ..errors import DataError, MissingFileError, UsageError
 from ..options import NoOptions
+from ..plugins import Registry
+from .download import COCO, Asset
 from .scorer import Image, Scorer
 
 MISSING_EXAMPLES = 5
@@ -104,7 +105,8 @@ class Missing:
             self.files.setdefault(key, why)
         return not gone
 
-    def report(self) -> dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
+        """The result JSON's `missing_images`: how many, how many of them unreadable, the first few named."""
         unreadable = [k for k, why in self.files.items() if why != "not found"]
         examples = [k if self.files[k] == "not found" else f"{k} ({self.files[k]})" for k in list(self.files)[:MISSING_EXAMPLES]]
         return {"count": len(self.files), "unreadable": len(unreadable), "examples": examples}
@@ -130,7 +132,10 @@ class Benchmark:
     - `splits`: the parts `--benchmark NAME/SPLIT` selects (none: the benchmark runs whole);
     - `Options`: the benchmark's declared options (`compclip.options`), set with `--bench-opt NAME.KEY=VALUE`;
     - `layout`: one line saying what the official download is and where it goes under the data root;
-    - `misplaced`: paths under the data root that show a download put in the wrong place, each with the fix.
+    - `misplaced`: paths under the data root that show a download put in the wrong place, each with the fix;
+    - `assets`: the official files `compclip data download NAME` fetches, each with its pinned SHA-256 (none: the
+      source publishes no checksum, or the files are not ours to fetch);
+    - `columns`: the report's columns this benchmark fills, each (header, the metric's path in its result).
     """
 
     name = ""
@@ -140,6 +145,8 @@ class Benchmark:
     Options: type = NoOptions
     layout = ""
     misplaced: tuple[tuple[str, str], ...] = ()
+    assets: tuple[Asset, ...] = ()
+    columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def lacks(self, root: Path, splits: tuple[str, ...]) -> str | None:
         """None when the benchmark can run on `root`; otherwise one line naming what was looked for and where."""
@@ -164,57 +171,18 @@ class Benchmark:
         return ". ".join([looked, *found, self.layout])
 
 
-class Registry(dict):
-    """Benchmarks by name. The first read imports the harness (`eval.run`), whose imports register every shipped
-    benchmark and every installed plugin's, so the registry is full wherever it is imported from."""
-
-    filled = False
-
-    def fill(self) -> None:
-        if not Registry.filled:
-            Registry.filled = True
-            import_module(".run", __package__)
-
-    def __getitem__(self, name: str) -> Benchmark:
-        self.fill()
-        return super().__getitem__(name)
-
-    def __contains__(self, name: object) -> bool:
-        self.fill()
-        return super().__contains__(name)
-
-    def __iter__(self):
-        self.fill()
-        return super().__iter__()
-
-    def __len__(self) -> int:
-        self.fill()
-        return super().__len__()
-
-    def get(self, name, default=None):
-        self.fill()
-        return super().get(name, default)
-
-    def keys(self):
-        self.fill()
-        return super().keys()
-
-    def values(self):
-        self.fill()
-        return super().values()
-
-    def items(self):
-        self.fill()
-        return super().items()
-
-
-REGISTRY: Registry = Registry()
+REGISTRY: Registry[Benchmark] = Registry("benchmark", f"{__package__}.benchmarks", "compclip.benchmarks")
 
 
 def register(cls: type[Benchmark]) -> type[Benchmark]:
     """Class decorator: make a benchmark available to `compclip eval --benchmark NAME`."""
-    dict.__setitem__(REGISTRY, cls.name, cls())
+    REGISTRY.register(cls.name, cls())
     return cls
+
+
+def downloads() -> dict[str, list[Asset]]:
+    """What `compclip data download NAME` fetches: each benchmark's own files, and the COCO ones several benchmarks share."""
+    return {**COCO, **{name: list(bench.assets) for name, bench in REGISTRY.items() if bench.assets}}
 
 
 def mean(values) -> float:

@@ -19,8 +19,6 @@ from ..errors import DownloadError, UsageError
 from ..io import sha256_of
 from ..progress import progress
 
-SC = "https://raw.githubusercontent.com/RAIVNLab/sugar-crepe/main/data"
-SCPP = "https://raw.githubusercontent.com/Sri-Harsha/scpp/main/data"
 CHUNK = 1 << 20
 
 
@@ -32,29 +30,7 @@ class Asset:
     unzip_to: str | None = None  # a folder relative to the root, for archives
 
 
-MANIFEST: dict[str, list[Asset]] = {
-    "sugarcrepe": [
-        Asset(f"{SC}/add_att.json", "sugarcrepe/add_att.json", "012d88d729693d193760e6f3393b06a1cf874380a9db0062e937201199fe044d"),
-        Asset(f"{SC}/add_obj.json", "sugarcrepe/add_obj.json", "1b9d76b93139a937b8dc1ada92a4f05ecc821bb3c291d752428bafadd4bb0682"),
-        Asset(f"{SC}/replace_att.json", "sugarcrepe/replace_att.json", "9fe55fd4c0a9ad1f85d486d9f6d0215b41f867eb025026e7f7b5ce44352545ee"),
-        Asset(f"{SC}/replace_obj.json", "sugarcrepe/replace_obj.json", "9d299600639947e9d15281a9ded1382b376cf4ea088a8d08a1314bfe76e81898"),
-        Asset(f"{SC}/replace_rel.json", "sugarcrepe/replace_rel.json", "356bcc2fc4c6aed3f4d9fd50acc58489bb1fe70c28791f9368d4cbf9ea39cdc9"),
-        Asset(f"{SC}/swap_att.json", "sugarcrepe/swap_att.json", "7a7ce04e5c4c80412b48c6f0c1347fb1a2f5d54c0be6aa429b64d390e442f8d0"),
-        Asset(f"{SC}/swap_obj.json", "sugarcrepe/swap_obj.json", "073cdb8e253d053614e80710834d9773b09dbc1dd0a412f6f9492262caa1dcad"),
-    ],
-    "sugarcrepe_pp": [
-        Asset(
-            f"{SCPP}/replace_att.json", "sugarcrepe_pp/replace_att.json", "6826413592894754eeca02aeebbcbbc8b95a7456998abcc714e71c033ce6fe87"
-        ),
-        Asset(
-            f"{SCPP}/replace_obj.json", "sugarcrepe_pp/replace_obj.json", "5c6dc499ec8f511a8aa4ec1b7b5eb0eca90317488abe36ec39573355e2d361ab"
-        ),
-        Asset(
-            f"{SCPP}/replace_rel.json", "sugarcrepe_pp/replace_rel.json", "040fb95d3f0619bf515db60879e99709a87a5e9b4f524ec3403b127243480fd4"
-        ),
-        Asset(f"{SCPP}/swap_att.json", "sugarcrepe_pp/swap_att.json", "450d0fd9fcad3e6f44950dc634e7f901ab1c6d9c60a569ade5ae8ffb3d203ad8"),
-        Asset(f"{SCPP}/swap_obj.json", "sugarcrepe_pp/swap_obj.json", "5f33cae824de431a7ecd3c5de6301f689815f9497aa36d96b154bbaf117b201b"),
-    ],
+COCO: dict[str, list[Asset]] = {  # images and captions several benchmarks read (each benchmark declares its own files)
     "coco_val2017": [Asset("https://images.cocodataset.org/zips/val2017.zip", "coco/val2017.zip",
                            "4f7e2ccb2866ec5041993c9cf2a952bbed69647b115d0f74da7ce8f4bef82f05", unzip_to="coco")],
     "coco_captions": [
@@ -101,9 +77,8 @@ def fetch(url: str, dest: Path, sha256: str, timeout: float = 60) -> str:
     return got
 
 
-def download(name: str, root: str | Path, manifest: dict[str, list[Asset]] | None = None) -> list[Path]:
-    """Fetch every file of a dataset into `root`, skipping those already there and verified."""
-    manifest = MANIFEST if manifest is None else manifest
+def download(name: str, root: str | Path, manifest: dict[str, list[Asset]]) -> list[Path]:
+    """Fetch every file of `manifest[name]` into `root`, skipping those already there and verified."""
     if name not in manifest:
         raise UsageError(f"no download for {name!r}; available: {', '.join(sorted(manifest))}")
     root = Path(root)

@@ -23,36 +23,24 @@ from ..io import atomic_path
 from ..plots import grouped_bars, split_bars
 from ..stats import wilson
 from ..text import markdown_text
-from .base import NOT_APPLICABLE
+from .base import NOT_APPLICABLE, REGISTRY
 from .items import SUFFIX as ITEMS_SUFFIX
 from .results import flat_copies, items_frame, load_results
 
-COLUMNS = {  # header: (benchmark, metric path); a metric that is a dict is read as its "acc"
-    "SC add": ("sugarcrepe", ("add",)),
-    "SC replace": ("sugarcrepe", ("replace",)),
-    "SC swap": ("sugarcrepe", ("swap",)),
-    "SC swap-att": ("sugarcrepe", ("swap_att",)),
-    "SC++ replace ITT": ("sugarcrepe_pp", ("replace_itt",)),
-    "SC++ replace TOT": ("sugarcrepe_pp", ("replace_tot",)),
-    "SC++ swap ITT": ("sugarcrepe_pp", ("swap_itt",)),
-    "SC++ swap TOT": ("sugarcrepe_pp", ("swap_tot",)),
-    "SC++ ITT": ("sugarcrepe_pp", ("overall_itt",)),
-    "SC++ TOT": ("sugarcrepe_pp", ("overall_tot",)),
-    "ImageNet": ("zeroshot", ("imagenet",)),
-    "zero-shot mean": ("zeroshot", ("overall",)),
-    "ZS shape": ("zeroshot", ("shape",)),
-    "ZS colour": ("zeroshot", ("color",)),
-    "retrieval R@1": ("retrieval", ("mean_recall@1",)),
-    "retrieval R@5": ("retrieval", ("mean_recall@5",)),
-}
 SUMMARY = ("SC add", "SC replace", "SC swap", "SC++ replace ITT", "SC++ replace TOT", "SC++ swap ITT", "SC++ swap TOT",
            "ImageNet", "zero-shot mean", "retrieval R@5")  # the C2LIP paper's Table 2
+
+
+def columns() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Every report column, header to (benchmark, metric path): what each benchmark declares it fills (`Benchmark.columns`);
+    a metric that is a dict is read as its "acc"."""
+    return {header: (name, path) for name, bench in REGISTRY.items() for header, path in bench.columns}
 
 
 def column_value(records: dict[str, dict[str, Any]], header: str) -> float | str:
     """Column `header` of one model's `{benchmark: record}` in %, NaN where the benchmark or metric is absent,
     "n/a" where the model has no such score."""
-    value = metric(records, *COLUMNS[header])
+    value = metric(records, *columns()[header])
     if value == NOT_APPLICABLE:
         return value
     return float(value) * 100 if isinstance(value, (int, float)) else float("nan")

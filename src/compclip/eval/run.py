@@ -18,22 +18,9 @@ from ..io import sha256_of, write_json
 from ..loggers import parse_reporters
 from ..models.checkpoint import model_name, weights_file, weights_sha256
 from ..options import make_options
-from ..plugins import load_plugins
 from ..precision import PRECISIONS, resolve_device
 from ..text import did_you_mean
-from . import (  # noqa: F401 (importing a benchmark's module registers it, timm-style)
-    aro,
-    concept_ranking,
-    inpaint_coco,
-    protocols,
-    retrieval,
-    sugarcrepe,
-    sugarcrepe_pp,
-    vl_checklist,
-    whatsup,
-    winoground,
-    zeroshot,
-)
+from . import protocols
 from .base import REGISTRY, data_root
 from .config import EvalConfig
 from .items import SUFFIX as ITEMS_SUFFIX
@@ -42,8 +29,6 @@ from .scorer import UnreadableImagesError, load_scorer, model_scorer
 
 log = logging.getLogger("compclip.eval")
 
-
-load_plugins("compclip.benchmarks")  # an installed package's entry points of this group register theirs
 
 TIE_OPTIONS = ("official", *protocols.TIES)
 
@@ -331,13 +316,13 @@ def score_job(scorer, bench, job: Job, root: Path, rule: str, options: Any, blin
             log.warning("%s: --blind: the benchmark scored one image, so its mean is that image and the blind "
                         "score equals the real one by construction; it says nothing of the text prior", job.label)
     metrics, nulls = null_nans(result.metrics)
-    fields.update(metrics=with_flat_splits(metrics), complete=result.complete, missing_images=result.missing.report(), absent=result.absent,
-                  seconds=round(time.perf_counter() - start, 3))
+    fields.update(metrics=with_flat_splits(metrics), complete=result.complete, missing_images=result.missing.as_record(),
+                  absent=result.absent, seconds=round(time.perf_counter() - start, 3))
     if nulls:
         fields["null_metrics"] = {"metrics": nulls, "why": "no example could be scored: its images are missing "
                                   "(see missing_images), its files are absent (see absent) or the split has no examples"}
     if result.missing.files:
-        report = result.missing.report()
+        report = result.missing.as_record()
         log.warning("%s: %d images missing, e.g. %s: results cover the rest and are marked incomplete",
                     job.label, report["count"], ", ".join(report["examples"]))
     for part, why in result.absent.items():

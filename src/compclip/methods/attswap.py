@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .base import LossPart, option
+from .base import LossPart, option, register_method
 from .negclip import SwapNegativePart
 
 
@@ -25,3 +25,6 @@ class Options:
 def build(options: Options, *, concepts=None, seed: int = 0) -> Sequence[LossPart]:
     return [SwapNegativePart(options.negatives, seed, "batch", swaps=("attribute",), name="attswap",
                              everywhere=options.everywhere)]
+
+
+register_method("attswap", build, Options, ("noun_phrases", "pos"))

@@ -27,6 +27,7 @@ from ..gather import Gather
 from ..models.tokens import TextWidth, encode_short_texts, text_token_states, visual_token_embeddings
 from ..options import NoOptions, option  # noqa: F401  (re-exported: methods declare options with them)
 from ..options import make_options as _make_options
+from ..plugins import Registry
 
 log = logging.getLogger("compclip.methods")
 
@@ -317,6 +318,26 @@ def require_concept_fields(concepts, fields: tuple[str, ...], method: str) -> No
                          f"build a store with `compclip concepts --what {wanted}`")
 
 MethodFactory = Callable[..., list[LossPart]]  # factory(options, *, concepts, seed) -> parts
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodEntry:
+    """A registered method: the factory of its loss parts, its options dataclass (fields made with `option`: `compclip
+    methods` lists them, `--method-opt KEY=VALUE` sets them), and the concept-record fields its parts read ("noun_phrases",
+    "pos", "graph": a store that lacks one is refused before training, and the demo builds its store from them)."""
+
+    name: str
+    build: MethodFactory
+    options: type = NoOptions
+    concept_fields: tuple[str, ...] = ()
+
+
+METHODS: Registry[MethodEntry] = Registry("method", __package__, "compclip.methods", skip=("base", "text"))
+
+
+def register_method(name: str, factory: MethodFactory, options: type = NoOptions, concept_fields: tuple[str, ...] = ()) -> MethodEntry:
+    """Make `factory(options, concepts=..., seed=...) -> [LossPart, ...]` available as `name` (`MethodEntry`)."""
+    return METHODS.register(name, MethodEntry(name, factory, options, tuple(concept_fields)))
 
 
 def make_options(method: str, declared: list[type], given: Mapping[str, Any]) -> list[Any]:

@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.factory import LazyTokenizer
 from ..models.tokens import encode_short_texts, visual_token_embeddings
-from .base import LossPart, Method, Output, option, owned, require_concept_fields, sigmoid_pairs_loss, text_width_of
+from .base import LossPart, Method, Output, option, owned, register_method, require_concept_fields, sigmoid_pairs_loss, text_width_of
 from .siglip import SigLIPLoss, SigLIPPart
 
 __all__ = [
@@ -436,3 +436,6 @@ def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     if options.concept_phrases == "modified":
         require_concept_fields(concepts, ("noun_phrases", "pos"), "c2lip with concept_phrases=modified")
     return [SigLIPPart(), C2LIPPart(options)]
+
+
+register_method("c2lip", build, Options, ("noun_phrases",))

@@ -29,7 +29,7 @@ from ..gather import GatheredLoss
 from ..models.factory import train_preprocess
 from ..models.tokens import encode_short_texts
 from ..text import sentences
-from .base import ROWS, LossPart, Output, option, owned, text_width_of, with_text
+from .base import ROWS, LossPart, Output, option, owned, register_method, text_width_of, with_text
 from .clip import CLIPLoss, clip_loss
 from .text import caption_rng, join_sentences, recase
 
@@ -288,3 +288,6 @@ class CLICPart(LossPart):
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     return [CLICPart(options, seed)]
+
+
+register_method("clic", build, Options, ("pos",))

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ..gather import GatheredLoss
-from .base import LossPart, image_rows
+from .base import LossPart, image_rows, register_method
 
 
 def clip_loss(
@@ -61,3 +61,6 @@ class CLIPPart(LossPart):
 
 def build(options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     return [CLIPPart()]
+
+
+register_method("clip", build)

@@ -19,7 +19,7 @@ from ..concepts.keywords import KEYWORDS, find_keywords, replacements, table, wi
 from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import encode_short_texts
-from .base import LossPart, Output, image_rows, option, owned, text_width_of
+from .base import LossPart, Output, image_rows, option, owned, register_method, text_width_of
 from .text import caption_rng
 
 CLASSES = tuple(KEYWORDS)
@@ -203,3 +203,6 @@ def parse_classes(classes: str | Sequence[str]) -> tuple[str, ...]:
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     return [HardNegativePart(options, seed)]
+
+
+register_method("hardneg", build, Options)

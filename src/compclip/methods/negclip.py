@@ -18,7 +18,7 @@ from ..concepts.keywords import with_case_of
 from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..text import sentences
-from .base import LossPart, option, owned
+from .base import LossPart, option, owned, register_method
 from .clip import clip_loss
 from .hardneg import HardNegativePart
 from .hardneg import Options as HardNegativeOptions
@@ -205,3 +205,6 @@ class Options:
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> Sequence[LossPart]:
     return [SwapNegativePart(options.negatives, seed, options.negatives_in)]
+
+
+register_method("negclip", build, Options, ("noun_phrases", "pos"))

@@ -29,7 +29,7 @@ from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import check_layer, encode_short_texts, visual_token_embeddings
 from ..scoring import DualEncoderScorer, Scorer
-from .base import LossPart, Output, option, owned, text_width_of
+from .base import LossPart, Output, option, owned, register_method, text_width_of
 from .text import caption_rng
 
 ENDS = 6  # per relation: subject, object; swapped subject, object (Ḡ); random subject, object (G̃)
@@ -342,3 +342,6 @@ class GraphScorer(DualEncoderScorer):
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     return [OCCLIPPart(options, seed)]
+
+
+register_method("occlip", build, Options, ("graph",))

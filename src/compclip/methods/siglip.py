@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..gather import GatheredLoss
-from .base import LossPart, sigmoid_pairs_loss
+from .base import LossPart, register_method, sigmoid_pairs_loss
 
 
 class SigLIPLoss(GatheredLoss):
@@ -43,3 +43,6 @@ class SigLIPPart(LossPart):
 
 def build(options, *, concepts=None, seed: int = 0) -> list[LossPart]:
     return [SigLIPPart()]
+
+
+register_method("siglip", build)

@@ -129,7 +129,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Every value checked before a model is built or a file written; errors name the CLI option."""
-        from ..data import is_tar_shards
+        from ..data import data_format
         from ..data.skips import MAX_WORKERS
         from ..precision import TRAIN_PRECISIONS
 
@@ -170,21 +170,21 @@ class TrainConfig:
         out = Path(self.out)
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out} is a file; a run writes a folder")
-        for part in [] if is_tar_shards(self.train_data) else self.train_data.split("::"):
-            if not Path(part).is_file():
-                raise MissingFileError(f"--train-data {part}: no such file")
+        missing = data_format(self.train_data).missing_file(self.train_data)
+        if missing:
+            raise MissingFileError(f"--train-data {missing}: no such file")
         for name in ("image_root", "concepts"):
             if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
                 raise MissingFileError(f"{flag_of(TrainConfig, name)} {getattr(self, name)}: no such folder")
 
     def _validate_open_clip_flags(self) -> None:
-        from ..data import is_tar_shards
+        from ..data import data_format
 
         if self.force_patch_dropout is not None and not 0 <= self.force_patch_dropout < 1:
             raise UsageError(f"--force-patch-dropout must lie in [0, 1), not {self.force_patch_dropout}")
         if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
             raise UsageError(f"--grad-clip-norm must be positive, not {self.grad_clip_norm}")
-        if self.dataset_resampled and not is_tar_shards(self.train_data):
+        if self.dataset_resampled and not data_format(self.train_data).streamed:
             raise UsageError(f"--dataset-resampled draws webdataset shards with replacement: --train-data {self.train_data} is no "
                              "shards (a CSV or an array is read whole each epoch: --no-dataset-resampled)")
         from ..models.checkpoint import STATE_NAME  # (here: `compclip train --help` imports this module, not torch)
@@ -347,16 +347,11 @@ def resolved(value: str | None) -> str | None:
 
 
 def reader_kwargs(cfg: TrainConfig, data: str, image_root: str | None) -> dict[str, Any]:
-    """What `open_reader` takes for the data file `data` of this run: its columns or field, and where its images are."""
-    from ..data import is_tar_shards
+    """What `open_reader` takes for the data file `data` of this run: of its columns or fields and where its images are,
+    those its format reads."""
+    from ..data import reader_options
 
-    if data.endswith((".csv", ".tsv", ".tab")):
-        return {"image_key": cfg.image_key, "caption_key": cfg.caption_key, "image_root": image_root}
-    if is_tar_shards(data):
-        return {"caption_field": cfg.caption_key}
-    if data.endswith(".npy"):
-        return {"caption_key": cfg.caption_key}
-    return {"image_root": image_root}
+    return reader_options(data, image_key=cfg.image_key, caption_key=cfg.caption_key, image_root=image_root)
 
 
 def check_device(device: str | None) -> None:

@@ -95,7 +95,7 @@ class RunEvaluation:
             scores = flat_scores(result.metrics)
             unscored = [k for k, v in scores.items() if math.isnan(v)]
             if unscored:  # NaN is no JSON, and a logger's chart of it shows nothing: said here, left out of the figures
-                missing = result.missing.report()
+                missing = result.missing.as_record()
                 log.warning("--eval-benchmarks %s: %d of its %d figures scored no example (%d images missing, e.g. %s; %s): "
                             "left out of this step's figures", job.label, len(unscored), len(scores), missing["count"],
                             ", ".join(missing["examples"]) or "none", "; ".join(f"{p} {w}" for p, w in result.absent.items())

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import WebDatasetReader, data_files, image_files, is_image_array, is_tar_shards, open_reader
+from ..data import data_files, data_format, image_files, open_reader
 from ..data.augment import BatchedView
 from ..data.shared_memory import check_shared_memory
 from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Preempted, StorageError, UsageError
@@ -124,7 +124,7 @@ class Trainer:
                                 scaler)
         transform = self.method.image_transform(model)
         # decoded arrays take open_clip's training view per batch, bit for bit the same (`BatchedView`)
-        self.view = BatchedView.of(train_preprocess(model)) if transform is None and is_image_array(cfg.train_data) else None
+        self.view = BatchedView.of(train_preprocess(model)) if transform is None and data_format(cfg.train_data).decoded else None
         # without --train-num-samples, an epoch of resampled shards is the whole run (its steps' samples, every process's)
         whole_run = cfg.steps * cfg.batch_size * cfg.accum_freq * self.env.world_size
         self.reader = open_reader(cfg.train_data, transform=self.view or transform or train_preprocess(model), **self._reader_kwargs(),
@@ -154,9 +154,7 @@ class Trainer:
         """Shards from `compclip concepts --into-shards` carry each sample's record: no store is needed."""
         from ..concepts import SampleConcepts
 
-        if not is_tar_shards(self.cfg.train_data):
-            return None
-        fields = WebDatasetReader(self.cfg.train_data, caption_field=self.cfg.caption_key).concept_fields()
+        fields = data_format(self.cfg.train_data).concept_fields(self.cfg.train_data, self.cfg.caption_key)
         return SampleConcepts(fields, self.cfg.train_data) if fields else None
 
     def _records_an_epoch(self, reader) -> int:

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from .. import stops
-from ..eval.sugarcrepe import SPLITS as SC_SPLITS
-from ..eval.sugarcrepe_pp import SPLITS as SCPP_SPLITS
+from ..eval.benchmarks.sugarcrepe import SPLITS as SC_SPLITS
+from ..eval.benchmarks.sugarcrepe_pp import SPLITS as SCPP_SPLITS
 from ..io import atomic_path, write_json
 from ..progress import progress
 from .captions import holds, long_caption, negatives, pair_statement, short_phrases, single_captions

@@ -11,12 +11,23 @@ from pathlib import Path
 
 import torch
 
-from . import protocols
-from .base import Benchmark, Missing, Result, accuracy, mean, read_json, register
-from .items import choice_rows
+from .. import protocols
+from ..base import Benchmark, Missing, Result, accuracy, mean, read_json, register
+from ..download import Asset
+from ..items import choice_rows
 
 SPLITS = ("add_obj", "add_att", "replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")
 FAMILIES = {"add": SPLITS[:2], "replace": SPLITS[2:5], "swap": SPLITS[5:]}
+SOURCE = "https://raw.githubusercontent.com/RAIVNLab/sugar-crepe/main/data"
+SHA256 = {
+    "add_att": "012d88d729693d193760e6f3393b06a1cf874380a9db0062e937201199fe044d",
+    "add_obj": "1b9d76b93139a937b8dc1ada92a4f05ecc821bb3c291d752428bafadd4bb0682",
+    "replace_att": "9fe55fd4c0a9ad1f85d486d9f6d0215b41f867eb025026e7f7b5ce44352545ee",
+    "replace_obj": "9d299600639947e9d15281a9ded1382b376cf4ea088a8d08a1314bfe76e81898",
+    "replace_rel": "356bcc2fc4c6aed3f4d9fd50acc58489bb1fe70c28791f9368d4cbf9ea39cdc9",
+    "swap_att": "7a7ce04e5c4c80412b48c6f0c1347fb1a2f5d54c0be6aa429b64d390e442f8d0",
+    "swap_obj": "073cdb8e253d053614e80710834d9773b09dbc1dd0a412f6f9492262caa1dcad",
+}
 
 
 def coco_image(root: Path, filename: str) -> Path:
@@ -31,6 +42,8 @@ class SugarCrepe(Benchmark):
     families = FAMILIES
     layout = ("SugarCrepe: the 7 split files of github.com/RAIVNLab/sugar-crepe data/ in DATA_ROOT/sugarcrepe/ "
               "(`compclip data download sugarcrepe`), COCO val2017 images in DATA_ROOT/coco/val2017/")
+    assets = tuple(Asset(f"{SOURCE}/{split}.json", f"sugarcrepe/{split}.json", sha) for split, sha in SHA256.items())
+    columns = (("SC add", ("add",)), ("SC replace", ("replace",)), ("SC swap", ("swap",)), ("SC swap-att", ("swap_att",)))
 
     def file(self, root: Path, split: str) -> Path:
         return root / self.name / f"{split}.json"

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from ..errors import DataError
-from .base import Benchmark, Missing, Result, accuracy, first_option_wins, grouped, mean, mean_present, read_json, register
-from .items import choice_rows
+from ...errors import DataError
+from ..base import Benchmark, Missing, Result, accuracy, first_option_wins, grouped, mean, mean_present, read_json, register
+from ..items import choice_rows
 
 SUBSETS = {  # split: (annotation file, image folder or None for COCO's, Table-1 group)
     "controlled_a": ("controlled_images_dataset.json", "controlled_images", "controlled_a"),

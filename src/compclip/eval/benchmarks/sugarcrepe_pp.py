@@ -8,14 +8,23 @@ from __future__ import annotations
 
 import torch
 
-from . import protocols
-from .base import NOT_APPLICABLE, Missing, Result, rate, read_json, register
-from .items import choice_rows
+from .. import protocols
+from ..base import NOT_APPLICABLE, Missing, Result, rate, read_json, register
+from ..download import Asset
+from ..items import choice_rows
 from .sugarcrepe import SPLITS as SUGARCREPE_SPLITS
 from .sugarcrepe import SugarCrepe, coco_image
 
 SPLITS = tuple(s for s in SUGARCREPE_SPLITS if not s.startswith("add_"))  # SugarCrepe++ has no add splits
 FAMILIES = {"replace": SPLITS[:3], "swap": SPLITS[3:]}
+SOURCE = "https://raw.githubusercontent.com/Sri-Harsha/scpp/main/data"
+SHA256 = {
+    "replace_att": "6826413592894754eeca02aeebbcbbc8b95a7456998abcc714e71c033ce6fe87",
+    "replace_obj": "5c6dc499ec8f511a8aa4ec1b7b5eb0eca90317488abe36ec39573355e2d361ab",
+    "replace_rel": "040fb95d3f0619bf515db60879e99709a87a5e9b4f524ec3403b127243480fd4",
+    "swap_att": "450d0fd9fcad3e6f44950dc634e7f901ab1c6d9c60a569ade5ae8ffb3d203ad8",
+    "swap_obj": "5f33cae824de431a7ecd3c5de6301f689815f9497aa36d96b154bbaf117b201b",
+}
 
 
 @register
@@ -27,6 +36,9 @@ class SugarCrepePP(SugarCrepe):
     families = FAMILIES
     layout = ("SugarCrepe++: the 5 split files of github.com/Sri-Harsha/scpp data/ in DATA_ROOT/sugarcrepe_pp/ "
               "(`compclip data download sugarcrepe_pp`), COCO val2017 images in DATA_ROOT/coco/val2017/")
+    assets = tuple(Asset(f"{SOURCE}/{split}.json", f"sugarcrepe_pp/{split}.json", sha) for split, sha in SHA256.items())
+    columns = (("SC++ replace ITT", ("replace_itt",)), ("SC++ replace TOT", ("replace_tot",)), ("SC++ swap ITT", ("swap_itt",)),
+               ("SC++ swap TOT", ("swap_tot",)), ("SC++ ITT", ("overall_itt",)), ("SC++ TOT", ("overall_tot",)))
 
     def records(self, root, split):
         return read_json(self.file(root, split))

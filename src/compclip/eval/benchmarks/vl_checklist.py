@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from ..errors import CompclipError, UsageError
-from ..options import option
-from . import protocols
-from .base import Benchmark, Missing, Result, accuracy, mean, mean_present, read_json, register
-from .items import choice_rows
+from ...errors import CompclipError, UsageError
+from ...options import option
+from .. import protocols
+from ..base import Benchmark, Missing, Result, accuracy, mean, mean_present, read_json, register
+from ..items import choice_rows
 
 OBJECT_ROLES = {"vg": ("obj", "subj"), "swig": ("agent", "destination", "item", "tool")}
 

@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..options import option
-from . import protocols
-from .base import Benchmark, Missing, Result, accuracy, first_option_wins, grouped, mean, mean_present, read_json, register
-from .items import choice_rows
+from ...options import option
+from .. import protocols
+from ..base import Benchmark, Missing, Result, accuracy, first_option_wins, grouped, mean, mean_present, read_json, register
+from ..items import choice_rows
 
 # The notebook's `symmetric` list: relations whose swapped caption may still be true, left out of VG-Relation's macro.
 SYMMETRIC = frozenset((
@@ -222,7 +222,7 @@ class AROOrder(Benchmark):
     def examples(self, root: Path, split: str, options: OrderOptions) -> list[tuple[Path, list[str]]]:
         """Every caption of a split as (image, [caption, its four perturbations]), drawn in file order whether its image is
         there or not, so the draws do not depend on which images a user has."""
-        from ..concepts import load_nlp
+        from ...concepts import load_nlp
 
         records = read_json(self.file(root, split))
         captions = [(root / ORDER_SETS[split][0] / r["image"], c) for r in records for c in r["caption"]]

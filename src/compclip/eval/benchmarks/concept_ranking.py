@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from ..concepts.keywords import KEYWORDS, OBJECT_TABLES, find_keywords, replacements, with_case_of
-from ..errors import UsageError
-from ..options import option
-from .base import Benchmark, Missing, Result, accuracy, first_option_wins, mean, read_json, register
-from .items import choice_rows
+from ...concepts.keywords import KEYWORDS, OBJECT_TABLES, find_keywords, replacements, with_case_of
+from ...errors import UsageError
+from ...options import option
+from ..base import Benchmark, Missing, Result, accuracy, first_option_wins, mean, read_json, register
+from ..items import choice_rows
 from .sugarcrepe import coco_image
 
 

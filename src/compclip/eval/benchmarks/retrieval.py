@@ -28,13 +28,13 @@ from pathlib import Path
 
 import torch
 
-from ..data import image_path
-from ..errors import DataError, UsageError
-from ..options import option
-from ..text import sentences
-from . import protocols
-from .base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
-from .items import retrieval_rows
+from ...data import image_path
+from ...errors import DataError, UsageError
+from ...options import option
+from ...text import sentences
+from .. import protocols
+from ..base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
+from ..items import retrieval_rows
 
 KS = (1, 5, 10)
 IMAGE_FOLDERS = ("images", "flickr30k-images")
@@ -153,6 +153,7 @@ class Retrieval(Benchmark):
     task = "zeroshot_retrieval"
     Options = Options
     layout = f"retrieval: DATA_ROOT/retrieval/<dataset>/ folders, each with one of {', '.join(LAYOUTS)}"
+    columns = (("retrieval R@1", ("mean_recall@1",)), ("retrieval R@5", ("mean_recall@5",)))
 
     def datasets(self, root) -> list[Path]:
         folder = root / "retrieval"

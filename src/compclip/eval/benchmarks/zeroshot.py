@@ -23,18 +23,18 @@ from typing import Any
 
 import torch
 
-from ..errors import DataError, MissingFileError, UsageError
-from ..options import option
-from . import protocols
-from .base import Benchmark, Missing, Result, accuracy, mean, rate, read_json, register
-from .items import class_rows
+from ...errors import DataError, MissingFileError, UsageError
+from ...options import option
+from .. import protocols
+from ..base import Benchmark, Missing, Result, accuracy, mean, rate, read_json, register
+from ..items import class_rows
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
 
 
 @lru_cache(maxsize=1)
 def imagenet() -> dict:
-    return json.loads((Path(__file__).parent / "assets" / "imagenet.json").read_text())
+    return json.loads((Path(__file__).parent.parent / "assets" / "imagenet.json").read_text())
 
 
 def _lines(path: Path) -> list[str] | None:
@@ -111,6 +111,7 @@ class ZeroShot(Benchmark):
     task = "zeroshot_classification"
     Options = Options
     layout = "zero-shot: DATA_ROOT/zeroshot/<dataset>/<class>/<image> class folders, one folder per dataset"
+    columns = (("ImageNet", ("imagenet",)), ("zero-shot mean", ("overall",)), ("ZS shape", ("shape",)), ("ZS colour", ("color",)))
 
     def lacks(self, root, splits):
         return None if self.datasets(root) else f"looked for dataset folders in {root / 'zeroshot'}: none. {self.layout}"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from . import protocols
-from .base import Benchmark, Missing, Result, rate, read_jsonl, read_parquet, register
-from .items import grid_rows
+from .. import protocols
+from ..base import Benchmark, Missing, Result, rate, read_jsonl, read_parquet, register
+from ..items import grid_rows
 
 COLUMNS = ("id", "caption_0", "caption_1", "tag", "secondary_tag", "num_main_preds", "collapsed_tag")
 GROUPS = ("collapsed_tag", "tag", "num_main_preds", "secondary_tag")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from . import protocols
-from .base import Benchmark, Missing, Result, accuracy, grouped, read_parquet, register
-from .items import grid_rows
+from .. import protocols
+from ..base import Benchmark, Missing, Result, accuracy, grouped, read_parquet, register
+from ..items import grid_rows
 
 
 @register

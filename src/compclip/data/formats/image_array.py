@@ -1,0 +1,102 @@
+"""Decoded images in `.npy` arrays with their captions in a JSONL beside each: what `compclip world generate` writes."""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import DataError, UsageError
+from ..readers import FORMATS, DataFormat, ImageTextReader, part_of
+
+
+def is_image_array(path: str | os.PathLike) -> bool:
+    """An array of decoded images (`.npy`), or several joined by `::` (`ArrayReader`)."""
+    return str(path).lower().endswith(".npy")
+
+
+class ArrayReader(ImageTextReader):
+    """Decoded images in a `.npy` array (uint8, N × H × W × 3), read memory-mapped, and their captions: the
+    `caption` field of each line of a JSONL beside it (default `scenes.jsonl`), line i for image i.
+
+    What `compclip world generate` writes for training: nothing is decoded while training. Several arrays
+    joined by `::` (open_clip's way of naming several sources) read as one, each with the JSONL beside it,
+    their records interleaved in proportion to their sizes, so that every batch mixes them alike.
+    """
+
+    def __init__(self, path: str | os.PathLike, transform: Callable | None = None, captions: str | os.PathLike | None = None,
+                 caption_key: str = "caption", **stages: Any):
+        self.paths = [Path(p) for p in str(path).split("::")]
+        super().__init__(str(path), transform, **stages)
+        if captions and len(self.paths) > 1:
+            raise UsageError(f"{path}: several arrays take their captions from the scenes.jsonl beside each, not from {captions}")
+        caption_paths = [Path(captions)] if captions else [p.with_name("scenes.jsonl") for p in self.paths]
+        self.images, self.captions = [], []
+        for array, lines in zip(self.paths, caption_paths, strict=True):
+            for p in (array, lines):
+                if not p.is_file():
+                    raise DataError(f"{p}: no such file (an image array needs its captions JSONL beside it)")
+            try:
+                images = np.load(array, mmap_mode="r")
+            except (ValueError, OSError, EOFError) as e:  # an object array (a pickle), a truncated or foreign file
+                raise DataError(f"{array}: not an image array ({type(e).__name__}: {e}); expected uint8 images of shape "
+                                "(N, H, W, 3), as `compclip world generate` writes them") from None
+            if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
+                raise DataError(f"{array}: expected uint8 images of shape (N, H, W, 3), found {images.dtype} {images.shape}")
+            captions_ = []
+            with open(lines, encoding="utf-8", errors="surrogateescape") as f:
+                for line in f:
+                    try:
+                        item = json.loads(line)
+                    except json.JSONDecodeError:
+                        item = None
+                    captions_.append(item.get(caption_key) if isinstance(item, dict) else None)
+            if len(captions_) != len(images):
+                raise DataError(f"{lines}: {len(captions_)} captions for the {len(images)} images of {array}")
+            self.images.append(images)
+            self.captions.append(captions_)
+        sizes = [len(c) for c in self.captions]
+        # record k of source s sits at (k + 0.5) / size: sorted together, the sources interleave evenly
+        at = np.concatenate([(np.arange(n) + 0.5) / n for n in sizes])
+        self.order = np.stack([np.repeat(np.arange(len(sizes)), sizes), np.concatenate([np.arange(n) for n in sizes])], 1)[
+            np.argsort(at, kind="stable")]
+
+    def __getstate__(self) -> dict[str, Any]:  # a DataLoader worker maps the arrays again
+        return {k: v for k, v in self.__dict__.items() if k != "images"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.images = [np.load(p, mmap_mode="r") for p in self.paths]
+
+    def num_records(self) -> int:
+        return len(self.order)
+
+    def caption_at(self, index: int) -> Any:
+        source, i = self.order[index].tolist()
+        return self.captions[source][i]
+
+    def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
+        source, i = self.order[index].tolist()
+        return f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], None
+
+    def records(self):
+        for k in part_of(range(len(self.order)), *self.shard()):
+            yield self.record_at(k)
+
+
+def _files(path: str) -> list[str]:
+    """Each array and the captions beside it."""
+    return [str(f) for a in path.split("::") for f in (Path(a), Path(a).with_name("scenes.jsonl"))]
+
+
+def _captions(path: str, caption_key: str) -> Iterator[Any]:
+    reader = ArrayReader(path, caption_key=caption_key)
+    return (reader.caption_at(k) for k in range(reader.num_records()))
+
+
+FORMATS.register("image_array", DataFormat(
+    "image_array", "an image .npy", is_image_array, ArrayReader, ("caption_key",), _captions,
+    count=lambda path: ArrayReader(path).num_records(), files=_files, decoded=True))
