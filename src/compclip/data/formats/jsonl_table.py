@@ -1,0 +1,62 @@
+"""JSON lines of image paths and captions, a record a line (`{"image": "a.jpg", "caption": "a red couch"}`): what caption
+dumps and metadata exports often are. Images are found as a CSV's (relative to the file's folder or `--image-root`), and
+`--image-key` / `--caption-key` name the fields."""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ...errors import DataError
+from ..readers import FORMATS, DataFormat, TableReader, image_path, utf8_captions
+
+
+def json_lines(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, the line's JSON value, or the JSONDecodeError of a line that is none) of each line that is not blank; bytes
+    that are not UTF-8 come back surrogate-escaped, for the reader to count."""
+    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as e:
+                    value = e
+                yield f"{path}:{number}", value
+
+
+class JsonlReader(TableReader):
+    """A JSONL of image paths and captions; a line that is no JSON record is a bad record, skipped and counted."""
+
+    def __init__(self, path: str | os.PathLike, transform: Callable | None = None, image_key: str = "image", caption_key: str = "caption",
+                 image_root: str | os.PathLike | None = None, **stages: Any):
+        self.path = Path(path)
+        super().__init__(str(self.path), transform, **stages)
+        self.image_key, self.caption_key = image_key, caption_key
+        self.image_root = Path(image_root) if image_root else self.path.parent
+        first = next((value for _, value in json_lines(self.path) if isinstance(value, dict)), None)
+        missing = [k for k in (image_key, caption_key) if first is not None and k not in first]
+        if missing:  # judged by the first record, as a CSV by its header: a wrong key would otherwise skip every record
+            raise DataError(f"{self.path}: no field {missing} in its first record (fields: {list(first)}); set --image-key / --caption-key")
+
+    def _rows_of(self) -> Iterator[tuple[str, Any, Any, str | None]]:
+        for where, value in json_lines(self.path):
+            if isinstance(value, json.JSONDecodeError):
+                yield where, None, None, f"not JSON ({value})"
+            elif not isinstance(value, dict):
+                yield where, None, None, f"a JSON {type(value).__name__}, not a record"
+            else:
+                rel = value.get(self.image_key)
+                yield where, image_path(self.image_root, rel.strip()) if isinstance(rel, str) and rel.strip() else None, \
+                    value.get(self.caption_key), None
+
+
+def captions(path: str, caption_key: str) -> Iterator[Any]:
+    """Each line's caption (None for a line that is no JSON record)."""
+    return utf8_captions((where, value.get(caption_key) if isinstance(value, dict) else None) for where, value in json_lines(Path(path)))
+
+
+FORMATS.register("jsonl", DataFormat(
+    "jsonl", ".jsonl", lambda path: Path(path).suffix.lower() == ".jsonl", JsonlReader, ("image_key", "caption_key", "image_root"),
+    captions, count=lambda path: sum(1 for _ in json_lines(Path(path)))))
