@@ -198,7 +198,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/report.py", "                if split in flat:\n                    continue\n", "", G + "paired"),
     ("eval/report.py", "            low.loc[model, column], high.loc[model, column] = 100 * ci_low, 100 * ci_high",
      "            low.loc[model, column], high.loc[model, column] = value, value", "tests/test_plots.py"),
-    ("eval/report_to.py", "            wrong = items[~items[\"correct\"].astype(bool)]", "            wrong = items", G + "wandb"),
+    ("eval/to_loggers.py", "            wrong = items[~items[\"correct\"].astype(bool)]", "            wrong = items", G + "wandb"),
     # #68: nothing read back from the device in a step; widths measured on the host
     ("models/tokens.py", "-(-longest // self.multiple) * self.multiple", "longest // self.multiple * self.multiple", D),
     ("models/tokens.py", 'return self.cut(text, text.shape[-1] if width is None else width)', 'return self(text.cpu()).to(text.device)', D),
@@ -308,7 +308,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("train/run_folder.py", 'if key in NOT_DEFINING or (longer and key in ("steps", "epochs")):', "if key in NOT_DEFINING:",
      "tests/test_train.py -k extend"),
     ("train/trainer.py", "            extended.append(self.extension)\n", "", "tests/test_train.py -k extend"),
-    ("train/reporting.py", 'scalars = {k if "/" in k else f"train/{k}": v', "scalars = {k: v",
+    ("train/run_loggers.py", 'scalars = {k if "/" in k else f"train/{k}": v', "scalars = {k: v",
      "tests/test_open_clip_habits.py -k two_processes"),
     ("loggers.py", 'where = Path(os.environ.get("WANDB_DIR") or out)', "where = out", "tests/test_open_clip_habits.py -k wandb"),
     ("methods/clip.py", 'return {"contrastive_loss": loss} if output_dict else loss', "return loss", L + "output_dict"),

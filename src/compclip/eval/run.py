@@ -214,9 +214,9 @@ def report(records: dict[str, dict[str, Any]], out: Path | None, cfg: EvalConfig
     """--report-to: the results, their figures and the wrong items to the loggers named."""
     reporters = parse_reporters(cfg.report_to)
     if reporters and out is not None:
-        from .report_to import report_results
+        from .to_loggers import log_results
 
-        report_results(records, out, reporters, cfg.wandb_project_name)
+        log_results(records, out, reporters, cfg.wandb_project_name)
 
 
 def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], data_root: str | Path | None = None,

@@ -265,7 +265,8 @@ OPEN_CLIP_ELSEWHERE = {
     "--imagenet-val": "compclip's --eval-benchmarks zeroshot reads ImageNet from --eval-data-root (docs/data.md)",
     "--skip-scheduler": "compclip's --schedule const keeps the rate after warm-up",
     "--siglip": "compclip's --method siglip trains with the sigmoid loss",
-    "--dataset-type": "compclip reads the type from --train-data's name (.csv/.tsv, .tar shards, .json, .npy)",
+    "--dataset-type": "compclip reads the type from --train-data's name (.csv/.tsv, .jsonl, .tar shards, .json, .npy: each format of "
+                      "compclip.data.FORMATS names its own)",
     "--csv-separator": "compclip reads the separator from the file's name: .csv (comma) or .tsv (tab)",
     "--wandb-notes": "compclip names the W&B run after --out; its notes are W&B's WANDB_NOTES",
     "--dist-url": "compclip reads torchrun's or SLURM's environment",

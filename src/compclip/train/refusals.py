@@ -1,5 +1,5 @@
 """Refusals before a run spends its steps: settings under which it would learn nothing, a resume under other options or
-other data, concepts the method cannot use, data that gives no batch. Each is one line naming the option that fixes it."""
+other data, data that gives no batch. Each is one line naming the option that fixes it."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..errors import DataError, UsageError
+from ..errors import UsageError
 from ..models.checkpoint import read_config
 from .config import PATH_OPTIONS, TrainConfig, resolved
 from .run_folder import changed_options, extends
@@ -63,48 +63,6 @@ def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[s
     log.warning("extending %s from %d to %d steps at step %s%s", cfg.out, saved["steps"], cfg.steps, at,
                 f": the {cfg.schedule} schedule now ends at step {cfg.steps}" if cfg.schedule != "const" else "")
     return {"at_step": at, "steps": [saved["steps"], cfg.steps]}
-
-
-class Coverage:
-    """Counts of the captions whose concepts a concept method could use (`Method.collate`'s `coverage`), over the run."""
-
-    def __init__(self):
-        self.covered = self.total = self.steps = 0
-        self.example = ""
-
-    def add(self, micro: list[dict[str, Any]]) -> bool:
-        """Count one step's micro-batches; False for a method without concepts."""
-        if "coverage" not in micro[0]:
-            return False
-        for batch in micro:
-            covered, total = batch["coverage"].tolist()
-            self.covered, self.total = self.covered + covered, self.total + total
-            self.example = self.example or batch["uncovered"]
-        self.steps += 1
-        return True
-
-    @property
-    def share(self) -> float:
-        return self.covered / self.total if self.total else 1.0
-
-    def record(self) -> dict[str, float]:
-        return {"concept_coverage": self.share} if self.steps else {}
-
-
-def check_coverage(cfg: TrainConfig, coverage: Coverage, is_main: bool) -> None:
-    """After the first step's batches: the share of captions that gave the method concepts, logged; below 90 % a
-    warning, below --min-concept-coverage a stop (a concept method that trains on nothing is another method)."""
-    covered, total, share, example = coverage.covered, coverage.total, coverage.share, coverage.example
-    where = f"the concept store {cfg.concepts}" if cfg.concepts else "the shards' concept records"
-    text = f"{cfg.method}: {covered} of {total} captions of the first step have concepts it can use ({share:.1%}), from {where}"
-    if share < cfg.min_concept_coverage:
-        raise DataError(f"{text}, below --min-concept-coverage {cfg.min_concept_coverage}; e.g. {example!r} has none: run "
-                        "`compclip concepts` over the training data (in span mode a phrase must also be found in the caption's "
-                        "tokens)")
-    if is_main:
-        log.info("%s", text)
-        if share < 0.9:
-            log.warning("only %.1f%% of the captions have concepts, e.g. %r", 100 * share, example)
 
 
 def nothing_to_train_on(reader, cfg: TrainConfig) -> str:

@@ -44,14 +44,15 @@ from ..models.tokens import TextWidth, text_width
 from ..precision import autocast, input_dtype, weights_precision
 from ..progress import progress
 from .config import TrainConfig, reader_kwargs
+from .coverage import Coverage, check_coverage
 from .distributed import DistEnv, init_distributed, leave
 from .evaluation import RunEvaluation, keep_if_best
 from .faults import NonFiniteGuard, StopSignals, peer_lost, worker_init
 from .loop import train_loop
 from .optim import lr_schedule, make_optimizer, param_groups
-from .refusals import Coverage, check_coverage, nothing_to_train_on, refuse_another_run, refuse_what_cannot_learn
-from .reporting import Reporters
+from .refusals import nothing_to_train_on, refuse_another_run, refuse_what_cannot_learn
 from .run_folder import RunLock, latest_checkpoint
+from .run_loggers import RunLoggers
 from .state import TrainState
 
 log = logging.getLogger("compclip.train")
@@ -381,11 +382,11 @@ class Trainer:
         first = [next(batches) for _ in range(cfg.accum_freq)]
         if self.coverage.add(first):
             check_coverage(cfg, self.coverage, self.env.is_main)
-        self.reporters = None
+        self.loggers = None
         if self.env.is_main:
             record = self._config_record()
             write_json(self.out / "config.json", record)
-            self.reporters = Reporters(self.out, cfg.reporters, record, cfg.wandb_project_name)
+            self.loggers = RunLoggers(self.out, cfg.reporters, record, cfg.wandb_project_name)
         self.bar = progress(steps, f"train {cfg.method} ({self.out.name})", total=len(steps), unit="step") if self.env.is_main else steps
         pending = [first]
 
@@ -400,8 +401,8 @@ class Trainer:
             return train_loop(self.state, self.bar, draw, self.env, NonFiniteGuard(cfg.skip_nonfinite, self.run_folder.checkpoints),
                               self.after_step, cfg.grad_clip_norm, self._autocast)
         finally:
-            if self.reporters is not None:
-                self.reporters.close()
+            if self.loggers is not None:
+                self.loggers.close()
 
     def after_step(self, record: dict[str, Any]) -> None:
         """The loop's hook after each step: concept coverage, evaluation (and `best`), the log, the checkpoint, and a stop
@@ -415,8 +416,8 @@ class Trainer:
             self._keep_best(figures)
             if self.env.distributed:
                 dist.barrier()  # the other ranks wait for rank 0's evaluation
-        if self.reporters is not None and (self.step % cfg.log_every == 0 or self.step == cfg.steps or evaluated):
-            self.reporters.log(record)
+        if self.loggers is not None and (self.step % cfg.log_every == 0 or self.step == cfg.steps or evaluated):
+            self.loggers.log(record)
         if hasattr(self.bar, "set_postfix"):
             self.bar.set_postfix(loss=f"{record['loss']:.4f}", img_s=f"{record['images_per_s']:.0f}")
         saved = self.step % cfg.save_every == 0 or self.step == cfg.steps

@@ -9,7 +9,9 @@ from ..io import append_line
 from ..loggers import tensorboard_writer, wandb_run
 
 
-class Reporters:
+class RunLoggers:
+    """log.jsonl and the --report-to loggers of one run, written by rank 0 at each logged step."""
+
     def __init__(self, out: Path, reporters: list[str], config: dict[str, Any], project: str):
         self.out, self.tb, self.wandb = out, None, None
         if "tensorboard" in reporters:

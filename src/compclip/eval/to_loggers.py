@@ -15,7 +15,7 @@ from .results import items_frame
 WRONG_COLUMNS = ("benchmark", "split", "item", "image", "true", "false", "score_true", "score_false")
 
 
-def report_results(records: dict[str, dict[str, Any]], out: Path, reporters: list[str], project: str) -> None:
+def log_results(records: dict[str, dict[str, Any]], out: Path, reporters: list[str], project: str) -> None:
     """Log `records` (`compclip eval`'s, written into `out`) with the figures drawn into OUT/figures."""
     from ..plots import split_bars
 
