@@ -27,6 +27,7 @@ L = "tests/test_library.py -k "
 G = "tests/test_gallery.py -k "
 D = "tests/test_device_reads.py"
 B = "eval/benchmarks/"  # the shipped benchmarks' modules
+F = "tests/test_formats.py -k "
 C = "tests/test_cluster.py -k 'colleague or private_feature or without_flock'"
 
 
@@ -340,6 +341,28 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_train.py -k 'one_notion or extend'"),
     ("models/checkpoint.py", 'return sorted(self.checkpoints.glob("step_*"))',
      'return sorted(self.checkpoints.glob("step_*"), reverse=True)', "tests/test_train.py -k keep_log_every"),
+    ("plugins.py", '            raise ValueError(f"{self.kind} {name!r} is registered already")',
+     "            pass", F + "registered_once"),
+    ("plugins.py", "        for entry in entry_points(group=self.group):", '        for entry in entry_points(group="none"):',
+     F + "another_package"),
+    ("plugins.py", '                import_module(f"{self.package}.{module.name}")', "                pass",
+     "tests/test_library.py -k registry"),
+    ("data/readers.py", "return None if self.streamed else", "return None if False else", F + "looks_for"),
+    ("data/readers.py", "return {key: given[key] for key in data_format(path).options}", "return dict(given)", F + "passes"),
+    ("data/formats/captions_json.py", 'FolderReader, ("image_root",),', 'FolderReader, ("image_root", "caption_key"),', F + "passes"),
+    ("data/formats/jsonl_table.py", "            if line.strip():", "            if True:", F + "jsonl_table"),
+    ("data/formats/jsonl_table.py", "        if missing:  # judged by the first record", "        if False:", F + "first_record"),
+    ("data/formats/jsonl_table.py", "            elif not isinstance(value, dict):", "            elif False:", F + "jsonl_table"),
+    ("data/formats/csv_table.py", 'in (".tsv", ".tab") else ","', 'in (".tsv",) else ","', "tests/test_readers.py tests/test_concepts.py"),
+    ("data/formats/image_array.py", "files=_files, decoded=True))", "files=_files))", "tests/test_augment.py"),
+    ("data/formats/webdataset_shards.py", "concept_fields=lambda path, caption_key: WebDatasetReader(",
+     "concept_fields=lambda path, caption_key: None and WebDatasetReader(", "tests/test_concept_store.py -k in_shard"),
+    ("eval/base.py", "return {**COCO, **{name:", "return {**{name:", "tests/test_download.py"),
+    (B + "sugarcrepe.py", '("SC swap", ("swap",))', '("SC swap", ("swap_att",))', "tests/test_eval.py -k report_column"),
+    ("concepts/inputs.py", "    if missing:\n        raise MissingFileError", "    if False:\n        raise MissingFileError",
+     "tests/test_concepts.py tests/test_handed_files.py tests/test_misuse.py"),
+    ("data/readers.py", "            caption = None\n", "", "tests/test_misuse.py -k utf8"),
+    ("data/readers.py", "names = data_format(path).files(str(path))", "names = [str(path)]", H + "'resume or shards or array'"),
 ]
 
 

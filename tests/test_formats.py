@@ -134,3 +134,34 @@ def test_a_data_format_from_another_package_trains_and_feeds_concepts(tmp_path):
     (checkpoint,) = (tmp_path / "run" / "checkpoints").glob("step_*/config.json")
     files = json.loads(checkpoint.read_text())["train_data_files"]  # the table and the images its rows name, hashed
     assert files["files"] == 1 and files["images_hashed"] == 16
+
+
+def test_a_run_looks_for_its_files_before_it_starts_except_streamed_shards(tmp_path):
+    """A CSV, a JSONL and an array (with the captions beside it) that are not there are named before anything is built;
+    shards are read as met (a URL, a pipe, a shard that comes and goes), so a run on them is not refused for one."""
+    from compclip.errors import MissingFileError
+    from compclip.train import TrainConfig
+
+    base = {"method": "clip", "model": "compclip-tiny-clip", "out": str(tmp_path / "run")}
+    (tmp_path / "world").mkdir()
+    np.save(tmp_path / "world" / "images.npy", np.zeros((1, 8, 8, 3), np.uint8))
+    for data, named in ((tmp_path / "a.csv", tmp_path / "a.csv"), (tmp_path / "a.jsonl", tmp_path / "a.jsonl"),
+                        (tmp_path / "world" / "images.npy", tmp_path / "world" / "scenes.jsonl")):
+        with pytest.raises(MissingFileError, match=f"--train-data {named}: no such file"):
+            TrainConfig(train_data=str(data), **base).validate()
+    for data in (str(tmp_path / "gone-{0..3}.tar"), "pipe:cat /nowhere/a.tar"):
+        assert data_format(data).missing_file(data) is None
+        TrainConfig(train_data=data, **base).validate()
+
+
+def test_a_name_is_registered_once_and_an_unknown_one_is_refused_with_the_known():
+    assert FORMATS.names() == ["captions_json", "csv", "image_array", "jsonl", "webdataset"]
+    with pytest.raises(ValueError, match="data format 'csv' is registered already"):
+        FORMATS.register("csv", FORMATS["jsonl"])
+    with pytest.raises(UsageError, match=r"unknown data format 'json' \(did you mean jsonl"):
+        FORMATS["json"]
+    csv = FORMATS.remove("csv")
+    try:
+        assert "csv" not in FORMATS and len(FORMATS) == 4
+    finally:
+        FORMATS.register("csv", csv)

@@ -20,10 +20,11 @@ T = TypeVar("T")
 
 class Registry(Generic[T]):
     """Records of one kind by name. `kind` names it in messages ("benchmark"); `package` holds the shipped ones, a
-    module each (modules whose name starts with "_" or is in `skip` declare none); `group` is the entry-point group."""
+    module each (a module that declares none, such as a helper its neighbours share, is imported all the same);
+    `group` is the entry-point group."""
 
-    def __init__(self, kind: str, package: str, group: str, skip: tuple[str, ...] = ()):
-        self.kind, self.package, self.group, self.skip = kind, package, group, skip
+    def __init__(self, kind: str, package: str, group: str):
+        self.kind, self.package, self.group = kind, package, group
         self._records: dict[str, T] = {}
         self._filled = False
 
@@ -44,7 +45,7 @@ class Registry(Generic[T]):
         self._filled = True  # first: a module being imported may read the registry
         package = import_module(self.package)
         for module in pkgutil.iter_modules(package.__path__):
-            if not module.name.startswith("_") and module.name not in self.skip:
+            if not module.name.startswith("_"):
                 import_module(f"{self.package}.{module.name}")
         for entry in entry_points(group=self.group):
             try:

@@ -332,7 +332,7 @@ class MethodEntry:
     concept_fields: tuple[str, ...] = ()
 
 
-METHODS: Registry[MethodEntry] = Registry("method", __package__, "compclip.methods", skip=("base", "text"))
+METHODS: Registry[MethodEntry] = Registry("method", __package__, "compclip.methods")
 
 
 def register_method(name: str, factory: MethodFactory, options: type = NoOptions, concept_fields: tuple[str, ...] = ()) -> MethodEntry:
