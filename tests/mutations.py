@@ -353,15 +353,15 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("data/formats/jsonl_table.py", "            if line.strip():", "            if True:", F + "jsonl_table"),
     ("data/formats/jsonl_table.py", "        if missing:  # judged by the first record", "        if False:", F + "first_record"),
     ("data/formats/jsonl_table.py", "            elif not isinstance(value, dict):", "            elif False:", F + "jsonl_table"),
-    ("data/formats/csv_table.py", 'in (".tsv", ".tab") else ","', 'in (".tsv",) else ","', "tests/test_readers.py tests/test_concepts.py"),
+    ("data/formats/csv_table.py", 'in (".tsv", ".tab") else ","', 'in (".tsv",) else ","', F + "tab"),
     ("data/formats/image_array.py", "files=_files, decoded=True))", "files=_files))", "tests/test_augment.py"),
     ("data/formats/webdataset_shards.py", "concept_fields=lambda path, caption_key: WebDatasetReader(",
      "concept_fields=lambda path, caption_key: None and WebDatasetReader(", "tests/test_concept_store.py -k in_shard"),
     ("eval/base.py", "return {**COCO, **{name:", "return {**{name:", "tests/test_download.py"),
     (B + "sugarcrepe.py", '("SC swap", ("swap",))', '("SC swap", ("swap_att",))', "tests/test_eval.py -k report_column"),
     ("concepts/inputs.py", "    if missing:\n        raise MissingFileError", "    if False:\n        raise MissingFileError",
-     "tests/test_concepts.py tests/test_handed_files.py tests/test_misuse.py"),
-    ("data/readers.py", "            caption = None\n", "", "tests/test_misuse.py -k utf8"),
+     F + "missing_input"),
+    ("data/readers.py", "            caption = None\n", "", F + "utf8"),
     ("data/readers.py", "names = data_format(path).files(str(path))", "names = [str(path)]", H + "'resume or shards or array'"),
 ]
 

@@ -165,3 +165,36 @@ def test_a_name_is_registered_once_and_an_unknown_one_is_refused_with_the_known(
         assert "csv" not in FORMATS and len(FORMATS) == 4
     finally:
         FORMATS.register("csv", csv)
+
+
+def test_a_tab_file_is_tab_separated_as_a_tsv(tmp_path):
+    """`.tab` and `.tsv` are both tab-separated tables (a caption holding a comma stays one field), for training and for
+    `compclip concepts` alike."""
+    from compclip.concepts import iter_captions
+
+    csv_file = make_dataset(tmp_path, n=4)
+    rows = [line.split(",", 1) for line in csv_file.read_text().splitlines()[1:]]
+    rows[1][1] = "a red square, a blue circle"
+    for suffix in ("tab", "tsv"):
+        table = tmp_path / f"train.{suffix}"
+        table.write_text("image\tcaption\n" + "".join(f"{image}\t{caption}\n" for image, caption in rows))
+        assert [c for c, _ in samples(open_reader(table))] == [c for _, c in rows], suffix
+        assert list(iter_captions(table)) == [c for _, c in rows], suffix
+
+
+def test_concepts_name_a_missing_input_and_read_bytes_that_are_not_utf8_as_an_empty_record(tmp_path):
+    """Each format's captions: a file that is not there is named before anything is read (for an array, the captions
+    beside it); a caption whose bytes are not UTF-8 is an empty record, as training skips it, in a CSV and a JSONL alike."""
+    from compclip.concepts import iter_captions
+    from compclip.errors import MissingFileError
+
+    for gone in ("gone.csv", "gone.jsonl", "gone.json"):
+        with pytest.raises(MissingFileError, match=f"{gone}: no such file"):
+            iter_captions(tmp_path / gone)
+    np.save(tmp_path / "images.npy", np.zeros((1, 8, 8, 3), np.uint8))
+    with pytest.raises(MissingFileError, match=r"scenes\.jsonl: no such file"):
+        iter_captions(tmp_path / "images.npy")
+    (tmp_path / "c.csv").write_bytes(b"image,caption\na.jpg,a red couch\nb.jpg,caf\xe9 chairs\n")
+    (tmp_path / "c.jsonl").write_bytes(b'{"caption": "a red couch"}\n{"caption": "caf\xe9 chairs"}\n')
+    for name in ("c.csv", "c.jsonl"):
+        assert list(iter_captions(tmp_path / name)) == ["a red couch", None], name
