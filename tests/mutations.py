@@ -363,6 +363,9 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      F + "missing_input"),
     ("data/readers.py", "            caption = None\n", "", F + "utf8"),
     ("data/readers.py", "names = data_format(path).files(str(path))", "names = [str(path)]", H + "'resume or shards or array'"),
+    (B + "sugarcrepe.py", 'return KINDS.get(split.rpartition("_")[2])', "return None", G + "kind_is"),
+    ("eval/gallery.py", "declared[row.benchmark, str(row.split)] or next(", "None or next(", G + "kind_is"),
+    ("eval/gallery.py", 'kinds = word_kinds(wrong.loc[undeclared, "true"]', 'kinds = word_kinds(wrong.loc[[], "true"]', G + "kind_is"),
 ]
 
 

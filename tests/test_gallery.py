@@ -221,3 +221,20 @@ def test_a_retrieval_miss_shows_the_image_retrieved_instead_and_pairs_across_mod
     assert all('data-disagree="0"' in c for c in cards)  # both missed that query: no disagreement
     d, = [d for d in compare(pd.concat([a, b]), "A", "B", resamples=200) if d.split == "set"]
     assert (d.n, d.a_only, d.b_only) == (6, 0, 0)  # six queries paired, the caption-0 miss on both sides
+
+
+def test_a_cards_kind_is_the_benchmarks_own_where_it_sorts_its_splits_and_the_words_otherwise(tmp_path):
+    """SugarCrepe's replace_att changes an attribute even where spaCy tags the word a noun ("a brick wall" → "a glass
+    wall": a material): its card says attribute, as the split does, here run whole and one split alone; the same change
+    in a benchmark that sorts nothing is told by spaCy's tag of the word (a noun: object)."""
+    import pandas as pd
+
+    from compclip.eval.gallery import write_gallery
+
+    row = {"model": "m", "split": "replace_att", "image": "x.png", "true": "a brick wall next to a road",
+           "false": "a glass wall next to a road", "score_true": 0.1, "score_false": 0.2, "correct": False, "tie": False}
+    items = pd.DataFrame([{**row, "benchmark": bench, "item": str(i)}
+                          for i, bench in enumerate(("sugarcrepe", "sugarcrepe-replace_att", "sugarcrepe_pp", "mine"))])
+    page = write_gallery(items, tmp_path / "g.html").read_text(encoding="utf-8")
+    kinds = dict(re.findall(r'data-split="([^"/]+)/replace_att" data-kind="(\w+)"', page))
+    assert kinds == {"sugarcrepe": "attribute", "sugarcrepe-replace_att": "attribute", "sugarcrepe_pp": "attribute", "mine": "object"}

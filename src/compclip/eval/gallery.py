@@ -3,7 +3,9 @@
 Per benchmark and split, each model's accuracy with its 95 % interval and item count; then every item a model got
 wrong (up to `SHOWN` a model and split): its image (a thumbnail embedded in the page), the true caption, the false
 caption the model preferred, both scores, and what the false caption changed: the words that differ, and their kind
-from spaCy's parse of the true caption (attribute: an adjective; object: a noun; relation: a preposition or verb).
+(attribute, object, relation): the benchmark's own where its authors sort its splits so (SugarCrepe's and SugarCrepe++'s
+`_att`, `_obj`, `_rel`: `Benchmark.kind_of`), otherwise from spaCy's parse of the true caption (an adjective, a noun, a
+preposition or verb).
 Filters by split, by kind and word, by model, and to the items two models disagree on; the page's address can set them
 (`report.html#split=swap_att&kind=attribute`), so a view can be shared. No server, no script from elsewhere.
 """
@@ -21,6 +23,7 @@ import pandas as pd
 
 from ..io import atomic_path
 from ..stats import wilson
+from .base import REGISTRY
 from .items import IDENTITY, identified
 
 SHOWN = 500  # wrong items shown per model and split; the totals count them all
@@ -40,13 +43,23 @@ def changed_words(true: str, false: str) -> list[str]:
 
 
 def word_kinds(captions: list[str]) -> dict[str, dict[str, str]]:
-    """Each caption's words with their kind (`KINDS`) from spaCy's tags, parsed once per distinct caption."""
+    """Each caption's words with their kind (`KINDS`) from spaCy's tags, parsed once per distinct caption (none: spaCy
+    is not even loaded)."""
+    if not captions:
+        return {}
     from ..concepts import extract
 
     kinds = {}
     for record in extract(list(dict.fromkeys(captions)), "pos"):
         kinds[record["caption"]] = {text.lower(): KINDS[tag] for text, _, _, tag in record["pos"] if tag in KINDS}
     return kinds
+
+
+def declared_kind(benchmark: str, split: str) -> str | None:
+    """The kind the benchmark gives the split's changes (`Benchmark.kind_of`), or None. `benchmark` is a result file's
+    name: the benchmark's, then `-SPLIT` where one split was run (`sugarcrepe-swap_att`)."""
+    name = benchmark.partition("-")[0]
+    return REGISTRY[name].kind_of(split) if name in REGISTRY else None
 
 
 def thumbnail(image: str) -> str | None:
@@ -78,7 +91,9 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
     disagree = set(verdicts.index[verdicts.max(axis=1) != verdicts.min(axis=1)]) if len(models) > 1 else set()  # column-wise
     wrong = items[~items["correct"].astype(bool)]
     wrong = wrong.groupby(["model", "benchmark", "split"], group_keys=False).head(SHOWN)
-    kinds = word_kinds(wrong["true"].astype(str).tolist())
+    declared = {key: declared_kind(*key) for key in set(zip(wrong["benchmark"], wrong["split"].astype(str), strict=True))}
+    undeclared = [declared[key] is None for key in zip(wrong["benchmark"], wrong["split"].astype(str), strict=True)]
+    kinds = word_kinds(wrong.loc[undeclared, "true"].astype(str).tolist())  # spaCy only where the benchmark says nothing
     thumbs: dict[str, str | None] = {}  # each image's data URL, and its style rule's name
     names: dict[str, str] = {}
     totals, cards = [], []
@@ -95,7 +110,8 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
         # a retrieval's wrong answer is another image or another image's caption: no word of it is a swap
         words = [] if retrieval else changed_words(str(row.true), str(row.false))
         found = kinds.get(str(row.true), {})
-        kind = "retrieval" if retrieval else next((found[w] for w in words if w in found), "other")
+        kind = "retrieval" if retrieval else declared[row.benchmark, str(row.split)] or next((found[w] for w in words if w in found),
+                                                                                              "other")
         second = getattr(row, "image_2", None)  # Winoground's other image, the image a caption retrieved instead of its own
         pictures = []
         for image, title in ((row.image, "its image"), *([(second, "the other image")] if isinstance(second, str) and second else [])):

@@ -18,6 +18,7 @@ from ..items import choice_rows
 
 SPLITS = ("add_obj", "add_att", "replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")
 FAMILIES = {"add": SPLITS[:2], "replace": SPLITS[2:5], "swap": SPLITS[5:]}
+KINDS = {"att": "attribute", "obj": "object", "rel": "relation"}  # a split's last part: what its false captions change
 SOURCE = "https://raw.githubusercontent.com/RAIVNLab/sugar-crepe/main/data"
 SHA256 = {
     "add_att": "012d88d729693d193760e6f3393b06a1cf874380a9db0062e937201199fe044d",
@@ -44,6 +45,9 @@ class SugarCrepe(Benchmark):
               "(`compclip data download sugarcrepe`), COCO val2017 images in DATA_ROOT/coco/val2017/")
     assets = tuple(Asset(f"{SOURCE}/{split}.json", f"sugarcrepe/{split}.json", sha) for split, sha in SHA256.items())
     columns = (("SC add", ("add",)), ("SC replace", ("replace",)), ("SC swap", ("swap",)), ("SC swap-att", ("swap_att",)))
+
+    def kind_of(self, split):
+        return KINDS.get(split.rpartition("_")[2])
 
     def file(self, root: Path, split: str) -> Path:
         return root / self.name / f"{split}.json"
