@@ -759,12 +759,22 @@ def test_zeroshot_subset_is_clics_seeded_draw_and_imagenet_stays_whole(tmp_path)
     assert m["colours"]["subset_order"] == "class folders, then file names" and "subset_order" not in m["imagenet"]
     assert (m["colours"]["classnames_source"], m["colours"]["templates_source"]) == ("dataset file", "dataset file")
     assert (m["imagenet"]["classnames_source"], m["imagenet"]["templates_source"]) == ("dataset file", "dataset file")
-    from compclip.eval.benchmarks.zeroshot import source
-
-    assert [source(said, file) for said, file in (("en_classnames.json[cars]", "en_classnames.json"), ("the class folders' names", None),
-                                                   ("ImageNet's 80 templates (bundled)", None), ("/d/templates.txt", None),
-                                                   ("/d/classnames.txt", "en_classnames.json"))] == [
-        "clip_benchmark json", "folder names", "imagenet", "dataset file", "dataset file"]  # (a JSON given, this dataset not in it)
+    # each kind of source: a CLIP_benchmark JSON given (one dataset in it), the dataset's file, ImageNet's bundled lists,
+    # the folders' names
+    (tmp_path / "names.json").write_text(json.dumps({"colours": ["red", "green", "blue"]}))
+    given = run("zeroshot", tmp_path, classnames=str(tmp_path / "names.json")).metrics
+    assert [given[d]["classnames_source"] for d in ("colours", "imagenet")] == ["clip_benchmark json", "dataset file"]
+    assert given["colours"]["classnames_from"] == f"{tmp_path / 'names.json'}[colours]"
+    for dataset in ("colours", "imagenet"):
+        for file in ("classnames.txt", "templates.txt"):
+            (tmp_path / "zeroshot" / dataset / file).rename(tmp_path / f"{dataset}-{file}")
+    (tmp_path / "zeroshot" / "imagenet" / "classnames.txt").write_text("red\ngreen\nblue\n")
+    bare = run("zeroshot", tmp_path).metrics
+    assert [(bare[d]["classnames_source"], bare[d]["templates_source"]) for d in ("colours", "imagenet")] == [
+        ("folder names", "imagenet"), ("dataset file", "imagenet")]
+    for dataset in ("colours", "imagenet"):
+        for file in ("classnames.txt", "templates.txt"):
+            (tmp_path / f"{dataset}-{file}").replace(tmp_path / "zeroshot" / dataset / file)
     other = run("zeroshot", tmp_path, subset=5, subset_seed=2, subset_skip="").metrics
     np.random.seed(2)
     np.random.shuffle(indices := list(range(12)))

@@ -86,13 +86,8 @@ def clip_benchmark_metrics(scores: torch.Tensor, target: torch.Tensor, correct: 
 SUBSET_ORDER = "class folders, then file names"
 
 
-def source(said: str, file: str | None) -> str:
-    """Where class names or templates came from, in a word `report --paper` compares: "clip_benchmark json" (the
-    --bench-opt file, CLIP_benchmark's format), "dataset file" (the folder's own .txt), "imagenet" (the bundled
-    fallback) or "folder names"."""
-    if file and said.startswith(f"{file}["):
-        return "clip_benchmark json"
-    return "imagenet" if "bundled" in said else "folder names" if said == "the class folders' names" else "dataset file"
+# where class names or templates came from, in the words `report --paper` compares (a paper's `classnames_source`)
+FROM_JSON, FROM_DATASET, FROM_IMAGENET, FROM_FOLDERS = "clip_benchmark json", "dataset file", "imagenet", "folder names"
 
 
 def seeded_subset(count: int, size: int, seed: int) -> list[int]:
@@ -127,10 +122,10 @@ class ZeroShot(Benchmark):
         for folder in self.datasets(root):
             scorer.at(folder.name)
             classes = sorted(p for p in folder.iterdir() if p.is_dir())
-            names, names_from = self.classnames(folder, classes, classnames, options.classnames)
+            names, names_from, names_kind = self.classnames(folder, classes, classnames, options.classnames)
             if len(names) != len(classes):
                 raise DataError(f"{folder}: {len(classes)} class folders but {len(names)} class names (from {names_from})")
-            prompts, prompts_from = self.prompts(folder, names, templates, options.templates)
+            prompts, prompts_from, prompts_kind = self.prompts(folder, names, templates, options.templates)
             every = [(p, label) for label, c in enumerate(classes) for p in sorted(c.iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
             drawn = bool(options.subset) and folder.name not in options.subset_skip.split(",")
             if drawn:
@@ -144,8 +139,7 @@ class ZeroShot(Benchmark):
             drawing = {"subset": options.subset, "subset_seed": options.subset_seed, "subset_order": SUBSET_ORDER} if drawn else {}
             metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), "classes": len(classes),
                                     **drawing, "prompts": sum(map(len, prompts)), "classnames_from": names_from,
-                                    "templates_from": prompts_from, "classnames_source": source(names_from, options.classnames),
-                                    "templates_source": source(prompts_from, options.templates)}
+                                    "templates_from": prompts_from, "classnames_source": names_kind, "templates_source": prompts_kind}
         datasets = list(metrics.values())
         metrics["overall"] = mean(m["acc"] for m in datasets)
         for key in ("acc1", "acc5", "mean_per_class_recall"):  # CLIP_benchmark's keys, over the datasets
@@ -156,28 +150,29 @@ class ZeroShot(Benchmark):
     def keys(folder: Path) -> list[str]:
         return [folder.name, "imagenet1k"] if folder.name == "imagenet" else [folder.name]
 
-    def classnames(self, folder: Path, classes: list[Path], table: dict[str, Any], file: str | None) -> tuple[list[str], str]:
+    def classnames(self, folder: Path, classes: list[Path], table: dict[str, Any], file: str | None) -> tuple[list[str], str, str]:
+        """The class names, where they came from (for a person), and that source's kind (`FROM_*`)."""
         key = next((k for k in self.keys(folder) if k in table), None)
         if key is not None:
-            return table[key], f"{file}[{key}]"
+            return table[key], f"{file}[{key}]", FROM_JSON
         if (folder / "classnames.txt").is_file():
-            return _lines(folder / "classnames.txt"), str(folder / "classnames.txt")
+            return _lines(folder / "classnames.txt"), str(folder / "classnames.txt"), FROM_DATASET
         if folder.name == "imagenet":
-            return imagenet()["classnames"], "ImageNet's class names (bundled)"
-        return [c.name.replace("_", " ") for c in classes], "the class folders' names"
+            return imagenet()["classnames"], "ImageNet's class names (bundled)", FROM_IMAGENET
+        return [c.name.replace("_", " ") for c in classes], "the class folders' names", FROM_FOLDERS
 
-    def prompts(self, folder: Path, names: list[str], table: dict[str, Any], file: str | None) -> tuple[list[list[str]], str]:
-        """Each class's prompts, and where they came from."""
+    def prompts(self, folder: Path, names: list[str], table: dict[str, Any], file: str | None) -> tuple[list[list[str]], str, str]:
+        """Each class's prompts, where they came from (for a person), and that source's kind (`FROM_*`)."""
         key = next((k for k in [*self.keys(folder), "imagenet1k"] if k in table), None)
         if key is not None:
-            chosen, where = table[key], f"{file}[{key}]"
+            chosen, where, kind = table[key], f"{file}[{key}]", FROM_JSON
             if isinstance(chosen, dict):  # class-specific prompts (CuPL)
                 lacking = [n for n in names if n not in chosen]
                 if lacking:
                     raise DataError(f"{where}: no prompts for classes {lacking[:5]}")
-                return [list(chosen[n]) for n in names], where
+                return [list(chosen[n]) for n in names], where, kind
         elif (folder / "templates.txt").is_file():
-            chosen, where = _lines(folder / "templates.txt"), str(folder / "templates.txt")
+            chosen, where, kind = _lines(folder / "templates.txt"), str(folder / "templates.txt"), FROM_DATASET
         else:
-            chosen, where = imagenet()["templates"], "ImageNet's 80 templates (bundled)"
-        return [[fill(t, n, where) for t in chosen] for n in names], where
+            chosen, where, kind = imagenet()["templates"], "ImageNet's 80 templates (bundled)", FROM_IMAGENET
+        return [[fill(t, n, where) for t in chosen] for n in names], where, kind
