@@ -1,8 +1,9 @@
-"""Streaming image-text readers: CSV/TSV, webdataset tar shards, an image folder with a captions JSON,
-and an array of decoded images (`.npy`) with a JSONL of captions.
+"""What every streaming image-text reader shares, and the registry of training-data formats (`FORMATS`, `DataFormat`):
+each format (CSV/TSV, JSON lines, webdataset tar shards, an image folder with a captions JSON, decoded image arrays) is
+one module of `data/formats/`, and `open_reader` picks it by the path.
 
-Each is a torch IterableDataset yielding `{"image", "caption", "key"}` dicts. A reader is one record source per format
-(`records`: this part's raw records, the part taken by `part_of`), then the same stages for all, in `__iter__`: shuffle,
+Each reader is a torch IterableDataset yielding `{"image", "caption", "key"}` dicts. A reader is one record source per
+format (`records`: this part's raw records, the part taken by `part_of`), then the same stages for all, in `__iter__`: shuffle,
 resume, decode (with a per-sample seed), partner; webdataset shards may be resampled instead of read in order. The
 stages are set by constructor arguments, the position a run resumes at by `start`. Bad records (missing or corrupt
 images, empty or undecodable captions, malformed rows) are skipped and counted, never fatal; see `SkipCounter`.
