@@ -198,3 +198,22 @@ def test_concepts_name_a_missing_input_and_read_bytes_that_are_not_utf8_as_an_em
     (tmp_path / "c.jsonl").write_bytes(b'{"caption": "a red couch"}\n{"caption": "caf\xe9 chairs"}\n')
     for name in ("c.csv", "c.jsonl"):
         assert list(iter_captions(tmp_path / name)) == ["a red couch", None], name
+
+
+def test_sources_joined_by_colons_are_read_as_one_only_where_the_format_can(tmp_path, capsys):
+    """open_clip's `a::b` names several sources: arrays and shards read them as one; two CSVs (or JSONL files) are
+    refused in one line by `train` and `concepts` alike, where the reader took the joined name for one file."""
+    from conftest import run_main
+
+    for name in ("a.csv", "b.csv"):
+        (tmp_path / name).write_text("image,caption\nx.jpg,a red cube\n")
+    joined = f"{tmp_path / 'a.csv'}::{tmp_path / 'b.csv'}"
+    for args in (["train", "--method", "clip", "--model", "compclip-tiny-clip", "--train-data", joined, "--out", str(tmp_path / "run")],
+                 ["concepts", joined, "--out", str(tmp_path / "store")]):
+        code, _, err = run_main(capsys, *args)
+        assert code == 2 and "several csv sources joined by '::' are not read as one" in err and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "store").exists()
+    assert data_format("w1/images.npy::w2/images.npy").name == "image_array"
+    assert data_format("a-{0..3}.tar::b-{0..3}.tar").name == "webdataset"
+    with pytest.raises(UsageError, match="several jsonl sources"):
+        data_format("a.jsonl::b.jsonl")

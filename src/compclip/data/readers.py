@@ -409,11 +409,6 @@ def image_files(reader: ImageTextReader) -> dict[str, Any]:
     return {"images_hashed": len(picks), "images_sha256": digest.hexdigest()}
 
 
-def local_names(path: str) -> list[str]:
-    """The files a path names, one or several joined by "::" (open_clip's way of naming several sources)."""
-    return path.split("::")
-
-
 @dataclass(frozen=True)
 class DataFormat:
     """One training-data format, declared once in its own module of `data/formats/` (`FORMATS.register`): which paths
@@ -426,6 +421,7 @@ class DataFormat:
     - `captions(path, caption_key)`: the captions alone, in record order, for `compclip concepts` (None for a record
       that has none); `count(path)`: how many, or None where only reading says;
     - `files(path)`: the files the path names, which a resume hashes (`data_files`) and a run looks for before it starts;
+    - `joins`: several sources joined by "::" (open_clip's way of naming them) are read as one;
     - `streamed`: read as a stream of shards from any URL webdataset opens: nothing is looked for before reading (a
       shard that cannot be read is a bad record), the count of records is unknown, and `--dataset-resampled` may draw
       the shards with replacement;
@@ -440,7 +436,8 @@ class DataFormat:
     options: tuple[str, ...]
     captions: Callable[[str, str], Iterator[Any]]
     count: Callable[[str], int | None] = lambda path: None
-    files: Callable[[str], list[str]] = local_names
+    files: Callable[[str], list[str]] = lambda path: [path]
+    joins: bool = False
     streamed: bool = False
     decoded: bool = False
     concept_fields: Callable[[str, str], tuple[str, ...] | None] = lambda path, caption_key: None
@@ -454,11 +451,16 @@ FORMATS: Registry[DataFormat] = Registry("data format", f"{__package__}.formats"
 
 
 def data_format(path: str | os.PathLike) -> DataFormat:
-    """The format that reads `path`, or a UsageError listing what each format reads."""
+    """The format that reads `path`, or a UsageError listing what each format reads (or, for sources joined by "::",
+    which formats read them as one)."""
     text = str(path)
     found = next((f for f in FORMATS.values() if f.matches(text)), None)
     if found is None:
         raise UsageError(f"{path}: unknown data format; expected {', '.join(f.describe for f in FORMATS.values())}")
+    if "::" in text and not found.joins:
+        joining = ", ".join(f.describe for f in FORMATS.values() if f.joins)
+        raise UsageError(f"{path}: several {found.name} sources joined by '::' are not read as one (only {joining} are); "
+                         "write them into one file")
     return found
 
 

@@ -99,4 +99,4 @@ def _captions(path: str, caption_key: str) -> Iterator[Any]:
 
 FORMATS.register("image_array", DataFormat(
     "image_array", "an image .npy", is_image_array, ArrayReader, ("caption_key",), _captions,
-    count=lambda path: ArrayReader(path).num_records(), files=_files, decoded=True))
+    count=lambda path: ArrayReader(path).num_records(), files=_files, joins=True, decoded=True))

@@ -178,5 +178,5 @@ def _shards(path: str) -> list[str]:
 FORMATS.register("webdataset", DataFormat(
     "webdataset", ".tar shards (brace patterns expand)", is_tar_shards, WebDatasetReader, ("caption_key",),
     lambda path, caption_key: (caption for _, _, caption, _ in WebDatasetReader(path, caption_key=caption_key).records()),
-    files=_shards, streamed=True,
+    files=_shards, joins=True, streamed=True,
     concept_fields=lambda path, caption_key: WebDatasetReader(path, caption_key=caption_key).concept_fields()))
