@@ -4,6 +4,7 @@ Run alone it uses the whole batch; under torchrun (or with SLURM's variables) ea
 takes its share. Rank 0 saves the loss terms and every parameter's gradient.
 Usage: python dist_grads.py OUT.pt [ACCUM_FREQ [METHOD]]
 """
+import os
 import sys
 
 import torch
@@ -68,4 +69,10 @@ if __name__ == "__main__":
     terms, grads = compute(env, *(int(sys.argv[2]), *sys.argv[3:4]) if len(sys.argv) > 2 else ())
     if env.is_main:
         torch.save({"terms": terms, "grads": grads, "world_size": env.world_size}, sys.argv[1])
+    if env.joined:
+        torch.distributed.barrier()  # both ranks done before either ends the group
     leave(env)
+    # past the interpreter's finalisation, where gloo's threads can still hold tensors of Python objects and abort a rank
+    # that finished ("terminate called without an active exception", pytorch/pytorch#179291): the results are on disk
+    sys.stdout.flush()
+    os._exit(0)

@@ -4,6 +4,7 @@ the inputs, the loss module gathers across ranks itself, and the gradients are a
 `step(method)` is one step on dist_grads' batch of 8 (this rank's share of it under torchrun): the loss value and every
 gradient. Usage: python plain_loop.py OUT.pt METHOD[,METHOD...] (rank 0 saves {method: (loss, grads)}).
 """
+import os
 import sys
 
 import torch
@@ -98,4 +99,10 @@ if __name__ == "__main__":
     results = {m: step(m, env.rank, env.world_size) for m in sys.argv[2].split(",")}
     if env.is_main:
         torch.save(results, sys.argv[1])
+    if env.joined:
+        torch.distributed.barrier()  # both ranks done before either ends the group
     leave(env)
+    # past the interpreter's finalisation, where gloo's threads can still hold tensors of Python objects and abort a rank
+    # that finished ("terminate called without an active exception", pytorch/pytorch#179291): the results are on disk
+    sys.stdout.flush()
+    os._exit(0)
