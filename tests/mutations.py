@@ -139,7 +139,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "null_nans(bench.run(scorer, root, bench.ties, job.splits, options)", "tests/test_eval.py -k tie_rule_the_run"),
     ("train/faults.py", "dist.all_reduce(flag, op=dist.ReduceOp.MAX)", "dist.all_reduce(flag, op=dist.ReduceOp.MIN)",
      "tests/test_cluster.py -k preempted_torchrun"),
-    ("data/formats/image_array.py", 'for f in (Path(a), Path(a).with_name("scenes.jsonl"))]', "for f in (Path(a),)]",
+    ("data/formats/image_array.py", 'for f in (Path(a), captions_beside(Path(a)))]', "for f in (Path(a),)]",
      k("image_array_refuses")),
     ("concepts/build.py", "tuples = lambda name: [tuple(d[f] for f in fields[name]) for d in row[name]]",
      "tuples = lambda name: [tuple(d.values())[::-1] for d in row[name]]", "tests/test_concept_store.py -k previous_format"),

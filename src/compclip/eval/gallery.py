@@ -91,8 +91,9 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
     disagree = set(verdicts.index[verdicts.max(axis=1) != verdicts.min(axis=1)]) if len(models) > 1 else set()  # column-wise
     wrong = items[~items["correct"].astype(bool)]
     wrong = wrong.groupby(["model", "benchmark", "split"], group_keys=False).head(SHOWN)
-    declared = {key: declared_kind(*key) for key in set(zip(wrong["benchmark"], wrong["split"].astype(str), strict=True))}
-    undeclared = [declared[key] is None for key in zip(wrong["benchmark"], wrong["split"].astype(str), strict=True)]
+    parts = list(zip(wrong["benchmark"], wrong["split"].astype(str), strict=True))
+    declared = {key: declared_kind(*key) for key in set(parts)}
+    undeclared = [declared[key] is None for key in parts]
     kinds = word_kinds(wrong.loc[undeclared, "true"].astype(str).tolist())  # spaCy only where the benchmark says nothing
     thumbs: dict[str, str | None] = {}  # each image's data URL, and its style rule's name
     names: dict[str, str] = {}

@@ -18,6 +18,11 @@ def is_image_array(path: str | os.PathLike) -> bool:
     return str(path).lower().endswith(".npy")
 
 
+def captions_beside(array: Path) -> Path:
+    """The captions of an array's images, one JSON line each, as `compclip world generate` writes them beside it."""
+    return array.with_name("scenes.jsonl")
+
+
 class ArrayReader(ImageTextReader):
     """Decoded images in a `.npy` array (uint8, N × H × W × 3), read memory-mapped, and their captions: the
     `caption` field of each line of a JSONL beside it (default `scenes.jsonl`), line i for image i.
@@ -33,7 +38,7 @@ class ArrayReader(ImageTextReader):
         super().__init__(str(path), transform, **stages)
         if captions and len(self.paths) > 1:
             raise UsageError(f"{path}: several arrays take their captions from the scenes.jsonl beside each, not from {captions}")
-        caption_paths = [Path(captions)] if captions else [p.with_name("scenes.jsonl") for p in self.paths]
+        caption_paths = [Path(captions)] if captions else [captions_beside(p) for p in self.paths]
         self.images, self.captions = [], []
         for array, lines in zip(self.paths, caption_paths, strict=True):
             for p in (array, lines):
@@ -89,7 +94,7 @@ class ArrayReader(ImageTextReader):
 
 def _files(path: str) -> list[str]:
     """Each array and the captions beside it."""
-    return [str(f) for a in path.split("::") for f in (Path(a), Path(a).with_name("scenes.jsonl"))]
+    return [str(f) for a in path.split("::") for f in (Path(a), captions_beside(Path(a)))]
 
 
 def _captions(path: str, caption_key: str) -> Iterator[Any]:

@@ -81,13 +81,18 @@ def sample_caption(sample: dict[str, Any], caption_key: str = "caption") -> Any:
     return meta.get(caption_key) if isinstance(meta, dict) else None
 
 
+def shard_urls(path: str) -> list[str]:
+    """The shards a path names: brace patterns expanded, sources joined by "::" in turn (webdataset's own rule)."""
+    import webdataset as wds
+
+    return wds.shardlists.expand_urls(path)
+
+
 class WebDatasetReader(ImageTextReader):
     """webdataset tar shards: an image (jpg/jpeg/png/webp/gif/tif/tiff/bmp) plus `txt`, or `json` with a caption field."""
 
     def __init__(self, urls: str | list[str], transform: Callable | None = None, caption_key: str = "caption", **stages: Any):
-        import webdataset as wds
-
-        self.urls = wds.shardlists.expand_urls(urls) if isinstance(urls, str) else list(urls)
+        self.urls = shard_urls(urls) if isinstance(urls, str) else list(urls)
         extra = f" (+{len(self.urls) - 1} shards)" if len(self.urls) > 1 else ""
         super().__init__(f"{self.urls[0]}{extra}", transform, **stages)
         self.caption_key = caption_key
@@ -169,14 +174,8 @@ class WebDatasetReader(ImageTextReader):
         return tuple(k for k in json.loads(first[CONCEPTS_MEMBER]) if k != "caption")
 
 
-def _shards(path: str) -> list[str]:
-    import webdataset as wds
-
-    return wds.shardlists.expand_urls(path)
-
-
 FORMATS.register("webdataset", DataFormat(
     "webdataset", ".tar shards (brace patterns expand)", is_tar_shards, WebDatasetReader, ("caption_key",),
     lambda path, caption_key: (caption for _, _, caption, _ in WebDatasetReader(path, caption_key=caption_key).records()),
-    files=_shards, joins=True, streamed=True,
+    files=shard_urls, joins=True, streamed=True,
     concept_fields=lambda path, caption_key: WebDatasetReader(path, caption_key=caption_key).concept_fields()))
