@@ -371,6 +371,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     (B + "sugarcrepe.py", 'return KINDS.get(split.rpartition("_")[2])', "return None", G + "kind_is"),
     ("eval/gallery.py", "declared[row.benchmark, str(row.split)] or next(", "None or next(", G + "kind_is"),
     ("eval/gallery.py", 'kinds = word_kinds(wrong.loc[undeclared, "true"]', 'kinds = word_kinds(wrong.loc[[], "true"]', G + "kind_is"),
+    ("stats.py", "return 0.0 if right == 0 else center - delta", "return center - delta", "tests/test_stats.py"),
+    ("stats.py", "4 * n * p * (1 - p) + Z975**2", "4 * n * p * (1 - p) + Z975", "tests/test_stats.py"),
+    ("eval/items.py", "return values.fillna(\"\")", "return values.fillna(\"nan\")", "tests/test_compare.py tests/test_gallery.py"),
+    ("eval/items.py", "return values.notna() if", "return values.isna() if", "tests/test_compare.py tests/test_gallery.py"),
 ]
 
 

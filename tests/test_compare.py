@@ -139,6 +139,12 @@ def test_items_under_the_same_ids_with_other_content_are_refused():
     with pytest.raises(UsageError, match=r"^A and B both scored item 1 of vl_checklist/adj, but not the same item there \(its image "
                                          r"or captions differ; 1 such item\(s\)\)"):
         compare(items, "A", "B", resamples=500)
+    # items of the leading columns alone (no `texts`): the true caption says what each is, its columns read as pandas
+    # types them (strings, and optional columns missing in every row)
+    plain = [frame(m, [True, True]).assign(image="x.jpg", true=t, false="a blue dog").astype({"true": "str"})
+             for m, t in (("A", ["a red dog", "a cat"]), ("B", ["a red dog", "a tall cat"]))]
+    with pytest.raises(UsageError, match=r"^A and B both scored item 1 of sugarcrepe/swap_att, but not the same item there"):
+        compare(pd.concat(plain).assign(direction=pd.Series(None, dtype="str")), "A", "B", resamples=500)
 
 
 def test_one_item_a_split_is_no_star_and_the_table_says_why():

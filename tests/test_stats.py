@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from compclip.stats import binomial_se, fmt, fmt_difference, interval, paired, significant, t975
+from compclip.stats import binomial_se, fmt, fmt_difference, interval, paired, significant, t975, wilson
 
 
 def t_cdf(x: float, df: int) -> float:
@@ -53,3 +53,15 @@ def test_paired_is_the_interval_of_differences_and_significance_needs_zero_outsi
     assert fmt(71.25, 2.14) == "71.2 ± 2.1" and binomial_se(0.5, 1112) < 0.015 < binomial_se(0.5, 1111)
     with pytest.raises(ValueError, match="equal counts"):
         paired([1.0], [1.0, 2.0])
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 50, 1000, 123457])
+def test_wilson_is_scipys_interval_at_every_count(n):
+    from scipy.stats import binomtest
+
+    for right in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+        reference = binomtest(right, n).proportion_ci(0.95, method="wilson")
+        assert wilson(right, n) == pytest.approx((reference.low, reference.high), abs=1e-12)
+    assert (wilson(0, n)[0], wilson(n, n)[1]) == (0.0, 1.0)  # exactly, as scipy's: not a rounding below 0 or over 1
+    with pytest.raises(ValueError, match="right=3, n=2"):
+        wilson(3, 2)

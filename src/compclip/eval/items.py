@@ -36,14 +36,21 @@ def identity(items):
     import pandas as pd
 
     def column(name: str) -> pd.Series:
-        return items[name] if name in items.columns else pd.Series(None, index=items.index, dtype=object)
+        return items[name] if name in items.columns else pd.Series(None, index=items.index, dtype=str)
 
     def text(values: pd.Series) -> pd.Series:
+        if isinstance(values.dtype, pd.StringDtype):  # strings or missing: no row to look at one by one
+            return values.fillna("")
         return values.map(lambda v: "" if v is None or isinstance(v, float) else str(v))
 
-    options = column("texts").map(lambda t: None if t is None or isinstance(t, float) else "\x1e".join(map(str, t)))
+    def named(values: pd.Series) -> pd.Series:
+        return values.notna() if isinstance(values.dtype, pd.StringDtype) else values.map(lambda v: isinstance(v, str))
+
+    texts = column("texts")
+    options = texts.map(lambda t: None if t is None or isinstance(t, float) else "\x1e".join(map(str, t))) if texts.dtype == object \
+        else texts  # no column of options: missing in every row
     direction, true = text(column("direction")), text(column("true"))
-    grid = column("image_2").map(lambda v: isinstance(v, str)) & (direction == "")  # a retrieval's image_2 is the model's pick
+    grid = named(column("image_2")) & (direction == "")  # a retrieval's image_2 is the model's pick
     query = direction + "\x1e" + np.where(direction == "text→image", true, "")  # an image query's `true` is the model's pick
     offered = np.where(grid, text(column("image_2")) + "\x1e" + true + "\x1e" + text(column("false")),
                        np.where(options.notna(), options.fillna(""), np.where(direction != "", query, true)))
