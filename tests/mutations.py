@@ -375,6 +375,12 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("stats.py", "4 * n * p * (1 - p) + Z975**2", "4 * n * p * (1 - p) + Z975", "tests/test_stats.py"),
     ("eval/items.py", "return values.fillna(\"\")", "return values.fillna(\"nan\")", "tests/test_compare.py tests/test_gallery.py"),
     ("eval/items.py", "return values.notna() if", "return values.isna() if", "tests/test_compare.py tests/test_gallery.py"),
+    ("train/config.py", "run = replace(self, **{name: absolute_path(getattr(self, name))", "run = self; self.__dict__.update(**{name: "
+     "absolute_path(getattr(self, name))", "tests/test_recipes.py -k epochs_and_a_global"),
+    ("train/config.py", "{name: absolute_path(getattr(self, name)) for", "{name: getattr(self, name) for",
+     "tests/test_recipes.py -k epochs_and_a_global"),
+    ("cli.py", "terms, run = trainer.run(), trainer.cfg  # the run's own", "terms, run = trainer.run(), cfg  #",
+     "tests/test_train.py -k seeds_train_one_run"),
 ]
 
 

@@ -4,6 +4,7 @@ reached by accumulation, a warm-up start and a cosine floor)."""
 import dataclasses
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -129,7 +130,7 @@ def test_train_with_the_c2lip_recipe_runs_its_optimiser_schedule_and_loss_weight
                                   "batch_size": 8, "workers": 0, "dataset_resampled": False})
     trainer = Trainer(cfg)
     opt = trainer.optimizer
-    assert type(opt) is torch.optim.AdamW and cfg.accum_freq == 96  # 768 images a step from 8 per micro-batch
+    assert type(opt) is torch.optim.AdamW and trainer.cfg.accum_freq == 96  # 768 images a step from 8 per micro-batch
     decayed = [g for g in opt.param_groups if g["weight_decay"]]
     assert decayed and all(g["weight_decay"] == 0.1 and g["betas"] == (0.9, 0.98) and g["eps"] == 1e-6 for g in decayed)
     rates = []
@@ -168,16 +169,18 @@ def test_epochs_and_a_global_batch_resolve_to_steps_and_accumulation(tmp_path):
         return TrainConfig(**{"method": "clip", "model": "compclip-tiny-clip", "train_data": str(data), "out": str(tmp_path / "o"),
                               "batch_size": 4, "epochs": 3, "workers": 0, **changes})
 
-    cfg = config(global_batch_size=16, warmup_fraction=0.25)
-    cfg.resolve_length(2, lambda: 20)  # two processes: 4 × 2 × 2 micro-batches = 16 images a step
+    given = config(global_batch_size=16, warmup_fraction=0.25)
+    cfg = given.resolved(2, lambda: 20)  # two processes: 4 × 2 × 2 micro-batches = 16 images a step
     assert (cfg.accum_freq, cfg.steps, cfg.warmup) == (2, math.ceil(3 * 20 / 16), 1)
+    assert (given.accum_freq, given.steps, given.warmup) == (1, 1000, 0)  # the options given stay as given
+    assert config(train_data=os.path.relpath(data)).resolved(1, lambda: 20).train_data == str(data.resolve())  # a path made absolute
     with pytest.raises(UsageError, match=r"--global-batch-size 16 is not a multiple of --batch-size 4 × 3 process\(es\) = 12"):
-        config(global_batch_size=16).resolve_length(3, lambda: 20)
+        config(global_batch_size=16).resolved(3, lambda: 20)
     # the trainer counts the CSV's records (open_clip's num_samples) unless --train-num-samples says otherwise
     assert Trainer(config()).cfg.steps == math.ceil(3 * 20 / 4)
     assert Trainer(config(train_num_samples=8, out=str(tmp_path / "p"))).cfg.steps == 6
     with pytest.raises(UsageError, match="shards do not say how many samples they hold; give --train-num-samples"):
-        config().resolve_length(1, WebDatasetReader(str(tmp_path / "s-{0..1}.tar")).num_records)
+        config().resolved(1, WebDatasetReader(str(tmp_path / "s-{0..1}.tar")).num_records)
 
 
 def test_the_schedule_starts_at_the_warmup_rate_and_ends_at_the_floor(tmp_path):
@@ -187,7 +190,7 @@ def test_the_schedule_starts_at_the_warmup_rate_and_ends_at_the_floor(tmp_path):
     cfg = TrainConfig(method="clip", model="compclip-tiny-clip", train_data=str(data), out=str(tmp_path / "o"), steps=10,
                       warmup_fraction=0.2, warmup_lr=1e-7, lr=1e-6, min_lr=1e-8, workers=0, batch_size=4)
     trainer = Trainer(cfg)
-    assert cfg.warmup == 2
+    assert trainer.cfg.warmup == 2
     rates = []
     for _ in range(10):
         rates.append(trainer.optimizer.param_groups[0]["lr"])

@@ -537,9 +537,9 @@ def test_seeds_train_one_run_each_into_its_own_folder(tmp_path, capsys):
 
     data = make_dataset(tmp_path, n=16)
     args = ["train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data, "--out", tmp_path / "run",
-            "--batch-size", "8", "--workers", "0", "--steps", "2", "--seeds", "0,1"]
+            "--batch-size", "8", "--workers", "0", "--epochs", "1", "--seeds", "0,1"]
     code, out, err = run_main(capsys, *args)
-    assert code == 0, err
+    assert code == 0, err  # an epoch of 16 at 8 a step: the run's own count said, not the option's default
     assert "seed 0: finished 2 steps into" in out and "seed 1: finished 2 steps into" in out and "2 runs under" in out
     for seed in (0, 1):
         assert json.loads((tmp_path / "run" / f"seed-{seed}" / "config.json").read_text())["seed"] == seed

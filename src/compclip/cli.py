@@ -277,7 +277,7 @@ def train(ctx: typer.Context, **options: Any) -> None:
     torchrun --nproc_per_node 8 -m compclip train --recipe c2lip-cc3m --train-data 'cc3m/{00000..01411}.tar' \\
         --concepts concepts --out runs/c2lip
     """
-    from .train import train as run
+    from .train import Trainer
     from .train.run_folder import latest_checkpoint
 
     typed = _typed(ctx, TrainConfig)
@@ -285,18 +285,19 @@ def train(ctx: typer.Context, **options: Any) -> None:
     seeds = cfg.seed_list()
     if seeds:  # one run a seed, each a folder of its own, resumable as any run
         for seed in seeds:
-            one = dataclasses.replace(cfg, seed=seed, seeds=None, out=str(Path(cfg.out) / f"seed-{seed}"))
-            terms = run(one)
-            typer.echo(f"seed {seed}: " + (f"finished {one.steps} steps into {one.out}" if terms else f"{one.out} had finished"))
+            trainer = Trainer(dataclasses.replace(cfg, seed=seed, seeds=None, out=str(Path(cfg.out) / f"seed-{seed}")))
+            terms, run = trainer.run(), trainer.cfg  # the run's own options: --epochs counted as steps
+            typer.echo(f"seed {seed}: " + (f"finished {run.steps} steps into {run.out}" if terms else f"{run.out} had finished"))
         typer.echo(f"{len(seeds)} runs under {cfg.out}: evaluate each, then `compclip compare` their result folders, "
                    "comma-joined as one model, for the mean over seeds and its interval")
         return
-    terms = run(cfg)
+    trainer = Trainer(cfg)
+    terms, run = trainer.run(), trainer.cfg
     if not terms:
-        typer.echo(f"nothing to train: {cfg.out} has finished its {cfg.steps} steps; more --steps extend it, or a second stage "
-                   f"starts from its weights: --model {latest_checkpoint(cfg.out)} --out ANOTHER_FOLDER")
+        typer.echo(f"nothing to train: {run.out} has finished its {run.steps} steps; more --steps extend it, or a second stage "
+                   f"starts from its weights: --model {latest_checkpoint(run.out)} --out ANOTHER_FOLDER")
         return
-    typer.echo(f"finished {cfg.steps} steps; the last step's loss: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))
+    typer.echo(f"finished {run.steps} steps; the last step's loss: " + ", ".join(f"{k} {v:.4f}" for k, v in terms.items()))
 
 
 def _typed(ctx: typer.Context, cls: type) -> set[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -214,12 +214,6 @@ class TrainConfig:
         """--report-to as a list of loggers (none: only log.jsonl)."""
         return parse_reporters(self.report_to)
 
-    def resolve_paths(self) -> None:
-        """Options that name files as absolute paths, in place: what a run records and a resume compares is the files
-        they named from where the run started, not the strings as typed (`paths_resolved`)."""
-        for name in PATH_OPTIONS:
-            setattr(self, name, resolved(getattr(self, name)))
-
     @classmethod
     def from_given(cls, given: dict[str, Any]) -> TrainConfig:
         """The run's options from those the user gave: over the settings of `given["recipe"]` where one is named
@@ -235,21 +229,28 @@ class TrainConfig:
             return cls(**given)
         return cls(**get_recipe(given["recipe"]).apply(given))
 
-    def resolve_length(self, world_size: int, records: Callable[[], int]) -> None:
-        """Turn the declared run length into the trainer's counts, in place: --global-batch-size into --accum-freq,
-        --epochs into --steps (`records` counts the data's samples when --train-num-samples does not), --warmup-fraction
-        into --warmup. Every process computes the same numbers; a resumed run compares them with its checkpoint's."""
-        per_step = self.batch_size * world_size
-        if self.global_batch_size is not None:
-            if self.global_batch_size % per_step:
-                raise UsageError(f"--global-batch-size {self.global_batch_size} is not a multiple of --batch-size {self.batch_size} × "
+    def resolved(self, world_size: int, records: Callable[[], int]) -> TrainConfig:
+        """This run's options with every value derived from others in its place, as a copy (the options given stay as
+        given, so one TrainConfig can start several runs). Each derivation is made here and nowhere else:
+        - the options that name files (`PATH_OPTIONS`) as absolute paths (`absolute_path`): what a run records and a
+          resume compares is the files they named from where the run started, not the strings as typed;
+        - --global-batch-size as --accum-freq over `world_size` processes;
+        - --epochs as --steps (`records` counts the data's samples when --train-num-samples does not);
+        - --warmup-fraction as --warmup.
+        Every process computes the same numbers; a resumed run compares them with its checkpoint's."""
+        run = replace(self, **{name: absolute_path(getattr(self, name)) for name in PATH_OPTIONS})
+        per_step = run.batch_size * world_size
+        if run.global_batch_size is not None:
+            if run.global_batch_size % per_step:
+                raise UsageError(f"--global-batch-size {run.global_batch_size} is not a multiple of --batch-size {run.batch_size} × "
                                  f"{world_size} process(es) = {per_step}: choose a --batch-size that divides it")
-            self.accum_freq = self.global_batch_size // per_step
-        if self.epochs is not None:
-            samples = self.train_num_samples or records()
-            self.steps = max(1, math.ceil(self.epochs * samples / (per_step * self.accum_freq)))
-        if self.warmup_fraction:
-            self.warmup = round(self.warmup_fraction * self.steps)
+            run.accum_freq = run.global_batch_size // per_step
+        if run.epochs is not None:
+            samples = run.train_num_samples or records()
+            run.steps = max(1, math.ceil(run.epochs * samples / (per_step * run.accum_freq)))
+        if run.warmup_fraction:
+            run.warmup = round(run.warmup_fraction * run.steps)
+        return run
 
 
 # open_clip_train's flags whose meaning compclip gives another flag (its own names of the same meaning are aliases of
@@ -331,7 +332,7 @@ HELP_GROUPS = {
 PATH_OPTIONS = ("train_data", "concepts", "image_root", "model", "pretrained", "val_data", "eval_data_root", "resume")
 
 
-def resolved(value: str | None) -> str | None:
+def absolute_path(value: str | None) -> str | None:
     """A path option with each of its parts (`::`-joined data, a shard pattern's folder) made absolute where it names
     something on disk; names that are not paths (an open_clip model, a pretrained tag, an `hf-hub:` id) stay as they are."""
     if value is None:

@@ -11,7 +11,7 @@ import torch
 
 from ..errors import UsageError
 from ..models.checkpoint import read_config
-from .config import PATH_OPTIONS, TrainConfig, resolved
+from .config import PATH_OPTIONS, TrainConfig, absolute_path
 from .run_folder import changed_options, extends
 
 log = logging.getLogger("compclip.train")
@@ -41,7 +41,7 @@ def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[s
     config = read_config(folder)
     saved = config.get("train_args", {})
     # a run saved before paths were recorded resolved: its strings, from here, as it was compared then
-    saved |= {k: resolved(saved[k]) for k in PATH_OPTIONS if isinstance(saved.get(k), str)}
+    saved |= {k: absolute_path(saved[k]) for k in PATH_OPTIONS if isinstance(saved.get(k), str)}
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
     changes = changed_options(saved, dataclasses.asdict(cfg), defaults)
     before = config.get("train_data_files") or {}

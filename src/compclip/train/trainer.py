@@ -60,31 +60,30 @@ log = logging.getLogger("compclip.train")
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, eval_hook: Callable[[torch.nn.Module, int], dict[str, float]] | None = None):
+        """Trains with the options `cfg` as given; `self.cfg` is the run's own, every derived value in place
+        (`TrainConfig.resolved`)."""
         cfg.validate()
-        cfg.resolve_paths()
-        self.cfg = cfg
         self.env: DistEnv = init_distributed(cfg.device, cfg.dist_timeout)
         try:
-            self._set_up(eval_hook)
+            self._set_up(cfg, eval_hook)
         except BaseException:  # a refusal on every rank: leave the group as a finished run does
             leave(self.env)
             raise
 
-    def _set_up(self, eval_hook: Callable[[torch.nn.Module, int], dict[str, float]] | None) -> None:
+    def _set_up(self, given: TrainConfig, eval_hook: Callable[[torch.nn.Module, int], dict[str, float]] | None) -> None:
         from ..concepts import ConceptStore
         from ..methods import build_method
         from ..models import load_model, train_preprocess
 
-        cfg = self.cfg
-        self.out = Path(cfg.out)
-        self.run_folder = RunFolder(self.out)  # its layout
-        concepts = ConceptStore(cfg.concepts) if cfg.concepts else self._carried_concepts()
-        self.method = build_method(cfg.method, concepts=concepts, seed=cfg.seed, **cfg.method_options)  # what an epoch counts
+        concepts = ConceptStore(given.concepts) if given.concepts else carried_concepts(given)
+        self.method = build_method(given.method, concepts=concepts, seed=given.seed, **given.method_options)  # what an epoch counts
         self.epoch_records: dict[str, int] = {}
         # one reader over the whole data for what set-up counts and hashes: a CSV parsed once for both, its rows let go
         # after set-up (the loader's own reader comes later, with the transform)
-        whole = open_reader(cfg.train_data, **self._reader_kwargs(), admit=self.method.admits)
-        cfg.resolve_length(self.env.world_size, lambda: self._records_an_epoch(whole))
+        whole = open_reader(given.train_data, **reader_kwargs(given, given.train_data, given.image_root), admit=self.method.admits)
+        self.cfg = cfg = given.resolved(self.env.world_size, lambda: self._records_an_epoch(whole, given))
+        self.out = Path(cfg.out)
+        self.run_folder = RunFolder(self.out)  # its layout
         self.data_files = data_files(cfg.train_data)  # what a resume compares beside the options
         if self.data_files is not None:
             self.data_files |= image_files(whole)
@@ -128,8 +127,9 @@ class Trainer:
         self.view = BatchedView.of(train_preprocess(model)) if transform is None and data_format(cfg.train_data).decoded else None
         # without --train-num-samples, an epoch of resampled shards is the whole run (its steps' samples, every process's)
         whole_run = cfg.steps * cfg.batch_size * cfg.accum_freq * self.env.world_size
-        self.reader = open_reader(cfg.train_data, transform=self.view or transform or train_preprocess(model), **self._reader_kwargs(),
-                                  sample_seed=cfg.seed * 1000, shuffle=cfg.shuffle, admit=self.method.admits,
+        self.reader = open_reader(cfg.train_data, transform=self.view or transform or train_preprocess(model),
+                                  **reader_kwargs(cfg, cfg.train_data, cfg.image_root), sample_seed=cfg.seed * 1000,
+                                  shuffle=cfg.shuffle, admit=self.method.admits,
                                   partners=self.method.wants_partners,
                                   resampled=(cfg.train_num_samples or whole_run) if cfg.dataset_resampled else 0)
         self.reader.check_partners()  # the reader's own reason, before a DataLoader worker would meet it
@@ -151,24 +151,14 @@ class Trainer:
                                                          "force_patch_dropout", "force_custom_text")}
         return {k: v for k, v in forced.items() if v not in (None, False)}
 
-    def _carried_concepts(self) -> Any:
-        """Shards from `compclip concepts --into-shards` carry each sample's record: no store is needed."""
-        from ..concepts import SampleConcepts
-
-        fields = data_format(self.cfg.train_data).concept_fields(self.cfg.train_data, self.cfg.caption_key)
-        return SampleConcepts(fields, self.cfg.train_data) if fields else None
-
-    def _records_an_epoch(self, reader) -> int:
+    def _records_an_epoch(self, reader, cfg: TrainConfig) -> int:
         """What --epochs counts: the records the method trains on, those whose caption it admits (hardneg's keyword
         subsets, §3.3 of its paper: 3 epochs of the colour captions, not of COCO). Both counts go into config.json."""
         self.epoch_records = {"records": reader.num_records(), "admitted": reader.admitted_records()}
         if not self.epoch_records["admitted"]:
-            raise DataError(f"--train-data {self.cfg.train_data}: method {self.cfg.method} admits none of its "
+            raise DataError(f"--train-data {cfg.train_data}: method {cfg.method} admits none of its "
                             f"{self.epoch_records['records']:,} captions, so an epoch of it is no step")
         return self.epoch_records["admitted"]
-
-    def _reader_kwargs(self) -> dict[str, Any]:
-        return reader_kwargs(self.cfg, self.cfg.train_data, self.cfg.image_root)
 
     # -- data -------------------------------------------------------------------------
     def _loader(self) -> torch.utils.data.DataLoader:
@@ -432,6 +422,14 @@ class Trainer:
 
     def _trained(self) -> list[torch.nn.Parameter]:
         return self.state.trained()
+
+
+def carried_concepts(cfg: TrainConfig) -> Any:
+    """Shards from `compclip concepts --into-shards` carry each sample's record: no store is needed."""
+    from ..concepts import SampleConcepts
+
+    fields = data_format(cfg.train_data).concept_fields(cfg.train_data, cfg.caption_key)
+    return SampleConcepts(fields, cfg.train_data) if fields else None
 
 
 def compile_blocks(model: torch.nn.Module) -> None:
