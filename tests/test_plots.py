@@ -108,3 +108,13 @@ def test_the_axis_fits_the_values_and_a_mean_of_one_part_is_not_drawn_again(tmp_
     assert "swap_att" in svg and "overall" not in svg
     ticks = [float(t) for t in re.findall(r"<!-- (\d+(?:\.\d+)?) -->", svg)]
     assert max(ticks) == pytest.approx(2.0)  # the axis to 2 %, not 100
+
+
+def test_a_panel_is_labelled_by_its_run_and_step_where_it_is_a_runs_checkpoint(tmp_path):
+    from compclip.models.checkpoint import RunFolder
+    from compclip.plots import model_label
+
+    checkpoint = RunFolder(tmp_path / "runs" / "c2lip").step(300)
+    assert model_label(str(checkpoint)) == "c2lip step 300"
+    assert model_label("runs/c2lip/checkpoints/step_03x") == "runs/c2lip/checkpoints/step_03x"  # no step: the name as given
+    assert model_label("ViT-B-16") == "ViT-B-16" and model_label(str(tmp_path)) == tmp_path.name  # a folder: its last part

@@ -133,9 +133,12 @@ def _grid(weights: np.ndarray) -> np.ndarray:
 def model_label(name: str) -> str:
     """A short panel label: a run's name and step for a checkpoint folder (`runs/x/c2lip/checkpoints/step_0000300`
     gives "c2lip step 300"), the last path part for other folders and files, the name itself otherwise."""
+    from .models.checkpoint import RunFolder
+
     path = Path(name)
-    if path.parent.name == "checkpoints" and path.name.startswith("step_") and path.name[5:].isdigit():
-        return f"{path.parent.parent.name} step {int(path.name[5:])}"
+    step = RunFolder.step_number(path)
+    if step is not None:
+        return f"{RunFolder.holding(path).name} step {step}"
     return path.name if path.exists() else name
 
 

@@ -109,6 +109,12 @@ class RunFolder:
     def step(self, n: int) -> Path:
         return self.checkpoints / f"step_{n:07d}"
 
+    @classmethod
+    def step_number(cls, checkpoint: Path) -> int | None:
+        """The step a run's checkpoint folder holds (`OUT/checkpoints/step_0000300`: 300), None for any other path."""
+        digits = checkpoint.name.removeprefix("step_")
+        return int(digits) if checkpoint.parent.name == "checkpoints" and checkpoint.name.startswith("step_") and digits.isdigit() else None
+
     def steps(self) -> list[Path]:
         """The step folders there, oldest first."""
         return sorted(self.checkpoints.glob("step_*"))
