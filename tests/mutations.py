@@ -381,6 +381,14 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_recipes.py -k epochs_and_a_global"),
     ("cli.py", "terms, run = trainer.run(), trainer.cfg  # the run's own", "terms, run = trainer.run(), cfg  #",
      "tests/test_train.py -k seeds_train_one_run"),
+    ("eval/gallery.py", "declared[key] is None and not query for", "declared[key] is None for", G + "never_loads"),
+    (B + "whatsup.py", 'kind = "relation"  # every option', "kind = None  # every option", G + "kind_is"),
+    (B + "vl_checklist.py", "return top.lower() if top in CATEGORIES else None", "return None", G + "kind_is"),
+    ("eval/base.py", "        return self.kind\n", "        return None\n", G + "kind_is"),
+    ("eval/gallery.py", "scale = min(1.0, THUMBNAIL / max(img.size, default=1))", "scale = THUMBNAIL / max(img.size) / 8",
+     G + "thumbnail_is"),
+    ("eval/gallery.py", "shown = list(dict.fromkeys([*wrong[\"image\"], *seconds]))", "shown = list(dict.fromkeys(wrong[\"image\"]))",
+     G + "retrieval_miss"),
 ]
 
 

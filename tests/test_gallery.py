@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
-from conftest import run_main
+from conftest import run_main, shared_data
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -238,3 +238,62 @@ def test_a_cards_kind_is_the_benchmarks_own_where_it_sorts_its_splits_and_the_wo
     page = write_gallery(items, tmp_path / "g.html").read_text(encoding="utf-8")
     kinds = dict(re.findall(r'data-split="([^"/]+)/replace_att" data-kind="(\w+)"', page))
     assert kinds == {"sugarcrepe": "attribute", "sugarcrepe-replace_att": "attribute", "sugarcrepe_pp": "attribute", "mine": "object"}
+    # the other benchmarks whose authors sort their false captions by kind, as their items name the split
+    declared = {("vl_checklist", "Attribute/color/vaw"): "attribute", ("vl_checklist", "Object/Size/vg_size/vg_obj_large"): "object",
+                ("vl_checklist", "Relation/spatial/vg_spatial"): "relation", ("aro_vg_relation", ""): "relation",
+                ("aro_vg_attribution", ""): "attribute", ("whatsup", "controlled_a"): "relation", ("aro_order", "coco_order"): "object"}
+    items = pd.DataFrame([{**row, "benchmark": bench, "split": split, "item": str(i)} for i, (bench, split) in enumerate(declared)])
+    page = write_gallery(items, tmp_path / "g.html").read_text(encoding="utf-8")
+    assert {tuple(k.split("/", 1)): v for k, v in re.findall(r'data-split="([^"]+)" data-kind="(\w+)"', page)} == declared
+
+
+def test_a_page_of_benchmarks_that_declare_their_kinds_and_retrieval_misses_never_loads_spacy(tmp_path):
+    """spaCy's parse (seconds for thousands of captions) is for the captions whose kind nothing else says: a page of
+    SugarCrepe, What'sUp and retrieval misses is built without importing it."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+import pandas as pd
+from compclip.eval.gallery import write_gallery
+row = dict(model="m", image="x.png", true="a dog on a mat", false="a dog under a mat", score_true=0.1, score_false=0.2,
+           correct=False, tie=False)
+items = pd.DataFrame([{{**row, "benchmark": "sugarcrepe", "split": "swap_att", "item": "0"}},
+                      {{**row, "benchmark": "whatsup", "split": "controlled_a", "item": "0"}},
+                      {{**row, "benchmark": "retrieval", "split": "coco", "item": "caption 0", "direction": "text→image"}}])
+from pathlib import Path
+page = write_gallery(items, Path({str(tmp_path / "g.html")!r})).read_text(encoding="utf-8")
+assert page.count('class="card"') == 3 and 'data-kind="retrieval"' in page, page
+print("spacy" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_a_thumbnail_is_the_photo_at_128_pixels_as_a_full_decode_would_make_it(tmp_path):
+    """A COCO-sized JPEG is decoded at a reduced scale (Pillow's `draft`) for speed: its thumbnail keeps the photo's
+    shape, 128 pixels on its long side, and differs little from one made from the full decode."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from compclip.eval.gallery import thumbnail
+
+    photo = sorted(shared_data("flickr8k_1k", "images").glob("*.jpg"))[0]
+    for size, suffix in (((640, 480), ".jpg"), ((300, 1000), ".jpg"), ((2000, 1500), ".jpg"), ((100, 60), ".png")):
+        path = tmp_path / f"{size[0]}x{size[1]}{suffix}"
+        Image.open(photo).convert("RGB").resize(size, Image.Resampling.BICUBIC).save(path, quality=95)
+        url = thumbnail(str(path))
+        made = Image.open(io.BytesIO(base64.b64decode(url.removeprefix("data:image/jpeg;base64,")))).convert("RGB")
+        reference = Image.open(path).convert("RGB")  # decoded whole, then stored as the page stores it (JPEG, quality 75)
+        reference.thumbnail((128, 128))
+        buffer = io.BytesIO()
+        reference.save(buffer, "JPEG", quality=75)
+        reference = Image.open(buffer).convert("RGB")
+        assert made.size == reference.size and max(made.size) == min(128, max(size)), (size, made.size)
+        difference = np.abs(np.asarray(made, dtype=float) - np.asarray(reference, dtype=float)).mean()
+        assert difference < 5, (size, difference)  # of 255: the same picture (3.5 at COCO's size, from its 1/4 scale)

@@ -136,8 +136,9 @@ class Benchmark:
     - `assets`: the official files `compclip data download NAME` fetches, each with its pinned SHA-256 (none: the
       source publishes no checksum, or the files are not ours to fetch);
     - `columns`: the report's columns this benchmark fills, each (header, the metric's path in its result);
-    - `kind_of(split)`: the kind of change the split's false captions make (attribute, object, relation) where the
-      benchmark's authors sort them so, for the error gallery's filter (None: the gallery reads it from the words).
+    - `kind`, `kind_of(split)`: the kind of change the false captions make (attribute, object, relation) where the
+      benchmark's authors sort them so, for the error gallery's filter: `kind` for the whole benchmark, `kind_of` a
+      split's where the splits differ (default: `kind`; None: the gallery reads it from the words).
     """
 
     name = ""
@@ -149,13 +150,14 @@ class Benchmark:
     misplaced: tuple[tuple[str, str], ...] = ()
     assets: tuple[Asset, ...] = ()
     columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    kind: str | None = None
 
     def lacks(self, root: Path, splits: tuple[str, ...]) -> str | None:
         """None when the benchmark can run on `root`; otherwise one line naming what was looked for and where."""
         raise NotImplementedError
 
     def kind_of(self, split: str) -> str | None:
-        return None
+        return self.kind
 
     def run(self, scorer: Scorer, root: Path, ties: str, splits: tuple[str, ...] = (), options: Any = None) -> Result:
         """Score `splits` (all of them when empty) under the tie rule `ties`, with `options` (None: the defaults)."""

@@ -4,8 +4,9 @@ Per benchmark and split, each model's accuracy with its 95 % interval and item c
 wrong (up to `SHOWN` a model and split): its image (a thumbnail embedded in the page), the true caption, the false
 caption the model preferred, both scores, and what the false caption changed: the words that differ, and their kind
 (attribute, object, relation): the benchmark's own where its authors sort its splits so (SugarCrepe's and SugarCrepe++'s
-`_att`, `_obj`, `_rel`: `Benchmark.kind_of`), otherwise from spaCy's parse of the true caption (an adjective, a noun, a
-preposition or verb).
+`_att`, `_obj`, `_rel`, VL-CheckList's folders, ARO's VG-Relation and VG-Attribution, What'sUp's prepositions:
+`Benchmark.kind_of`), "retrieval" for a retrieval's miss, otherwise from spaCy's parse of the true caption (an adjective,
+a noun, a preposition or verb).
 Filters by split, by kind and word, by model, and to the items two models disagree on; the page's address can set them
 (`report.html#split=swap_att&kind=attribute`), so a view can be shared. No server, no script from elsewhere.
 """
@@ -14,8 +15,10 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 import re
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +74,9 @@ def thumbnail(image: str) -> str | None:
         with Image.open(image) as img:
             if Image.MAX_IMAGE_PIXELS and img.width * img.height > Image.MAX_IMAGE_PIXELS:
                 return None
-            img.draft("RGB", (THUMBNAIL, THUMBNAIL))  # a JPEG decodes at the smallest scale that still covers the thumbnail
+            scale = min(1.0, THUMBNAIL / max(img.size, default=1))
+            # a JPEG decodes at the smallest of its scales (1/2, 1/4, 1/8) that still covers the thumbnail's own size
+            img.draft("RGB", (max(1, round(img.width * scale)), max(1, round(img.height * scale))))
             img = img.convert("RGB")
             img.thumbnail((THUMBNAIL, THUMBNAIL))
             buf = io.BytesIO()
@@ -93,10 +98,17 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
     wrong = wrong.groupby(["model", "benchmark", "split"], group_keys=False).head(SHOWN)
     parts = list(zip(wrong["benchmark"], wrong["split"].astype(str), strict=True))
     declared = {key: declared_kind(*key) for key in set(parts)}
-    undeclared = [declared[key] is None for key in parts]
+    # a retrieval's query: its wrong answer is another image or another image's caption, no word of it a swap
+    queries = [isinstance(d, str) and bool(d) for d in (wrong["direction"] if "direction" in wrong else [None] * len(wrong))]
+    undeclared = [declared[key] is None and not query for key, query in zip(parts, queries, strict=True)]
     kinds = word_kinds(wrong.loc[undeclared, "true"].astype(str).tolist())  # spaCy only where the benchmark says nothing
-    thumbs: dict[str, str | None] = {}  # each image's data URL, and its style rule's name
-    names: dict[str, str] = {}
+    # each shown image's data URL (in the page once, as a style rule its cards name: models share images), made on
+    # every core: Pillow lets go of Python's lock while it decodes and resizes
+    seconds = [i for i in wrong.get("image_2", []) if isinstance(i, str) and i]
+    shown = list(dict.fromkeys([*wrong["image"], *seconds]))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        thumbs = dict(zip(shown, pool.map(thumbnail, shown), strict=True))
+    names = {image: f"t{k}" for k, image in enumerate(shown)}
     totals, cards = [], []
     for (bench, split), group in items.groupby(["benchmark", "split"], sort=True):
         for model in models:
@@ -106,9 +118,7 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
                 acc, (low, high) = 100 * right / len(mine), (100 * v for v in wilson(right, len(mine)))
                 totals.append(f"<tr><td>{_e(bench)}</td><td>{_e(split or '—')}</td><td>{_e(model)}</td><td>{len(mine):,}</td>"
                               f"<td>{acc:.1f}</td><td>[{low:.1f}, {high:.1f}]</td></tr>")
-    for row in wrong.itertuples(index=False):
-        retrieval = isinstance(getattr(row, "direction", None), str) and bool(row.direction)
-        # a retrieval's wrong answer is another image or another image's caption: no word of it is a swap
+    for row, retrieval in zip(wrong.itertuples(index=False), queries, strict=True):
         words = [] if retrieval else changed_words(str(row.true), str(row.false))
         found = kinds.get(str(row.true), {})
         kind = "retrieval" if retrieval else declared[row.benchmark, str(row.split)] or next((found[w] for w in words if w in found),
@@ -116,10 +126,6 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
         second = getattr(row, "image_2", None)  # Winoground's other image, the image a caption retrieved instead of its own
         pictures = []
         for image, title in ((row.image, "its image"), *([(second, "the other image")] if isinstance(second, str) and second else [])):
-            if image not in thumbs:
-                thumbs[image] = thumbnail(image)
-                names[image] = f"t{len(names)}"
-            # each image's thumbnail is in the page once, as a style rule its cards name (models share images)
             name = names[image] if thumbs[image] else None
             pictures.append(f'<div class="thumb {name}" role="img" title="{title}"></div>' if name else
                             f'<div class="noimg">{_e(image)}</div>')

@@ -168,6 +168,7 @@ class _VGPairs(Benchmark):
 class VGRelation(_VGPairs):
     name = "aro_vg_relation"
     file, groups = "visual_genome_relation.json", "relations"
+    kind = "relation"  # the paper's VG-Relation: the false caption's objects swapped around a relation
     Options = RelationOptions
 
     @staticmethod
@@ -183,6 +184,7 @@ class VGRelation(_VGPairs):
 class VGAttribution(_VGPairs):
     name = "aro_vg_attribution"
     file, groups = "visual_genome_attribution.json", "attribute_pairs"
+    kind = "attribute"  # the paper's VG-Attribution: the false caption's attributes swapped between its objects
     Options = AttributionOptions
 
     @staticmethod

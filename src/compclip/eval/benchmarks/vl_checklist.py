@@ -89,6 +89,11 @@ class VLCheckList(Benchmark):
                         found.update(dict.fromkeys(r[0][0] for r in records))
         return list(found)
 
+    def kind_of(self, split):
+        """An item's split is its annotation file, under its category's folder: `Attribute/color/vaw`."""
+        top = split.partition("/")[0]
+        return top.lower() if top in CATEGORIES else None
+
     def dimensions(self, splits=()) -> dict[str, list[tuple[str, list[tuple[str, str]]]]]:
         """The sub-dimensions of the chosen categories, each with its sources' (annotation file, image root) entries."""
         return {dim: list(CORPUS[dim].items()) for cat in splits or self.splits for dim in CATEGORIES[cat]}

@@ -75,6 +75,7 @@ class WhatsUp(Benchmark):
     task = "image_caption_selection"
     ties = "clip_benchmark"
     splits = tuple(SUBSETS)
+    kind = "relation"  # every option is the caption with another spatial preposition (left of, on, under, ...)
     layout = ("What'sUp: the data/ folder of github.com/amitakamath/whatsup_vlms (README 'Downloading the data', or its Google Drive "
               "folder) as it is in DATA_ROOT/whatsup/: the subsets' JSON files beside controlled_images/, controlled_clevr/, "
               "val2017/ and vg_images/")
