@@ -116,5 +116,6 @@ def test_a_panel_is_labelled_by_its_run_and_step_where_it_is_a_runs_checkpoint(t
 
     checkpoint = RunFolder(tmp_path / "runs" / "c2lip").step(300)
     assert model_label(str(checkpoint)) == "c2lip step 300"
-    assert model_label("runs/c2lip/checkpoints/step_03x") == "runs/c2lip/checkpoints/step_03x"  # no step: the name as given
+    for name in ("runs/c2lip/checkpoints/step_03x", "runs/c2lip/checkpoints/300"):  # no step folder: the name as given
+        assert model_label(name) == name
     assert model_label("ViT-B-16") == "ViT-B-16" and model_label(str(tmp_path)) == tmp_path.name  # a folder: its last part
