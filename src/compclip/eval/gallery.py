@@ -106,7 +106,8 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
     # every core: Pillow lets go of Python's lock while it decodes and resizes
     seconds = [i for i in wrong.get("image_2", []) if isinstance(i, str) and i]
     shown = list(dict.fromkeys([*wrong["image"], *seconds]))
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # a job's, not its node's
+    with ThreadPoolExecutor(max_workers=cores) as pool:
         thumbs = dict(zip(shown, pool.map(thumbnail, shown), strict=True))
     names = {image: f"t{k}" for k, image in enumerate(shown)}
     totals, cards = [], []
