@@ -16,18 +16,15 @@ import json
 from pathlib import Path
 
 from compclip.eval import EvalConfig, evaluate
+from compclip.models.checkpoint import RunFolder
 from compclip.stats import binomial_se, fmt
 from world_ablation import VARIANTS, trained
 
 
 def checkpoints(demo: Path) -> dict[str, Path]:
     """Each trained model of the demo: its newest checkpoint, by the run's name (base, siglip, c2lip, ...)."""
-    found = {}
-    for run in sorted((demo / "train").iterdir()):
-        steps = sorted((run / "checkpoints").glob("step_*"))
-        if steps:
-            found[run.name] = steps[-1]
-    return found
+    newest = {run.name: RunFolder(run).latest() for run in sorted((demo / "train").iterdir())}
+    return {name: checkpoint for name, checkpoint in newest.items() if checkpoint}
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from compclip.models import load_model
+from compclip.models.checkpoint import RunFolder
 from compclip.models.tokens import visual_token_embeddings
 from compclip.stats import fmt, interval
 
@@ -38,11 +39,8 @@ def checkpoint(demo: Path, method: str, seed: int) -> Path | None:
     first = json.loads((demo / "report" / "seeds.json").read_text())["seeds"][0] if (demo / "report" / "seeds.json").is_file() else 0
     places = [demo / "train" / method] if seed == first or method == "base" else []
     places += [demo / "train" / f"{method}-s{seed}", demo / "ablation" / method / f"seed{seed}"]
-    for place in places:
-        steps = sorted((place / "checkpoints").glob("step_*"))
-        if steps:
-            return steps[-1]
-    return None
+    newest = (RunFolder(place).latest() for place in places)
+    return next((checkpoint for checkpoint in newest if checkpoint), None)
 
 
 def average_precision(scores: torch.Tensor, positive: torch.Tensor) -> float:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from compclip.demo import BENCHMARKS, FINE_TUNE, RUN_OPTIONS
 from compclip.eval import EvalConfig, evaluate
+from compclip.models.checkpoint import RunFolder
 from compclip.stats import fmt, fmt_difference, interval, paired
 from compclip.train import TrainConfig, train
 
@@ -70,12 +71,12 @@ def trained(demo: Path, name: str, seed: int, device: str = "cpu", workers: int 
     the variant it comes `after` (a second stage: OC-CLIP's module keeps what it learnt, `Trainer`)."""
     spec = dict(VARIANTS[name])
     first = spec.pop("after", None)
-    start = trained(demo, first, seed, device, workers) if first else next((demo / "train" / "base" / "checkpoints").glob("step_*"))
+    start = trained(demo, first, seed, device, workers) if first else RunFolder(demo / "train" / "base").latest()
     out = demo / "ablation" / name / f"seed{seed}"
     common = {"model": str(start), "train_data": str(demo / "world" / "train" / "images.npy"), "concepts": str(demo / "concepts"),
               "seed": seed, "workers": workers, "device": device, "out": str(out), **FINE_TUNE, **RUN_OPTIONS}
     cfg = TrainConfig(**{"method": "c2lip", **common, **spec})
-    final = out / "checkpoints" / f"step_{cfg.steps:07d}"
+    final = RunFolder(out).step(cfg.steps)
     if not final.is_dir():
         train(cfg)
     return final
