@@ -64,7 +64,7 @@ lock: $(STAMP)
 # The suite on torch's floor (pyproject.toml), in its own venv (uv downloads that torch's CUDA build): what a GPU image
 # with its own, older torch runs compclip on.
 COMPAT ?= .venv-compat
-COMPAT_PINS := torch==2.7.1 torchvision==0.22.1
+COMPAT_PINS := torch==2.8.0 torchvision==0.23.0
 test-compat: chromium $(STAMP) $(TF_FLOOR)/.done $(BENCH)/.done
 	@test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
 	printf '%s\n' $(COMPAT_PINS) > $(COMPAT)/pins.txt
