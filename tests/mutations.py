@@ -389,7 +389,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      G + "thumbnail_is"),
     ("eval/gallery.py", "shown = list(dict.fromkeys([*wrong[\"image\"], *seconds]))", "shown = list(dict.fromkeys(wrong[\"image\"]))",
      G + "retrieval_miss"),
-    ("models/checkpoint.py", 'checkpoint.name.startswith("step_") and digits.isdigit() else None', 'digits.isdigit() else None',
+    ("models/checkpoint.py", 'in_run = checkpoint.parent.name == RunFolder.CHECKPOINTS and checkpoint.name.startswith("step_")',
+     'in_run = checkpoint.parent.name == RunFolder.CHECKPOINTS',
      "tests/test_plots.py -k labelled"),
 ]
 

@@ -101,19 +101,22 @@ class RunFolder:
     with `training_state.pt` to resume), `checkpoints/latest` (a text file naming the newest complete step) and
     `checkpoints/best`; `log.jsonl`, `train.log` and `config.json` beside them."""
 
+    CHECKPOINTS = "checkpoints"  # the folder of a run's checkpoints
+
     def __init__(self, out: str | Path):
         self.out = Path(out)
-        self.checkpoints = self.out / "checkpoints"
+        self.checkpoints = self.out / self.CHECKPOINTS
         self.pointer, self.best = self.checkpoints / LATEST_NAME, self.checkpoints / BEST_NAME
 
     def step(self, n: int) -> Path:
         return self.checkpoints / f"step_{n:07d}"
 
-    @classmethod
-    def step_number(cls, checkpoint: Path) -> int | None:
+    @staticmethod
+    def step_number(checkpoint: Path) -> int | None:
         """The step a run's checkpoint folder holds (`OUT/checkpoints/step_0000300`: 300), None for any other path."""
         digits = checkpoint.name.removeprefix("step_")
-        return int(digits) if checkpoint.parent.name == "checkpoints" and checkpoint.name.startswith("step_") and digits.isdigit() else None
+        in_run = checkpoint.parent.name == RunFolder.CHECKPOINTS and checkpoint.name.startswith("step_")
+        return int(digits) if in_run and digits.isdigit() else None
 
     def steps(self) -> list[Path]:
         """The step folders there, oldest first."""
@@ -126,7 +129,7 @@ class RunFolder:
     @staticmethod
     def holding(checkpoint: Path) -> Path:
         """The run folder a checkpoint folder belongs to (the folder itself where it is not a run's)."""
-        return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+        return checkpoint.parent.parent if checkpoint.parent.name == RunFolder.CHECKPOINTS else checkpoint.parent
 
 
 def checkpoint_folder(path: str | Path) -> Path:

@@ -27,7 +27,7 @@ def latest_checkpoint(out: str | Path) -> Path | None:
 
 
 # What a run writes in OUT: a planted link at any of them would be written through, or its target's files deleted.
-RUN_FILES = (LOCK_NAME, "log.jsonl", "train.log", "checkpoints", "tensorboard", "wandb", "wandb_id")
+RUN_FILES = (LOCK_NAME, "log.jsonl", "train.log", RunFolder.CHECKPOINTS, "tensorboard", "wandb", "wandb_id")
 
 
 class RunLock(FolderLock):
