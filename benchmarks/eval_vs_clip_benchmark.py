@@ -25,7 +25,8 @@ from PIL import Image
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 SPLITS = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
-BIN = Path(sys.executable).parent
+# each command line by its module, as installed in this interpreter (a folder on PYTHONPATH has no console scripts)
+CLIP_BENCHMARK, COMPCLIP = [sys.executable, "-m", "clip_benchmark.cli"], [sys.executable, "-m", "compclip"]
 
 
 def prepare(work: Path, model: str) -> tuple[Path, Path, Path]:
@@ -81,10 +82,10 @@ def main() -> None:
         ours_precision = "fp32" if precision == "fp32" else "amp_bf16" if args.device == "cpu" else "amp"
         cb_out, ours_out = work / f"clip_benchmark_{precision}", work / f"compclip_{precision}"
         cb_out.mkdir(exist_ok=True)
-        cb_seconds = timed([str(BIN / "clip_benchmark"), "eval", "--dataset", "sugar_crepe", "--dataset_root", str(cb_root),
+        cb_seconds = timed([*CLIP_BENCHMARK, "eval", "--dataset", "sugar_crepe", "--dataset_root", str(cb_root),
                             "--model", args.model, "--pretrained", str(exported), *common,  # it takes the GPU when there is one
                             *(["--no_amp"] if precision == "fp32" else []), "--output", str(cb_out / "{dataset}.json")], env)
-        ours_seconds = timed([str(BIN / "compclip"), "-q", "eval", "--model", args.model, "--pretrained", str(exported),
+        ours_seconds = timed([*COMPCLIP, "-q", "eval", "--model", args.model, "--pretrained", str(exported),
                               "--benchmark", "sugarcrepe", "--data-root", str(data), "--ties", "clip_benchmark",
                               "--precision", ours_precision, "--device", args.device, "--batch-size", str(args.batch_size),
                               "--workers", str(args.workers), "--out", str(ours_out)], env)

@@ -14,7 +14,13 @@ Per-step samples/s is the median after the first 5 steps (open_clip_train's log 
   AdamW step, the batch already on the device;
 - compclip's step in phases, timed with `torch.cuda.Event` on a GPU (on a CPU every phase ends in its own time): data
   wait, image tower, text tower, loss, backward, optimizer, logging. The loop's parts (`Trainer`'s model, method,
-  loader and optimizer), each phase called as the loop calls it.
+  loader and optimizer), each phase called as the loop calls it;
+- each compclip run's mean wait for data a step (`log.jsonl`'s `data_time`);
+- what bounds each method (`--parts bounds`): its loader drained alone, and its step alone on batches already on the
+  device, one batch over and over and 8 of the loader's in turn (shapes that change from step to step, as negatives'
+  and scene graphs' counts do, cost what the two differ by).
+
+`--parts` picks among `sides` (both entry points and the floor), `phases` and `bounds`; all three by default.
 
 The shards are the 1,000 shipped Flickr photos resized to 256 px on the short side (as img2dataset stores them) with
 their first caption, repeated to `--samples` in 8 webdataset shards; `--shards DIR` reuses (or writes) them there, so a
@@ -23,8 +29,8 @@ head, no causal mask) and `bench-tiny-map` compclip-tiny-siglip's, each with ope
 each process from a config the script writes: a name holding "siglip" makes open_clip's tokenizer ask the hub for
 SigLIP's vocabulary.
 
-Each model writes `benchmarks/results/train_vs_open_clip_train-<device>-<model>.json` (device, versions, commit, every
-figure) and prints a table row per method; docs/benchmarks.md keeps the tables.
+Each model writes `benchmarks/results/train_vs_open_clip_train-<device>-<model>-<precision>-b<batch>[-<parts>].json`
+(device, versions, commit, every figure) and prints a table row per method; docs/benchmarks.md keeps the tables.
 """
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 # SigLIP's vocabulary): the name each is registered under, and the config it copies
 MAP_MODELS = {"bench-ViT-B-16-map": "ViT-B-16-SigLIP", "bench-tiny-map": "compclip-tiny-siglip"}
 WARMUP = 5  # steps left out of each median
+PARTS = ("sides", "phases", "bounds")
 
 
 # ---- the shards ----------------------------------------------------------------------------------------------------
@@ -191,8 +198,10 @@ def compclip_run(args, model: str, method: str, shards: str, configs: Path, scra
             "--lr", "1e-4", "--optimizer", "adamw", "--beta2", "0.98", "--eps", "1e-6", "--wd", "0.2", "--log-every", "1",
             "--save-every", str(10 * args.steps), "--out", str(out), "--device", args.device]
     side = run_side("compclip", argv, configs, scratch, scratch / f"compclip-{method}.log")
-    rates = [r["images_per_s"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "images_per_s" in r]
-    return {**side, "per_step": rates, "samples_per_s": statistics.median(rates[WARMUP:] or rates)}
+    steps = [r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "images_per_s" in r]
+    rates, waits = [r["images_per_s"] for r in steps], [r["data_time"] for r in steps]
+    return {**side, "per_step": rates, "samples_per_s": statistics.median(rates[WARMUP:] or rates), "data_time_per_step": waits,
+            "data_wait_ms": 1e3 * statistics.mean(waits[WARMUP:] or waits)}
 
 
 # ---- in this process: the floor and compclip's step in phases ---------------------------------------------------------
@@ -307,6 +316,58 @@ def phase_run(args, model: str, method: str, shards: str, scratch: Path) -> dict
     return {name: statistics.median(p[name] for p in kept) for name in kept[0]}
 
 
+CYCLED = 8  # the loader's batches the step alone takes in turn: their shapes differ as a run's do (negatives, graphs, widths)
+
+
+def bounds_run(args, model: str, method: str, shards: str, scratch: Path, captions: list[str]) -> dict:
+    """What bounds a method's step: the trainer's loader drained alone (no model work), and the loop's step alone on
+    batches already on the device (`loss_step` and the optimizer, as `train_loop` calls them), one batch over and over and
+    `CYCLED` of the loader's in turn (a cost of shapes that change from step to step shows between the two); and the first
+    batch's tensor shapes (how many texts, at what width)."""
+    import torch
+
+    from compclip.train import TrainConfig
+    from compclip.train.step import loss_step
+    from compclip.train.trainer import Trainer
+
+    out = scratch / f"bounds-{method}"
+    shutil.rmtree(out, ignore_errors=True)
+    concepts = concept_store(method, captions, scratch)
+    cfg = TrainConfig(method=method, model=model, train_data=shards, dataset_resampled=True, batch_size=args.batch,
+                      precision=args.precision, workers=args.workers, steps=args.steps, lr=1e-4, optimizer="adamw", betas=(0.9, 0.98),
+                      eps=1e-6, weight_decay=0.2, out=str(out), device=args.device, concepts=concepts[1] if concepts else None)
+    trainer = Trainer(cfg)
+    state, env = trainer.state, trainer.env
+    batches = trainer._batches()
+    first = next(batches)
+    # every worker started its first batch together: from the first arrival, 3 more rounds of all the workers' batches
+    rounds = 3 * max(1, args.workers)
+    start = time.perf_counter()
+    for _ in range(rounds):
+        next(batches)
+    data_rate = rounds * args.batch / (time.perf_counter() - start)
+    held = [first, *(next(batches) for _ in range(CYCLED - 1))]
+    batches.close()
+    shapes = {k: list(v.shape) for k, v in first.items() if isinstance(v, torch.Tensor)} | {"widths": first.get("widths")}
+
+    def step_alone(batch_of) -> float:
+        rates = []
+        for i in range(args.steps):
+            started = time.perf_counter()
+            state.method.begin_step(state.step)
+            state.optimizer.zero_grad(set_to_none=True)
+            loss_step(state.module, state.method, [batch_of(i)], env, trainer._autocast, lambda loss: state.scaler.scale(loss).backward())
+            state.scaler.step(state.optimizer)
+            state.scaler.update()
+            if env.device.type == "cuda":
+                torch.cuda.synchronize()
+            rates.append(args.batch / (time.perf_counter() - started))
+        return statistics.median(rates[WARMUP:] or rates)
+
+    return {"data_alone_samples_per_s": data_rate, "step_alone_samples_per_s": step_alone(lambda i: first),
+            "step_alone_cycled_samples_per_s": step_alone(lambda i: held[i % CYCLED]), "shapes": shapes}
+
+
 def versions() -> dict:
     import open_clip
     import torch
@@ -339,6 +400,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--shards", type=Path, default=None, help="folder of the shards (written there when missing)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated: sides (both entry points and the floor), "
+                        "phases (compclip's step in phases), bounds (each method's data alone and step alone)")
     parser.add_argument("--child", choices=["open_clip_train", "compclip"], help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.child:
@@ -364,33 +427,49 @@ def run_all(args, scratch: Path) -> None:
     models = args.models.split(",") if args.models else ["compclip-tiny-clip", "bench-tiny-map", "ViT-B-16"]
     RESULTS.mkdir(parents=True, exist_ok=True)
     print(f"device: {device_name(args.device)}; {versions()}")
-    print("| model | loss | batch | precision | open_clip_train samples/s | compclip samples/s | ratio | floor samples/s | "
-          "compclip / floor | peak MiB (open_clip_train / compclip) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    parts = args.parts.split(",")
+    if "sides" in parts:
+        print("| model | loss | batch | precision | open_clip_train samples/s | compclip samples/s | ratio | floor samples/s | "
+              "compclip / floor | compclip's data wait, ms a step | peak MiB (open_clip_train / compclip) |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for model in models:
         siglip = "siglip" in model.lower() or model in MAP_MODELS
         batch = args.batch or (8 if model.startswith("ViT") else 32)
         run_args = argparse.Namespace(**{**vars(args), "batch": batch})
         loss = "siglip" if siglip else "clip"
+        methods = list(dict.fromkeys([loss, *filter(None, args.methods.split(","))]))
         figures = {**common(run_args, model), "device": device_name(args.device), "versions": versions(), "loss": loss}
-        figures["open_clip_train"] = open_clip_train_run(run_args, model, siglip, shards, configs, scratch)
-        figures["floor"] = floor_run(run_args, model, siglip, captions)
-        figures["compclip"] = {}
-        for method in dict.fromkeys([loss, *filter(None, args.methods.split(","))]):
-            figures["compclip"][method] = compclip_run(run_args, model, method, shards, configs, scratch, captions)
-        figures["phases_ms"] = phase_run(run_args, model, loss, shards, scratch)
-        oc, floor = figures["open_clip_train"], figures["floor"]["samples_per_s"]
-        for method, cc in figures["compclip"].items():
-            peaks = f"{oc['peak_mib']:.0f} / {cc['peak_mib']:.0f}" if cc["peak_mib"] else "–"
-            base = figures["compclip"][loss]["samples_per_s"]
-            ratio = (f"{cc['samples_per_s'] / oc['samples_per_s']:.2f}×" if method == loss else
-                     f"its step {base / cc['samples_per_s']:.2f}× {loss}'s")  # another loss: against compclip's own
-            print(f"| {model} | {method} | {batch} | {args.precision} | {oc['samples_per_s']:.1f} | {cc['samples_per_s']:.1f} | "
-                  f"{ratio} | {floor:.1f} | {cc['samples_per_s'] / floor:.2f}× | {peaks} |")
-        phases = figures["phases_ms"]
-        print(f"phases of compclip's {loss} step (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
-        name = f"train_vs_open_clip_train-{args.device}-{model}-{args.precision}-b{batch}.json"
+        if "sides" in parts:
+            figures["open_clip_train"] = open_clip_train_run(run_args, model, siglip, shards, configs, scratch)
+            figures["floor"] = floor_run(run_args, model, siglip, captions)
+            figures["compclip"] = {method: compclip_run(run_args, model, method, shards, configs, scratch, captions) for method in methods}
+            print_sides(figures, loss)
+        if "phases" in parts:
+            figures["phases_ms"] = phase_run(run_args, model, loss, shards, scratch)
+            print(f"phases of compclip's {loss} step (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in figures["phases_ms"].items()))
+        if "bounds" in parts:
+            figures["bounds"] = {method: bounds_run(run_args, model, method, shards, scratch, captions) for method in methods}
+            for method, b in figures["bounds"].items():
+                print(f"{model} {method}: data alone {b['data_alone_samples_per_s']:.1f} samples/s, step alone "
+                      f"{b['step_alone_samples_per_s']:.1f} samples/s on one batch, {b['step_alone_cycled_samples_per_s']:.1f} on "
+                      f"{CYCLED} in turn; batch shapes {b['shapes']}")
+        suffix = "" if set(parts) == set(PARTS) else "-" + "-".join(parts)
+        name = f"train_vs_open_clip_train-{args.device}-{model}-{args.precision}-b{batch}{suffix}.json"
         (RESULTS / name).write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def print_sides(figures: dict, loss: str) -> None:
+    """A table row per method: its samples/s beside open_clip_train's and the floor's, its mean wait for data (`log.jsonl`'s
+    `data_time`), and the peak memory of each."""
+    oc, floor = figures["open_clip_train"], figures["floor"]["samples_per_s"]
+    base = figures["compclip"][loss]["samples_per_s"]
+    for method, cc in figures["compclip"].items():
+        peaks = f"{oc['peak_mib']:.0f} / {cc['peak_mib']:.0f}" if cc["peak_mib"] else "–"
+        ratio = (f"{cc['samples_per_s'] / oc['samples_per_s']:.2f}×" if method == loss else
+                 f"its step {base / cc['samples_per_s']:.2f}× {loss}'s")  # another loss: against compclip's own
+        print(f"| {figures['model']} | {method} | {figures['batch']} | {figures['precision']} | {oc['samples_per_s']:.1f} | "
+              f"{cc['samples_per_s']:.1f} | {ratio} | {floor:.1f} | {cc['samples_per_s'] / floor:.2f}× | {cc['data_wait_ms']:.1f} | "
+              f"{peaks} |")
 
 
 if __name__ == "__main__":

@@ -288,9 +288,35 @@ def test_eval_hook_and_tensorboard(tmp_path):
     assert calls == [(2, False), (4, False), (5, False)]  # in eval mode, training resumes after; the last step, off the period, too
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert [r.get("eval/probe") for r in records] == [None, 2.0, None, 4.0, 5.0]
-    assert set(records[0]) >= {"siglip", "loss", "lr", "images_per_s", "logit_scale", "epoch"}
+    assert set(records[0]) >= {"siglip", "loss", "lr", "images_per_s", "data_time", "logit_scale", "epoch"}
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
 
+
+
+def test_each_step_logs_how_long_it_waited_for_its_batch(tmp_path):
+    """`data_time` is the wait in `draw()` alone, open_clip_train's `Data (t)`: a draw held 0.3 s reads at least that,
+    and the step's rate counts it; a draw that waits for nothing reads next to nothing."""
+    from compclip.train import TrainConfig
+    from compclip.train.faults import NonFiniteGuard
+    from compclip.train.loop import train_loop
+    from compclip.train.trainer import Trainer
+
+    data = make_dataset(tmp_path, n=16)
+    trainer = Trainer(TrainConfig(method="clip", model="compclip-tiny-clip", train_data=str(data), out=str(tmp_path / "run"),
+                                  batch_size=8, steps=3, workers=0))
+    batches = trainer._batches()
+    held = [next(batches) for _ in range(3)]
+    batches.close()
+    waits = iter([0.3, 0.0, 0.0])
+
+    def draw():
+        time.sleep(next(waits))
+        return [held.pop()]
+
+    records = []
+    train_loop(trainer.state, range(3), draw, trainer.env, NonFiniteGuard(0, tmp_path), records.append)
+    assert records[0]["data_time"] >= 0.3 and records[0]["images_per_s"] <= 8 / 0.3
+    assert all(r["data_time"] < 0.05 for r in records[1:])
 
 # ---- the loop's settings, on the CPU -------------------------------------------------------------------------------
 

@@ -27,11 +27,12 @@ def train_loop(
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> dict[str, float]:
     """Run `steps` optimizer steps; `draw()` gives one step's micro-batches (accumulated exactly, `loss_step`), and
-    `after_step(record)` sees each step's record (its loss terms, rate, temperature, speed). Returns the last terms."""
+    `after_step(record)` sees each step's record (its loss terms, rate, temperature, speed, its wait for data). Returns the last terms."""
     terms: dict[str, float] = {}
     for _ in steps:
         start = time.perf_counter()
         micro = draw()
+        data_time = time.perf_counter() - start  # the wait for the batch: the last step's work ended at its logged loss
         state.method.begin_step(state.step)
         state.optimizer.zero_grad(set_to_none=True)
         terms = loss_step(state.module, state.method, micro, env, autocast, lambda loss: state.scaler.scale(loss).backward())
@@ -51,7 +52,7 @@ def train_loop(
         images = sum(len(b["caption"]) for b in micro) * env.world_size
         record = {"step": state.step, "epoch": state.data.epoch, "loss": sum(terms.values()), **terms,
                   "lr": state.scheduler.get_last_lr()[-1], "logit_scale": state.model.logit_scale.exp().item(),
-                  "images_per_s": images / (time.perf_counter() - start)}
+                  "images_per_s": images / (time.perf_counter() - start), "data_time": data_time}
         if grad_norm is not None:
             record["grad_norm"] = grad_norm
         after_step(record)
