@@ -79,10 +79,11 @@ def bootstrap_interval(a: np.ndarray, b: np.ndarray, resamples: int = RESAMPLES,
 
 
 def _weights(draws: np.ndarray, size: int) -> np.ndarray:
-    """Each draw's index counts as weights summing to one (draws × size)."""
-    counts = np.zeros((draws.shape[0], size))
-    np.add.at(counts, (np.arange(draws.shape[0])[:, None], draws), 1)
-    return counts / draws.shape[1]
+    """Each draw's index counts as weights summing to one (draws × size): one `bincount` over the draws laid end to end
+    (`np.add.at`, unbuffered, took 2/3 of a demo report's time)."""
+    rows = draws.shape[0]
+    counts = np.bincount((np.arange(rows)[:, None] * size + draws).ravel(), minlength=rows * size)
+    return counts.reshape(rows, size) / draws.shape[1]
 
 
 def mcnemar_exact(a_only: int, b_only: int) -> float:
