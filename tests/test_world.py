@@ -294,6 +294,26 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
                         pretrain_batch_size=16)
 
 
+
+def test_the_demo_fine_tunes_at_once_as_it_does_one_after_another(tmp_path):
+    """`--jobs 2`: the fine-tunes train side by side, each in a spawned process, to the same weights and numbers as one
+    after another in the demo's own process; a --jobs of 0 is refused before anything is made."""
+    from safetensors.torch import load_file
+
+    from compclip.demo import compare_methods
+
+    toy = dict(world={"seed": 3}, pretrain_batch_size=16)
+    args = ("siglip,attswap", 200, 30, 2, 3, 16, "0", 1)
+    apart, apart_runs, _ = compare_methods(tmp_path / "apart", *args, **toy, jobs=1)
+    together, together_runs, _ = compare_methods(tmp_path / "together", *args, **toy, jobs=2)
+    assert together == apart
+    for name in ("siglip-ft", "attswap-ft"):
+        a, b = (load_file(runs[name][0] / "model.safetensors") for runs in (apart_runs, together_runs))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(UsageError, match="--jobs must be at least 1"):
+        compare_methods(tmp_path / "none", *args, **toy, jobs=0)
+    assert not (tmp_path / "none").exists()
+
 def test_statements_caption_scenes_in_the_tests_own_form(tmp_path):
     """`statements`: that share of scenes is captioned by one true statement about two of its objects, phrased as the
     benchmarks phrase theirs; the images, and every other caption, stay as they were without it."""

@@ -11,7 +11,8 @@
    `research/pack_base.py`), installed in a second; any other world, or `--rebuild-base`, pretrains it here;
 4. fine-tune that base once per method and seed (by default SigLIP, the positive control attswap, whose seen
    swap-attribute says whether the world can show binding at all, and C2LIP, with seed 0; `--methods` adds the
-   peers: hardneg, negclip, clic, occlip) with equal steps and learning rate;
+   peers: hardneg, negclip, clic, occlip) with equal steps and learning rate; on a GPU the runs train at once, each in
+   a process of its own (`--jobs`);
 5. evaluate every model on the seen and unseen test splits and print the comparison: the mean over
    seeds with its 95 % interval, and each method's paired difference from the first, marked
    significant only when its interval excludes zero. It writes
@@ -30,6 +31,7 @@ from __future__ import annotations
 import json
 import time
 import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +85,23 @@ def _train(out: Path, **kwargs) -> Path:
     return final
 
 
+def at_once(fn: Callable[..., Any], calls: list[dict[str, Any]], jobs: int) -> list[Any]:
+    """`fn(**call)` for each of `calls`, in order: one after another here, or with `jobs` > 1 that many at once, each in a
+    spawned process (CUDA cannot be forked) whose progress bars are hidden. A failure is raised here once the others
+    have ended."""
+    if jobs <= 1 or len(calls) <= 1:
+        return [fn(**call) for call in calls]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .progress import configure
+
+    with ProcessPoolExecutor(min(jobs, len(calls)), mp_context=multiprocessing.get_context("spawn"), initializer=configure,
+                             initargs=(True,)) as pool:
+        futures = [pool.submit(fn, **call) for call in calls]
+        return [future.result() for future in futures]
+
+
 @dataclass(frozen=True)
 class DemoConfig:
     """`compclip demo`'s options, declared once: the command line is generated from them."""
@@ -97,6 +116,9 @@ class DemoConfig:
     batch_size: int = option(FINE_TUNE["batch_size"], "Images per step.")
     seeds: str = option(SEEDS, "Comma-separated fine-tuning seeds; the first also seeds the base and, without --world-seeds, the world.")
     workers: int = option(2, "DataLoader workers and rendering processes.")
+    jobs: int | None = option(None, "Fine-tuning runs trained at once, each in a process of its own (a GPU's tiny-model steps wait on "
+                                    "the host, so runs side by side fill it).  [default: every run at once on a GPU, one at a time "
+                                    "on a CPU]")
     world: dict[str, Any] = option(help="A world setting KEY=VALUE other than the demo's (two objects a scene, statements=0.5), e.g. "
                                         "heldout=0.5, colors=4, statements=0, or min_objects=1 max_objects=4 (repeatable; see "
                                         "`compclip world generate --help`).",
@@ -125,7 +147,7 @@ def run_demo(cfg: DemoConfig = DemoConfig()) -> dict[str, dict[str, dict[str, li
     for w, folder in draws.items():
         numbers, world_runs, world_folders = compare_methods(folder, methods, cfg.n_train, n_test, cfg.pretrain_steps, cfg.steps,
                                                              cfg.batch_size, seeds, cfg.workers, {**world, "seed": w}, SPLITS, console,
-                                                             cfg.device, cfg.rebuild_base, cfg.pretrain_batch_size)
+                                                             cfg.device, cfg.rebuild_base, cfg.pretrain_batch_size, cfg.jobs)
         by_world[w] = numbers
         if not runs:  # the report and the attention figure are the first world's
             runs, folders = world_runs, world_folders
@@ -272,11 +294,11 @@ def log_console() -> Console:
 def compare_methods(
     out: Path, methods: str, n_train: int, n_test: int, pretrain_steps: int, steps: int, batch_size: int, seeds: str, workers: int,
     world: dict[str, Any] | None = None, splits: tuple[str, ...] = SPLITS, console: Console | None = None, device: str | None = None,
-    rebuild_base: bool = False, pretrain_batch_size: int = PRETRAIN_BATCH,
+    rebuild_base: bool = False, pretrain_batch_size: int = PRETRAIN_BATCH, jobs: int | None = 1,
 ) -> tuple[dict[str, dict[str, dict[str, list[float]]]], dict[str, dict[int, Path]], list[Path]]:
     """Stages 1-5 of the demo on one world (`world`: `WorldConfig` fields other than the defaults; its seed is the
     first of `seeds` unless `world` names one) in `out`, every model trained and scored in fp32 on `device` (cpu or cuda;
-    None: cuda where a GPU is visible):
+    None: cuda where a GPU is visible), `jobs` fine-tunes at once (None: `DemoConfig.jobs`' default):
     returns the numbers {model: {split: {column: one value per seed}}}, the checkpoints {model: {seed: folder}}
     and the result folders."""
     from .concepts import build_store, iter_captions
@@ -286,7 +308,7 @@ def compare_methods(
     from .world import generate
 
     for flag, value in (("--pretrain-steps", pretrain_steps), ("--pretrain-batch-size", pretrain_batch_size), ("--steps", steps),
-                        ("--batch-size", batch_size), ("--workers", workers)):
+                        ("--batch-size", batch_size), ("--workers", workers), ("--jobs", 1 if jobs is None else jobs)):
         if value < 1:
             raise UsageError(f"{flag} must be at least 1, not {value}")
     seed_list = parse_seeds(seeds, "--seeds")
@@ -318,13 +340,16 @@ def compare_methods(
     base, how = pretrain_base(out / "train", world_dir, cfg, pretrain_steps, dict(common, batch_size=pretrain_batch_size), rebuild_base)
     console.print(f"[3/5] base {how}: {base}")
     runs = {"base": {seed: base}}  # model: {seed: checkpoint}
-    for method in methods.split(","):
-        for s in seed_list:
-            # the first seed keeps the folder names of a single-seed run
-            suffix = "" if s == seed else f"-s{s}"
-            runs.setdefault(f"{method}-ft", {})[s] = _train(
-                out / "train" / f"{method}{suffix}", method=method, model=str(base), concepts=str(out / "concepts"),
-                **{**FINE_TUNE, **common, "steps": steps, "seed": s})
+    # the first seed keeps the folder names of a single-seed run
+    fine_tunes = {(f"{method}-ft", s): {"out": out / "train" / f"{method}{'' if s == seed else f'-s{s}'}", "method": method,
+                                        "model": str(base), "concepts": str(out / "concepts"),
+                                        **{**FINE_TUNE, **common, "steps": steps, "seed": s}}
+                  for method in methods.split(",") for s in seed_list}
+    jobs = min(len(fine_tunes), (len(fine_tunes) if device == "cuda" else 1) if jobs is None else jobs)
+    if jobs > 1:
+        console.print(f"fine-tuning {len(fine_tunes)} runs, {jobs} at once, each in a process of its own (--jobs)")
+    for (name, s), final in zip(fine_tunes, at_once(_train, list(fine_tunes.values()), jobs), strict=True):
+        runs.setdefault(name, {})[s] = final
     console.print(f"[4/5] fine-tuned {', '.join(methods.split(','))} from the base, {steps} steps each, seeds {seeds}")
     folders, numbers = [], {}
     for name, by_seed in runs.items():
