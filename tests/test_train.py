@@ -295,7 +295,7 @@ def test_eval_hook_and_tensorboard(tmp_path):
 
 def test_each_step_logs_how_long_it_waited_for_its_batch(tmp_path):
     """`data_time` is the wait in `draw()` alone, open_clip_train's `Data (t)`: a draw held 0.3 s reads at least that,
-    and the step's rate counts it; a draw that waits for nothing reads next to nothing."""
+    and the step's rate counts it; a draw that waits for nothing reads a small part of its step."""
     from compclip.train import TrainConfig
     from compclip.train.faults import NonFiniteGuard
     from compclip.train.loop import train_loop
@@ -316,7 +316,7 @@ def test_each_step_logs_how_long_it_waited_for_its_batch(tmp_path):
     records = []
     train_loop(trainer.state, range(3), draw, trainer.env, NonFiniteGuard(0, tmp_path), records.append)
     assert records[0]["data_time"] >= 0.3 and records[0]["images_per_s"] <= 8 / 0.3
-    assert all(r["data_time"] < 0.05 for r in records[1:])
+    assert all(r["data_time"] < 0.5 * 8 / r["images_per_s"] for r in records[1:])  # under half of its step
 
 # ---- the loop's settings, on the CPU -------------------------------------------------------------------------------
 

@@ -297,15 +297,21 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
 
 def test_the_demo_fine_tunes_at_once_as_it_does_one_after_another(tmp_path):
     """`--jobs 2`: the fine-tunes train side by side, each in a spawned process, to the same weights and numbers as one
-    after another in the demo's own process; a --jobs of 0 is refused before anything is made."""
+    after another in the demo's own process (a CPU's default); a --jobs of 0 is refused before anything is made."""
+    import io
+
+    from rich.console import Console
     from safetensors.torch import load_file
 
     from compclip.demo import compare_methods
 
-    toy = dict(world={"seed": 3}, pretrain_batch_size=16)
+    toy = {"world": {"seed": 3}, "pretrain_batch_size": 16, "device": "cpu"}
     args = ("siglip,attswap", 200, 30, 2, 3, 16, "0", 1)
-    apart, apart_runs, _ = compare_methods(tmp_path / "apart", *args, **toy, jobs=1)
-    together, together_runs, _ = compare_methods(tmp_path / "together", *args, **toy, jobs=2)
+    said = {"apart": io.StringIO(), "together": io.StringIO()}
+    apart, apart_runs, _ = compare_methods(tmp_path / "apart", *args, **toy, console=Console(file=said["apart"]), jobs=None)
+    together, together_runs, _ = compare_methods(tmp_path / "together", *args, **toy, console=Console(file=said["together"]), jobs=2)
+    assert "at once" not in said["apart"].getvalue()  # a CPU's default: one after another
+    assert "fine-tuning 2 runs, 2 at once" in said["together"].getvalue()
     assert together == apart
     for name in ("siglip-ft", "attswap-ft"):
         a, b = (load_file(runs[name][0] / "model.safetensors") for runs in (apart_runs, together_runs))
