@@ -404,6 +404,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("demo.py", '(len(fine_tunes) if device == "cuda" else 1)', "len(fine_tunes)", "tests/test_world.py -k at_once"),
     ("demo.py", '("--workers", workers), ("--jobs", 1 if jobs is None else jobs)', '("--workers", workers)',
      "tests/test_world.py -k at_once"),
+    ("eval/base.py", "                self.present[r.key] = r.present()", "                self.present[r.key] = True",
+     "tests/test_eval.py tests/test_misuse.py"),
+    ("eval/base.py", '        gone = {r.key: "not found" for r in refs if not self.present[r.key]}',
+     '        gone = {r.key: "not found" for r in refs[:1] if not self.present[r.key]}', "tests/test_eval.py tests/test_misuse.py"),
 ]
 
 

@@ -90,6 +90,7 @@ class Missing:
 
     files: dict[str, str] = field(default_factory=dict)
     unreadable: Mapping[str, str] = field(default_factory=dict)
+    present: dict[str, bool] = field(default_factory=dict, repr=False)  # each image looked for once (an image serves many items)
 
     @classmethod
     def of(cls, scorer: Scorer) -> Missing:
@@ -99,7 +100,10 @@ class Missing:
     def keep(self, images: list[Image]) -> bool:
         """True when every image is there and decodable; otherwise records the others."""
         refs = [image_ref(i) for i in images]
-        gone = {r.key: "not found" for r in refs if not r.present()}
+        for r in refs:
+            if r.key not in self.present:
+                self.present[r.key] = r.present()
+        gone = {r.key: "not found" for r in refs if not self.present[r.key]}
         gone.update({r.key: f"unreadable: {self.unreadable[r.key]}" for r in refs if r.key in self.unreadable})
         for key, why in gone.items():
             self.files.setdefault(key, why)

@@ -7,6 +7,7 @@ split file is named.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -31,7 +32,9 @@ SHA256 = {
 }
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def coco_image(root: Path, filename: str) -> Path:
+    """A COCO val2017 image's file, made once: each is named by many records (1,560 images for SugarCrepe's 7,512)."""
     return root / "coco" / "val2017" / filename
 
 
