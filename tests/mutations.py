@@ -280,8 +280,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/gallery.py", '            mine = group[group["model"] == model]', "            mine = group", G + "totals"),
     ("recipes/hardneg-object.json", '"negatives_as": "replace"', '"negatives_as": "extra"',
      "tests/test_recipes.py -k every_recipe_is_train_options"),
-    ("data/formats/webdataset_shards.py", "share, read, idle = -(-self.resampled // count), 0, 0",
-     "share, read, idle = self.resampled // count, 0, 0",
+    ("data/formats/webdataset_shards.py", "share, read, idle = -(-self.resampled // (count * self.batch_size)) * self.batch_size, 0, 0",
+     "share, read, idle = self.resampled // (count * self.batch_size) * self.batch_size, 0, 0",
      "tests/test_open_clip_habits.py -k resampled"),
     ("export/card.py", "dataset_type=hub_name(name)", "dataset_type=name", k("markup")),
     ("export/card.py", "dataset_config=hub_name(part) if part else None", "dataset_config=None", k("markup")),
@@ -407,7 +407,9 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/base.py", "                self.present[r.key] = r.present()", "                self.present[r.key] = True",
      "tests/test_eval.py tests/test_misuse.py"),
     ("eval/base.py", '        gone = {r.key: "not found" for r in refs if not self.present[r.key]}',
-     '        gone = {r.key: "not found" for r in refs[:1] if not self.present[r.key]}', "tests/test_eval.py tests/test_misuse.py"),
+     '        gone = {r.key: "not found" for r in refs[:1] if not self.present[r.key]}', P + "winoground_reads"),
+    ("train/trainer.py", "if cfg.dataset_resampled else 0,\n                                  batch_size=cfg.batch_size)",
+     "if cfg.dataset_resampled else 0)", "tests/test_open_clip_habits.py -k resampled"),
 ]
 
 

@@ -150,6 +150,11 @@ def test_winoground_reads_the_hub_parquet_and_the_older_jsonl(tmp_path):
         assert strict.metrics["tag"]["Adjective-Color"] == {"text": 1.0, "image": 0.0, "group": 0.0, "n": 1}
         first = run("winoground", root, "clip_benchmark")  # the tie on caption 0 of example 2 goes to image 0
         assert {k: first.metrics[k] for k in ("text", "image", "group")} == {"text": 0.5, "image": 0.75, "group": 0.5}
+    (legacy / "winoground" / "data" / "images" / "ex_3_img_1.png").unlink()  # an item's second image gone: left out, named
+    partial = run("winoground", legacy)
+    missing = partial.missing.as_record()
+    assert not partial.complete and partial.metrics["n"] == 3
+    assert missing["count"] == 1 and "ex_3_img_1.png" in missing["examples"][0]
 
 
 def test_winoground_parquet_without_a_column_names_the_file(tmp_path):

@@ -190,6 +190,18 @@ def test_dataset_resampled_draws_shards_with_replacement(tmp_path):
     # an epoch is never short of its samples: 3 each, 15 in all
     five = [s["caption"] for s in torch.utils.data.DataLoader(reader, batch_size=None, num_workers=5)]
     assert len(five) == 5 * math.ceil(12 / 5) >= 12
+    # in batches, as training reads them (a worker's last partial batch dropped): each worker's share is whole batches,
+    # open_clip's `with_epoch(ceil(ceil(num_samples / batch) / workers))`, so the epoch holds its 6 batches of 2 and more
+    # (2 a worker, 10 in all), where 3 samples a worker made one batch each, 5 in all: an epoch short of its batches
+    reader.batch_size = 2
+    batches = list(torch.utils.data.DataLoader(reader, batch_size=2, num_workers=5, drop_last=True, collate_fn=list))
+    assert len(batches) == 5 * math.ceil(math.ceil(12 / 2) / 5) == 10 >= 12 // 2
+    # and in training: the whole run one epoch (no pause for a new one before the end), 3 workers of batches of 4 for 10
+    # steps, where 14 samples a worker made 3 batches each and the run's 10th step began epoch 1
+    from compclip.train import train
+
+    train(settings_config(tmp_path, "run", train_data=urls, dataset_resampled=True, batch_size=4, steps=10, workers=3))
+    assert set(logged(tmp_path, "run", "epoch").values()) == {0}
 
 
 def test_val_metrics_against_brute_force():

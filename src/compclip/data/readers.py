@@ -170,7 +170,9 @@ class ImageTextReader(IterableDataset):
       some captions only, a keyword's subset).
     - `partners`: each sample also carries a `partner` drawn from the whole data (`record_at`; refused here for a
       reader that cannot draw one).
-    - `resampled` (webdataset shards): samples an epoch, drawn with replacement (0: each shard once, in order).
+    - `resampled` (webdataset shards): samples an epoch, drawn with replacement (0: each shard once, in order), each
+      part's share rounded up to whole batches of `batch_size` (the DataLoader's, which drops a worker's last partial
+      batch), as open_clip gives each worker `ceil(batches / workers)`: an epoch is never short of its batches.
 
     Each pass ends by moving the reader to the next epoch (resume positions and rotation
     cleared), so persistent DataLoader workers, which keep their own copy, need no word from
@@ -178,11 +180,12 @@ class ImageTextReader(IterableDataset):
     """
 
     def __init__(self, name: str, transform: Callable | None = None, *, sample_seed: int | None = None, shuffle: int = 0,
-                 admit: Callable[[str], bool] | None = None, partners: bool = False, resampled: int = 0):
+                 admit: Callable[[str], bool] | None = None, partners: bool = False, resampled: int = 0, batch_size: int = 1):
         super().__init__()
         self.name, self.transform = name, transform
         self.skips = SkipCounter(name)
         self.sample_seed, self.shuffle, self.admit, self.partners, self.resampled = sample_seed, shuffle, admit, partners, resampled
+        self.batch_size = batch_size
         self.start()
 
     def start(self, epoch: int = 0, positions: dict[int, int] | None = None, rotation: int = 0) -> None:
@@ -466,7 +469,7 @@ def data_format(path: str | os.PathLike) -> DataFormat:
 
 def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:
     """The reader of `path`'s format (`data_format`). `kwargs`: the format's own (its `options`: columns, caption key,
-    image root) and the stages' (`ImageTextReader`'s: sample_seed, shuffle, admit, partners, resampled)."""
+    image root) and the stages' (`ImageTextReader`'s: sample_seed, shuffle, admit, partners, resampled, batch_size)."""
     return data_format(path).reader(str(path), transform=transform, **kwargs)
 
 

@@ -131,7 +131,8 @@ class Trainer:
                                   **reader_kwargs(cfg, cfg.train_data, cfg.image_root), sample_seed=cfg.seed * 1000,
                                   shuffle=cfg.shuffle, admit=self.method.admits,
                                   partners=self.method.wants_partners,
-                                  resampled=(cfg.train_num_samples or whole_run) if cfg.dataset_resampled else 0)
+                                  resampled=(cfg.train_num_samples or whole_run) if cfg.dataset_resampled else 0,
+                                  batch_size=cfg.batch_size)
         self.reader.check_partners()  # the reader's own reason, before a DataLoader worker would meet it
         self.evaluation = RunEvaluation(cfg, self.method, self.tokenizer, self.env.device, self.env.is_main, eval_hook)
         self.signals = StopSignals()
