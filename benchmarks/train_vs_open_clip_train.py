@@ -268,21 +268,25 @@ def floor_run(args, model_name: str, siglip: bool, captions: list[str]) -> dict:
     return {"per_step": rates, "samples_per_s": statistics.median(rates[WARMUP:] or rates)}
 
 
+def in_process_config(args, model: str, method: str, shards: str, out: Path, concepts: str | None = None):
+    """The options `compclip_run` gives the command line, as a `TrainConfig` for a `Trainer` in this process."""
+    from compclip.train import TrainConfig
+
+    shutil.rmtree(out, ignore_errors=True)
+    return TrainConfig(method=method, model=model, train_data=shards, dataset_resampled=True, batch_size=args.batch,
+                       precision=args.precision, workers=args.workers, steps=args.steps, lr=1e-4, optimizer="adamw",
+                       betas=(0.9, 0.98), eps=1e-6, weight_decay=0.2, out=str(out), device=args.device, concepts=concepts)
+
+
 def phase_run(args, model: str, method: str, shards: str, scratch: Path) -> dict:
     """compclip's step through the loop's own parts, each phase marked (medians over the steps after the warm-up)."""
     import torch.nn.functional as F
 
     from compclip.methods.base import text_width_of
     from compclip.models.tokens import encode_short_texts
-    from compclip.train import TrainConfig
     from compclip.train.trainer import Trainer
 
-    out = scratch / f"phases-{method}"
-    shutil.rmtree(out, ignore_errors=True)
-    cfg = TrainConfig(method=method, model=model, train_data=shards, dataset_resampled=True, batch_size=args.batch,
-                      precision=args.precision, workers=args.workers, steps=args.steps, lr=1e-4, optimizer="adamw", betas=(0.9, 0.98),
-                      eps=1e-6, weight_decay=0.2, out=str(out), device=args.device)
-    trainer = Trainer(cfg)
+    trainer = Trainer(in_process_config(args, model, method, shards, scratch / f"phases-{method}"))
     state, model_, method_ = trainer.state, trainer.model, trainer.method
     method_.distribute(0, 1)
     batches = trainer._batches()
@@ -326,17 +330,11 @@ def bounds_run(args, model: str, method: str, shards: str, scratch: Path, captio
     batch's tensor shapes (how many texts, at what width)."""
     import torch
 
-    from compclip.train import TrainConfig
     from compclip.train.step import loss_step
     from compclip.train.trainer import Trainer
 
-    out = scratch / f"bounds-{method}"
-    shutil.rmtree(out, ignore_errors=True)
     concepts = concept_store(method, captions, scratch)
-    cfg = TrainConfig(method=method, model=model, train_data=shards, dataset_resampled=True, batch_size=args.batch,
-                      precision=args.precision, workers=args.workers, steps=args.steps, lr=1e-4, optimizer="adamw", betas=(0.9, 0.98),
-                      eps=1e-6, weight_decay=0.2, out=str(out), device=args.device, concepts=concepts[1] if concepts else None)
-    trainer = Trainer(cfg)
+    trainer = Trainer(in_process_config(args, model, method, shards, scratch / f"bounds-{method}", concepts[1] if concepts else None))
     state, env = trainer.state, trainer.env
     batches = trainer._batches()
     first = next(batches)
