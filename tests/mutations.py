@@ -410,6 +410,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      '        gone = {r.key: "not found" for r in refs[:1] if not self.present[r.key]}', P + "winoground_reads"),
     ("train/trainer.py", "if cfg.dataset_resampled else 0,\n                                  batch_size=cfg.batch_size)",
      "if cfg.dataset_resampled else 0)", "tests/test_open_clip_habits.py -k resampled"),
+    ("methods/base.py", "    return torch.arange(n, device=device) + image_offset",
+     "    return torch.arange(n).to(device) + image_offset", D),
+    ("methods/hardneg.py", "        slot = torch.arange(owners.shape[0], device=image.device)",
+     "        slot = torch.tensor(list(range(owners.shape[0])), device=image.device)", D),
 ]
 
 

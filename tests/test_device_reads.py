@@ -1,8 +1,9 @@
 """A training step reads nothing back from the device before its loss is logged: on a GPU every such read (`.item()`,
 `int()` of a tensor, a shape that depends on values) makes the host wait for the work queued before it, halfway
 through the forward pass. Checked without a GPU: the step runs on the meta device, where tensors have shapes but no
-values, so any read is caught (and any op whose output shape needs values fails). The token widths a causal tower is
-cut at are measured on the host, in the collate (`TextWidth`), and checked here against a loop over the ids."""
+values, so any read is caught (and any op whose output shape needs values fails); and it copies nothing from the host
+to the device (a copy from pageable memory waits for the queued work too). The token widths a causal tower is cut at
+are measured on the host, in the collate (`TextWidth`), and checked here against a loop over the ids."""
 import traceback
 
 import pytest
@@ -23,21 +24,32 @@ CAPTIONS = ["a red couch next to a white table", "a small dog sits on the green 
             "two men ride brown horses on a beach", "a blue car is parked to the left of a large yellow bus"]
 
 
+def site() -> str:
+    """The innermost compclip function on the stack, as file:function."""
+    frames = [f for f in traceback.extract_stack()[:-2] if "/compclip/" in f.filename and not f.name.startswith("<")]
+    return f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].name}" if frames else "?"
+
+
 class DeviceReads(TorchDispatchMode):
     """Records where each value is read back to the host (`aten._local_scalar_dense`: `.item()`, `int()`, `float()`
-    and `bool()` of a tensor), answering 1 for a meta tensor, which has no value to give."""
+    and `bool()` of a tensor), answering 1 for a meta tensor, which has no value to give; and, in `copies`, where a
+    host tensor is copied to the device (on a GPU a copy from pageable memory waits for the queued work too)."""
 
     def __init__(self):
         super().__init__()
         self.sites: list[str] = []
+        self.copies: list[str] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten._local_scalar_dense.default:
-            frames = [f for f in traceback.extract_stack()[:-1] if "/compclip/" in f.filename and not f.name.startswith("<")]
-            self.sites.append(f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].name}" if frames else "?")
+            self.sites.append(site())
             if args[0].is_meta:
                 return 1
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default) and isinstance(out, torch.Tensor) and out.is_meta \
+                and any(isinstance(a, torch.Tensor) and a.device.type == "cpu" for a in args):
+            self.copies.append(site())
+        return out
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +77,15 @@ STEPS = [("compclip-tiny-clip", "clip", {}), ("compclip-tiny-clip", "siglip", {}
 
 @pytest.mark.parametrize("name, spec, options", STEPS, ids=[f"{s}-{n.rsplit('-', 1)[-1]}{'-' + '-'.join(o) if o else ''}"
                                                              for n, s, o in STEPS])
-def test_a_training_step_reads_nothing_back_from_the_device_before_its_loss_is_logged(records, name, spec, options):
+def test_a_training_step_reads_nothing_back_from_the_device_before_its_loss_is_logged(records, name, spec, options, monkeypatch):
+    made = []  # tensors made on the device from host data inside the step (torch.tensor(list, device=...)): a copy as well
+    for factory in ("tensor", "as_tensor"):
+        def spy(*args, _make=getattr(torch, factory), **kwargs):
+            out = _make(*args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.is_meta:
+                made.append(site())
+            return out
+        monkeypatch.setattr(torch, factory, spy)
     model, _, tokenizer = load_model(name)
     method = build_method(spec, concepts=records, **options).bind(model)
     batch = a_batch(model, method, tokenizer)
@@ -81,6 +101,7 @@ def test_a_training_step_reads_nothing_back_from_the_device_before_its_loss_is_l
         with DeviceReads() as reads:
             terms = loss_step(_TrainModule(model, method), method, [batch], DistEnv())
         assert reads.sites == ["step.py:loss_step"] * len(terms), reads.sites  # the logged terms alone
+        assert reads.copies == [] and made == [], (reads.copies, made)  # the batch came to the device whole, before the step
     widths = batch.get("widths")
     if "text_states" in method.needs:  # C2LIP's span mode pools the caption's token states over the whole context
         read = [r for r in read if r != tokenizer.context_length]
