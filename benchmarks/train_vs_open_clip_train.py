@@ -269,7 +269,8 @@ def floor_run(args, model_name: str, siglip: bool, captions: list[str]) -> dict:
 
 
 def in_process_config(args, model: str, method: str, shards: str, out: Path, concepts: str | None = None):
-    """The options `compclip_run` gives the command line, as a `TrainConfig` for a `Trainer` in this process."""
+    """The options `compclip_run` gives the command line, as a `TrainConfig` for a `Trainer` in this process, whose
+    `out` is emptied first (each part starts a run of its own there)."""
     from compclip.train import TrainConfig
 
     shutil.rmtree(out, ignore_errors=True)
