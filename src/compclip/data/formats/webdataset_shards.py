@@ -139,7 +139,8 @@ class WebDatasetReader(ImageTextReader):
     def _resampled_records(self):
         """open_clip's --dataset-resampled (webdataset's `ResampledShards`): this part draws shards with replacement from
         all of them, seeded by (seed, epoch, part), until it has its share of `resampled` samples an epoch: whole batches,
-        as many as open_clip's `with_epoch(ceil(num_batches / num_workers))` gives a worker."""
+        as many as open_clip gives a worker (`open_clip_train/data.py`, `get_wds_dataset`: `num_worker_batches =
+        ceil(ceil(num_samples / global_batch_size) / workers)`, its `with_epoch`)."""
         index, count = self.shard()
         rng = random.Random(((self.sample_seed or 0) + self.epoch) * 1_000_003 + index)
         share, read, idle = -(-self.resampled // (count * self.batch_size)) * self.batch_size, 0, 0
