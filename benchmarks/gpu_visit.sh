@@ -1,14 +1,15 @@
 #!/bin/bash
-# compclip's checks on a GPU machine with its own torch and no network, in one visit: tests/test_cuda.py, the training
-# benchmark (ViT-B-16 with negclip, hardneg and OC-CLIP; its bounds; the SigLIP architecture with C2LIP), the demo
-# from an empty folder, and the evaluation against CLIP_benchmark. Needs .gpu/ from benchmarks/gpu_bundle.sh beside the
-# checkout. Each stage runs under its own limit and all of them within END seconds; the output, stamped with the
-# seconds since the start, goes to $OUT/all.log with each benchmark's JSON. STAGES picks stages (default: all).
+# compclip's checks on a GPU machine with its own torch and no network, in one visit: tests/test_cuda.py, OC-CLIP's loss
+# memory, the training benchmark (ViT-B-16 with negclip, hardneg and OC-CLIP; its bounds; the SigLIP architecture with
+# C2LIP), the demo from an empty folder, and the evaluation against CLIP_benchmark. Needs .gpu/ from
+# benchmarks/gpu_bundle.sh beside the checkout. Each stage runs under its own limit and all of them within END seconds; the
+# output, stamped with the seconds since the start, goes to $OUT/all.log with each benchmark's JSON. STAGES picks stages
+# (default: all).
 #     END=540 bash benchmarks/gpu_visit.sh                 # on the GPU machine, in the repository's root
 #     LOCAL=1 STAGES=vitb,map bash benchmarks/gpu_visit.sh  # the same glue here, on the CPU, with the tiny models
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
-T0=$SECONDS; END=${END:-540}; STAGES=${STAGES:-cuda,vitb,bounds,map,demo,eval}
+T0=$SECONDS; END=${END:-540}; STAGES=${STAGES:-cuda,occmem,vitb,bounds,map,demo,eval}
 say() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/all.log"; }
 run() {  # run LIMIT CMD...: the command's output stamped with the seconds since the start, into all.log
     local t=$((END - (SECONDS - T0))); (( t > $1 )) && t=$1; shift
@@ -40,6 +41,7 @@ print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'open_clip'
 BENCH=(benchmarks/train_vs_open_clip_train.py --device $DEV --batch $BATCH --precision $PREC --workers $WORKERS --steps $STEPS
        --samples $SAMPLES --shards /tmp/bench-shards)
 want cuda && run 150 $PY -m pytest tests/test_cuda.py -q -p no:cacheprovider -o addopts=""
+want occmem && run 90 $PY benchmarks/occlip_memory.py --device $DEV --precision $PREC --batch $BATCH
 want vitb && run 230 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts sides,phases
 want bounds && run 130 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts bounds --steps 16
 want map && run 130 $PY "${BENCH[@]}" --models $MAP --methods c2lip --parts sides,phases

@@ -18,7 +18,7 @@ from compclip.methods.c2lip import (
     xac_loss,
 )
 from compclip.models import load_model
-from compclip.models.tokens import text_token_states
+from compclip.models.tokens import _timm_tokens, text_token_states
 
 
 def brute_npc(img, con, owner, scale, bias, offset=0, n=None):
@@ -125,6 +125,35 @@ def test_visual_tokens_follow_the_attention_pool_value_path():
         attn = (k @ q / math.sqrt(width)).softmax(-1)
         assert torch.allclose(pooled, torch.einsum("bm,bmd->bd", attn, tokens), atol=1e-5)
         assert not torch.allclose(tokens[:, 0], tokens[:, 1])
+
+
+def test_the_attention_pool_value_path_is_recomputed_in_the_backward_pass():
+    """Every token through the MAP head's MLP kept two (B, M, 4 × width) tensors for the backward pass, about 1 GiB at
+    ViT-B-16's batch of 256: training recomputes the token path instead, so it keeps no more of them than encode_image
+    (the trunk's own blocks), and its gradients are those of the path kept."""
+    torch.manual_seed(0)
+    model, _, _ = load_model("compclip-tiny-siglip")
+    hidden = model.visual.trunk.attn_pool.mlp.fc1.out_features
+    images = torch.randn(2, 3, 64, 64)
+
+    def hidden_layers_kept(forward):
+        shapes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t):
+            out = forward()
+        return out, sum(s == (2, 64, hidden) for s in shapes)
+
+    _, pooled_path = hidden_layers_kept(lambda: model.encode_image(images))
+    (_, tokens), token_path = hidden_layers_kept(lambda: visual_token_embeddings(model, images))
+    assert pooled_path > 0 and token_path == pooled_path
+    weights = torch.randn_like(tokens)
+    grads = torch.autograd.grad((tokens * weights).sum(), list(model.visual.parameters()), allow_unused=True)
+    kept = _timm_tokens(model.visual, model.visual.trunk.forward_features(images))  # the path kept, not recomputed
+    torch.testing.assert_close(kept, tokens)
+    expected = torch.autograd.grad((kept * weights).sum(), list(model.visual.parameters()), allow_unused=True)
+    for got, want in zip(grads, expected, strict=True):
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("name", ["compclip-tiny-siglip", "compclip-tiny-clip"])

@@ -30,6 +30,14 @@ def test_loss_terms_and_gradients_on_the_gpu_equal_the_cpu(method):
     assert_same(cpu, gpu, rel=1e-4, grad_rel=1e-4, term_abs=1e-6, grad_abs=1e-7)
 
 
+def test_oc_clips_score_under_autocast_keeps_no_float32_copy_of_the_slots():
+    """CUDA's autocast runs the norm and the cosine in float32, which would keep a float32 copy of the (B, G, N, D) slots
+    beside their bfloat16 selves: the largest tensors of an OC-CLIP step (`benchmarks/occlip_memory.py`)."""
+    from test_occlip import slots_kept
+
+    assert slots_kept("cuda", autocast=True) == [torch.bfloat16]
+
+
 def _config(tmp_path, data, **kwargs):
     from compclip.train import TrainConfig
 

@@ -109,6 +109,44 @@ def test_a_graph_without_nodes_scores_zero_and_leaves_the_others_alone():
     torch.testing.assert_close(scores[:, [0, 2, 3]], alone, rtol=1e-6, atol=1e-6)
 
 
+def kept_shapes(out):
+    """The shapes (and dtypes) of the tensors autograd keeps for `out`'s backward pass, each storage once."""
+    kept, stack, done = {}, [out.grad_fn], set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in done:
+            continue
+        done.add(fn)
+        for name in dir(fn):
+            value = getattr(fn, name) if name.startswith("_saved_") else None
+            for t in value if isinstance(value, tuple) else [value]:
+                if isinstance(t, torch.Tensor):
+                    kept[t.untyped_storage().data_ptr()] = (tuple(t.shape), t.dtype)
+        stack += [f for f, _ in fn.next_functions]
+    return list(kept.values())
+
+
+def slots_kept(device="cpu", autocast=False):
+    """How many tensors of the slots' size (images, graphs, nodes, D) the score of every image against every graph keeps."""
+    torch.manual_seed(0)
+    module = BindingModule(D, default_queries=1).to(device)
+    nodes, node_mask, relations, ends, edge_mask = (t.to(device) for t in batched(graphs(random.Random(0), 5)))
+    nodes, relations = nodes.requires_grad_(), relations.requires_grad_()  # text-tower outputs, as in training
+    tokens = torch.randn(4, 6, D, device=device, requires_grad=True)
+    with torch.autocast(device, torch.bfloat16, enabled=autocast):
+        scores = module.score(module.slots(tokens, nodes, node_mask), nodes, node_mask, relations, ends, edge_mask)
+    return [dtype for shape, dtype in kept_shapes(scores.sum()) if shape == (4, 5, nodes.shape[1], D)]
+
+
+def test_the_score_keeps_the_slots_once():
+    """At ViT-B-16's batch of 256 the (B, G, N, D) slots of every image against every graph are OC-CLIP's largest
+    tensors: the weights are renormalised before the values are weighted (one such tensor fewer, the slots before their
+    division) and the norms read the slots as they are (`benchmarks/occlip_memory.py`). Under CUDA's autocast a float32
+    copy is kept as well unless the norm is taken outside it: `tests/test_cuda.py`."""
+    assert slots_kept() == [torch.float32]
+    assert slots_kept(autocast=True) == [torch.bfloat16]  # CPU autocast keeps bfloat16 for the norm and the product
+
+
 def test_slots_of_different_nodes_differ_from_the_start_whatever_the_embedding_scale():
     """Unit node embeddings and patch tokens of norm 0.35 (a trained tiny SigLIP's) gave attention logits of std 0.03
     without the layer norms: every slot was the image's mean (1 - cos between two nodes' slots: 5e-6), and stayed so

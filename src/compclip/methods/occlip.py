@@ -71,27 +71,38 @@ class BindingModule(nn.Module):
         logits = torch.einsum("gqd,bgpd->bgqp" if own else "gqd,bpd->bgqp", queries, keys)
         # the lowest float, not -inf: a graph with no node and no default query would be 0/0 (NaN) for every image
         attn = logits.masked_fill(~live[None, :, :, None], torch.finfo(logits.dtype).min).softmax(dim=2)[:, :, :n]
-        weighted = torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn, values)
-        return weighted / attn.sum(-1, keepdim=True).clamp_min(1e-8)
+        # renormalised before the values are weighted: a division of (B, G, N, P) weights, not of (B, G, N, D) slots
+        # (196 patches against 512 dimensions at ViT-B-16), one tensor fewer of that size kept for the backward pass
+        attn = attn / attn.sum(-1, keepdim=True).clamp_min(1e-8)
+        return torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn, values)
 
     def score(self, slots: torch.Tensor, nodes: torch.Tensor, node_mask: torch.Tensor, relations: torch.Tensor,
               ends: torch.Tensor, edge_mask: torch.Tensor) -> torch.Tensor:
         """S (B, G) from slots (B or 1, G, N, D); `ends` (G, E, 2) are each relation's subject and object node.
 
-        Written for speed, the same sums as the padded form: the node cosines as dot products over the product of
-        norms (F.cosine_similarity makes several passes over the (B, G, N, D) slots); the relation term over the
-        batch's real relations only, not the (G, E) padding, with f_s and f_o's first layers taking [r_p, s] as two
-        halves, the relation's once per relation (in the demo's world, 147 real relations in a batch of 128 graphs
-        padded to 3 each)."""
-        norms = (slots.norm(dim=-1) * nodes.norm(dim=-1)).clamp_min(1e-8)
-        node_term = ((slots * nodes).sum(-1) / norms * node_mask).sum(-1)
+        Written for speed and memory, the same sums as the padded form: the node cosines as dot products over the
+        product of norms (`_cosines`: F.cosine_similarity makes several passes over the (B, G, N, D) slots, and under
+        autocast keeps a float32 copy of them for the backward pass); the
+        relation term over the batch's real relations only, not the (G, E) padding, with f_s and f_o's first layers
+        taking [r_p, s] as two halves, the relation's once per relation (in the demo's world, 147 real relations in a
+        batch of 128 graphs padded to 3 each)."""
+        node_term = (_cosines(slots, nodes) * node_mask).sum(-1)
         graph, edge = edge_mask.nonzero(as_tuple=True)
         rel, (subject, obj) = relations[graph, edge], ends[graph, edge].T
         predicted = _halves(self.f_s, rel, slots[:, graph, subject]) + _halves(self.f_o, rel, slots[:, graph, obj])
-        rel_term = node_term.new_zeros(node_term.shape).index_add_(1, graph, F.cosine_similarity(rel[None], predicted, dim=-1))
+        rel_term = node_term.new_zeros(node_term.shape).index_add_(1, graph, _cosines(predicted, rel))
         alpha, beta = self.log_alpha.exp(), self.log_beta.exp()
         count = alpha * node_mask.sum(-1) + beta * edge_mask.sum(-1)
         return (alpha * node_term + beta * rel_term) / count.clamp_min(1e-8)
+
+
+def _cosines(many: torch.Tensor, few: torch.Tensor) -> torch.Tensor:
+    """F.cosine_similarity of `many` (..., K, D) and `few` (K, D) along D, x·y / max(‖x‖‖y‖, 1e-8), keeping `many` once for
+    the backward pass: the norms are summed in float32 from it as it is, where autocast (whose float32 operations include
+    the norm and the cosine) would keep a float32 copy of it too."""
+    with torch.autocast(many.device.type, enabled=False):
+        norms = torch.linalg.vector_norm(many, dim=-1, dtype=torch.float32) * torch.linalg.vector_norm(few, dim=-1, dtype=torch.float32)
+    return (many * few).sum(-1) / norms.clamp_min(1e-8)
 
 
 def _halves(mlp: nn.Sequential, relation: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
