@@ -42,9 +42,9 @@ BENCH=(benchmarks/train_vs_open_clip_train.py --device $DEV --batch $BATCH --pre
        --samples $SAMPLES --shards /tmp/bench-shards)
 want cuda && run 150 $PY -m pytest tests/test_cuda.py -q -p no:cacheprovider -o addopts=""
 want occmem && run 90 $PY benchmarks/occlip_memory.py --device $DEV --precision $PREC --batch $BATCH
-want vitb && run 230 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts sides,phases
+want vitb && run 320 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts sides,phases
 want bounds && run 130 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts bounds --steps 16
-want map && run 130 $PY "${BENCH[@]}" --models $MAP --methods c2lip --parts sides,phases
+want map && run 160 $PY "${BENCH[@]}" --models $MAP --methods c2lip --parts sides,phases
 cp benchmarks/results/train_vs_open_clip_train-$DEV-*-b$BATCH*.json "$OUT/" 2>/dev/null
 if want demo; then
     rm -rf /tmp/gpu-demo && mkdir /tmp/gpu-demo

@@ -12,9 +12,10 @@ Per-step samples/s is the median after the first 5 steps (open_clip_train's log 
 
 - the floor, the model's own step in this process: forward, open_clip's `ClipLoss`/`SigLipLoss`, backward, a fused
   AdamW step, the batch already on the device;
-- compclip's step in phases, timed with `torch.cuda.Event` on a GPU (on a CPU every phase ends in its own time): data
-  wait, image tower, text tower, loss, backward, optimizer, logging. The loop's parts (`Trainer`'s model, method,
-  loader and optimizer), each phase called as the loop calls it;
+- each method's step in phases, timed with `torch.cuda.Event` on a GPU (on a CPU every phase ends in its own time): data
+  wait, image tower, text tower (every call: captions, negatives, graph texts), the rest of the forward pass, loss,
+  backward, optimizer, logging; the loop's parts (`Trainer`'s model, method, loader and optimizer), each phase called as
+  the loop calls it; the medians, and the three slowest steps phase by phase;
 - each compclip run's mean wait for data a step (`log.jsonl`'s `data_time`);
 - what bounds each method (`--parts bounds`): its loader drained alone, and its step alone on batches already on the
   device, one batch over and over and 8 of the loader's in turn (shapes that change from step to step, as negatives'
@@ -279,17 +280,30 @@ def in_process_config(args, model: str, method: str, shards: str, out: Path, con
                        betas=(0.9, 0.98), eps=1e-6, weight_decay=0.2, out=str(out), device=args.device, concepts=concepts)
 
 
-def phase_run(args, model: str, method: str, shards: str, scratch: Path) -> dict:
-    """compclip's step through the loop's own parts, each phase marked (medians over the steps after the warm-up)."""
-    import torch.nn.functional as F
+def phase_run(args, model: str, method: str, shards: str, scratch: Path, captions: list[str]) -> dict:
+    """compclip's step through the loop's own parts, each phase marked: the medians over the steps after the warm-up and
+    every step's phases (a slow step shows where its time went: waiting for data, or in one of the phases).
 
-    from compclip.methods.base import text_width_of
-    from compclip.models.tokens import encode_short_texts
+    The towers are marked by hooks on their modules, every call of each: `model.visual` (the image tower where a method
+    calls it whole; a timm tower reached through its trunk, as C2LIP's tokens are, counts as "forward, other") and the
+    text transformer (captions, negatives, graph texts). "forward, other" is the rest of the forward pass, the parts' own
+    work."""
+
+    from compclip.train.step import merge_micro
     from compclip.train.trainer import Trainer
 
-    trainer = Trainer(in_process_config(args, model, method, shards, scratch / f"phases-{method}"))
+    concepts = concept_store(method, captions, scratch)
+    trainer = Trainer(in_process_config(args, model, method, shards, scratch / f"phases-{method}", concepts[1] if concepts else None))
     state, model_, method_ = trainer.state, trainer.model, trainer.method
     method_.distribute(0, 1)
+    text_tower = model_.transformer if hasattr(model_, "transformer") else model_.text
+    clock = None
+
+    def mark(name: str):
+        return lambda *_: clock.mark(name)
+
+    hooks = [model_.visual.register_forward_pre_hook(mark("forward, other")), model_.visual.register_forward_hook(mark("image tower")),
+             text_tower.register_forward_pre_hook(mark("forward, other")), text_tower.register_forward_hook(mark("text tower"))]
     batches = trainer._batches()
     per_step = []
     for _ in range(args.steps):
@@ -297,14 +311,12 @@ def phase_run(args, model: str, method: str, shards: str, scratch: Path) -> dict
         clock.mark("start")
         batch = next(batches)
         clock.mark("data wait")
+        state.method.begin_step(state.step)
         state.optimizer.zero_grad(set_to_none=True)
         with trainer._autocast():
-            image = F.normalize(model_.encode_image(batch["image"]), dim=-1)
-            clock.mark("image tower")
-            text = F.normalize(encode_short_texts(model_, batch["text"], text_width_of(batch, "text")), dim=-1)
-            clock.mark("text tower")
-            terms = method_({"image_features": image, "text_features": text, "logit_scale": model_.logit_scale.exp(),
-                             "logit_bias": model_.logit_bias})
+            out = state.module(batch)
+            clock.mark("forward, other")
+            terms = method_(merge_micro([out], 0, method_.output_kinds))
             total = sum(terms.values())
         clock.mark("loss")
         state.scaler.scale(total).backward()
@@ -317,8 +329,19 @@ def phase_run(args, model: str, method: str, shards: str, scratch: Path) -> dict
         clock.mark("logging")
         per_step.append(clock.phases())
     batches.close()
+    for hook in hooks:
+        hook.remove()
     kept = per_step[WARMUP:] or per_step
-    return {name: statistics.median(p[name] for p in kept) for name in kept[0]}
+    names = list(dict.fromkeys(name for p in per_step for name in p))
+    return {"median_ms": {name: statistics.median(p.get(name, 0.0) for p in kept) for name in names}, "per_step_ms": per_step}
+
+
+def print_phases(model: str, method: str, phases: dict) -> None:
+    """The median phases of a method's step, then its three slowest steps after the warm-up, phase by phase."""
+    print(f"{model} {method}, phases of compclip's step (ms, median): " + ", ".join(f"{k} {v:.1f}" for k, v in phases["median_ms"].items()))
+    steps = list(enumerate(phases["per_step_ms"]))[WARMUP:]
+    for i, p in sorted(steps, key=lambda s: -sum(s[1].values()))[:3]:
+        print(f"  step {i + 1}: {sum(p.values()):.1f} ms: " + ", ".join(f"{k} {v:.1f}" for k, v in p.items()))
 
 
 CYCLED = 8  # the loader's batches the step alone takes in turn: their shapes differ as a run's do (negatives, graphs, widths)
@@ -444,8 +467,9 @@ def run_all(args, scratch: Path) -> None:
             figures["compclip"] = {method: compclip_run(run_args, model, method, shards, configs, scratch, captions) for method in methods}
             print_sides(figures, loss)
         if "phases" in parts:
-            figures["phases_ms"] = phase_run(run_args, model, loss, shards, scratch)
-            print(f"phases of compclip's {loss} step (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in figures["phases_ms"].items()))
+            figures["phases"] = {method: phase_run(run_args, model, method, shards, scratch, captions) for method in methods}
+            for method, phases in figures["phases"].items():
+                print_phases(model, method, phases)
         if "bounds" in parts:
             figures["bounds"] = {method: bounds_run(run_args, model, method, shards, scratch, captions) for method in methods}
             for method, b in figures["bounds"].items():

@@ -321,6 +321,29 @@ def test_a_batch_of_short_and_long_texts_is_encoded_in_two_groups_with_the_same_
         assert torch.allclose(grad, grads[1][name], rtol=1e-4, atol=1e-5 * float(grad.abs().max())), name
 
 
+def test_rows_padded_for_a_gpu_leave_every_texts_features_and_gradients():
+    """On a GPU `encode_short_texts` pads a token field's rows up to a multiple of GPU_ROWS with copies of its first text
+    and drops their features: the real texts' features and every gradient are those of the rows as given."""
+    from compclip.models.tokens import GPU_ROWS, encode_short_texts, pad_rows
+
+    model, _, tokenizer = load_model("compclip-tiny-clip")
+    text = tokenizer(["a red couch", "two dogs and a cat beside a long white table", "a white table"])
+    padded = pad_rows(text, GPU_ROWS)
+    assert padded.shape == (GPU_ROWS, text.shape[1]) and torch.equal(padded[:3], text)
+    assert torch.equal(padded[3:], text[:1].expand(GPU_ROWS - 3, -1))
+    assert pad_rows(text[:0], GPU_ROWS).shape[0] == 0 and pad_rows(padded, GPU_ROWS) is padded
+    results = []
+    for rows in (text, padded):
+        model.zero_grad()
+        features = encode_short_texts(model, rows)[:3]
+        (features * torch.linspace(-1, 1, features.numel()).view_as(features)).sum().backward()
+        results.append({"features": features.detach(), **{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}})
+    assert results[0].keys() == results[1].keys()
+    for name, value in results[0].items():
+        # float rounding of matrices of other shapes
+        torch.testing.assert_close(results[1][name], value, rtol=1e-4, atol=1e-5 * float(value.abs().max()), msg=name)
+
+
 # ---- spans on the tokenizers the models use, and each loss term through the method's own outputs ---------------------
 
 TRICKY = [

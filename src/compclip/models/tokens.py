@@ -218,12 +218,29 @@ def length_groups(lengths: torch.Tensor, saving: float = 0.25) -> list[torch.Ten
     return [order[: k + 1], order[k + 1:]]
 
 
+GPU_ROWS = 32  # on a GPU the text tower meets a batch of texts in rows padded up to a multiple of this
+
+
 def encode_short_texts(model: torch.nn.Module, text: torch.Tensor, width: int | None = None) -> torch.Tensor:
     """`model.encode_text(text)`, cut where cutting cannot change it (`short_text_encoder`; `width`, the batch's
     `TextWidth` measured on the host, is where a GPU cuts): noun phrases and graph nodes of a few tokens then cost a
-    few positions, not the whole context."""
+    few positions, not the whole context.
+
+    On a GPU the rows are padded up to a multiple of `GPU_ROWS` (`pad_rows`) and the padding's features dropped: a
+    token field whose count changes every step (a batch's negatives, its graph texts) then reaches the tower in a few
+    shapes, not a new one each step, which a GPU's attention kernels may set up anew (docs/benchmarks.md: the slow
+    steps of hardneg, negclip and OC-CLIP on an H200). On a CPU, where a shape costs nothing, the rows are as given."""
     encode = short_text_encoder(model)
-    return model.encode_text(text) if encode is None else encode(text, width)
+    rows = pad_rows(text, GPU_ROWS) if text.is_cuda else text
+    features = model.encode_text(rows) if encode is None else encode(rows, width)
+    return features[: text.shape[0]]
+
+
+def pad_rows(text: torch.Tensor, multiple: int) -> torch.Tensor:
+    """`text` (N, L) with copies of its first row after it, up to a multiple of `multiple` rows (none where N is one
+    already, or 0): a real text, no longer than the batch's longest, so a width measured for the batch still holds."""
+    short = -text.shape[0] % multiple
+    return torch.cat([text, text[:1].expand(short, -1)]) if short and text.shape[0] else text
 
 
 def _forward_with_tokens(tower: torch.nn.Module, x: torch.Tensor):
