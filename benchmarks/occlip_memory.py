@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import time
 from pathlib import Path
 
@@ -36,15 +35,7 @@ class PlainBinding(BindingModule):
     """`BindingModule` as first written: the same formulas, every intermediate kept as autograd keeps it."""
 
     def slots(self, tokens, nodes, node_mask, own=False):
-        g, n, d = nodes.shape
-        queries = torch.cat([self.q(self.norm_queries(nodes)), self.defaults.expand(g, -1, -1)], 1) / math.sqrt(d)
-        live = torch.cat([node_mask, node_mask.new_ones(g, self.defaults.shape[0])], 1)
-        tokens = self.norm_tokens(tokens)
-        keys, values = self.k(tokens), self.v(tokens)
-        if own:
-            keys, values = keys[None], values[None]
-        logits = torch.einsum("gqd,bgpd->bgqp" if own else "gqd,bpd->bgqp", queries, keys)
-        attn = logits.masked_fill(~live[None, :, :, None], torch.finfo(logits.dtype).min).softmax(dim=2)[:, :, :n]
+        attn, values = self.attention(tokens, nodes, node_mask, own)
         weighted = torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn, values)
         return weighted / attn.sum(-1, keepdim=True).clamp_min(1e-8)
 

@@ -416,8 +416,9 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "        slot = torch.tensor(list(range(owners.shape[0])), device=image.device)", D),
     ("methods/occlip.py", '        attn = attn / attn.sum(-1, keepdim=True).clamp_min(1e-8)\n'
      '        return torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn, values)',
-     '        weighted = torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn, values)\n'
-     '        return weighted / attn.sum(-1, keepdim=True).clamp_min(1e-8)', "tests/test_occlip.py"),
+     '        return torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn, values) / attn.sum(-1, keepdim=True)'
+     '.clamp_min(1e-8)',
+     "tests/test_occlip.py"),
     ("methods/occlip.py", "return (many * few).sum(-1) / norms.clamp_min(1e-8)",
      "return (many.float() * few).sum(-1) / norms.clamp_min(1e-8)", "tests/test_occlip.py"),
     ("models/tokens.py", "        if torch.is_grad_enabled() and x.requires_grad:  # recomputed", "        if False:  # recomputed",

@@ -109,21 +109,17 @@ def test_a_graph_without_nodes_scores_zero_and_leaves_the_others_alone():
     torch.testing.assert_close(scores[:, [0, 2, 3]], alone, rtol=1e-6, atol=1e-6)
 
 
-def kept_shapes(out):
-    """The shapes (and dtypes) of the tensors autograd keeps for `out`'s backward pass, each storage once."""
-    kept, stack, done = {}, [out.grad_fn], set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in done:
-            continue
-        done.add(fn)
-        for name in dir(fn):
-            value = getattr(fn, name) if name.startswith("_saved_") else None
-            for t in value if isinstance(value, tuple) else [value]:
-                if isinstance(t, torch.Tensor):
-                    kept[t.untyped_storage().data_ptr()] = (tuple(t.shape), t.dtype)
-        stack += [f for f, _ in fn.next_functions]
-    return list(kept.values())
+def kept_while(forward):
+    """`forward()`'s result and the shape and dtype of every tensor autograd keeps for its backward pass, each storage
+    once (as saved-tensor hooks see them)."""
+    kept = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = (tuple(t.shape), t.dtype)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        return forward(), list(kept.values())
 
 
 def slots_kept(device="cpu", autocast=False):
@@ -134,8 +130,8 @@ def slots_kept(device="cpu", autocast=False):
     nodes, relations = nodes.requires_grad_(), relations.requires_grad_()  # text-tower outputs, as in training
     tokens = torch.randn(4, 6, D, device=device, requires_grad=True)
     with torch.autocast(device, torch.bfloat16, enabled=autocast):
-        scores = module.score(module.slots(tokens, nodes, node_mask), nodes, node_mask, relations, ends, edge_mask)
-    return [dtype for shape, dtype in kept_shapes(scores.sum()) if shape == (4, 5, nodes.shape[1], D)]
+        _, kept = kept_while(lambda: module.score(module.slots(tokens, nodes, node_mask), nodes, node_mask, relations, ends, edge_mask))
+    return [dtype for shape, dtype in kept if shape == (4, 5, nodes.shape[1], D)]
 
 
 def test_the_score_keeps_the_slots_once():

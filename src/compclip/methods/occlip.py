@@ -54,12 +54,20 @@ class BindingModule(nn.Module):
 
     def slots(self, tokens: torch.Tensor, nodes: torch.Tensor, node_mask: torch.Tensor, own: bool = False) -> torch.Tensor:
         """Slots (B, G, N, D) of every image's tokens (B, P, D) for every graph's nodes (G, N, D); with `own`,
-        only image i with graph i, as (1, B, N, D).
+        only image i with graph i, as (1, B, N, D): each slot the attention-weighted mean of the values (`attention`),
+        the weights renormalised over patches, as slot attention does (ours). They are renormalised before the values
+        are weighted: a division of (B, G, N, P) weights, not of (B, G, N, D) slots (196 patches against 512 dimensions
+        at ViT-B-16), one tensor fewer of that size kept for the backward pass."""
+        attn, values = self.attention(tokens, nodes, node_mask, own)
+        attn = attn / attn.sum(-1, keepdim=True).clamp_min(1e-8)
+        return torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn, values)
 
-        Q' = [W_q LN(nodes); default queries], K, V = W_k LN(x), W_v LN(x); logits Q'Kᵀ/√D; a softmax
-        over the *query* axis (padding queries excluded), then each slot the attention-weighted mean of
-        the values (the weights renormalised over patches, as slot attention does: ours); default slots
-        dropped.
+    def attention(self, tokens: torch.Tensor, nodes: torch.Tensor, node_mask: torch.Tensor, own: bool = False):
+        """The inverted cross-attention (B, G, N, P) of every graph's nodes over every image's patches, and the patches'
+        values (B, P, D), or with `own` (1, B, N, P) and (1, B, P, D).
+
+        Q' = [W_q LN(nodes); default queries], K, V = W_k LN(x), W_v LN(x); logits Q'Kᵀ/√D; a softmax over the *query*
+        axis (padding queries excluded); default queries' rows dropped.
         """
         g, n, d = nodes.shape
         queries = torch.cat([self.q(self.norm_queries(nodes)), self.defaults.expand(g, -1, -1)], 1) / math.sqrt(d)
@@ -70,11 +78,7 @@ class BindingModule(nn.Module):
             keys, values = keys[None], values[None]
         logits = torch.einsum("gqd,bgpd->bgqp" if own else "gqd,bpd->bgqp", queries, keys)
         # the lowest float, not -inf: a graph with no node and no default query would be 0/0 (NaN) for every image
-        attn = logits.masked_fill(~live[None, :, :, None], torch.finfo(logits.dtype).min).softmax(dim=2)[:, :, :n]
-        # renormalised before the values are weighted: a division of (B, G, N, P) weights, not of (B, G, N, D) slots
-        # (196 patches against 512 dimensions at ViT-B-16), one tensor fewer of that size kept for the backward pass
-        attn = attn / attn.sum(-1, keepdim=True).clamp_min(1e-8)
-        return torch.einsum("bgqp,bgpd->bgqd" if own else "bgqp,bpd->bgqd", attn, values)
+        return logits.masked_fill(~live[None, :, :, None], torch.finfo(logits.dtype).min).softmax(dim=2)[:, :, :n], values
 
     def score(self, slots: torch.Tensor, nodes: torch.Tensor, node_mask: torch.Tensor, relations: torch.Tensor,
               ends: torch.Tensor, edge_mask: torch.Tensor) -> torch.Tensor:
