@@ -12,7 +12,7 @@
 4. fine-tune that base once per method and seed (by default SigLIP, the positive control attswap, whose seen
    swap-attribute says whether the world can show binding at all, and C2LIP, with seed 0; `--methods` adds the
    peers: hardneg, negclip, clic, occlip) with equal steps and learning rate; on a GPU the runs train at once, each in
-   a process of its own (`--jobs`);
+   a process of its own that then scores its model (`--jobs`), while this one scores the base;
 5. evaluate every model on the seen and unseen test splits and print the comparison: the mean over
    seeds with its 95 % interval, and each method's paired difference from the first, marked
    significant only when its interval excludes zero. It writes
@@ -85,11 +85,30 @@ def _train(out: Path, **kwargs) -> Path:
     return final
 
 
-def at_once(fn: Callable[..., Any], calls: list[dict[str, Any]], jobs: int) -> list[Any]:
+def _score(checkpoint: str, folder: Path, **kwargs) -> None:
+    """The demo's benchmarks of `checkpoint` into `folder`, unless every one is there (`kwargs`: `EvalConfig`'s)."""
+    from .eval import EvalConfig, evaluate
+
+    if not all((folder / f"{b}.json").is_file() for b in BENCHMARKS.split(",")):
+        evaluate(EvalConfig(checkpoint, BENCHMARKS, str(folder), **kwargs))
+
+
+def _fine_tune_and_score(train: dict[str, Any], scores: list[dict[str, Any]]) -> Path:
+    """One fine-tune (`_train`), then its model scored on each split (`_score`): where runs train at once, each process
+    scores its own model too, rather than leave the scoring to this one after the last run ends."""
+    final = _train(**train)
+    for score in scores:
+        _score(str(final), **score)
+    return final
+
+
+def at_once(fn: Callable[..., Any], calls: list[dict[str, Any]], jobs: int, meanwhile: Callable[[], None] | None = None) -> list[Any]:
     """`fn(**call)` for each of `calls`, in order: one after another here, or with `jobs` > 1 that many at once, each in a
-    spawned process (CUDA cannot be forked) whose progress bars are hidden. A failure is raised here once the others
-    have ended."""
+    spawned process (CUDA cannot be forked) whose progress bars are hidden; `meanwhile()` runs here while they do (before
+    them where they run here). A failure is raised here once the others have ended."""
     if jobs <= 1 or len(calls) <= 1:
+        if meanwhile is not None:
+            meanwhile()
         return [fn(**call) for call in calls]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -99,6 +118,8 @@ def at_once(fn: Callable[..., Any], calls: list[dict[str, Any]], jobs: int) -> l
     with ProcessPoolExecutor(min(jobs, len(calls)), mp_context=multiprocessing.get_context("spawn"), initializer=configure,
                              initargs=(True,)) as pool:
         futures = [pool.submit(fn, **call) for call in calls]
+        if meanwhile is not None:
+            meanwhile()
         return [future.result() for future in futures]
 
 
@@ -302,7 +323,6 @@ def compare_methods(
     returns the numbers {model: {split: {column: one value per seed}}}, the checkpoints {model: {seed: folder}}
     and the result folders."""
     from .concepts import build_store, iter_captions
-    from .eval import EvalConfig, evaluate
     from .eval.report import column_value
     from .methods import list_methods, method_concept_fields
     from .world import generate
@@ -340,7 +360,18 @@ def compare_methods(
     base, how = pretrain_base(out / "train", world_dir, cfg, pretrain_steps, dict(common, batch_size=pretrain_batch_size), rebuild_base)
     console.print(f"[3/5] base {how}: {base}")
     runs = {"base": {seed: base}}  # model: {seed: checkpoint}
-    # the first seed keeps the folder names of a single-seed run
+
+    def results(name: str, s: int) -> Path:  # the first seed keeps the folder names of a single-seed run
+        return out / "results" / (name if s == seed else f"{name}-s{s}")
+
+    def scores(name: str, s: int) -> list[dict[str, Any]]:  # `_score`'s calls for a model, a split each
+        return [{"folder": results(name, s) / split, "data_root": str(world_dir / f"test_{split}"), "workers": workers,
+                 "device": device, "precision": "fp32"} for split in splits]
+
+    def score_base() -> None:  # here, while the fine-tunes train where they train at once
+        for score in scores("base", seed):
+            _score(str(base), **score)
+
     fine_tunes = {(f"{method}-ft", s): {"out": out / "train" / f"{method}{'' if s == seed else f'-s{s}'}", "method": method,
                                         "model": str(base), "concepts": str(out / "concepts"),
                                         **{**FINE_TUNE, **common, "steps": steps, "seed": s}}
@@ -348,17 +379,15 @@ def compare_methods(
     jobs = min(len(fine_tunes), (len(fine_tunes) if device == "cuda" else 1) if jobs is None else jobs)
     if jobs > 1:
         console.print(f"fine-tuning {len(fine_tunes)} runs, {jobs} at once, each in a process of its own (--jobs)")
-    for (name, s), final in zip(fine_tunes, at_once(_train, list(fine_tunes.values()), jobs), strict=True):
+    calls = [{"train": call, "scores": scores(*key)} for key, call in fine_tunes.items()]
+    for (name, s), final in zip(fine_tunes, at_once(_fine_tune_and_score, calls, jobs, score_base), strict=True):
         runs.setdefault(name, {})[s] = final
     console.print(f"[4/5] fine-tuned {', '.join(methods.split(','))} from the base, {steps} steps each, seeds {seeds}")
     folders, numbers = [], {}
     for name, by_seed in runs.items():
-        for s, ckpt in by_seed.items():
+        for s in by_seed:
             for split in splits:
-                folder = out / "results" / (name if s == seed else f"{name}-s{s}") / split
-                if not all((folder / f"{b}.json").is_file() for b in BENCHMARKS.split(",")):
-                    evaluate(EvalConfig(str(ckpt), BENCHMARKS, str(folder), data_root=str(world_dir / f"test_{split}"), workers=workers,
-                                        device=device, precision="fp32"))
+                folder = results(name, s) / split
                 records = {b: json.loads((folder / f"{b}.json").read_text()) for b in BENCHMARKS.split(",")}
                 for h in COLUMNS:
                     numbers.setdefault(name, {}).setdefault(split, {}).setdefault(h, []).append(column_value(records, h))
