@@ -43,7 +43,7 @@ BENCH=(benchmarks/train_vs_open_clip_train.py --device $DEV --batch $BATCH --pre
 want cuda && run 150 $PY -m pytest tests/test_cuda.py -q -p no:cacheprovider -o addopts=""
 want occmem && run 90 $PY benchmarks/occlip_memory.py --device $DEV --precision $PREC --batch $BATCH
 want vitb && run 320 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts sides,phases
-want bounds && run 130 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts bounds --steps 16
+want bounds && run 160 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts bounds --steps 16
 want map && run 160 $PY "${BENCH[@]}" --models $MAP --methods c2lip --parts sides,phases
 cp benchmarks/results/train_vs_open_clip_train-$DEV-*-b$BATCH*.json "$OUT/" 2>/dev/null
 if want demo; then

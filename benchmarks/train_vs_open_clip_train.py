@@ -18,8 +18,9 @@ Per-step samples/s is the median after the first 5 steps (open_clip_train's log 
   the loop calls it; the medians, and the three slowest steps phase by phase;
 - each compclip run's mean wait for data a step (`log.jsonl`'s `data_time`);
 - what bounds each method (`--parts bounds`): its loader drained alone, and its step alone on batches already on the
-  device, one batch over and over and 8 of the loader's in turn (shapes that change from step to step, as negatives'
-  and scene graphs' counts do, cost what the two differ by).
+  device: one batch over and over, then a new batch of the loader's each step, with the text tower's rows as given and
+  padded as training pads them on a GPU (shapes that change from step to step, as negatives' and scene graphs' counts
+  do, cost what the first two differ by; the padding saves what the last two do).
 
 `--parts` picks among `sides` (both entry points and the floor), `phases` and `bounds`; all three by default.
 
@@ -344,16 +345,16 @@ def print_phases(model: str, method: str, phases: dict) -> None:
         print(f"  step {i + 1}: {sum(p.values()):.1f} ms: " + ", ".join(f"{k} {v:.1f}" for k, v in p.items()))
 
 
-CYCLED = 8  # the loader's batches the step alone takes in turn: their shapes differ as a run's do (negatives, graphs, widths)
-
-
 def bounds_run(args, model: str, method: str, shards: str, scratch: Path, captions: list[str]) -> dict:
     """What bounds a method's step: the trainer's loader drained alone (no model work), and the loop's step alone on
-    batches already on the device (`loss_step` and the optimizer, as `train_loop` calls them), one batch over and over and
-    `CYCLED` of the loader's in turn (a cost of shapes that change from step to step shows between the two); and the first
-    batch's tensor shapes (how many texts, at what width)."""
+    batches already on the device (`loss_step` and the optimizer, as `train_loop` calls them): one batch over and over,
+    then a batch of the loader's each step (`args.steps` of them, whose negatives and graph texts come in a different count
+    each, as a run's do), first with the text tower's rows as given, then padded on a GPU as training pads them
+    (`models.tokens.GPU_ROWS`). A cost of a new shape each step shows between the first two, what the padding saves of it
+    between the last two. Also the first batch's tensor shapes (how many texts, at what width)."""
     import torch
 
+    from compclip.models import tokens
     from compclip.train.step import loss_step
     from compclip.train.trainer import Trainer
 
@@ -368,7 +369,7 @@ def bounds_run(args, model: str, method: str, shards: str, scratch: Path, captio
     for _ in range(rounds):
         next(batches)
     data_rate = rounds * args.batch / (time.perf_counter() - start)
-    held = [first, *(next(batches) for _ in range(CYCLED - 1))]
+    held = [first, *(next(batches) for _ in range(args.steps - 1))]
     batches.close()
     shapes = {k: list(v.shape) for k, v in first.items() if isinstance(v, torch.Tensor)} | {"widths": first.get("widths")}
 
@@ -386,8 +387,14 @@ def bounds_run(args, model: str, method: str, shards: str, scratch: Path, captio
             rates.append(args.batch / (time.perf_counter() - started))
         return statistics.median(rates[WARMUP:] or rates)
 
-    return {"data_alone_samples_per_s": data_rate, "step_alone_samples_per_s": step_alone(lambda i: first),
-            "step_alone_cycled_samples_per_s": step_alone(lambda i: held[i % CYCLED]), "shapes": shapes}
+    figures = {"data_alone_samples_per_s": data_rate, "step_alone_samples_per_s": step_alone(lambda i: first)}
+    padded_to, tokens.GPU_ROWS = tokens.GPU_ROWS, 1  # the rows as given: every count of texts a shape of its own
+    try:
+        figures["step_alone_new_batches_samples_per_s"] = step_alone(lambda i: held[i])
+    finally:
+        tokens.GPU_ROWS = padded_to
+    figures["step_alone_new_batches_padded_samples_per_s"] = step_alone(lambda i: held[i])
+    return {**figures, "padded_to": padded_to, "shapes": shapes}
 
 
 def versions() -> dict:
@@ -473,9 +480,10 @@ def run_all(args, scratch: Path) -> None:
         if "bounds" in parts:
             figures["bounds"] = {method: bounds_run(run_args, model, method, shards, scratch, captions) for method in methods}
             for method, b in figures["bounds"].items():
-                print(f"{model} {method}: data alone {b['data_alone_samples_per_s']:.1f} samples/s, step alone "
-                      f"{b['step_alone_samples_per_s']:.1f} samples/s on one batch, {b['step_alone_cycled_samples_per_s']:.1f} on "
-                      f"{CYCLED} in turn; batch shapes {b['shapes']}")
+                print(f"{model} {method}: data alone {b['data_alone_samples_per_s']:.1f} samples/s; step alone "
+                      f"{b['step_alone_samples_per_s']:.1f} samples/s on one batch, on a new batch each step "
+                      f"{b['step_alone_new_batches_samples_per_s']:.1f} with the text rows as given and "
+                      f"{b['step_alone_new_batches_padded_samples_per_s']:.1f} padded to {b['padded_to']}; batch shapes {b['shapes']}")
         suffix = "" if set(parts) == set(PARTS) else "-" + "-".join(parts)
         name = f"train_vs_open_clip_train-{args.device}-{model}-{args.precision}-b{batch}{suffix}.json"
         (RESULTS / name).write_text(json.dumps(figures, indent=2) + "\n")
