@@ -28,7 +28,7 @@ if [ -z "${LOCAL:-}" ]; then
     for d in flickr8k_1k sugarcrepe; do [ -e "../shared/data/$d" ] || ln -s "$PWD/.gpu/data/$d" "../shared/data/$d"; done
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/all.log"
 else
-    PY=.venv/bin/python; DEV=cpu; VITB=compclip-tiny-clip; MAP=bench-tiny-map; BATCH=8; PREC=fp32; WORKERS=2; STEPS=7; SAMPLES=64
+    PY=.venv/bin/python; DEV=cpu; VITB=compclip-tiny-clip; MAP=bench-tiny-map; BATCH=8; PREC=fp32; WORKERS=2; STEPS=9; SAMPLES=64
     export PYTHONPATH=${PYTHONPATH:-.venv/clip-benchmark}
 fi
 $PY -c "
@@ -42,9 +42,9 @@ BENCH=(benchmarks/train_vs_open_clip_train.py --device $DEV --batch $BATCH --pre
        --samples $SAMPLES --shards /tmp/bench-shards)
 want cuda && run 150 $PY -m pytest tests/test_cuda.py -q -p no:cacheprovider -o addopts=""
 want occmem && run 90 $PY benchmarks/occlip_memory.py --device $DEV --precision $PREC --batch $BATCH
-want vitb && run 320 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts sides,phases
+want vitb && run 320 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts sides,phases --profile hardneg,occlip
 want bounds && run 160 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts bounds --steps 16
-want map && run 160 $PY "${BENCH[@]}" --models $MAP --methods c2lip --parts sides,phases
+want map && run 160 $PY "${BENCH[@]}" --models $MAP --methods c2lip --parts sides,phases --profile c2lip
 cp benchmarks/results/train_vs_open_clip_train-$DEV-*-b$BATCH*.json "$OUT/" 2>/dev/null
 if want demo; then
     rm -rf /tmp/gpu-demo && mkdir /tmp/gpu-demo

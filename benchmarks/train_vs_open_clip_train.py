@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import csv
 import io
 import json
@@ -290,6 +291,8 @@ def phase_run(args, model: str, method: str, shards: str, scratch: Path, caption
     text transformer (captions, negatives, graph texts). "forward, other" is the rest of the forward pass, the parts' own
     work."""
 
+    import torch
+
     from compclip.train.step import merge_micro
     from compclip.train.trainer import Trainer
 
@@ -306,43 +309,60 @@ def phase_run(args, model: str, method: str, shards: str, scratch: Path, caption
     hooks = [model_.visual.register_forward_pre_hook(mark("forward, other")), model_.visual.register_forward_hook(mark("image tower")),
              text_tower.register_forward_pre_hook(mark("forward, other")), text_tower.register_forward_hook(mark("text tower"))]
     batches = trainer._batches()
-    per_step = []
-    for _ in range(args.steps):
-        clock = Clock(trainer.env.device)
-        clock.mark("start")
-        batch = next(batches)
-        clock.mark("data wait")
-        state.method.begin_step(state.step)
-        state.optimizer.zero_grad(set_to_none=True)
-        with trainer._autocast():
-            out = state.module(batch)
-            clock.mark("forward, other")
-            terms = method_(merge_micro([out], 0, method_.output_kinds))
-            total = sum(terms.values())
-        clock.mark("loss")
-        state.scaler.scale(total).backward()
-        clock.mark("backward")
-        state.scaler.step(state.optimizer)
-        state.scaler.update()
-        state.scheduler.step()
-        clock.mark("optimizer")
-        {name: float(t.detach()) for name, t in terms.items()}  # what the loop logs
-        clock.mark("logging")
-        per_step.append(clock.phases())
+    per_step: dict[int, dict[str, float]] = {}  # step: its phases, the profiled steps left out
+    profiled = method in args.profile.split(",")
+    device = trainer.env.device
+    profiler = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, *([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])],
+        schedule=torch.profiler.schedule(wait=WARMUP - 1, warmup=1, active=3, repeat=1),
+        on_trace_ready=lambda done: print_profile(model, method, done, device.type)) if profiled else contextlib.nullcontext()
+    with profiler:
+        for step in range(1, args.steps + 1):
+            clock = Clock(device)
+            clock.mark("start")
+            batch = next(batches)
+            clock.mark("data wait")
+            state.method.begin_step(state.step)
+            state.optimizer.zero_grad(set_to_none=True)
+            with trainer._autocast():
+                out = state.module(batch)
+                clock.mark("forward, other")
+                terms = method_(merge_micro([out], 0, method_.output_kinds))
+                total = sum(terms.values())
+            clock.mark("loss")
+            state.scaler.scale(total).backward()
+            clock.mark("backward")
+            state.scaler.step(state.optimizer)
+            state.scaler.update()
+            state.scheduler.step()
+            clock.mark("optimizer")
+            {name: float(t.detach()) for name, t in terms.items()}  # what the loop logs
+            clock.mark("logging")
+            if not (profiled and WARMUP < step <= WARMUP + 3):  # the profiler's own cost kept out of the phases
+                per_step[step] = clock.phases()
+            if profiled:
+                profiler.step()
     batches.close()
     for hook in hooks:
         hook.remove()
-    kept = per_step[WARMUP:] or per_step
-    names = list(dict.fromkeys(name for p in per_step for name in p))
+    kept = [p for step, p in per_step.items() if step > WARMUP] or list(per_step.values())
+    names = list(dict.fromkeys(name for p in per_step.values() for name in p))
     return {"median_ms": {name: statistics.median(p.get(name, 0.0) for p in kept) for name in names}, "per_step_ms": per_step}
+
+
+def print_profile(model: str, method: str, profiler, device_type: str) -> None:
+    """The 15 operators of `profiler`'s 3 steps that took the most device time (CPU time on a CPU)."""
+    key = "self_device_time_total" if device_type == "cuda" else "self_cpu_time_total"
+    print(f"{model} {method}: 3 steps under torch.profiler, by {key}")
+    print(profiler.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=60))
 
 
 def print_phases(model: str, method: str, phases: dict) -> None:
     """The median phases of a method's step, then its three slowest steps after the warm-up, phase by phase."""
     print(f"{model} {method}, phases of compclip's step (ms, median): " + ", ".join(f"{k} {v:.1f}" for k, v in phases["median_ms"].items()))
-    steps = list(enumerate(phases["per_step_ms"]))[WARMUP:]
-    for i, p in sorted(steps, key=lambda s: -sum(s[1].values()))[:3]:
-        print(f"  step {i + 1}: {sum(p.values()):.1f} ms: " + ", ".join(f"{k} {v:.1f}" for k, v in p.items()))
+    steps = [(step, p) for step, p in phases["per_step_ms"].items() if step > WARMUP]
+    for step, p in sorted(steps, key=lambda s: -sum(s[1].values()))[:3]:
+        print(f"  step {step}: {sum(p.values()):.1f} ms: " + ", ".join(f"{k} {v:.1f}" for k, v in p.items()))
 
 
 def bounds_run(args, model: str, method: str, shards: str, scratch: Path, captions: list[str]) -> dict:
@@ -429,6 +449,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--shards", type=Path, default=None, help="folder of the shards (written there when missing)")
+    parser.add_argument("--profile", default="", help="comma-separated methods whose phases run 3 steps under torch.profiler after "
+                        "the warm-up (left out of the phases), printing the operators that took the most device time (CPU time on "
+                        "a CPU)")
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated: sides (both entry points and the floor), "
                         "phases (compclip's step in phases), bounds (each method's data alone and step alone)")
     parser.add_argument("--child", choices=["open_clip_train", "compclip"], help=argparse.SUPPRESS)
@@ -436,6 +459,8 @@ def main() -> None:
     if args.child:
         child(args.child, rest[1:] if rest[:1] == ["--"] else rest)
         return
+    if args.profile and args.steps < WARMUP + 3:
+        parser.error(f"--profile needs --steps {WARMUP + 3} or more (the warm-up, then the 3 steps profiled)")
     import torch
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
