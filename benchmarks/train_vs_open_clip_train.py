@@ -23,6 +23,8 @@ Per-step samples/s is the median after the first 5 steps (open_clip_train's log 
   do, cost what the first two differ by; the padding saves what the last two do).
 
 `--parts` picks among `sides` (both entry points and the floor), `phases` and `bounds`; all three by default.
+`--profile METHODS` runs 3 of those methods' phase steps under torch.profiler and prints the operators that took the
+most device time.
 
 The shards are the 1,000 shipped Flickr photos resized to 256 px on the short side (as img2dataset stores them) with
 their first caption, repeated to `--samples` in 8 webdataset shards; `--shards DIR` reuses (or writes) them there, so a
