@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from compclip.concepts.pipeline import extract
 from compclip.methods import build_method
 from compclip.models import load_model
-from compclip.models.tokens import short_text_encoder, text_width
+from compclip.models.tokens import GPU_ROWS, short_text_encoder, text_width
 from compclip.train.distributed import DistEnv
 from compclip.train.step import loss_step
 from compclip.train.trainer import _Collate, _TrainModule
@@ -93,9 +93,9 @@ def test_a_training_step_reads_nothing_back_from_the_device_before_its_loss_is_l
         assert set(batch["widths"]) >= {"text", *(f for p in method.parts for f in p.token_fields if f in batch)}
     model.to("meta"), method.to("meta")
     batch = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-    read = []  # the positions the text tower reads, batch by batch
+    read = []  # the (texts, positions) the text tower reads, batch by batch
     tower = model if hasattr(model, "token_embedding") else model.text
-    tower.token_embedding.register_forward_hook(lambda module, args, out: read.append(args[0].shape[-1]))
+    tower.token_embedding.register_forward_hook(lambda module, args, out: read.append(tuple(args[0].shape)))
     for step in (0, 1):  # CLIC's pair step and its plain step
         method.begin_step(step)
         with DeviceReads() as reads:
@@ -104,7 +104,10 @@ def test_a_training_step_reads_nothing_back_from_the_device_before_its_loss_is_l
         assert reads.copies == [] and made == [], (reads.copies, made)  # the batch came to the device whole, before the step
     widths = batch.get("widths")
     if "text_states" in method.needs:  # C2LIP's span mode pools the caption's token states over the whole context
-        read = [r for r in read if r != tokenizer.context_length]
+        read = [r for r in read if r[-1] != tokenizer.context_length]
+    # off the CPU every count of texts reaches the tower padded to a multiple of GPU_ROWS: a few shapes, not one a step
+    assert all(rows % GPU_ROWS == 0 for rows, _ in read), read
+    read = [width for _, width in read]
     if widths is not None:  # a causal tower reads each token field up to its measured width, not the whole context
         assert set(read) <= set(widths.values()) and max(read, default=0) < tokenizer.context_length, (read, widths)
         assert read or "text_states" in method.needs

@@ -218,7 +218,7 @@ def length_groups(lengths: torch.Tensor, saving: float = 0.25) -> list[torch.Ten
     return [order[: k + 1], order[k + 1:]]
 
 
-GPU_ROWS = 32  # on a GPU the text tower meets a batch of texts in rows padded up to a multiple of this
+GPU_ROWS = 32  # off the CPU (a GPU) the text tower meets a batch of texts in rows padded up to a multiple of this
 
 
 def encode_short_texts(model: torch.nn.Module, text: torch.Tensor, width: int | None = None) -> torch.Tensor:
@@ -226,12 +226,13 @@ def encode_short_texts(model: torch.nn.Module, text: torch.Tensor, width: int | 
     `TextWidth` measured on the host, is where a GPU cuts): noun phrases and graph nodes of a few tokens then cost a
     few positions, not the whole context.
 
-    On a GPU the rows are padded up to a multiple of `GPU_ROWS` (`pad_rows`) and the padding's features dropped: a
-    token field whose count changes every step (a batch's negatives, its graph texts) then reaches the tower in a few
-    shapes, not a new one each step, which a GPU's attention kernels may set up anew (docs/benchmarks.md: the slow
-    steps of hardneg, negclip and OC-CLIP on an H200). On a CPU, where a shape costs nothing, the rows are as given."""
+    Off the CPU (on a GPU) the rows are padded up to a multiple of `GPU_ROWS` (`pad_rows`), the padding's features
+    dropped: a token field whose count changes every step (a batch's negatives, its graph texts) then reaches the tower
+    in a few shapes, not a new one each step, which a GPU's attention kernels may set up anew (docs/benchmarks.md: the
+    slow steps of hardneg, negclip and OC-CLIP on an H200). On a CPU, where a shape costs nothing, the rows are as
+    given."""
     encode = short_text_encoder(model)
-    rows = pad_rows(text, GPU_ROWS) if text.is_cuda else text
+    rows = text if text.device.type == "cpu" else pad_rows(text, GPU_ROWS)
     features = model.encode_text(rows) if encode is None else encode(rows, width)
     return features[: text.shape[0]]
 
