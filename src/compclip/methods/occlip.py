@@ -86,10 +86,9 @@ class BindingModule(nn.Module):
 
         Written for speed and memory, the same sums as the padded form: the node cosines as dot products over the
         product of norms (`_cosines`: F.cosine_similarity makes several passes over the (B, G, N, D) slots, and under
-        autocast keeps a float32 copy of them for the backward pass); the
-        relation term over the batch's real relations only, not the (G, E) padding, with f_s and f_o's first layers
-        taking [r_p, s] as two halves, the relation's once per relation (in the demo's world, 147 real relations in a
-        batch of 128 graphs padded to 3 each)."""
+        autocast keeps a float32 copy of them for the backward pass); the relation term over the batch's real relations
+        only, not the (G, E) padding, with f_s and f_o's first layers taking [r_p, s] as two halves, the relation's once
+        per relation (in the demo's world, 147 real relations in a batch of 128 graphs padded to 3 each)."""
         node_term = (_cosines(slots, nodes) * node_mask).sum(-1)
         graph, edge = edge_mask.nonzero(as_tuple=True)
         rel, (subject, obj) = relations[graph, edge], ends[graph, edge].T
