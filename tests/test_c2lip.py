@@ -322,7 +322,7 @@ def test_a_batch_of_short_and_long_texts_is_encoded_in_two_groups_with_the_same_
 
 
 def test_rows_padded_for_a_gpu_leave_every_texts_features_and_gradients():
-    """On a GPU `encode_short_texts` pads a token field's rows up to a multiple of GPU_ROWS with copies of its first text
+    """Off the CPU `encode_short_texts` pads a token field's rows up to a multiple of GPU_ROWS with copies of its first text
     and drops their features: the real texts' features and every gradient are those of the rows as given."""
     from compclip.models.tokens import GPU_ROWS, encode_short_texts, pad_rows
 
