@@ -16,9 +16,7 @@ amp_bf16 is the CPU's, not a GPU's.
 from __future__ import annotations
 
 import argparse
-import csv
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -26,8 +24,8 @@ import torch.nn.functional as F
 from compclip.concepts import extract
 from compclip.methods import build_method
 from compclip.methods.occlip import BindingModule, _halves
+from train_vs_open_clip_train import first_captions  # this folder's: the shards' captions
 
-FLICKR = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k_1k"
 PATCHES, WIDTH = 197, 512  # ViT-B-16 at 224 px: its patch tokens, in the joint embedding
 
 
@@ -70,14 +68,6 @@ def kept_bytes(loss: torch.Tensor) -> int:
     return sum(seen.values())
 
 
-def first_captions(count: int) -> list[str]:
-    with open(FLICKR / "captions.csv", newline="") as f:
-        first: dict[str, str] = {}
-        for row in csv.DictReader(f):
-            first.setdefault(row["image"], row["caption"].strip())
-    return list(first.values())[:count]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256)
@@ -85,7 +75,7 @@ def main() -> None:
     parser.add_argument("--precision", default="amp_bf16", choices=("amp_bf16", "fp32"))
     args = parser.parse_args()
     device = torch.device(args.device)
-    captions = first_captions(args.batch)
+    captions = list(first_captions().values())[: args.batch]  # each shipped photo's first caption
     records = dict(zip(captions, extract(captions, "graph"), strict=True))
     method = build_method("occlip", concepts=records)
     batch = method.collate([{"image": torch.zeros(3, 1, 1), "caption": c} for c in captions], lambda texts: torch.zeros(len(texts), 1))
