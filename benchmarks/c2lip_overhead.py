@@ -4,7 +4,8 @@ ViT-B-16-SigLIP with random weights (no checkpoint exists offline), batch 16, CP
 concepts (about 4 noun phrases per caption). A step is forward, loss, backward and Adam.
 SigLIP's tokenizer lives on the hub, so captions are tokenized with the CLIP BPE and the ids
 folded into SigLIP's 32,000-word vocabulary: the work is the same, the words are not.
-Target (issue 4): C2LIP / SigLIP step time <= 1.15.
+Target (issue 4): C2LIP / SigLIP step time <= 1.15. Then the memory C2LIP's visual tokens keep for the backward pass
+beyond `encode_image`, their path kept and recomputed (`token_path_memory`).
 
 Run: .venv/bin/python benchmarks/c2lip_overhead.py [--pairs 3]
 """
@@ -21,6 +22,7 @@ import torch
 from compclip.concepts import extract
 from compclip.methods import build_method
 from compclip.models import load_model
+from compclip.models.tokens import _timm_tokens, visual_token_embeddings
 
 CAPTIONS = [
     "a red couch next to a white table in a bright living room with a lamp",
@@ -67,6 +69,36 @@ def main() -> None:
     print(f"siglip step {siglip:7.2f} s   (all: {', '.join(f'{t:.2f}' for t in times['siglip'])})")
     print(f"c2lip step  {c2lip:7.2f} s   (all: {', '.join(f'{t:.2f}' for t in times['c2lip'])})")
     print(f"ratio       {c2lip / siglip:7.3f}   (target <= 1.15)")
+    token_path_memory(model, images)
+
+
+def kept_mib(forward) -> float:
+    """MiB of the tensors autograd keeps for `forward()`'s backward pass, each storage once."""
+    kept = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        forward()
+    return sum(kept.values()) / 2**20
+
+
+def token_path_memory(model, images) -> None:
+    """What C2LIP's visual tokens keep beyond `encode_image` (the trunk and the pooled head): the MAP head's value path
+    over every token, kept as it was before 2026-11-27 (`_timm_tokens` called directly), and recomputed in the backward
+    pass as training now does (`visual_token_embeddings`)."""
+    visual, trunk = model.visual, model.visual.trunk
+    pooled = kept_mib(lambda: model.encode_image(images))
+
+    def kept_path():
+        features = trunk.forward_features(images)
+        return visual.head(trunk.forward_head(features)), _timm_tokens(visual, features)
+
+    before, now = kept_mib(kept_path) - pooled, kept_mib(lambda: visual_token_embeddings(model, images)) - pooled
+    print(f"token path kept for backward beyond encode_image ({pooled:,.0f} MiB): {before:,.1f} MiB kept as before, "
+          f"{now:,.1f} MiB recomputed")
 
 
 if __name__ == "__main__":
