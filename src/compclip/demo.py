@@ -12,7 +12,7 @@
 4. fine-tune that base once per method and seed (by default SigLIP, the positive control attswap, whose seen
    swap-attribute says whether the world can show binding at all, and C2LIP, with seed 0; `--methods` adds the
    peers: hardneg, negclip, clic, occlip) with equal steps and learning rate; on a GPU the runs train at once, each in
-   a process of its own that then scores its model (`--jobs`), while this one scores the base;
+   a process of its own (`--jobs`), while this one scores the base;
 5. evaluate every model on the seen and unseen test splits and print the comparison: the mean over
    seeds with its 95 % interval, and each method's paired difference from the first, marked
    significant only when its interval excludes zero. It writes
@@ -91,15 +91,6 @@ def _score(checkpoint: str, folder: Path, **kwargs) -> None:
 
     if not all((folder / f"{b}.json").is_file() for b in BENCHMARKS.split(",")):
         evaluate(EvalConfig(checkpoint, BENCHMARKS, str(folder), **kwargs))
-
-
-def _fine_tune_and_score(train: dict[str, Any], scores: list[dict[str, Any]]) -> Path:
-    """One fine-tune (`_train`), then its model scored on each split (`_score`): where runs train at once, each process
-    scores its own model too, rather than leave the scoring to this one after the last run ends."""
-    final = _train(**train)
-    for score in scores:
-        _score(str(final), **score)
-    return final
 
 
 def at_once(fn: Callable[..., Any], calls: list[dict[str, Any]], jobs: int, meanwhile: Callable[[], None] | None = None) -> list[Any]:
@@ -379,9 +370,11 @@ def compare_methods(
     jobs = min(len(fine_tunes), (len(fine_tunes) if device == "cuda" else 1) if jobs is None else jobs)
     if jobs > 1:
         console.print(f"fine-tuning {len(fine_tunes)} runs, {jobs} at once, each in a process of its own (--jobs)")
-    calls = [{"train": call, "scores": scores(*key)} for key, call in fine_tunes.items()]
-    for (name, s), final in zip(fine_tunes, at_once(_fine_tune_and_score, calls, jobs, score_base), strict=True):
+    # the runs' scoring stays here, after them: a stop reaches a run's process in training, which answers it itself
+    for (name, s), final in zip(fine_tunes, at_once(_train, list(fine_tunes.values()), jobs, score_base), strict=True):
         runs.setdefault(name, {})[s] = final
+        for score in scores(name, s):
+            _score(str(final), **score)
     console.print(f"[4/5] fine-tuned {', '.join(methods.split(','))} from the base, {steps} steps each, seeds {seeds}")
     folders, numbers = [], {}
     for name, by_seed in runs.items():
