@@ -427,6 +427,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("demo.py", "        if meanwhile is not None:\n            meanwhile()\n        return [future.result()",
      "        return [future.result()", "tests/test_world.py -k at_once"),
     ("models/tokens.py", '    rows = text if text.device.type == "cpu" else pad_rows(text, GPU_ROWS)', "    rows = text", D),
+    ("data/readers.py", "            if line.strip():\n                try:", "            if True:\n                try:",
+     "tests/test_readers.py -k joined"),
+    ("data/readers.py", '    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:\n        for number, line',
+     '    with open(path, encoding="utf-8", errors="surrogateescape") as f:\n        for number, line', "tests/test_readers.py -k joined"),
 ]
 
 

@@ -243,6 +243,10 @@ def test_arrays_joined_by_double_colon_interleave_in_proportion(tmp_path):
     assert sorted(s["caption"] for s in loader) == sorted(s["caption"] for s in samples)
     with pytest.raises(UsageError, match="several arrays"):
         open_reader(joined, captions=tmp_path / "a" / "scenes.jsonl")
+    # a BOM and blank lines (an editor's trailing newline) are no lines, as in the JSONL reader; line i is still image i
+    (tmp_path / "b" / "scenes.jsonl").write_text("\ufeff" + "\n\n".join(json.dumps({"caption": f"b {i}"}) for i in range(3)) + "\n\n \n",
+                                                encoding="utf-8")
+    assert [s["caption"] for s in open_reader(joined)] == [s["caption"] for s in samples]
     (tmp_path / "b" / "scenes.jsonl").write_text('{"caption": "b 0"}\n')
     with pytest.raises(DataError, match=r"1 captions for the 3 images"):
         open_reader(joined)

@@ -490,3 +490,16 @@ def utf8_captions(rows: Iterable[tuple[str, Any]]) -> Iterator[Any]:
                             where)
             caption = None
         yield caption
+
+
+def json_lines(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, the line's JSON value, or the JSONDecodeError of a line that is none) of each line that is not blank; bytes
+    that are not UTF-8 come back surrogate-escaped, for the reader to count."""
+    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as e:
+                    value = e
+                yield f"{path}:{number}", value

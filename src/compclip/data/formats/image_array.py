@@ -1,7 +1,6 @@
 """Decoded images in `.npy` arrays with their captions in a JSONL beside each: what `compclip world generate` writes."""
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError, UsageError
-from ..readers import FORMATS, DataFormat, ImageTextReader, part_of
+from ..readers import FORMATS, DataFormat, ImageTextReader, json_lines, part_of
 
 
 def is_image_array(path: str | os.PathLike) -> bool:
@@ -25,7 +24,8 @@ def captions_beside(array: Path) -> Path:
 
 class ArrayReader(ImageTextReader):
     """Decoded images in a `.npy` array (uint8, N × H × W × 3), read memory-mapped, and their captions: the
-    `caption` field of each line of a JSONL beside it (default `scenes.jsonl`), line i for image i.
+    `caption` field of each line of a JSONL beside it (default `scenes.jsonl`), line i for image i (blank lines are no
+    lines, as in every JSON lines file compclip reads).
 
     What `compclip world generate` writes for training: nothing is decoded while training. Several arrays
     joined by `::` (open_clip's way of naming several sources) read as one, each with the JSONL beside it,
@@ -51,14 +51,7 @@ class ArrayReader(ImageTextReader):
                                 "(N, H, W, 3), as `compclip world generate` writes them") from None
             if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
                 raise DataError(f"{array}: expected uint8 images of shape (N, H, W, 3), found {images.dtype} {images.shape}")
-            captions_ = []
-            with open(lines, encoding="utf-8", errors="surrogateescape") as f:
-                for line in f:
-                    try:
-                        item = json.loads(line)
-                    except json.JSONDecodeError:
-                        item = None
-                    captions_.append(item.get(caption_key) if isinstance(item, dict) else None)
+            captions_ = [item.get(caption_key) if isinstance(item, dict) else None for _, item in json_lines(lines)]
             if len(captions_) != len(images):
                 raise DataError(f"{lines}: {len(captions_)} captions for the {len(images)} images of {array}")
             self.images.append(images)

@@ -10,20 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import DataError
-from ..readers import FORMATS, DataFormat, TableReader, image_path, utf8_captions
-
-
-def json_lines(path: Path) -> Iterator[tuple[str, Any]]:
-    """(where, the line's JSON value, or the JSONDecodeError of a line that is none) of each line that is not blank; bytes
-    that are not UTF-8 come back surrogate-escaped, for the reader to count."""
-    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as e:
-                    value = e
-                yield f"{path}:{number}", value
+from ..readers import FORMATS, DataFormat, TableReader, image_path, json_lines, utf8_captions
 
 
 class JsonlReader(TableReader):
