@@ -5,6 +5,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # hub calls fail fast instead of r
 import io
 import json
 import random
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,21 @@ def run_main(capsys, *args) -> tuple[int, str, str]:
         main([str(a) for a in args])
     out, err = capsys.readouterr()
     return exit_.value.code, out, err
+
+
+def run_tree(cmd: list[str], *, timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, capture_output=True, text=True)` for a command that starts processes of its own (torchrun and
+    its ranks): past `timeout` the whole process group is killed, not torchrun alone, so that no rank is left behind
+    waiting on a collective for the rest of the suite."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise AssertionError(f"{' '.join(map(str, cmd[:6]))} ...: still running after {timeout} s; its process group "
+                                 f"killed. Its stderr:\n{err[-3000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 HUB_COMMIT = "0" * 40

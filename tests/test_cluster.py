@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from compclip.io import atomic_dir, atomic_path, write_json
+from conftest import run_tree
 
 
 @contextlib.contextmanager
@@ -210,7 +211,7 @@ def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_pa
     cmd = lambda out: compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),  # noqa: E731
                                "--out", str(tmp_path / out), "--steps", "40", "--batch-size", "8", "--lr", "1e-3",
                                "--save-every", "1000", "--workers", "2", "--log-every", "1")
-    straight = subprocess.run(cmd("straight"), env=env_for_children(), capture_output=True, text=True, timeout=300)
+    straight = run_tree(cmd("straight"), env=env_for_children(), timeout=300)
     assert straight.returncode == 0, straight.stderr[-2000:]
     for sig in ("SIGTERM", "SIGUSR1"):
         proc = subprocess.Popen(cmd(sig), env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -224,7 +225,7 @@ def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_pa
         assert last == (f"preempted: {sig} at step {step} of 40: checkpoint {tmp_path / sig / 'checkpoints' / f'step_{step:07d}'} "
                         "written; run the same command to resume") and "Traceback" not in err
         assert (tmp_path / sig / "checkpoints" / "latest").read_text() == f"step_{step:07d}" and 3 <= step < 40
-        resumed = subprocess.run(cmd(sig), env=env_for_children(), capture_output=True, text=True, timeout=300)
+        resumed = run_tree(cmd(sig), env=env_for_children(), timeout=300)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         assert losses(tmp_path / sig) == pytest.approx(losses(tmp_path / "straight"), rel=1e-6), sig
         assert json.loads((tmp_path / sig / "log.jsonl").read_text().splitlines()[-1])["step"] == 40
@@ -358,7 +359,7 @@ def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(t
                 "--out", str(tmp_path / out), "--steps", "30", "--batch-size", "4", "--save-every", "1000", "--workers", "1",
                 "--lr", "1e-3", "--device", "cpu"]
 
-    straight = subprocess.run(cmd("straight"), env=env_for_children(), capture_output=True, text=True, timeout=300)
+    straight = run_tree(cmd("straight"), env=env_for_children(), timeout=300)
     assert straight.returncode == 0, straight.stderr[-2000:]
     for sig, to in (("SIGTERM", "torchrun"), ("SIGUSR1", "one")):
         proc = subprocess.Popen(cmd(to), env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -374,7 +375,7 @@ def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(t
         step = int(lines[0].split(" at step ")[1].split()[0])
         state = torch.load(tmp_path / to / "checkpoints" / f"step_{step:07d}" / "training_state.pt", weights_only=True)
         assert state["step"] == step and len(state["ranks"]) == 2
-        resumed = subprocess.run(cmd(to), env=env_for_children(), capture_output=True, text=True, timeout=300)
+        resumed = run_tree(cmd(to), env=env_for_children(), timeout=300)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         assert losses(tmp_path / to) == pytest.approx(losses(tmp_path / "straight"), rel=1e-6), sig
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from compclip.errors import UsageError
-from conftest import run_main, shared_data
+from conftest import run_main, run_tree, shared_data
 
 BENCHMARKS = "sugarcrepe/swap_att,sugarcrepe_pp/swap_att,winoground"
 
@@ -110,7 +110,7 @@ def test_loss_modules_in_a_plain_loop_equal_compclip_train_on_one_and_two_proces
     out = tmp_path / "two.pt"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(Path(__file__).parent / "plain_loop.py"), str(out), ",".join(LOOP_METHODS)]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env_for_children(), timeout=300)
+    result = run_tree(cmd, env=env_for_children(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     two = torch.load(out, weights_only=True)
     for method in LOOP_METHODS:
@@ -127,7 +127,7 @@ def test_a_loss_built_for_one_process_refuses_a_process_group_of_two(tmp_path):
                       "try:\n    SigLIPLoss()(x, x, torch.tensor(10.0), torch.tensor(-10.0))\n"
                       "except ValueError as e:\n    print(dist.get_rank(), e)\ndist.destroy_process_group()\n")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), str(script)]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env_for_children(), timeout=120)
+    result = run_tree(cmd, env=env_for_children(), timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "SigLIPLoss runs in a process group of 2 ranks but was built for one" in result.stdout
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import run_main, shared_data
+from conftest import run_main, run_tree, shared_data
 from test_train import compclip, env_for_children, free_port, logged, make_dataset, settings_config
 
 
@@ -274,7 +274,7 @@ def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(t
            "--out", str(out), "--steps", "6", "--batch-size", "8", "--lr", "1e-3", "--workers", "0", "--eval-benchmarks",
            "sugarcrepe/swap_att", "--eval-data-root", str(root), "--val-data", str(val), "--eval-every", "2", "--keep-best",
            "sugarcrepe/swap_att", "--report-to", "tensorboard,wandb", "--save-every", "3"]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    result = run_tree(cmd, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = {r["step"]: r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())}
     evaluated = {step: r[key] for step, r in figures.items() if key in r}

@@ -19,6 +19,7 @@ import dist_grads
 from compclip.errors import UsageError
 from compclip.models import load_model
 from compclip.train import DistEnv
+from conftest import run_tree
 
 HERE = Path(__file__).parent
 
@@ -91,7 +92,7 @@ def test_torchrun_two_processes_equal_one_process_on_the_whole_batch(tmp_path, w
     out = tmp_path / "grads.pt"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(HERE / "dist_grads.py"), str(out), str(accum), method]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env_for_children(), timeout=300)
+    result = run_tree(cmd, env=env_for_children(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_same(load_result(out), whole_batch if method == "c2lip" else dist_grads.compute(DistEnv(), 1, method))
 
@@ -242,7 +243,7 @@ def test_torchrun_compclip_train_end_to_end(tmp_path, method):
            "-m", "compclip", "-q", "train", "--method", method, "--model", "compclip-tiny-siglip", "--train-data", str(data),
            "--concepts", str(tmp_path / "concepts"), "--out", str(tmp_path / "run"), "--steps", "4", "--batch-size", "4",
            "--accum-freq", "2", "--save-every", "2", "--workers", "1", "--lr", "1e-4", "--device", "cpu"]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    result = run_tree(cmd, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4]  # rank 0 logs, once per step
