@@ -431,6 +431,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_readers.py -k joined"),
     ("data/readers.py", '    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:\n        for number, line',
      '    with open(path, encoding="utf-8", errors="surrogateescape") as f:\n        for number, line', "tests/test_readers.py -k joined"),
+    ("train/trainer.py", "            except json.JSONDecodeError:\n                return False",
+     "            except KeyError:\n                return False", "tests/test_train.py -k killed_run_resumes"),
 ]
 
 

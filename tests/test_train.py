@@ -175,6 +175,8 @@ def test_a_killed_run_resumes_exactly(tmp_path):
     proc.wait()
     killed_at = max(losses(tmp_path / "b"))
     assert 22 <= killed_at < 26, "the run should be killed after its checkpoint at step 20"
+    with open(log, "a") as f:  # and a last line cut short, as a full disk or a kill mid-write leaves it
+        f.write('{"step": 2')
     resumed = subprocess.run(train_cmd(data, tmp_path / "concepts", tmp_path / "b", 26), env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = losses(tmp_path / "a"), losses(tmp_path / "b")

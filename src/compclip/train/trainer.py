@@ -282,10 +282,18 @@ class Trainer:
 
     # -- logging ----------------------------------------------------------------------
     def _truncate_log(self) -> None:
-        """Drop log lines past the resumed step: they are about to be written again."""
+        """Drop log lines past the resumed step: they are about to be written again. A line cut short (its write stopped
+        by a full disk or a kill) is dropped too: it was past the last checkpoint."""
         log = self.out / "log.jsonl"
+
+        def before_resumed_step(line: str) -> bool:
+            try:
+                return json.loads(line).get("step", 0) <= self.step
+            except json.JSONDecodeError:
+                return False
+
         if log.is_file():
-            lines = [line for line in log.read_text().splitlines() if line and json.loads(line).get("step", 0) <= self.step]
+            lines = [line for line in log.read_text().splitlines() if line and before_resumed_step(line)]
             with atomic_path(log) as tmp:
                 tmp.write_text("".join(line + "\n" for line in lines))
 
