@@ -131,16 +131,16 @@ def test_the_attention_pool_value_path_is_recomputed_in_the_backward_pass():
     """Every token through the MAP head's MLP kept two (B, M, 4 × width) tensors for the backward pass, about 1 GiB at
     ViT-B-16's batch of 256: training recomputes the token path instead, so it keeps no more of them than encode_image
     (the trunk's own blocks), and its gradients are those of the path kept."""
+    from test_occlip import kept_while
+
     torch.manual_seed(0)
     model, _, _ = load_model("compclip-tiny-siglip")
     hidden = model.visual.trunk.attn_pool.mlp.fc1.out_features
     images = torch.randn(2, 3, 64, 64)
 
     def hidden_layers_kept(forward):
-        shapes = []
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t):
-            out = forward()
-        return out, sum(s == (2, 64, hidden) for s in shapes)
+        out, kept = kept_while(forward)
+        return out, sum(shape == (2, 64, hidden) for shape, _ in kept)
 
     _, pooled_path = hidden_layers_kept(lambda: model.encode_image(images))
     (_, tokens), token_path = hidden_layers_kept(lambda: visual_token_embeddings(model, images))
