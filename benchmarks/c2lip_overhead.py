@@ -72,8 +72,9 @@ def main() -> None:
     token_path_memory(model, images)
 
 
-def kept_mib(forward) -> float:
-    """MiB of the tensors autograd keeps for `forward()`'s backward pass, each storage once."""
+def kept_mib(forward):
+    """`forward()`'s result, and the MiB of the tensors autograd keeps for its backward pass, each storage once (a
+    recomputed part keeps none: its saved tensors are not packed)."""
     kept = {}
 
     def pack(t):
@@ -81,8 +82,8 @@ def kept_mib(forward) -> float:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        forward()
-    return sum(kept.values()) / 2**20
+        result = forward()
+    return result, sum(kept.values()) / 2**20
 
 
 def token_path_memory(model, images) -> None:
@@ -90,13 +91,13 @@ def token_path_memory(model, images) -> None:
     over every token, kept as it was before 2026-11-27 (`_timm_tokens` called directly), and recomputed in the backward
     pass as training now does (`visual_token_embeddings`)."""
     visual, trunk = model.visual, model.visual.trunk
-    pooled = kept_mib(lambda: model.encode_image(images))
+    _, pooled = kept_mib(lambda: model.encode_image(images))
 
     def kept_path():
         features = trunk.forward_features(images)
         return visual.head(trunk.forward_head(features)), _timm_tokens(visual, features)
 
-    before, now = kept_mib(kept_path) - pooled, kept_mib(lambda: visual_token_embeddings(model, images)) - pooled
+    before, now = kept_mib(kept_path)[1] - pooled, kept_mib(lambda: visual_token_embeddings(model, images))[1] - pooled
     print(f"token path kept for backward beyond encode_image ({pooled:,.0f} MiB): {before:,.1f} MiB kept as before, "
           f"{now:,.1f} MiB recomputed")
 

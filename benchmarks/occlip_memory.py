@@ -8,7 +8,7 @@ patch tokens of 512 dimensions per image, the graphs of the first `--batch` ship
 written plainly, as `BindingModule` was until 2026-11-27: the slots divided by their weights' sum after the values are
 weighted, and the norms and cosines as torch writes them (under CUDA's autocast float32 operations, which keep a float32
 copy of their input). Both give the same loss (asserted; f_s and f_o take their inputs in two halves in both). The
-script prints the bytes each keeps for the backward pass (every tensor an autograd node saved, counted once) and, on a
+script prints the bytes each keeps for the backward pass (every tensor autograd saves, counted once: `c2lip_overhead.kept_mib`) and, on a
 GPU, the peak memory of its forward and backward (`torch.cuda.max_memory_allocated` over what was allocated before).
 CPU autocast keeps other dtypes than CUDA's (softmax, norms and cosines stay bfloat16 there), so a CPU figure under
 amp_bf16 is the CPU's, not a GPU's.
@@ -21,6 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from c2lip_overhead import kept_mib  # this folder's
 from compclip.concepts import extract
 from compclip.methods import build_method
 from compclip.methods.occlip import BindingModule, _halves
@@ -47,25 +48,6 @@ class PlainBinding(BindingModule):
         alpha, beta = self.log_alpha.exp(), self.log_beta.exp()
         count = alpha * node_mask.sum(-1) + beta * edge_mask.sum(-1)
         return (alpha * node_term + beta * rel_term) / count.clamp_min(1e-8)
-
-
-def kept_bytes(loss: torch.Tensor) -> int:
-    """Bytes of every tensor an autograd node of `loss`'s graph saved for the backward pass, each storage once."""
-    seen: dict[int, int] = {}
-    stack, done = [loss.grad_fn], set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in done:
-            continue
-        done.add(fn)
-        for name in dir(fn):
-            if name.startswith("_saved_"):
-                value = getattr(fn, name)
-                for t in value if isinstance(value, (tuple, list)) else [value]:
-                    if isinstance(t, torch.Tensor):
-                        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        stack += [next_fn for next_fn, _ in fn.next_functions]
-    return sum(seen.values())
 
 
 def main() -> None:
@@ -106,15 +88,14 @@ def main() -> None:
             before = torch.cuda.memory_allocated()
         start = time.perf_counter()
         with torch.autocast(device.type, torch.bfloat16, enabled=args.precision == "amp_bf16"):
-            terms = loss_module(binding, **inputs())
+            terms, kept = kept_mib(lambda binding=binding: loss_module(binding, **inputs()))
         loss = sum(terms.values())
-        kept = kept_bytes(loss)
         loss.backward()
         peak = f", peak {(torch.cuda.max_memory_allocated() - before) / 2**20:,.0f} MiB" if device.type == "cuda" else ""
         if device.type == "cuda":
             torch.cuda.synchronize()
         values[name] = float(loss.detach())
-        print(f"  {name:9s} kept for backward {kept / 2**20:8,.0f} MiB{peak}, forward and backward {time.perf_counter() - start:.2f} s, "
+        print(f"  {name:9s} kept for backward {kept:8,.0f} MiB{peak}, forward and backward {time.perf_counter() - start:.2f} s, "
               f"loss {values[name]:.5f}")
         del terms, loss
     torch.testing.assert_close(values["compclip"], values["plain"], rtol=2e-2 if args.precision == "amp_bf16" else 1e-5, atol=0)
