@@ -238,8 +238,8 @@ def encode_short_texts(model: torch.nn.Module, text: torch.Tensor, width: int | 
 
 
 def pad_rows(text: torch.Tensor, multiple: int) -> torch.Tensor:
-    """`text` (N, L) with copies of its first row after it, up to a multiple of `multiple` rows (none where N is one
-    already, or 0): a real text, no longer than the batch's longest, so a width measured for the batch still holds."""
+    """`text` (N, L) with copies of its first row after it, up to a multiple of `multiple` rows (none where N is a
+    multiple already, or 0): a real text, no longer than the batch's longest, so a width measured for the batch still holds."""
     short = -text.shape[0] % multiple
     return torch.cat([text, text[:1].expand(short, -1)]) if short and text.shape[0] else text
 
