@@ -131,6 +131,7 @@ def test_the_report_marks_a_value_computed_by_another_protocol(tmp_path):
     assert lone.loc["MSCOCO text retrieval R@5", "whole protocol"] == (  # BLIP's 2014 Karpathy file: another split than Val2017
         "retrieval.captions=unrecorded (paper: pre_caption); retrieval.max_words=unrecorded (paper: 30); mscoco_captions "
         "layout=coco_karpathy_test.json (paper: coco_karpathy_test_2017.json)")
+    assert lone.loc["MSCOCO image retrieval R@5", "whole protocol"] == lone.loc["MSCOCO text retrieval R@5", "whole protocol"]
     assert frame.loc["ZS-10", "same"] == pytest.approx(100 * sum(0.5 + i / 100 for i in range(10)) / 10)
     assert frame.loc["ZS-10", "paper"] == 61.0 and frame.loc["ImageNet", "paper"] == 61.7
     assert (frame["same protocol"] == "").all()
@@ -191,3 +192,30 @@ def test_an_average_column_is_the_mean_of_its_members_and_empty_without_one(tmp_
 def test_the_papers_json_is_what_the_report_reads():
     for paper in list_papers():
         json.dumps(paper_numbers(paper))  # plain JSON, no NaN
+
+
+def test_a_model_of_several_seeds_stands_as_its_mean_and_interval_beside_a_papers_mean(tmp_path, capsys):
+    """OC-CLIP's own rows are means over the authors' runs (printed with ±): three seeds' folders comma-joined are one
+    model, its cells the mean with the half-width of Student's 95 % t-interval (computed here from the t quantile written
+    out, 4.302653 for 2 degrees of freedom); a single run beside that mean is said to be one."""
+    from test_recipes import run_main
+
+    seeds = [result_folder(tmp_path, f"seed-{s}", {"sugarcrepe": {"swap_att": {"acc": acc, "n": 666}}})
+             for s, acc in enumerate((0.70, 0.74, 0.78))]
+    single = result_folder(tmp_path, "single", {"sugarcrepe": {"swap_att": {"acc": 0.70, "n": 666}}})
+    code, out, err = run_main(capsys, "report", ",".join(map(str, seeds)), single, "--label", "OC-CLIP (3 seeds)",
+                              "--label", "one run", "--out", tmp_path / "report", "--paper", "occlip")
+    assert code == 0, err
+    mean, sd = 74.0, 4.0  # of 70, 74 and 78
+    half = 4.302653 * sd / math.sqrt(3)
+    assert f"| SC swap att | SugarCrepe / ARO-A | 87.5 | {mean:.1f} ± {half:.1f} | {mean - 87.5:+.1f} | 70.0 | -17.5 |" in out
+    frame = __import__("pandas").read_csv(tmp_path / "report" / "paper.csv", index_col=0)
+    assert frame.loc["SC swap att", "OC-CLIP (3 seeds) ±"] == pytest.approx(half, abs=0.005)  # the CSV keeps two decimals
+    assert frame.loc["SC swap att", "OC-CLIP (3 seeds) runs"] == 3 and frame.loc["SC swap att", "one run runs"] == 1
+    assert "A model of several runs is their mean ± the half-width of its 95 % t-interval over the runs: OC-CLIP (3 seeds) (3 runs)." in out
+    assert "The paper's row is a mean over its authors' runs (printed with ±: SugarCrepe / ARO-A); one run is one run beside it" in out
+    code, out, _ = run_main(capsys, "report", seeds[1], "--out", tmp_path / "r2", "--paper", "occlip", "--paper-model", "NegCLIP")
+    assert code == 0 and "The paper's row is a mean" not in out  # NegCLIP's row: one number each, as released
+    code, out, _ = run_main(capsys, "report", seeds[1], "--out", tmp_path / "r3", "--paper", "clic", "--paper-model", "NegCLIP")
+    said = out.split("`compclip train --recipe negclip-coco` reproduces this row and departs from its training: ")[1]
+    assert said.startswith("no hard-negative images") and "where NegCLIP swaps six kinds" in said

@@ -82,11 +82,13 @@ def test_a_broken_recipe_file_is_refused_naming_what_lacks_a_source():
     from compclip.recipes import Recipe, _check
 
     recipe = Recipe(name="x", paper="p", citation="c", data="d", numbers={}, settings={"lr": 1.0, "method_options": {"a": 1}},
-                    cited={"lr": "§1"}, choices={})
+                    cited={"lr": "§1"}, choices={}, departures=[])
     with pytest.raises(ValueError, match=r"x.json: settings neither cited nor marked a choice: method_options.a"):
         _check(recipe, "x.json")
     with pytest.raises(ValueError, match="both cited and marked a choice: lr"):
         _check(dataclasses.replace(recipe, cited={"lr": "§1", "method_options.a": "§2"}, choices={"lr": "why"}), "x.json")
+    with pytest.raises(ValueError, match=r"x\.json: departures must be a list of sentences"):
+        _check(dataclasses.replace(recipe, cited={"lr": "§1", "method_options.a": "§2"}, departures="none"), "x.json")
 
 
 def test_compclip_recipes_lists_every_recipe_with_its_citation_and_choices(capsys):
@@ -97,6 +99,13 @@ def test_compclip_recipes_lists_every_recipe_with_its_citation_and_choices(capsy
     assert "  method_options.lambda_xac=0.01  (§4.1: λ_xac = 0.01)" in out
     assert "  precision=bf16  (the script's --precision bf16: open_clip's bf16" in out
     assert "  method_options.layer=-2  (compclip's choice: §4.2: patches from earlier layers" in out
+    occlip = out.split("occlip-coco: ")[1].split("occlip-coco-openclip-ft: ")[0]  # each recipe's departures under its own name
+    assert "  departs: no attention-layer component: the paper's full model has one (its ablation: Rel 80.5 -> 77.6" in occlip
+    assert "  departs: scene graphs come from spaCy" in occlip and "  departs: the contrastive loss takes tau * S(x, G)" in occlip
+    assert "  departs: 100 epochs are counted over the records of the file you give" in occlip
+    negclip = out.split("negclip-coco: ")[1].split("occlip-coco: ")[0]
+    assert "  departs: no hard-negative images" in negclip and "where NegCLIP swaps six kinds (CLIC Appendix D.1" in negclip
+    assert all(get_recipe(n).departures for n in list_recipes())  # every recipe states at least one
     code, _, err = run_main(capsys, "train", "--recipe", "c2lip-cc4m", "--train-data", "x.csv", "--out", "o")
     assert code == 2 and err.startswith("error: --recipe c2lip-cc4m: no such recipe (did you mean c2lip-cc3m?)")
 
@@ -394,6 +403,9 @@ def test_every_recipe_trains_from_its_pretrained_weights_offline_and_is_compared
     code, _, err = run_main(capsys, "-q", "train", "--recipe", name, "--train-data", data, "--concepts", store,
                             "--steps", "1", "--batch-size", "2", "--accum-freq", "1", "--workers", "0", "--out", tmp_path / "run")
     assert code == 0, err[-3000:]
+    said = (tmp_path / "run" / "train.log").read_text()
+    for departure in recipe.departures:  # each said before the first step, in the run's log
+        assert f"recipe {name} departs from the paper: {departure}" in said.split("step 1")[0], departure
     record = json.loads((tmp_path / "run" / "config.json").read_text())
     kept = {k: record[k] for k in ("model", "pretrained", "precision", "seed", "dataset_resampled", "lr", "optimizer")}
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}

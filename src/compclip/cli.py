@@ -317,7 +317,7 @@ def _typed(ctx: typer.Context, cls: type) -> set[str]:
 @app.command()
 def recipes() -> None:
     """List the papers' published training recipes (`train --recipe NAME`): each one's citation, data and settings,
-    marking the settings the paper leaves open that compclip chose.
+    marking the settings the paper leaves open that compclip chose, and where a run of it departs from the paper.
 
     Example:
 
@@ -338,6 +338,8 @@ def recipes() -> None:
             source = recipe.cited.get(key)
             note = source if source is not None else f"compclip's choice: {recipe.choices[key]}"
             typer.echo(f"  {key}={json_value(recipe.value(key))}  ({note})")
+        for departure in recipe.departures:
+            typer.echo(f"  departs: {departure}")
 
 
 def json_value(value: Any) -> str:
@@ -467,7 +469,9 @@ def benchmarks() -> None:
 
 @app.command()
 def report(
-    results: list[Path] = typer.Argument(..., help="Result folders from `compclip eval`, one per model."),
+    results: list[Path] = typer.Argument(..., help="Result folders from `compclip eval`, one per model; a model's several runs "
+                                                   "(seeds) joined by commas: r/seed-0,r/seed-1,r/seed-2 (--paper sets their mean "
+                                                   "and 95 % interval beside the paper's)."),
     out: Path = typer.Option(..., help="Folder for report.md, CSV tables and PNG plots."),
     paper: str = typer.Option(None, "--paper", help="Set the results beside a paper's published numbers: c2lip, clic, hardneg or "
                                                     "occlip (the report's paper.md and paper.csv; printed too)."),

@@ -21,7 +21,7 @@ import pandas as pd
 from ..errors import UsageError
 from ..io import atomic_path
 from ..plots import grouped_bars, split_bars
-from ..stats import wilson
+from ..stats import fmt, interval, wilson
 from ..text import markdown_text
 from .base import NOT_APPLICABLE, REGISTRY
 from .items import SUFFIX as ITEMS_SUFFIX
@@ -252,10 +252,17 @@ def protocol_differences(records: dict[str, dict[str, Any]], columns: dict[str, 
     return found
 
 
-def paper_comparison(results, paper: str, model: str | None = None) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
+def paper_comparison(results, paper: str, model: str | None = None,
+                     runs: dict[str, list[str]] | None = None) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
     """Each column the paper reports for `model` (default: its own method's row): the paper's value, each result's, the
     difference (result − paper) and how the result's protocol differs from the paper's (empty: the same); and the columns
-    no result has (benchmarks not run). Columns compclip cannot compute are listed in `about["not_reproducible"]`."""
+    no result has (benchmarks not run). Columns compclip cannot compute are listed in `about["not_reproducible"]`.
+
+    `runs` groups the labels of `results` into models ({model: [its runs' labels]}; default: each label a model of one
+    run): a model of several runs (seeds) stands as their mean with the half-width of its 95 % t-interval (`MODEL ±`),
+    since a paper's row printed with ± (OC-CLIP's) is a mean over the authors' runs and one run beside it differs from
+    it by the seed's variation as well as the method's."""
+    runs = runs or {label: [label] for label in results}
     numbers = paper_numbers(paper)
     columns = numbers["columns"]
     model = model or numbers["default_model"]
@@ -270,10 +277,12 @@ def paper_comparison(results, paper: str, model: str | None = None) -> tuple[pd.
             unreachable[col] = columns[col]["why"]
             continue
         line: dict[str, Any] = {"paper": value, "table": source}
-        for label, records in results.items():
-            mine = column_result(records, columns, col)
-            line[label], line[f"{label} − paper"] = mine, mine - value
-            line[f"{label} protocol"] = "; ".join(protocol_differences(records, columns, col)) if not math.isnan(mine) else ""
+        for label, members in runs.items():
+            scored = [(m, v) for m in members if not math.isnan(v := column_result(results[m], columns, col))]
+            mine, half = interval([v for _, v in scored]) if scored else (math.nan, math.nan)
+            line[label], line[f"{label} ±"], line[f"{label} − paper"], line[f"{label} runs"] = mine, half, mine - value, len(scored)
+            differences = (d for m, _ in scored for d in protocol_differences(results[m], columns, col))
+            line[f"{label} protocol"] = "; ".join(dict.fromkeys(differences))
         if all(math.isnan(column_result(r, columns, col)) for r in results.values()):
             not_run.append(col)
         table[col] = line
@@ -281,9 +290,15 @@ def paper_comparison(results, paper: str, model: str | None = None) -> tuple[pd.
     frame.index.name = "column"
     notes = [r["note"] for r in rows if r.get("note")]
     assumed = {col: columns[col]["assumed"] for col in table if columns[col].get("assumed")}  # compclip's reading of a silent paper
+    averaged = [r["table"] for r in rows if "\\pm" in r["line"]]  # the paper's row printed as mean ± spread over its runs
+    from ..recipes import get_recipe, list_recipes
+
+    recipes = {name: get_recipe(name).departures for name in list_recipes()  # the recipes that reproduce this row
+               if get_recipe(name).numbers == {"paper": paper, "model": model}}
     return frame, {"paper": paper, "model": model, "citation": numbers["citation"], "not_reproducible": unreachable,
-                   "assumed": assumed, "notes": notes,
-                   "yours": {label: models_scored(records) for label, records in results.items()}}, not_run
+                   "assumed": assumed, "notes": notes, "paper_averaged": averaged, "recipes": recipes,
+                   "yours": {label: ", ".join(dict.fromkeys(models_scored(results[m]) for m in members))
+                             for label, members in runs.items()}}, not_run
 
 
 def models_scored(records: dict[str, dict[str, Any]]) -> str:
@@ -300,7 +315,7 @@ def models_scored(records: dict[str, dict[str, Any]]) -> str:
 def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str]) -> str:
     """The comparison as Markdown: paper | yours | difference per column, a value computed by another protocol than the
     paper's marked ≠ and its differences listed below; then the columns not run and those compclip cannot compute."""
-    labels = [c for c in frame.columns if c not in ("paper", "table") and not c.endswith((" − paper", " protocol"))]
+    labels = [c for c in frame.columns if c not in ("paper", "table") and not c.endswith((" − paper", " protocol", " ±", " runs"))]
     cols = ["column", "table", "paper", *[c for label in labels for c in (label, f"{label} − paper")]]
     yours = "; ".join(f"{label}: {model}" for label, model in about.get("yours", {}).items())
     lines = [f"Against {markdown_text(about['citation'])}, row {markdown_text(repr(about['model']))} (in %; a difference is "
@@ -313,10 +328,23 @@ def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str
         for label in labels:
             mine, other = row[label], row[f"{label} protocol"]
             mark = " ≠" if isinstance(other, str) and other else ""
-            cells += ["—" if math.isnan(mine) else f"{mine:.1f}{mark}", "—" if math.isnan(mine) else f"{row[f'{label} − paper']:+.1f}"]
+            cells += ["—" if math.isnan(mine) else f"{fmt(mine, row[f'{label} ±'])}{mark}",
+                      "—" if math.isnan(mine) else f"{row[f'{label} − paper']:+.1f}"]
             if mark:
                 differing.append(f"{name} ({label}): {other}")
         lines.append("| " + " | ".join(cells) + " |")
+    counted = {label: sorted({int(n) for n in frame[f"{label} runs"] if n}) for label in labels}
+    several = [f"{label} ({'/'.join(map(str, n))} runs)" for label, n in counted.items() if n and max(n) > 1]
+    if several:
+        lines += ["", "A model of several runs is their mean ± the half-width of its 95 % t-interval over the runs: "
+                  + markdown_text(", ".join(several)) + "."]
+    single = [label for label, n in counted.items() if n == [1]]
+    if single and about.get("paper_averaged"):
+        tables = markdown_text(", ".join(about["paper_averaged"]))
+        lines += ["", f"The paper's row is a mean over its authors' runs (printed with ±: {tables}); "
+                  f"{markdown_text(', '.join(single))} {'is one run' if len(single) == 1 else 'are one run each'} beside it, so the "
+                  "difference holds the seed's variation too: give each seed's results folder comma-joined as one model "
+                  "(`compclip report r/seed-0,r/seed-1,r/seed-2 ...`) for their mean and interval."]
     if differing:
         lines += ["", "Computed by another protocol than the paper's (≠): " + markdown_text("; ".join(differing)) + "."]
     if about.get("assumed"):
@@ -329,6 +357,9 @@ def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str
         lines += ["", f"Not reproducible here: {markdown_text(unreachable)}."]
     for note in about.get("notes", []):
         lines += ["", f"Note on this row: {markdown_text(note)}."]
+    for recipe, departures in about.get("recipes", {}).items():
+        lines += ["", f"`compclip train --recipe {markdown_text(recipe)}` reproduces this row and departs from its training: "
+                  + markdown_text("; ".join(departures)) + "."]
     return "\n".join(lines)
 
 
@@ -340,16 +371,23 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
     their folders'). Where the folders hold per-item results, each model is compared item by item with the first
     (`compclip compare`), and with `html` an error gallery is written (`OUT/report.html`)."""
     out = Path(out)
+    groups = [str(f).split(",") for f in folders]  # a model's several runs (seeds) comma-joined, as `compclip compare` takes them
+    folders = [run for group in groups for run in group]
     results = load_results(folders)
-    names = dict(zip(results, labels, strict=True)) if labels else {m: m for m in results}
     if labels and len(set(labels)) != len(labels):
         raise UsageError(f"--label names two models alike: {', '.join(labels)}")
+    found, runs = iter(results), {}  # {model: its runs' labels}, in the order given
+    for i, group in enumerate(groups):
+        members = [next(found) for _ in group]
+        runs[labels[i] if labels else ",".join(members)] = members
+    names = {run: model if len(members) == 1 else f"{model} [{run}]" for model, members in runs.items() for run in members}
     results = {names[m]: r for m, r in results.items()}
+    runs = {model: [names[run] for run in members] for model, members in runs.items()}
     items = _items_of(folders, names)
     if html and items is None:
         raise UsageError("--html shows each item a model got wrong: these results have no per-item files (<benchmark>.items.parquet); "
                          "run `compclip eval` again for them")
-    comparison = paper_comparison(results, paper, paper_model) if paper else None  # a wrong name stops before writing
+    comparison = paper_comparison(results, paper, paper_model, runs) if paper else None  # a wrong name stops before writing
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; the report writes a folder")
     out.mkdir(parents=True, exist_ok=True)

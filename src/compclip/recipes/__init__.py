@@ -2,7 +2,9 @@
 
 A recipe names a paper's setting: the `compclip train` options it sets (`settings`, by `TrainConfig` field, the method's
 options under `method_options`), where the paper or the authors' code gives each one (`cited`), and the settings the
-paper leaves open that compclip chose (`choices`, each with its reason). `compclip recipes` lists them; `compclip train
+paper leaves open that compclip chose (`choices`, each with its reason), and where the run differs from the paper or
+the authors' code whatever the settings (`departures`: the method's own departures, docs/methods.md, and data the
+recipe cannot ship). `compclip recipes` lists them; `compclip train
 --recipe NAME` applies one, any flag given beside it winning (`Recipe.apply`), and the run's `config.json` records the
 recipe and each setting the run changed (`Recipe.overrides`). Nothing here imports the trainer.
 """
@@ -33,6 +35,7 @@ class Recipe:
     settings: dict[str, Any]
     cited: dict[str, str]
     choices: dict[str, str]
+    departures: list[str]  # printed when a run of the recipe starts, and by `compclip recipes`
 
     def setting_keys(self) -> list[str]:
         """Every setting's key, a method option as `method_options.KEY`."""
@@ -80,6 +83,8 @@ def _check(recipe: Recipe, file: str) -> Recipe:
     unsourced = sorted(keys - set(recipe.cited) - set(recipe.choices))
     both = sorted(set(recipe.cited) & set(recipe.choices))
     stray = sorted((set(recipe.cited) | set(recipe.choices)) - keys)
+    if not isinstance(recipe.departures, list) or not all(isinstance(d, str) and d for d in recipe.departures):
+        raise ValueError(f"recipe {file}: departures must be a list of sentences (an empty list: none)")
     for what, bad in (("settings neither cited nor marked a choice", unsourced),
                       ("settings both cited and marked a choice", both), ("sources of no setting", stray)):
         if bad:

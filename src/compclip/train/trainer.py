@@ -363,6 +363,11 @@ class Trainer:
         steps = range(self.step, self.cfg.steps)
         if not steps:
             return {}
+        if self.env.is_main and self.cfg.recipe is not None:  # what the run will not do as the paper did, before it starts
+            from ..recipes import get_recipe
+
+            for departure in get_recipe(self.cfg.recipe).departures:
+                log.info("recipe %s departs from the paper: %s", self.cfg.recipe, departure)
         batches = self._batches()
         try:
             return self._steps(steps, batches)
