@@ -885,3 +885,58 @@ def test_sugarcrepe_scores_the_split_files_present_and_names_the_others(tmp_path
                               "swap": 0.75, "overall": 0.75}
     assert len(result.absent) == 5 and not result.complete
     assert REGISTRY["sugarcrepe"].lacks(tmp_path, ("add_obj",)).startswith(f"looked for {tmp_path / 'sugarcrepe' / 'add_obj.json'}")
+
+
+# ---- VALSE: the repository's data/*.json, validated samples, pairwise accuracy ------------------------------------------
+
+def valse_record(image, caption, foil, votes=3):
+    return {"dataset": "visual7w", "image_file": image, "linguistic_phenomena": "counting", "caption": caption, "foil": foil,
+            "mturk": {"caption": votes, "foil": 3 - votes, "other": 0}}
+
+
+def valse_pairwise(records, score):
+    """`lxmert_valse_eval.py`'s loop, written again: a sample counts when `mturk["caption"] >= 2`, and is right (acc_r)
+    when `cross_score[0, 1] > cross_score[1, 1]`: the caption's score above the foil's."""
+    count = pairwise_acc = 0
+    for foil in records.values():
+        if foil["mturk"]["caption"] >= 2:
+            if score(foil["image_file"], foil["caption"]) > score(foil["image_file"], foil["foil"]):
+                pairwise_acc += 1
+            count += 1
+    return pairwise_acc / count
+
+
+def test_valse_scores_validated_samples_by_pairwise_accuracy_and_names_what_is_absent(tmp_path):
+    data = tmp_path / "valse" / "data"
+    colour = {"r.jpg": "red", "b.jpg": "blue", "y.jpg": "yellow"}
+    for name, c in colour.items():
+        solid(data / "visual7w" / "images" / name, c)
+    counting = {  # right, wrong, a tie (yellow scores red and green alike: wrong), and two the annotators did not validate
+        "c0": valse_record("r.jpg", "a red car", "a blue car"), "c1": valse_record("b.jpg", "a red car", "a blue car"),
+        "c2": valse_record("y.jpg", "a red car", "a green car"), "c3": valse_record("b.jpg", "a blue car", "a red car", votes=1),
+        "c4": valse_record("r.jpg", "a blue car", "a red car", votes=0)}
+    existence = {"e0": valse_record("r.jpg", "a red car", "a green car"), "e1": valse_record("gone.jpg", "a red car", "a blue car")}
+    (data / "counting-hard.json").write_text(json.dumps(counting))
+    (data / "existence.json").write_text(json.dumps(existence))
+    (data / "actant-swap.json").write_text(json.dumps({"a0": {**valse_record("r.jpg", "a red car", "a blue car"), "dataset": "SWiG"}}))
+    result = run("valse", tmp_path)
+    bright = {"red": (1, 0, 0), "blue": (0, 0, 1), "yellow": (1, 1, 0)}
+
+    def score(image, text):  # the colour model's cosine, by hand
+        v, t = bright[colour[image]], [text.split().count(w) for w in WORDS]
+        return sum(a * b for a, b in zip(v, t, strict=False)) / (math.hypot(*v) * math.hypot(*t))
+
+    assert result.metrics["counting_hard"] == {"acc": valse_pairwise(counting, score), "n": 3, "n_missing": 0}
+    assert result.metrics["counting_hard"]["acc"] == pytest.approx(1 / 3)
+    assert result.metrics["existence"] == {"acc": 1.0, "n": 1, "n_missing": 1}  # gone.jpg counted missing, not wrong
+    assert math.isnan(result.metrics["actant_swap"]["acc"])  # none of its images under actions/images_512: named, not 0
+    assert "actions" not in result.metrics and result.metrics["counting"] == pytest.approx(1 / 3)
+    assert result.metrics["overall"] == pytest.approx((1 / 3 + 1.0) / 2)  # the instruments scored, unweighted
+    assert str(data / "foil-it.json") in result.absent and str(data / "actions" / "images_512") in result.absent
+    assert not result.complete and len(result.missing.files) == 2
+    assert REGISTRY["valse"].kind_of("relations") == "relation" and REGISTRY["valse"].kind_of("counting_hard") is None
+    (data / "existence.json").rename(tmp_path / "valse" / "existence.json")
+    for name in ("counting-hard.json", "actant-swap.json"):
+        (data / name).unlink()
+    said = REGISTRY["valse"].lacks(tmp_path, ())
+    assert said.startswith(f"looked for {data / 'existence.json'}") and "the instrument files go in valse/data/" in said
