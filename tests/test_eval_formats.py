@@ -940,3 +940,41 @@ def test_valse_scores_validated_samples_by_pairwise_accuracy_and_names_what_is_a
         (data / name).unlink()
     said = REGISTRY["valse"].lacks(tmp_path, ())
     assert said.startswith(f"looked for {data / 'existence.json'}") and "the instrument files go in valse/data/" in said
+
+
+# ---- SVO-Probes: the release's CSV, images by id, the sentence choosing between its two images ------------------------
+
+def test_svo_probes_scores_each_negative_kind_alone_and_all_together_as_the_notebook_subsets_them(tmp_path):
+    images = tmp_path / "svo_probes" / "images"
+    for image_id, c in (("1", "red"), ("2", "blue"), ("3", "red")):
+        solid(images / f"{image_id}.jpg", c)
+    solid(images / "4.png", "green")  # another extension under the same rule
+    columns = ["sentence", "pos_triplet", "neg_triplet", "subj_neg", "verb_neg", "obj_neg", "pos_image_id", "neg_image_id",
+               "pos_url", "neg_url"]
+    rows = [("a red car", "True", "False", "False", 1, 2),  # subj: right
+            ("a blue car", "True", "False", "False", 1, 2),  # subj: wrong
+            ("a red car", "False", "True", "False", 1, 3),  # verb: two red images score "a red car" alike: a tie, wrong
+            ("a green car", "False", "False", "True", 4, 1),  # obj: right (the .png)
+            ("a red car", "False", "False", "True", 9, 2),  # obj: its true image is not there: missing
+            ("a red car", "True", "True", "False", 1, 2),  # two kinds at once: in no subset (the notebook's filters)
+            ("a red car", "False", "False", "False", 1, 2)]  # none: in no subset
+    lines = [",".join(columns)] + [f"{s},x,y,{a},{b},{c},{p},{n},http://a/{p},http://a/{n}" for s, a, b, c, p, n in rows]
+    (tmp_path / "svo_probes" / "svo_probes.csv").write_text("\n".join(lines) + "\n")
+    result = run("svo_probes", tmp_path)
+    assert result.metrics["subj"] == {"acc": 0.5, "n": 2, "n_missing": 0}
+    assert result.metrics["verb"] == {"acc": 0.0, "n": 1, "n_missing": 0}
+    assert result.metrics["obj"] == {"acc": 1.0, "n": 1, "n_missing": 1}
+    assert result.metrics["overall"] == pytest.approx(2 / 4)  # the notebook's All: every scored row of the three, not a mean of means
+    assert len(result.missing.files) == 1 and not result.complete
+    chosen = [(r["image"].rsplit("/", 1)[1], r["image_2"].rsplit("/", 1)[1]) for r in result.items if r["split"] == "obj"]
+    assert chosen == [("4.png", "1.jpg")]
+    verb = run("svo_probes", tmp_path, splits=("verb",), ties="clip_benchmark")  # a tie counts right under CLIP_benchmark's rule
+    assert verb.metrics == {"verb": {"acc": 1.0, "n": 1, "n_missing": 0}, "overall": 1.0}
+    for image in images.glob("*"):
+        image.unlink()
+    nothing = run("svo_probes", tmp_path)
+    assert math.isnan(nothing.metrics["subj"]["acc"]) and "overall" not in nothing.metrics
+    assert f"{tmp_path / 'svo_probes' / 'svo_probes.csv'} [subj]" in nothing.absent
+    (tmp_path / "svo_probes" / "svo_probes.csv").write_text("sentence,pos_image_id\nx,1\n")
+    with pytest.raises(Exception, match=r"svo_probes.csv: no column neg_image_id, subj_neg, verb_neg, obj_neg"):
+        run("svo_probes", tmp_path)

@@ -115,6 +115,19 @@ def grid_rows(split: str, ids: Sequence[Any], images: Sequence[tuple[Any, Any]],
     return rows
 
 
+def image_choice_rows(split: str, ids: Sequence[Any], images: Sequence[tuple[Any, Any]], captions: Sequence[str],
+                      scores: torch.Tensor, correct: torch.Tensor) -> list[dict[str, Any]]:
+    """Items whose caption chooses between a true and a false image (SVO-Probes), `scores[n, image]`: `image` the true one
+    and `image_2` the false, `true` and `false` both the caption, their scores the caption's with each image."""
+    rows = []
+    for item, (true_image, false_image), caption, (s_true, s_false), ok in zip(ids, images, captions, scores.tolist(), correct.tolist(),
+                                                                               strict=True):
+        rows.append({"split": split, "item": str(item), "image": image_name(true_image), "true": caption, "false": caption,
+                     "score_true": s_true, "score_false": s_false, "correct": bool(ok), "tie": s_true == s_false,
+                     "image_2": image_name(false_image)})
+    return rows
+
+
 def class_rows(split: str, files: Sequence[Path], labels: Sequence[int], names: Sequence[str], scores: torch.Tensor,
                correct: torch.Tensor, root: Path) -> list[dict[str, Any]]:
     """Zero-shot classification: each image's true class and the wrong class it scored highest."""
