@@ -978,3 +978,60 @@ def test_svo_probes_scores_each_negative_kind_alone_and_all_together_as_the_note
     (tmp_path / "svo_probes" / "svo_probes.csv").write_text("sentence,pos_image_id\nx,1\n")
     with pytest.raises(Exception, match=r"svo_probes.csv: no column neg_image_id, subj_neg, verb_neg, obj_neg"):
         run("svo_probes", tmp_path)
+
+
+# ---- CREPE: the released CSVs, a region of a Visual Genome image, the caption ranked among its hard negatives ---------
+
+def crepe_csv(path, negatives, rows):
+    import csv as csv_module
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv_module.writer(f)
+        writer.writerow(["region_id", "image_id", "x", "y", "width", "height", "caption", negatives])
+        for k, (image_id, box, caption, hard) in enumerate(rows):
+            writer.writerow([k, image_id, *box, caption, repr(hard)])
+
+
+def one2many_rank(scores):
+    """`crepe_eval_utils.get_one2many_rank` written again: where the caption (column 0) lands when the options are
+    sorted by score, highest first (no ties here, so argsort's order among equals does not matter)."""
+    ranking = np.argsort(-np.asarray(scores), kind="stable")
+    return int(np.where(ranking == 0)[0][0])
+
+
+def test_crepe_ranks_the_caption_among_its_hard_negatives_on_the_cropped_region(tmp_path):
+    half = Image.new("RGB", (32, 16), COLOURS["red"])
+    half.paste(Image.new("RGB", (16, 16), COLOURS["blue"]), (16, 0))  # left red, right blue
+    (tmp_path / "visual_genome" / "VG_100K_2").mkdir(parents=True)
+    half.save(tmp_path / "visual_genome" / "VG_100K_2" / "7.jpg")
+    right, left = (16, 0, 16, 16), (0, 0, 16, 16)  # x, y, width, height
+    prod = [(7, right, "a blue car", ["a red car", "a green car"]),  # the crop is blue: rank 0
+            (7, left, "a blue car", ["a red car", "a red red car"]),  # red region: two reds above it, rank 2
+            (8, right, "a blue car", ["a red car"])]  # image 8 is not there: missing
+    crepe_csv(tmp_path / "crepe" / "prod_hard_negatives" / "swap" / "prod_vg_hard_negs_swap_complexity_4.csv", "hard_negs", prod)
+    syst = [(7, left, "a red car", ["a blue car"]), (7, left, "a green car", ["a blue car"])]  # right; a tie at 0
+    crepe_csv(tmp_path / "crepe" / "syst_hard_negatives" / "syst_vg_hard_negs_unseen_compounds_in_yfcc.csv", "valid_hard_negs_comp",
+              syst)
+    result = run("crepe", tmp_path, splits=("prod_swap_4", "prod_swap_5"))
+    colour_of = {right: (0, 0, 1), left: (1, 0, 0)}
+
+    def score(box, text):
+        t = [text.split().count(w) for w in WORDS]
+        return sum(a * b for a, b in zip(colour_of[box], t, strict=True)) / math.hypot(*t)
+
+    ranks = [one2many_rank([score(box, o) for o in [caption, *hard]]) for _, box, caption, hard in prod[:2]]
+    assert ranks == [0, 2]
+    assert result.metrics["prod_swap_4"] == {"acc": 0.5, "recall@1": 0.5, "recall@3": 1.0, "recall@5": 1.0, "recall@10": 1.0,
+                                            "n": 2, "n_missing": 1}
+    assert result.metrics["prod_swap"] == 0.5 and str(tmp_path / "crepe" / "prod_hard_negatives" / "swap" /
+                                                        "prod_vg_hard_negs_swap_complexity_5.csv") in result.absent
+    assert REGISTRY["crepe"].kind_of("prod_swap_4") == "relation" and REGISTRY["crepe"].kind_of("syst_seen_comp") == "attribute"
+    syst_result = run("crepe", tmp_path, splits=("syst_unseen_comp",), pretraining="yfcc")
+    assert syst_result.metrics["syst_unseen_comp"]["acc"] == 0.5  # the tie ranks the caption below its rival (strict)
+    tied = run("crepe", tmp_path, splits=("syst_unseen_comp",), ties="clip_benchmark", pretraining="yfcc")
+    assert tied.metrics["syst_unseen_comp"]["acc"] == 1.0  # and above it under CLIP_benchmark's rule
+    laion = run("crepe", tmp_path, splits=("syst_unseen_comp",))  # the default pretraining's file is not there: named
+    assert "syst_unseen_comp" not in laion.metrics and any(k.endswith("_in_laion.csv") for k in laion.absent)
+    with pytest.raises(Exception, match=r"crepe.pretraining must be one of cc12m, yfcc, laion"):
+        REGISTRY["crepe"].Options(pretraining="openai")

@@ -1,0 +1,135 @@
+"""CREPE (Ma et al., CVPR 2023): an image region, its caption and hard negatives; systematicity and productivity.
+
+Layout: the RAIVNLab/CREPE repository's `data/syst_hard_negatives.zip` and `data/prod_hard_negatives.zip` unzipped into
+`crepe/` (`crepe/syst_hard_negatives/syst_vg_hard_negs_{seen,unseen}_compounds_in_{cc12m,yfcc,laion}.csv`,
+`crepe/prod_hard_negatives/{atom,negate,swap}/prod_vg_hard_negs_{TYPE}_complexity_{4..12}.csv`), and Visual Genome's
+images where its download unpacks them, `visual_genome/VG_100K/` and `visual_genome/VG_100K_2/` (`<image_id>.jpg`, the
+folders `crepe_eval_utils.py`'s `get_image_by_id` searches).
+
+Rule: `crepe_compo_eval_open_clip.py` (`gather_params`, `evaluate`) with `crepe_eval_utils.py` (`get_one2many_rank`,
+`get_one2many_metrics`): each row's image cropped to its region (`TF.crop(image, y, x, height, width)`), its caption
+first among the row's hard negatives (`valid_hard_negs_{atom,comp,combined}` for systematicity, `hard_negs` for
+productivity, Python lists in the CSV), ranked by score; Recall@1, 3, 5 and 10 of the caption (`acc` is Recall@1, the
+paper's figure). The official rank comes from `torch.argsort`, whose order among equal scores is not defined: compclip
+ranks a tie below the caption's rivals (strict) or above them (`--ties clip_benchmark`). Systematicity's files are
+one per pretraining set (`crepe.pretraining`, default laion: open_clip's LAION-400M models; the authors: use it only for
+models pretrained on CC12M, YFCC15M or LAION-400M). Each productivity type also averages its complexities present
+(`prod_TYPE`). A file not there is named, not scored.
+"""
+from __future__ import annotations
+
+import ast
+import csv
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from ...errors import DataError, UsageError
+from ...options import option
+from .. import protocols
+from ..base import Benchmark, Missing, Result, mean_present, rate, register
+from ..items import choice_rows
+
+PRETRAINING = ("cc12m", "yfcc", "laion")
+SYSTEMATICITY = {f"syst_{seen}_{kind}": (f"{seen}_compounds", f"valid_hard_negs_{kind}")
+                 for seen in ("seen", "unseen") for kind in ("atom", "comp", "combined")}
+PRODUCTIVITY = {f"prod_{kind}_{n}": (kind, n) for kind in ("atom", "negate", "swap") for n in range(4, 13)}
+KINDS = {"atom": "object", "comp": "attribute", "swap": "relation"}  # of the false captions' change, where one kind holds
+RECALLS = (1, 3, 5, 10)
+VG_FOLDERS = ("VG_100K", "VG_100K_2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    pretraining: str = option("laion", "the systematicity files' pretraining set: cc12m, yfcc or laion (the model's own)")
+
+    def __post_init__(self):
+        if self.pretraining not in PRETRAINING:
+            raise UsageError(f"--bench-opt crepe.pretraining must be one of {', '.join(PRETRAINING)}, not {self.pretraining!r}")
+
+
+@register
+class CREPE(Benchmark):
+    name = "crepe"
+    task = "image_caption_selection"
+    splits = (*SYSTEMATICITY, *PRODUCTIVITY)
+    Options = Options
+    layout = ("CREPE: data/syst_hard_negatives.zip and data/prod_hard_negatives.zip of github.com/RAIVNLab/CREPE unzipped "
+              "into DATA_ROOT/crepe/, Visual Genome's images in DATA_ROOT/visual_genome/VG_100K/ and VG_100K_2/")
+
+    def kind_of(self, split):
+        return KINDS.get(split.split("_")[2] if split.startswith("syst") else split.split("_")[1])
+
+    def file(self, root: Path, split: str, options: Options) -> Path:
+        if split in SYSTEMATICITY:
+            return root / self.name / "syst_hard_negatives" / f"syst_vg_hard_negs_{SYSTEMATICITY[split][0]}_in_{options.pretraining}.csv"
+        kind, n = PRODUCTIVITY[split]
+        return root / self.name / "prod_hard_negatives" / kind / f"prod_vg_hard_negs_{kind}_complexity_{n}.csv"
+
+    def image(self, root: Path, image_id: str) -> Path:
+        found = [root / "visual_genome" / folder / f"{image_id}.jpg" for folder in VG_FOLDERS]
+        return next((f for f in found if f.is_file()), found[0])
+
+    def present(self, root: Path, splits: tuple[str, ...], options: Options) -> tuple[list[str], dict[str, str]]:
+        chosen = splits or self.splits
+        absent = {str(self.file(root, s, options)): "absent: split not scored" for s in chosen if not self.file(root, s, options).is_file()}
+        return [s for s in chosen if self.file(root, s, options).is_file()], absent
+
+    def lacks(self, root, splits):
+        present, _ = self.present(root, splits, Options())
+        return None if present else self.missing_files(root, [self.file(root, s, Options()) for s in (splits or self.splits)[:1]])
+
+    def rows(self, file: Path, negatives: str) -> list[dict]:
+        """The CSV's rows, each with its region and its options (the caption first), its line's index as `id`."""
+        with open(file, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            lacking = [c for c in ("image_id", "caption", "x", "y", "width", "height", negatives) if c not in (reader.fieldnames or [])]
+            if lacking:
+                raise DataError(f"{file}: no column {', '.join(lacking)}")
+            rows = []
+            for index, row in enumerate(reader):
+                try:
+                    hard = ast.literal_eval(row[negatives])
+                    box = tuple(float(row[k]) for k in ("x", "y", "width", "height"))
+                except (ValueError, SyntaxError) as e:
+                    raise DataError(f"{file}:{index + 2}: unreadable {negatives} or region ({e})") from None
+                x, y, w, h = box
+                rows.append({"id": index, "image_id": row["image_id"].strip(), "box": (x, y, x + w, y + h),
+                             "options": [str(row["caption"]), *map(str, hard)]})
+        return rows
+
+    def images(self, root):
+        options = Options()
+        return list(dict.fromkeys(self.image(root, r["image_id"]) for s in self.present(root, (), options)[0]
+                                  for r in self.rows(self.file(root, s, options), self.negatives(s))))
+
+    @staticmethod
+    def negatives(split: str) -> str:
+        return SYSTEMATICITY[split][1] if split in SYSTEMATICITY else "hard_negs"
+
+    def run(self, scorer, root, ties, splits=(), options=None):
+        options = options or Options()
+        missing, metrics, items = Missing.of(scorer), {}, []
+        present, absent = self.present(root, splits, options)
+        for split in present:
+            scorer.at(split)
+            records = self.rows(self.file(root, split, options), self.negatives(split))
+            kept = [r for r in records if missing.keep([self.image(root, r["image_id"])])]
+            flat = [(self.image(root, r["image_id"]), option, r["box"]) for r in kept for option in r["options"]]
+            scores = scorer.pairs([f[0] for f in flat], [f[1] for f in flat], [f[2] for f in flat]) if flat else torch.zeros(0)
+            each, start = [], 0
+            for r in kept:
+                each.append(scores[start: start + len(r["options"])])
+                start += len(r["options"])
+            ranks = torch.stack([protocols.query_ranks(s[None], torch.tensor([[True] + [False] * (len(s) - 1)]), ties)[0]
+                                 for s in each]) if each else torch.zeros(0, dtype=torch.long)
+            metrics[split] = {"acc": rate(ranks < 1), **{f"recall@{k}": rate(ranks < k) for k in RECALLS},
+                              "n": len(kept), "n_missing": len(records) - len(kept)}
+            items += choice_rows(split, [r["id"] for r in kept], [self.image(root, r["image_id"]) for r in kept],
+                                 [r["options"] for r in kept], [s.tolist() for s in each], ranks < 1)
+        for kind in ("atom", "negate", "swap"):
+            members = [s for s in present if s.startswith(f"prod_{kind}_") and metrics[s]["n"]]
+            if members:
+                metrics[f"prod_{kind}"] = mean_present(metrics[s]["acc"] for s in members)
+        return Result(metrics, missing, absent, items)
