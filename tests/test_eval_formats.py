@@ -1035,3 +1035,45 @@ def test_crepe_ranks_the_caption_among_its_hard_negatives_on_the_cropped_region(
     assert "syst_unseen_comp" not in laion.metrics and any(k.endswith("_in_laion.csv") for k in laion.absent)
     with pytest.raises(Exception, match=r"crepe.pretraining must be one of cc12m, yfcc, laion"):
         REGISTRY["crepe"].Options(pretraining="openai")
+
+
+# ---- SPEC: a subset's image2text.json and text2image.json, argmax over the candidates both ways ------------------------
+
+def test_spec_scores_both_directions_by_the_releases_argmax_and_averages_the_subsets(tmp_path):
+    count = tmp_path / "spec" / "count"
+    for c in ("red", "blue", "yellow", "green"):
+        solid(count / "images" / f"{c}.jpg", c)
+    i2t = [{"query": "images/red.jpg", "keys": ["a blue car", "a red car", "a green car"], "label": 1},  # right
+           {"query": "images/yellow.jpg", "keys": ["a red car", "a green car"], "label": 1},  # a tie the argmax gives to 0: wrong
+           {"query": "images/yellow.jpg", "keys": ["a red car", "a green car"], "label": 0},  # the same tie, to its label: right
+           {"query": "images/gone.jpg", "keys": ["a red car", "a blue car"], "label": 0}]  # missing
+    t2i = [{"query": "a red car", "keys": ["images/blue.jpg", "images/red.jpg", "images/yellow.jpg"], "label": 1},  # right
+           {"query": "a green car", "keys": ["images/red.jpg", "images/blue.jpg"], "label": 0}]  # 0 and 0: a tie to 0, right
+    (count / "image2text.json").write_text(json.dumps(i2t))
+    (count / "text2image.json").write_text(json.dumps(t2i))
+    bright = {"red": (1, 0, 0), "blue": (0, 0, 1), "yellow": (1, 1, 0), "green": (0, 1, 0)}
+
+    def score(image, text):
+        v, t = bright[image.rsplit("/", 1)[1][:-4]], [text.split().count(w) for w in WORDS]
+        return sum(a * b for a, b in zip(v, t, strict=False)) / (math.hypot(*v) * math.hypot(*t))
+
+    def release(samples, i2t_side):  # clip_wrapper's loop: argmax over each sample's candidates against its label
+        right = [int(np.argmax([score(s["query"], k) if i2t_side else score(k, s["query"]) for k in s["keys"]]) == s["label"])
+                 for s in samples]
+        return sum(right) / len(right)
+
+    bench = REGISTRY["spec"]
+    result = bench.run(scorer(), tmp_path, bench.ties)
+    assert result.metrics["count"] == {"i2t": release(i2t[:3], True), "t2i": release(t2i, False), "n_i2t": 3, "n_t2i": 2,
+                                       "n_missing": 1}
+    assert result.metrics["count"]["i2t"] == pytest.approx(2 / 3) and result.metrics["count"]["t2i"] == 1.0
+    assert result.metrics["i2t"] == pytest.approx(2 / 3) and len(result.absent) == 10  # five subsets absent, two files each
+    strict = run("spec", tmp_path, ties="strict")  # (and every item row agrees with its own scores)
+    assert strict.metrics["count"]["i2t"] == pytest.approx(1 / 3) and strict.metrics["count"]["t2i"] == 0.5
+    rows = {(r["split"], r["item"]): r for r in strict.items}
+    assert rows["count_t2i", "0"]["image"].endswith("red.jpg") and rows["count_t2i", "0"]["image_2"].endswith("yellow.jpg")
+    assert rows["count_i2t", "0"]["true"] == "a red car" and rows["count_i2t", "0"]["false"] in ("a blue car", "a green car")
+    assert bench.kind_of("relative_spatial_t2i") == "relation" and bench.kind_of("count_i2t") is None
+    (count / "text2image.json").write_text(json.dumps([{"query": "a red car", "keys": ["images/red.jpg"], "label": 3}]))
+    with pytest.raises(Exception, match=r"text2image.json: sample 0 is not \{query, keys, label\} with the label among the keys"):
+        bench.run(scorer(), tmp_path, bench.ties)

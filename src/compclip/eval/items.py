@@ -115,16 +115,18 @@ def grid_rows(split: str, ids: Sequence[Any], images: Sequence[tuple[Any, Any]],
     return rows
 
 
-def image_choice_rows(split: str, ids: Sequence[Any], images: Sequence[tuple[Any, Any]], captions: Sequence[str],
-                      scores: torch.Tensor, correct: torch.Tensor) -> list[dict[str, Any]]:
-    """Items whose caption chooses between a true and a false image (SVO-Probes), `scores[n, image]`: `image` the true one
-    and `image_2` the false, `true` and `false` both the caption, their scores the caption's with each image."""
+def image_choice_rows(split: str, ids: Sequence[Any], images: Sequence[Sequence[Any]], captions: Sequence[str],
+                      scores: Sequence[Sequence[float]], labels: Sequence[int], correct: torch.Tensor) -> list[dict[str, Any]]:
+    """Items whose caption chooses among images (SVO-Probes, SPEC's text-to-image), one row of scores per item and the
+    true image's place in it (`labels`): `image` the true image and `image_2` the strongest false one, `true` and
+    `false` both the caption, their scores the caption's with each."""
     rows = []
-    for item, (true_image, false_image), caption, (s_true, s_false), ok in zip(ids, images, captions, scores.tolist(), correct.tolist(),
-                                                                               strict=True):
-        rows.append({"split": split, "item": str(item), "image": image_name(true_image), "true": caption, "false": caption,
-                     "score_true": s_true, "score_false": s_false, "correct": bool(ok), "tie": s_true == s_false,
-                     "image_2": image_name(false_image)})
+    for item, options, caption, row, label, ok in zip(ids, images, captions, scores, labels, correct.tolist(), strict=True):
+        row = list(map(float, row))
+        f = max((k for k in range(len(row)) if k != label), key=row.__getitem__)
+        rows.append({"split": split, "item": str(item), "image": image_name(options[label]), "true": caption, "false": caption,
+                     "score_true": row[label], "score_false": row[f], "correct": bool(ok), "tie": row[label] == row[f],
+                     "image_2": image_name(options[f]), "scores": row})
     return rows
 
 

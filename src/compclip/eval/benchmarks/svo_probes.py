@@ -88,7 +88,8 @@ class SVOProbes(Benchmark):
             if not kept:
                 absent[f"{self.file(root)} [{split}]"] = f"no image of the {split} subset found: not scored"
             together.append(correct)
-            items += image_choice_rows(split, [r["id"] for r, _ in kept], [pair for _, pair in kept], sentences, scores, correct)
+            items += image_choice_rows(split, [r["id"] for r, _ in kept], [pair for _, pair in kept], sentences, scores.tolist(),
+                                       [0] * len(kept), correct)
         everything = torch.cat(together)
         if everything.numel():
             metrics["overall"] = accuracy(everything)["acc"]

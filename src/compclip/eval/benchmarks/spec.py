@@ -1,0 +1,119 @@
+"""SPEC (Peng et al., CVPR 2024): size, position, existence and count, each a set of images and a set of texts that
+differ in that one concept; scored both ways.
+
+Layout: the Hub dataset wjpoom/SPEC's `data.zip` extracted into `spec/` as the release's notebook extracts it (its
+`data_root`): one folder a subset, `spec/<subset>/image2text.json` and `text2image.json` with the images they name,
+relative to the subset's folder.
+
+Rule: the release's `spec/eval.py` with `spec/dataset.py` and the model wrappers (`clip_wrapper.py`, `i2t_evaluate`,
+`t2i_evaluate`): image to text, each query image against its candidate texts (`keys`), right when the argmax is its
+`label`; text to image, each query text against its candidate images, likewise; a subset's two accuracies, and the
+mean of each over the subsets evaluated (`i2t`, `t2i`). The argmax takes the first of equal scores, so the official
+tie rule is CLIP_benchmark's (a tie is right when the label comes first among the tied); `--ties strict` counts it
+wrong. A candidate image not there leaves its item out, counted missing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...errors import DataError
+from .. import protocols
+from ..base import Benchmark, Missing, Result, mean_present, rate, read_json, register
+from ..items import choice_rows, image_choice_rows
+
+SUBSETS = ("absolute_size", "relative_size", "absolute_spatial", "relative_spatial", "existence", "count")
+KINDS = {"absolute_spatial": "relation", "relative_spatial": "relation", "absolute_size": "attribute", "relative_size": "attribute"}
+
+
+@register
+class SPEC(Benchmark):
+    name = "spec"
+    task = "image_caption_selection"
+    ties = "clip_benchmark"  # the release's argmax
+    splits = SUBSETS
+    layout = ("SPEC: the Hub dataset wjpoom/SPEC's data.zip extracted into DATA_ROOT/spec/ (a folder a subset: "
+              "image2text.json, text2image.json and their images)")
+
+    def kind_of(self, split):
+        return KINDS.get(split.rsplit("_", 1)[0] if split.endswith(("_i2t", "_t2i")) else split)
+
+    def folder(self, root: Path, subset: str) -> Path:
+        return root / self.name / subset
+
+    def present(self, root: Path, splits: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
+        chosen = splits or self.splits
+        absent = {}
+        for subset in chosen:
+            for name in ("image2text.json", "text2image.json"):
+                if not (self.folder(root, subset) / name).is_file():
+                    absent[str(self.folder(root, subset) / name)] = "absent: subset not scored"
+        return [s for s in chosen if not any(k.startswith(str(self.folder(root, s)) + "/") for k in absent)], absent
+
+    def lacks(self, root, splits):
+        present, _ = self.present(root, splits)
+        return None if present else self.missing_files(root, [self.folder(root, s) / "image2text.json" for s in splits or self.splits])
+
+    def samples(self, root: Path, subset: str, direction: str) -> list[dict]:
+        file = self.folder(root, subset) / ("image2text.json" if direction == "i2t" else "text2image.json")
+        samples = read_json(file)
+        for k, s in enumerate(samples):
+            if not isinstance(s, dict) or not {"query", "keys", "label"} <= set(s) or not 0 <= int(s["label"]) < len(s["keys"]):
+                raise DataError(f"{file}: sample {k} is not {{query, keys, label}} with the label among the keys")
+        return samples
+
+    def images(self, root):
+        found = []
+        for subset in self.present(root, ())[0]:
+            base = self.folder(root, subset)
+            found += [base / s["query"] for s in self.samples(root, subset, "i2t")]
+            found += [base / key for s in self.samples(root, subset, "t2i") for key in s["keys"]]
+        return list(dict.fromkeys(found))
+
+    def run(self, scorer, root, ties, splits=(), options=None):
+        missing, metrics, items = Missing.of(scorer), {}, []
+        present, absent = self.present(root, splits)
+        for subset in present:
+            base = self.folder(root, subset)
+            scorer.at(subset)
+            i2t = self.samples(root, subset, "i2t")
+            kept = [(k, s) for k, s in enumerate(i2t) if missing.keep([base / s["query"]])]
+            flat = [(base / s["query"], text) for _, s in kept for text in s["keys"]]
+            scores = scorer.pairs([f[0] for f in flat], [f[1] for f in flat]) if flat else torch.zeros(0)
+            rows = split_rows(scores, [len(s["keys"]) for _, s in kept])
+            right = chosen(rows, [int(s["label"]) for _, s in kept], ties)
+            order = [[int(s["label"]), *[j for j in range(len(s["keys"])) if j != int(s["label"])]] for _, s in kept]  # the true first
+            items += choice_rows(f"{subset}_i2t", [k for k, _ in kept], [base / s["query"] for _, s in kept],
+                                 [[s["keys"][j] for j in o] for (_, s), o in zip(kept, order, strict=True)],
+                                 [[float(r[j]) for j in o] for r, o in zip(rows, order, strict=True)], right)
+            t2i = self.samples(root, subset, "t2i")
+            shown = [(k, s) for k, s in enumerate(t2i) if missing.keep([base / key for key in s["keys"]])]
+            flat = [(base / key, s["query"]) for _, s in shown for key in s["keys"]]
+            scores = scorer.pairs([f[0] for f in flat], [f[1] for f in flat]) if flat else torch.zeros(0)
+            picked = split_rows(scores, [len(s["keys"]) for _, s in shown])
+            found = chosen(picked, [int(s["label"]) for _, s in shown], ties)
+            items += image_choice_rows(f"{subset}_t2i", [k for k, _ in shown], [[base / key for key in s["keys"]] for _, s in shown],
+                                       [s["query"] for _, s in shown], [r.tolist() for r in picked],
+                                       [int(s["label"]) for _, s in shown], found)
+            metrics[subset] = {"i2t": rate(right), "t2i": rate(found), "n_i2t": len(kept), "n_t2i": len(shown),
+                               "n_missing": len(i2t) - len(kept) + len(t2i) - len(shown)}
+            if not kept and not shown:
+                absent[str(base)] = f"no image of {subset} found: not scored"
+        for direction in ("i2t", "t2i"):
+            if any(metrics[s][f"n_{direction}"] for s in present):
+                metrics[direction] = mean_present(metrics[s][direction] for s in present)
+        return Result(metrics, missing, absent, items)
+
+
+def split_rows(scores: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """The flat scores of items of `sizes` options each, one row an item."""
+    return list(torch.split(scores, sizes)) if sizes else []
+
+
+def chosen(rows: list[torch.Tensor], labels: list[int], ties: str) -> torch.Tensor:
+    """Whether each row's label is the option picked under the tie rule (`protocols.picks`, row by row: items may differ in
+    their number of options)."""
+    if not rows:
+        return torch.zeros(0, dtype=torch.bool)
+    return torch.cat([protocols.picks(r[None], label, ties) for r, label in zip(rows, labels, strict=True)])
