@@ -1077,3 +1077,40 @@ def test_spec_scores_both_directions_by_the_releases_argmax_and_averages_the_sub
     (count / "text2image.json").write_text(json.dumps([{"query": "a red car", "keys": ["images/red.jpg"], "label": 3}]))
     with pytest.raises(Exception, match=r"text2image.json: sample 0 is not \{query, keys, label\} with the label among the keys"):
         bench.run(scorer(), tmp_path, bench.ties)
+
+
+# ---- ImageCoDe: valid_data.json and the image sets, the description picking its image among ten -----------------------
+
+def test_imagecode_picks_among_a_sets_ten_images_in_frame_order_static_and_video_apart(tmp_path):
+    data = tmp_path / "imagecode" / "data"
+    order = ["blue"] * 10
+    order[3], order[7] = "red", "yellow"  # frame order, not file-name order: img10.jpg sorts after img9.jpg
+    video = "MSR-VTT-videoTestVideo_video1-shot1_0"
+    for k, c in enumerate(order):
+        solid(data / video / f"img{k if k < 9 else 10}.jpg", c)
+    static = "open-images-1_abc"
+    for k in range(10):
+        solid(data / static / f"img{k}.jpg", "green" if k == 2 else "blue")
+    solid(data / "open-images-2_short" / "img0.jpg", "red")  # a set of one image: not scored, counted missing
+    sets = {video: {"3": " a red car ", "7": "a red car", "9": "a green car"},  # right; wrong (red at 3 beats yellow); ties
+            static: {"2": "a green car"}, "open-images-2_short": {"0": "a red car"}}
+    (data / "valid_data.json").write_text(json.dumps(sets))
+    bright = {"red": (1, 0, 0), "blue": (0, 0, 1), "yellow": (1, 1, 0), "green": (0, 1, 0)}
+
+    def zero_shot(colours, index, text):  # zero_shot.py's loop: the top of (-similarities).argsort() is the target
+        t = [text.strip().split().count(w) for w in WORDS]
+        sims = np.array([sum(a * b for a, b in zip(bright[c], t, strict=False)) / (math.hypot(*bright[c]) * math.hypot(*t))
+                         for c in colours])
+        return int((-sims).argsort(kind="stable")[0] == index)
+
+    video_right = [zero_shot(order, int(i), s) for i, s in sets[video].items() if i != "9"]  # no tie among those two
+    result = run("imagecode", tmp_path)
+    assert video_right == [1, 0]
+    assert result.metrics["video"] == {"acc": 1 / 3, "n": 3, "n_missing": 0}  # "a green car": every frame scores 0, a tie: wrong
+    assert result.metrics["static"] == {"acc": 1.0, "n": 1, "n_missing": 1}
+    assert result.metrics["overall"] == pytest.approx(2 / 4)
+    assert result.missing.files == {str(data / "open-images-2_short"): "1 of its 10 images"}
+    first = run("imagecode", tmp_path, splits=("video",), ties="clip_benchmark")  # the tie to the first image: index 0, not 9
+    assert first.metrics["video"]["acc"] == pytest.approx(1 / 3)
+    rows = {r["item"]: r for r in result.items}
+    assert rows[f"{video}/3"]["true"] == "a red car" and rows[f"{video}/7"]["image_2"].endswith(f"{video}/img3.jpg")

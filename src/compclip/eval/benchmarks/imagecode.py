@@ -1,0 +1,90 @@
+"""ImageCoDe (Krojer et al., ACL 2022): a contextual description and ten similar images (video frames or a static
+set); the description must pick its image.
+
+Layout: the McGill-NLP/imagecode repository's `data/valid_data.json` (`{set: {image index: description}}`; the test
+set's labels are not public) in `imagecode/data/`, with the image sets (`image-sets.zip` from Zenodo) unzipped in
+`imagecode/data/` as the README shows them: one folder a set, `img<N>.jpg`, N the frame number of a video's frame.
+
+Rule: `baselines/clip/zero_shot.py`: a set's images sorted by N, the description (stripped) scored against each, right
+when the top-ranked image is the one at its index; accuracy over all descriptions, over the static sets (`open-images`
+in the set's name) and over the video ones. The release ranks with numpy's `argsort`, which does not promise an
+order among equal scores: compclip counts a tie wrong (strict), or gives it to the first image (`--ties clip_benchmark`).
+A set without its ten images leaves its descriptions out, counted missing (an image gone would shift the indices).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from ...errors import DataError
+from .. import protocols
+from ..base import Benchmark, Missing, Result, rate, read_json, register
+from ..items import image_choice_rows
+
+SPLITS = ("static", "video")
+SET_SIZE = 10  # images a set holds
+FRAME = re.compile(r"img(\d+)\.jpg")
+
+
+@register
+class ImageCoDe(Benchmark):
+    name = "imagecode"
+    task = "image_caption_selection"
+    splits = SPLITS
+    layout = ("ImageCoDe: data/valid_data.json of github.com/McGill-NLP/imagecode in DATA_ROOT/imagecode/data/, the image "
+              "sets (Zenodo's image-sets.zip) unzipped there: DATA_ROOT/imagecode/data/<set>/img<N>.jpg")
+
+    def file(self, root: Path) -> Path:
+        return root / self.name / "data" / "valid_data.json"
+
+    def lacks(self, root, splits):
+        return self.missing_files(root, [self.file(root)])
+
+    def sets(self, root: Path) -> dict[str, dict[str, str]]:
+        file = self.file(root)
+        found = read_json(file)
+        if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+            raise DataError(f"{file}: not {{image set: {{image index: description}}}}")
+        return found
+
+    def frames(self, root: Path, image_set: str) -> list[Path]:
+        """The set's images in the release's order: by the number in `img<N>.jpg`."""
+        folder = root / self.name / "data" / image_set
+        found = [p for p in folder.glob("img*.jpg") if FRAME.fullmatch(p.name)] if folder.is_dir() else []
+        return sorted(found, key=lambda p: int(FRAME.fullmatch(p.name).group(1)))
+
+    def images(self, root):
+        return [p for image_set in self.sets(root) for p in self.frames(root, image_set)]
+
+    def run(self, scorer, root, ties, splits=(), options=None):
+        missing, metrics, items, absent = Missing.of(scorer), {}, [], {}
+        sets = self.sets(root)
+        together = []
+        for split in splits or self.splits:
+            scorer.at(split)
+            asked = [(s, int(index), text.strip()) for s, described in sets.items() if ("open-images" in s) == (split == "static")
+                     for index, text in described.items()]
+            kept = []
+            for image_set, index, text in asked:
+                frames = self.frames(root, image_set)
+                if len(frames) != SET_SIZE:  # an image gone shifts every index after it: the set cannot be scored
+                    missing.files.setdefault(str(root / self.name / "data" / image_set), f"{len(frames)} of its {SET_SIZE} images")
+                elif missing.keep(frames):
+                    kept.append((image_set, index, text, frames))
+            flat = [(frame, text) for _, _, text, frames in kept for frame in frames]
+            scores = scorer.pairs([f[0] for f in flat], [f[1] for f in flat]) if flat else torch.zeros(0)
+            rows = list(torch.split(scores, [len(k[3]) for k in kept])) if kept else []
+            correct = torch.cat([protocols.picks(r[None], k[1], ties) for r, k in zip(rows, kept, strict=True)]) if kept \
+                else torch.zeros(0, dtype=torch.bool)
+            metrics[split] = {"acc": rate(correct), "n": len(kept), "n_missing": len(asked) - len(kept)}
+            if asked and not kept:
+                absent[f"{root / self.name / 'data'} [{split}]"] = f"no {split} image set found: not scored"
+            together.append(correct)
+            items += image_choice_rows(split, [f"{k[0]}/{k[1]}" for k in kept], [k[3] for k in kept], [k[2] for k in kept],
+                                       [r.tolist() for r in rows], [k[1] for k in kept], correct)
+        everything = torch.cat(together)
+        if everything.numel():
+            metrics["overall"] = rate(everything)
+        return Result(metrics, missing, absent, items)
