@@ -87,7 +87,7 @@ def check_items(name, result, ties, root):
     assert tuple(rows.columns[: len(COLUMNS)]) == COLUMNS and len(rows) == len(result.items)
     assert all(isinstance(v, str) and v for v in rows["image"]) and all(isinstance(v, str) for v in rows["true"])
     for row in rows.itertuples():
-        if name == "winoground":
+        if name in ("winoground", "eqben"):
             expected = row.text_correct and row.image_correct
         elif name == "retrieval":
             expected = row.rank == 0
@@ -1114,3 +1114,49 @@ def test_imagecode_picks_among_a_sets_ten_images_in_frame_order_static_and_video
     assert first.metrics["video"]["acc"] == pytest.approx(1 / 3)
     rows = {r["item"]: r for r in result.items}
     assert rows[f"{video}/3"]["true"] == "a red car" and rows[f"{video}/7"]["image_2"].endswith(f"{video}/img3.jpg")
+
+
+# ---- EqBen: the released records, Winoground's three scores per subset -----------------------------------------------
+
+def cal_wino_score(result):
+    """`evaluate_eqben_locally.py`'s `cal_wino_score`, written again on numpy arrays of c{caption}i{image} scores."""
+    text = np.logical_and(result["c0i0"] > result["c1i0"], result["c1i1"] > result["c0i1"])
+    image = np.logical_and(result["c0i0"] > result["c0i1"], result["c1i1"] > result["c1i0"])
+    return text.mean(), image.mean(), np.logical_and(text, image).mean()
+
+
+def test_eqben_scores_each_subset_as_the_release_and_counts_a_subset_without_images(tmp_path):
+    images = tmp_path / "eqben" / "images"
+    for folder in ("eqbensd", "eqbenkubric_attr"):
+        for c in ("red", "blue", "yellow"):
+            solid(images / folder / f"{c}.png", c)
+    records = [  # (subset, image0, caption0, image1, caption1)
+        ("eqbensd", "red", "a red thing", "blue", "a blue thing"),  # all right
+        ("eqbensd", "red", "a blue thing", "blue", "a red thing"),  # all wrong
+        ("eqbensd", "red", ["a red thing", "a blue thing"], "yellow", "a green thing"),  # list: its first; c0: red 1, yellow 1/√2
+        ("eqbenkubric_attr", "red", "a red green thing", "blue", "a blue thing"),
+        ("eqbenag", "gone", "a red thing", "gone2", "a blue thing")]  # images not there: missing
+    ann = [{"image0": f"{s}/{i0}.png", "caption0": c0, "image1": f"{s}/{i1}.png", "caption1": c1} for s, i0, c0, i1, c1 in records]
+    (tmp_path / "eqben" / "all_select.json").write_text(json.dumps(ann))
+    bright = {"red": (1, 0, 0), "blue": (0, 0, 1), "yellow": (1, 1, 0)}
+
+    def s(image, caption):
+        caption = caption[0] if isinstance(caption, list) else caption
+        v, t = bright[image], [caption.split().count(w) for w in WORDS]
+        return sum(a * b for a, b in zip(v, t, strict=False)) / (math.hypot(*v) * math.hypot(*t)) if any(t) else 0.0
+
+    def release(rows):
+        return cal_wino_score({f"c{c}i{i}": np.array([s(r[1 + 2 * i], r[2 + 2 * c]) for r in rows]) for c in (0, 1) for i in (0, 1)})
+
+    result = run("eqben", tmp_path)
+    text, image, group = release(records[:3])
+    assert result.metrics["eqbensd"] == {"text": text, "image": image, "group": group, "n": 3, "n_missing": 0}
+    assert (text, image, group) == (pytest.approx(1 / 3), pytest.approx(2 / 3), pytest.approx(1 / 3))
+    ag = result.metrics["eqbenag"]  # its images not there: counted missing, its scores NaN, never 0
+    assert (ag["n"], ag["n_missing"]) == (0, 1) and all(math.isnan(ag[k]) for k in ("text", "image", "group"))
+    assert result.metrics["overall"]["group"] == pytest.approx((1 + release(records[3:4])[2]) / 4)
+    assert f"{tmp_path / 'eqben' / 'all_select.json'} [eqbengebc]" in result.absent and len(result.missing.files) == 2
+    assert REGISTRY["eqben"].kind_of("eqbenkubric_attr") == "attribute"
+    (tmp_path / "eqben" / "full.json").write_text(json.dumps([{"image0": "eqbensd/red.png", "caption0": "x", "image1": "y"}]))
+    with pytest.raises(Exception, match=r"full.json: record 0 lacks caption1"):
+        run("eqben", tmp_path, annotation="full.json")

@@ -1,0 +1,100 @@
+"""EqBen (Wang et al., ICCV 2023): two images that differ minimally (video frames, synthetic renders) and their two
+captions; Winoground's text, image and group scores.
+
+Layout: the release's annotation in `eqben/` with its images in `eqben/images/`: the small public subset the README
+offers (`eqben_vllm.zip`: `all_select.json`, `images/<subset>/...`) unzipped into `eqben/`, or the full annotation the
+README published in 2023-09 ("formalized similar to Winoground") under another name (`--bench-opt eqben.annotation=FILE`,
+relative to `eqben/`). A record is `{image0, caption0, image1, caption1}`, images relative to `images/`; a caption
+given as a list counts its first, as the release's `eqben_utils.py` loaders do (`EqBenAG`: "only use the first
+caption in the caption list").
+
+Rule: `evaluate_eqben_locally.py` (`cal_wino_score`): text right when c0 scores i0 above c1 and c1 scores i1 above c0
+(`c0i0 > c1i0 and c1i1 > c0i1`), image right when each caption prefers its own image (`c0i0 > c0i1 and c1i1 > c1i0`),
+group both; a tie wrong. Per subset, the first folder of `image0` (eqbenag, eqbenyoucook2, eqbengebc, eqbenkubric_loc,
+eqbenkubric_attr, eqbenkubric_cnt, eqbensd: `SUBSET_LENGTH_INFO`), and `overall` over every record scored. A subset
+of the annotation whose images are not there is counted missing; the release's YouCook2 frames are `.npy` arrays
+(`process_img_npy`), which compclip does not decode: counted as unreadable, never scored.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from ...errors import DataError
+from ...options import option
+from .. import protocols
+from ..base import Benchmark, Missing, Result, rate, read_json, register
+from ..items import grid_rows
+
+SUBSETS = ("eqbenag", "eqbenyoucook2", "eqbengebc", "eqbenkubric_loc", "eqbenkubric_attr", "eqbenkubric_cnt", "eqbensd")
+KINDS = {"eqbenkubric_loc": "relation", "eqbenkubric_attr": "attribute"}
+FIELDS = ("image0", "caption0", "image1", "caption1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    annotation: str = option("all_select.json", "the annotation file under DATA_ROOT/eqben/: the public subset's all_select.json, "
+                                                "or the full release's annotation of the same records")
+
+
+@register
+class EqBen(Benchmark):
+    name = "eqben"
+    task = "image_caption_selection"
+    splits = SUBSETS
+    Options = Options
+    layout = ("EqBen: the README's public subset (eqben_vllm.zip: all_select.json and images/) unzipped into DATA_ROOT/eqben/, "
+              "or the full annotation there (--bench-opt eqben.annotation=FILE) with the images in DATA_ROOT/eqben/images/")
+
+    def kind_of(self, split):
+        return KINDS.get(split)
+
+    def file(self, root: Path, options: Options) -> Path:
+        return root / self.name / options.annotation
+
+    def lacks(self, root, splits):
+        return self.missing_files(root, [self.file(root, Options())])
+
+    def records(self, root: Path, options: Options) -> list[dict]:
+        file = self.file(root, options)
+        found = read_json(file)
+        if not isinstance(found, list):
+            raise DataError(f"{file}: not a list of {{{', '.join(FIELDS)}}} records")
+        records = []
+        for k, r in enumerate(found):
+            if not isinstance(r, dict) or not set(FIELDS) <= set(r):
+                raise DataError(f"{file}: record {k} lacks {', '.join(f for f in FIELDS if not isinstance(r, dict) or f not in r)}")
+            first = {c: r[c][0] if isinstance(r[c], list) else r[c] for c in ("caption0", "caption1")}
+            records.append({"id": k, **r, **first, "subset": str(r["image0"]).split("/")[0]})
+        return records
+
+    def images(self, root):
+        base = root / self.name / "images"
+        return list(dict.fromkeys(base / r[i] for r in self.records(root, Options()) for i in ("image0", "image1")))
+
+    def run(self, scorer, root, ties, splits=(), options=None):
+        options = options or Options()
+        missing, metrics, items, absent, together = Missing.of(scorer), {}, [], {}, []
+        base = root / self.name / "images"
+        records = self.records(root, options)
+        for split in splits or self.splits:
+            asked = [r for r in records if r["subset"] == split]
+            if not asked:
+                absent[f"{self.file(root, options)} [{split}]"] = "the annotation holds no record of this subset: not scored"
+                continue
+            scorer.at(split)
+            kept = [r for r in asked if missing.keep([base / r["image0"], base / r["image1"]])]
+            scores = torch.stack([  # (n, caption, image)
+                torch.stack([scorer.pairs([base / r[f"image{i}"] for r in kept], [r[f"caption{c}"] for r in kept]) for i in (0, 1)], dim=-1)
+                for c in (0, 1)], dim=1) if kept else torch.zeros(0, 2, 2)
+            result = protocols.winoground(scores, ties)
+            metrics[split] = {**{k: rate(v) for k, v in result.items()}, "n": len(kept), "n_missing": len(asked) - len(kept)}
+            together.append(result)
+            items += grid_rows(split, [r["id"] for r in kept], [(base / r["image0"], base / r["image1"]) for r in kept],
+                               [(r["caption0"], r["caption1"]) for r in kept], scores, result["group"],
+                               {"text_correct": result["text"], "image_correct": result["image"]})
+        if together and sum(len(r["group"]) for r in together):
+            metrics["overall"] = {k: rate(torch.cat([r[k] for r in together])) for k in ("text", "image", "group")}
+        return Result(metrics, missing, absent, items)
