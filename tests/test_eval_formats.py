@@ -1075,7 +1075,7 @@ def test_spec_scores_both_directions_by_the_releases_argmax_and_averages_the_sub
     assert rows["count_i2t", "0"]["true"] == "a red car" and rows["count_i2t", "0"]["false"] in ("a blue car", "a green car")
     assert bench.kind_of("relative_spatial_t2i") == "relation" and bench.kind_of("count_i2t") is None
     (count / "text2image.json").write_text(json.dumps([{"query": "a red car", "keys": ["images/red.jpg"], "label": 3}]))
-    with pytest.raises(Exception, match=r"text2image.json: sample 0 is not \{query, keys, label\} with the label among the keys"):
+    with pytest.raises(Exception, match=r"text2image.json: sample 0 is not \{query, keys, label\} with two keys or more and the"):
         bench.run(scorer(), tmp_path, bench.ties)
 
 
@@ -1160,3 +1160,29 @@ def test_eqben_scores_each_subset_as_the_release_and_counts_a_subset_without_ima
     (tmp_path / "eqben" / "full.json").write_text(json.dumps([{"image0": "eqbensd/red.png", "caption0": "x", "image1": "y"}]))
     with pytest.raises(Exception, match=r"full.json: record 0 lacks caption1"):
         run("eqben", tmp_path, annotation="full.json")
+
+
+def test_eval_benchmark_all_runs_every_benchmark_whose_files_are_there(tmp_path, capsys):
+    """`compclip eval --benchmark all`, as a user runs it: the benchmarks whose files the data root holds (here VALSE and
+    SPEC), each with its result file; a root with none is one line, before any model is built."""
+    from test_recipes import run_main
+
+    data = tmp_path / "root" / "valse" / "data"
+    solid(data / "visual7w" / "images" / "v7w_1.jpg", "red")
+    (data / "existence.json").write_text(json.dumps({"e0": valse_record("v7w_1.jpg", "a red car", "a blue car")}))
+    spec = tmp_path / "root" / "spec" / "count"
+    solid(spec / "a.jpg", "blue")
+    solid(spec / "b.jpg", "red")
+    (spec / "image2text.json").write_text(json.dumps([{"query": "a.jpg", "keys": ["a red car", "a blue car"], "label": 1}]))
+    (spec / "text2image.json").write_text(json.dumps([{"query": "a blue car", "keys": ["a.jpg", "b.jpg"], "label": 0}]))
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "compclip-tiny-clip", "--benchmark", "all", "--data-root",
+                              tmp_path / "root", "--out", tmp_path / "out", "--workers", "0", "--device", "cpu")
+    assert code == 0, err[-2000:]  # results written, marked incomplete (the other instruments and subsets are absent, said)
+    assert "valse: " in err and "plurals.json absent: instrument not scored" in err
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.json")) == ["spec.json", "valse.json"]
+    assert json.loads((tmp_path / "out" / "valse.json").read_text())["metrics"]["existence"]["n"] == 1
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "compclip-tiny-clip", "--benchmark", "all", "--data-root",
+                            tmp_path / "empty", "--out", tmp_path / "out2")
+    assert code != 0 and err.startswith(f"error: --benchmark all: no benchmark's files are under {tmp_path / 'empty'}")
+    assert not (tmp_path / "out2").exists()

@@ -25,7 +25,8 @@ def split_options(items: list[str]) -> dict[str, dict[str, str]]:
 @dataclass(frozen=True)
 class EvalConfig:
     model: str = option(help=MODEL_HELP)
-    benchmark: str = option(help="Comma-separated benchmarks, NAME or NAME/SPLIT (`compclip benchmarks` lists them).")
+    benchmark: str = option(help="Comma-separated benchmarks, NAME or NAME/SPLIT (`compclip benchmarks` lists them); all: every "
+                                 "benchmark whose files are under the data root.")
     out: str = option(help="Folder for the <benchmark>.json results.")
     pretrained: str | None = option(None, "open_clip pretrained tag or weights file for --model.")
     data_root: str | None = option(None, "Benchmark data root (docs/data.md).  [default: $COMPCLIP_DATA]")

@@ -50,9 +50,18 @@ class Job:
         return self.label.replace("/", "-") + ITEMS_SUFFIX
 
 
-def resolve(items: str | list[str]) -> list[Job]:
-    """`--benchmark` items as jobs: NAME or NAME/SPLIT (CLIP_benchmark's `sugar_crepe/swap_att`), each checked."""
+def resolve(items: str | list[str], root: Path | None = None) -> list[Job]:
+    """`--benchmark` items as jobs: NAME or NAME/SPLIT (CLIP_benchmark's `sugar_crepe/swap_att`), each checked; `all`,
+    every benchmark whose files are under `root` (none there: one line saying what each lacks)."""
     items = [n.strip() for n in (items.split(",") if isinstance(items, str) else items) if n.strip()]
+    if "all" in items:
+        if root is None:
+            raise UsageError("--benchmark all takes the benchmarks whose files are under the data root: name them here")
+        lacking = {name: bench.lacks(root, ()) for name, bench in sorted(REGISTRY.items())}
+        items = [name for name, why in lacking.items() if why is None] + [i for i in items if i != "all"]
+        if not items:
+            raise MissingFileError(f"--benchmark all: no benchmark's files are under {root} (`compclip data check` says what each "
+                                   f"lacks; first, {next(iter(lacking))}: {next(iter(lacking.values()))})")
     jobs = []
     for item in items:
         name, _, split = item.partition("/")
@@ -117,9 +126,11 @@ def evaluated_nothing(record: dict[str, Any]) -> bool:
 
 def check_options(cfg: EvalConfig):
     """Every option checked before a model is built or a file written: the benchmarks, their options, the data root."""
-    jobs, root = resolve(cfg.benchmark), data_root(cfg.data_root)
+    every = "all" in [n.strip() for n in cfg.benchmark.split(",")]  # `all` reads the data root; a name is checked first
+    jobs, root = None if every else resolve(cfg.benchmark), data_root(cfg.data_root)
     if not root.is_dir():
         raise MissingFileError(f"{root}: the data root is not a folder (--data-root or COMPCLIP_DATA)")
+    jobs = jobs or resolve(cfg.benchmark, root)
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise UsageError(f"--out {cfg.out} is a file; results go into a folder")
     if cfg.ties not in TIE_OPTIONS:

@@ -59,8 +59,9 @@ class SPEC(Benchmark):
         file = self.folder(root, subset) / ("image2text.json" if direction == "i2t" else "text2image.json")
         samples = read_json(file)
         for k, s in enumerate(samples):
-            if not isinstance(s, dict) or not {"query", "keys", "label"} <= set(s) or not 0 <= int(s["label"]) < len(s["keys"]):
-                raise DataError(f"{file}: sample {k} is not {{query, keys, label}} with the label among the keys")
+            if not isinstance(s, dict) or not {"query", "keys", "label"} <= set(s) or not 0 <= int(s["label"]) < len(s["keys"]) \
+                    or len(s["keys"]) < 2:
+                raise DataError(f"{file}: sample {k} is not {{query, keys, label}} with two keys or more and the label among them")
         return samples
 
     def images(self, root):
