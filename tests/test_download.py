@@ -96,7 +96,10 @@ def test_every_download_is_https_with_a_pinned_checksum():
     from compclip.eval.base import downloads
 
     manifest = downloads()
-    assert set(manifest) == {"sugarcrepe", "sugarcrepe_pp", "coco_val2017", "coco_captions"}
+    assert set(manifest) == {"sugarcrepe", "sugarcrepe_pp", "coco_val2017", "coco_captions", "valse", "imagecode"}
+    assert len(manifest["valse"]) == 11 and all(a.path.startswith("valse/data/") for a in manifest["valse"])
+    pinned = {a.url.split("/")[5] for a in manifest["valse"] + manifest["imagecode"]}  # raw files at a commit, not a branch
+    assert all(len(c) == 40 for c in pinned), pinned
     assets = [a for assets in manifest.values() for a in assets]
     assert {a.url.split("://")[0] for a in assets} == {"https"}
     assert all(len(a.sha256) == 64 and int(a.sha256, 16) >= 0 for a in assets)

@@ -21,10 +21,13 @@ import torch
 from ...errors import DataError
 from .. import protocols
 from ..base import Benchmark, Missing, Result, rate, read_json, register
+from ..download import Asset
 from ..items import image_choice_rows
 
 SPLITS = ("static", "video")
 SET_SIZE = 10  # images a set holds
+VALID = ("https://raw.githubusercontent.com/McGill-NLP/imagecode/609f07611aed2599f946c30d730f40a41af1079b/data/valid_data.json",
+         "cb4b8482354ba9bac62b6e101f145f9e59722dcf3b3fd42583f5b6de12bc698a")  # the descriptions; the image sets come from Zenodo
 FRAME = re.compile(r"img(\d+)\.jpg")
 
 
@@ -35,6 +38,7 @@ class ImageCoDe(Benchmark):
     splits = SPLITS
     layout = ("ImageCoDe: data/valid_data.json of github.com/McGill-NLP/imagecode in DATA_ROOT/imagecode/data/, the image "
               "sets (Zenodo's image-sets.zip) unzipped there: DATA_ROOT/imagecode/data/<set>/img<N>.jpg")
+    assets = (Asset(VALID[0], "imagecode/data/valid_data.json", VALID[1]),)
 
     def file(self, root: Path) -> Path:
         return root / self.name / "data" / "valid_data.json"

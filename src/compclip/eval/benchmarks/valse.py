@@ -23,6 +23,7 @@ import torch
 
 from .. import protocols
 from ..base import Benchmark, Missing, Result, accuracy, mean_present, read_json, register
+from ..download import Asset
 from ..items import choice_rows
 
 # instrument: (its file under valse/data/, its images' folder under valse/data/ or None for COCO val2014 under the root)
@@ -43,6 +44,20 @@ PIECES = {"counting": ("counting_hard", "counting_small", "counting_adversarial"
           "coreference": ("coreference_standard", "coreference_hard")}
 KINDS = {"relations": "relation", "actant_swap": "relation", "foil_it": "object"}  # the others: read from the words
 VALIDATED = 2  # of the three annotators, at least this many chose the caption and not the foil (README: "valid foils")
+SOURCE = "https://raw.githubusercontent.com/Heidelberg-NLP/VALSE/2152d90d4aecd11f7f74cf03420abcb63efff9c5/data"
+SHA256 = {  # the files at that commit
+    "actant-swap.json": "915294ac3ade7c4c067b1c6841d0db93b60cb8a61ac8e2fb6b125c2a1c0ca93a",
+    "action-replacement.json": "336ba134f29a3475d0508809067218909a6bd30f079c59309d19244eccb7917f",
+    "coreference-hard.json": "ef54d8d971d9e0f264e07de08d9915c6e3d6129a2f239888f2b938f5c2eb4139",
+    "coreference-standard.json": "dae1d9eb018acb54e29a1c4983f3563f86ec3b6beb4037a261564270b0473e95",
+    "counting-adversarial.json": "0d23529308449c98b37a91048a865a5f377325eceb9accd73f2947bc512d12b0",
+    "counting-hard.json": "2cc83615653675fb50914ce2d8ab4041cce1278eed7ac0abf6f319dbce5c967a",
+    "counting-small-quant.json": "ca0645885b05738f6c6df2dffec70c669aaff64114017f33425821faab4bc374",
+    "existence.json": "b20fca52eba86c544083d423345a2e28e60e601ef61c56c9ac1c73a95a3a6d18",
+    "foil-it.json": "6f6f0d7494271ed28f6e6f075c3ba36ba1bc45d00ecf7403920f060915130460",
+    "plurals.json": "43760db7fc8c6f2a21d3536d52f81539cb101f3370e8d2effb09de43d91486a3",
+    "relations.json": "061fc557459c318ccd6734d07c21cfa5bf5ae87aa6b1110b8f5ec3d6b2911043",
+}
 
 
 @register
@@ -54,6 +69,7 @@ class VALSE(Benchmark):
               "images where its config.py puts them under DATA_ROOT/valse/data/ (visual7w/images, plurals/test_images, "
               "relations/test_images, actions/images_512, coref/...), FOIL-it!'s COCO val2014 in DATA_ROOT/coco/val2014/")
     misplaced = (("valse/existence.json", "the instrument files go in valse/data/, as the repository lays them out"),)
+    assets = tuple(Asset(f"{SOURCE}/{file}", f"valse/data/{file}", sha) for file, sha in SHA256.items())  # the JSONs; not the images
 
     def kind_of(self, split):
         return KINDS.get(split)
