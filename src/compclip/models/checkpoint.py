@@ -205,7 +205,37 @@ def check_checkpoint_folder(folder: Path) -> dict[str, Any]:
         if differ:
             raise DataError(f"{folder / CONFIG_NAME}: model_name {config['model_name']!r} does not match the folder's architecture "
                             f"({', '.join(differ[:5])} differ): model_name was edited, or names another model")
+    _refuse_another_context_length(folder, config)
     return config
+
+
+TEXT_POSITIONS = ("positional_embedding", "text.positional_embedding")  # open_clip's text towers: CLIP's, CustomTextCLIP's
+
+
+def _text_positions(file: Path) -> tuple[str, int] | None:
+    """(key, length) of the weights' text positional embedding, read from the file's header alone; None for a text tower
+    without one of open_clip's (a Hugging Face tower) or a header that does not read (the loader says why)."""
+    try:
+        with safe_open(str(file), framework="pt") as weights:
+            key = next((k for k in TEXT_POSITIONS if k in weights.keys()), None)  # noqa: SIM118 (no __contains__)
+            return (key, weights.get_slice(key).get_shape()[0]) if key else None
+    except (SafetensorError, OSError):
+        return None
+
+
+def _refuse_another_context_length(folder: Path, config: dict[str, Any]) -> None:
+    """A tokenizer of another context length than the text tower was trained at still runs (the tower slices its
+    positional embedding to the tokens' length) and scores, every number changed: refused, the weights' length the truth
+    and open_clip_config.json's (what `local-dir:` loads with) named beside it."""
+    said = config["tokenizer"].get("context_length") if isinstance(config["tokenizer"], dict) else None
+    written = config["model_cfg"].get("text_cfg", {}).get("context_length", open_clip.tokenizer.DEFAULT_CONTEXT_LENGTH)
+    positions = _text_positions(folder / WEIGHTS_NAME)
+    if said == (positions[1] if positions else written):
+        return
+    weights = f"the weights' {positions[0]} holds {positions[1]} positions and " if positions else ""
+    raise DataError(f"{folder / CONFIG_NAME}: tokenizer.context_length is {said}, but {weights}{OPEN_CLIP_CONFIG_NAME} has "
+                    f"text_cfg.context_length {written}: one was edited (every caption would be cut or padded to a length the "
+                    "model was not trained at)")
 
 
 def save_checkpoint(model: torch.nn.Module, folder: str | Path, state: dict[str, Any] | None = None,
