@@ -591,6 +591,20 @@ def test_a_run_folder_with_no_checkpoint_yet_says_so(three_steps, tmp_path, caps
         load_model(run)
 
 
+def test_a_damaged_newest_checkpoint_offers_the_newest_whole_one_before_it(three_steps, tmp_path, capsys):
+    """Not the oldest: of steps 1 and 2, both whole, the resume is offered step 2."""
+    run = copy_of(three_steps, tmp_path)
+    state = run / "checkpoints" / "step_0000003" / "training_state.pt"
+    state.write_bytes(state.read_bytes()[:100])
+    code, _, err = run_main(capsys, "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data",
+                            three_steps.parent / "train.csv", "--out", run, "--batch-size", "8", "--steps", "3", "--lr", "1e-3",
+                            "--workers", "0", "--save-every", "1", "--keep", "3")
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and len(lines) == 1, err
+    assert f"{state}: damaged, cannot resume" in lines[0]
+    assert f"the previous checkpoint {run / 'checkpoints' / 'step_0000002'} is complete" in lines[0], lines[0]
+
+
 def test_more_steps_on_resume_extend_a_finished_run_and_fewer_are_refused(tmp_path, capsys):
     """open_clip_train resumes with more epochs: `--steps 5` on a finished 3-step run trains steps 4 and 5, its cosine
     stretched to the new end (each step's rate the 5-step schedule's), said in one line and recorded in config.json;
