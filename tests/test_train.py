@@ -591,18 +591,36 @@ def test_a_run_folder_with_no_checkpoint_yet_says_so(three_steps, tmp_path, caps
         load_model(run)
 
 
+def resumed(capsys, three_steps: Path, run: Path) -> tuple[int, str, str]:
+    """`compclip train` of `three_steps`'s options on its copy `run`: a resume."""
+    return run_main(capsys, "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data",
+                    three_steps.parent / "train.csv", "--out", run, "--batch-size", "8", "--steps", "3", "--lr", "1e-3", "--workers",
+                    "0", "--save-every", "1", "--keep", "3")
+
+
 def test_a_damaged_newest_checkpoint_offers_the_newest_whole_one_before_it(three_steps, tmp_path, capsys):
     """Not the oldest: of steps 1 and 2, both whole, the resume is offered step 2."""
     run = copy_of(three_steps, tmp_path)
     state = run / "checkpoints" / "step_0000003" / "training_state.pt"
     state.write_bytes(state.read_bytes()[:100])
-    code, _, err = run_main(capsys, "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data",
-                            three_steps.parent / "train.csv", "--out", run, "--batch-size", "8", "--steps", "3", "--lr", "1e-3",
-                            "--workers", "0", "--save-every", "1", "--keep", "3")
+    code, _, err = resumed(capsys, three_steps, run)
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert code == 2 and len(lines) == 1, err
     assert f"{state}: damaged, cannot resume" in lines[0]
     assert f"the previous checkpoint {run / 'checkpoints' / 'step_0000002'} is complete" in lines[0], lines[0]
+
+
+def test_a_resume_past_a_newest_step_removed_by_hand_goes_on_from_the_newest_whole_one(three_steps, tmp_path, capsys):
+    """It stopped with "step_0000003/config.json: not a compclip checkpoint folder": the run goes on from step 2, said,
+    and logs step 3's loss as the run never interrupted logged it."""
+    run = copy_of(three_steps, tmp_path)
+    shutil.rmtree(run / "checkpoints" / "step_0000003")
+    code, _, err = resumed(capsys, three_steps, run)
+    assert code in (0, None), err
+    assert (f"{run / 'checkpoints' / 'latest'} names step_0000003, which is gone: loading the newest whole checkpoint, "
+            f"{run / 'checkpoints' / 'step_0000002'}") in err
+    assert logged(tmp_path, "run", "siglip") == pytest.approx(logged(three_steps.parent, "run", "siglip"), rel=1e-6)
+    assert (run / "checkpoints" / "latest").read_text() == "step_0000003"
 
 
 def test_more_steps_on_resume_extend_a_finished_run_and_fewer_are_refused(tmp_path, capsys):
