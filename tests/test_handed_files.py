@@ -158,12 +158,66 @@ def test_a_checkpoints_tokenizer_cannot_ask_to_run_its_own_code(tmp_path):
     model, _, _ = load_model("compclip-tiny-clip")
     folder = save_checkpoint(model, tmp_path / "ckpt")
     config = json.loads((folder / "config.json").read_text())
-    config["tokenizer"] = {"source": f"local-dir:{rogue}", "context_length": 16}
+    config["tokenizer"]["source"] = f"local-dir:{rogue}"
     (folder / "config.json").write_text(json.dumps(config))
     _, _, tokenizer = load_model(str(folder))
     with pytest.raises(DataError, match=r"rogue-tokenizer: its open_clip_config.json asks to run the tokenizer's own Python"):
         tokenizer(["a red car"])
     assert not marker.exists()
+
+
+# ---- a checkpoint whose config.json says what its weights do not --------------------------------------------------------
+
+
+def eval_args(folder, data_root, out):
+    return ("eval", "--model", folder, "--benchmark", "sugarcrepe/swap_att", "--data-root", data_root, "--out", out, "--workers", "0",
+            "--device", "cpu")
+
+
+def test_a_checkpoint_whose_tokenizer_says_another_context_length_than_its_weights_is_refused(tmp_path, capsys, swap_root):
+    """It evaluated, exit 0, every number changed (a mean R@1 of 0.100 became 0.0375): the text tower slices its positional
+    embedding to the tokenizer's rows. Refused by `compclip eval` and `compclip.load_model`, the weights' length named."""
+    import compclip
+
+    model, _, _ = load_model("compclip-tiny-clip")
+    folder = save_checkpoint(model, tmp_path / "ckpt")
+    config = json.loads((folder / "config.json").read_text())
+    config["tokenizer"]["context_length"] = 16
+    (folder / "config.json").write_text(json.dumps(config))
+    positions = model.positional_embedding.shape[0]
+    said = (f"{folder / 'config.json'}: tokenizer.context_length is 16, but the weights' positional_embedding holds {positions} "
+            f"positions and open_clip_config.json has text_cfg.context_length {positions}")
+    one_error_line(*run_main(capsys, *eval_args(folder, swap_root, tmp_path / "out"))[::2], said)
+    assert not list((tmp_path / "out").glob("*.json"))
+    with pytest.raises(DataError, match=re.escape(said)):
+        compclip.load_model(str(folder))
+
+
+@pytest.mark.parametrize("source", ["local-dir", "hf-hub", "name"])
+def test_a_checkpoints_tokenizer_that_is_not_there_is_refused_not_replaced_by_clips(tmp_path, capsys, swap_root, hub_cache, source):
+    """open_clip tokenizes a name it does not know with its default CLIP BPE after a generic warning, and a missing folder
+    or hub repository surfaced at the first caption as a download to retry. Refused when the checkpoint loads, naming its
+    config.json, the source and where it was looked for; a hub repository in the cache still loads offline."""
+    import open_clip
+
+    from conftest import plant_hub_repo
+
+    model, _, _ = load_model("compclip-tiny-clip")
+    folder = save_checkpoint(model, tmp_path / "ckpt")
+    config = json.loads((folder / "config.json").read_text())
+    named, where = {"local-dir": (f"local-dir:{tmp_path / 'gone'}", f"no {tmp_path / 'gone' / 'open_clip_config.json'}"),
+                    "hf-hub": ("hf-hub:someone/tokenizer", f"offline, and the Hugging Face cache {hub_cache} holds none"),
+                    "name": ("ViT-Q-99", "open_clip knows no model of that name")}[source]
+    config["tokenizer"]["source"] = named
+    (folder / "config.json").write_text(json.dumps(config))
+    said = f"{folder / 'config.json'}: its tokenizer {named} is not there ({where}"
+    one_error_line(*run_main(capsys, *eval_args(folder, swap_root, tmp_path / "out"))[::2], said)
+    with pytest.raises(DataError, match=re.escape(said)):
+        load_model(str(folder))
+    if source == "hf-hub":
+        plant_hub_repo(hub_cache, "someone/tokenizer", {"open_clip_config.json": json.dumps({"model_cfg": config["model_cfg"]}).encode()})
+        tokens = load_model(str(folder))[2](["a red car"])
+        assert torch.equal(tokens, open_clip.SimpleTokenizer(context_length=config["tokenizer"]["context_length"])(["a red car"]))
 
 
 # ---- links planted in a run folder or a store --------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,10 +17,10 @@ import pytest
 import torch
 
 import dist_grads
-from compclip.errors import UsageError
+from compclip.errors import MissingFileError, UsageError
 from compclip.models import load_model
 from compclip.train import DistEnv
-from conftest import run_tree
+from conftest import run_main, run_tree
 
 HERE = Path(__file__).parent
 
@@ -528,6 +529,98 @@ def test_a_run_folder_latest_best_and_a_step_are_one_notion_of_a_checkpoint(tmp_
     from compclip.eval import load_scorer
 
     assert load_scorer(str(run)).model is not None  # the library's own door: the same rule
+
+
+@pytest.fixture(scope="module")
+def three_steps(tmp_path_factory):
+    """A run of three whole checkpoints (steps 1, 2 and 3; `checkpoints/latest` names step 3): each test damages a copy."""
+    from compclip.train import train
+
+    root = tmp_path_factory.mktemp("three-steps")
+    train(settings_config(root, "run", steps=3, save_every=1, keep=3))
+    return root / "run"
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("pointer", ["gone", "empty", "missing"])
+def test_a_stale_empty_or_missing_latest_means_the_newest_whole_checkpoint_said(three_steps, tmp_path, capsys, caplog, pointer):
+    """`checkpoints/latest` naming a step removed by hand was "unknown model ... open_clip.list_models()"; an empty one
+    made a run of whole checkpoints unloadable ("no config.json"), a missing one "config.json: missing keys". Each means
+    the newest whole step there, said in one line, through the run folder, its checkpoints folder and `compclip export`."""
+    from safetensors.torch import load_file
+
+    run = copy_of(three_steps, tmp_path)
+    checkpoints, latest = run / "checkpoints", run / "checkpoints" / "latest"
+    newest = checkpoints / ("step_0000002" if pointer == "gone" else "step_0000003")
+    if pointer == "gone":
+        shutil.rmtree(checkpoints / "step_0000003")
+        said = f"{latest} names step_0000003, which is gone"
+    elif pointer == "empty":
+        latest.write_text("")
+        said = f"{latest} is empty"
+    else:
+        latest.unlink()
+        said = f"{checkpoints} has no latest pointer"
+    said += f": loading the newest whole checkpoint, {newest}"
+    reference = load_model(newest)[0].state_dict()
+    assert not torch.equal(reference["logit_scale"], load_model(checkpoints / "step_0000001")[0].state_dict()["logit_scale"])
+    for given in [run, checkpoints] + ([latest] if latest.exists() else []):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="compclip.models"):
+            weights = load_model(given)[0].state_dict()
+        assert all(torch.equal(weights[k], reference[k]) for k in reference), given
+        assert [r.getMessage() for r in caplog.records] == [said], given
+    code, _, err = run_main(capsys, "export", run, tmp_path / "exported.safetensors")
+    assert code in (0, None) and said in err, err
+    exported = load_file(tmp_path / "exported.safetensors")
+    assert all(torch.equal(exported[k], reference[k]) for k in reference)
+
+
+def test_a_run_folder_with_no_checkpoint_yet_says_so(three_steps, tmp_path, capsys):
+    """It said "config.json: missing keys" (the run's own record read as a checkpoint's)."""
+    run = copy_of(three_steps, tmp_path)
+    shutil.rmtree(run / "checkpoints")  # as a run stopped before its first save leaves its folder
+    said = f"{run}: a run folder with no checkpoint yet (training has not saved one)"
+    code, _, err = run_main(capsys, "export", run, tmp_path / "exported.safetensors")
+    assert code == 2 and [line for line in err.splitlines() if line.startswith("error: ")] == [f"error: {said}"], err
+    with pytest.raises(MissingFileError, match=re.escape(said)):
+        load_model(run)
+
+
+def resumed(capsys, three_steps: Path, run: Path) -> tuple[int, str, str]:
+    """`compclip train` of `three_steps`'s options on its copy `run`: a resume."""
+    return run_main(capsys, "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data",
+                    three_steps.parent / "train.csv", "--out", run, "--batch-size", "8", "--steps", "3", "--lr", "1e-3", "--workers",
+                    "0", "--save-every", "1", "--keep", "3")
+
+
+def test_a_damaged_newest_checkpoint_offers_the_newest_whole_one_before_it(three_steps, tmp_path, capsys):
+    """Not the oldest: of steps 1 and 2, both whole, the resume is offered step 2."""
+    run = copy_of(three_steps, tmp_path)
+    state = run / "checkpoints" / "step_0000003" / "training_state.pt"
+    state.write_bytes(state.read_bytes()[:100])
+    code, _, err = resumed(capsys, three_steps, run)
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and len(lines) == 1, err
+    assert f"{state}: damaged, cannot resume" in lines[0]
+    assert f"the previous checkpoint {run / 'checkpoints' / 'step_0000002'} is complete" in lines[0], lines[0]
+
+
+def test_a_resume_past_a_newest_step_removed_by_hand_goes_on_from_the_newest_whole_one(three_steps, tmp_path, capsys):
+    """It stopped with "step_0000003/config.json: not a compclip checkpoint folder": the run goes on from step 2, said,
+    and logs step 3's loss as the run never interrupted logged it."""
+    run = copy_of(three_steps, tmp_path)
+    shutil.rmtree(run / "checkpoints" / "step_0000003")
+    code, _, err = resumed(capsys, three_steps, run)
+    assert code in (0, None), err
+    assert (f"{run / 'checkpoints' / 'latest'} names step_0000003, which is gone: loading the newest whole checkpoint, "
+            f"{run / 'checkpoints' / 'step_0000002'}") in err
+    assert logged(tmp_path, "run", "siglip") == pytest.approx(logged(three_steps.parent, "run", "siglip"), rel=1e-6)
+    assert (run / "checkpoints" / "latest").read_text() == "step_0000003"
 
 
 def test_more_steps_on_resume_extend_a_finished_run_and_fewer_are_refused(tmp_path, capsys):

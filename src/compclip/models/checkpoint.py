@@ -108,6 +108,17 @@ class RunFolder:
         self.checkpoints = self.out / self.CHECKPOINTS
         self.pointer, self.best = self.checkpoints / LATEST_NAME, self.checkpoints / BEST_NAME
 
+    @classmethod
+    def around(cls, pointer: Path) -> RunFolder:
+        """The run whose `latest` pointer is `pointer`, its checkpoints the folder beside it (named so or not)."""
+        run = cls(pointer.parent.parent)
+        run.checkpoints, run.pointer, run.best = pointer.parent, pointer, pointer.parent / BEST_NAME
+        return run
+
+    def unsaved(self) -> bool:
+        """A run folder before its first checkpoint: its train.log is written, its checkpoints folder not yet."""
+        return (self.out / "train.log").is_file() and not self.checkpoints.exists()
+
     def step(self, n: int) -> Path:
         return self.checkpoints / f"step_{n:07d}"
 
@@ -122,6 +133,11 @@ class RunFolder:
         """The step folders there, oldest first."""
         return sorted(self.checkpoints.glob("step_*"))
 
+    def whole(self) -> list[Path]:
+        """The step folders holding every file a model loads from, oldest first: not those `--keep` emptied of their
+        own files, nor one cut short by a copy."""
+        return [s for s in self.steps() if all((s / name).is_file() for name in (CONFIG_NAME, WEIGHTS_NAME, OPEN_CLIP_CONFIG_NAME))]
+
     def latest(self) -> Path | None:
         """The newest complete checkpoint, as the pointer names it (None before the first)."""
         return self.checkpoints / self.pointer.read_text(encoding="utf-8").strip() if self.pointer.is_file() else None
@@ -135,14 +151,38 @@ class RunFolder:
 def checkpoint_folder(path: str | Path) -> Path:
     """The checkpoint folder `path` means, one rule for `load_model` and so for `eval`, `export` and `attention`: a
     checkpoint folder (a step's, `checkpoints/best`) is itself; a run's `checkpoints/latest` pointer, its `checkpoints`
-    folder or the run folder mean the step the pointer names, the run's newest (said)."""
+    folder or the run folder mean the step the pointer names, the run's newest (said). A pointer that is missing, empty
+    or names a step that is gone (removed by hand on a shared disk, or copied without it) means the newest whole step
+    there, said in one warning: a job that asked for the run's newest checkpoint gets it rather than a refusal."""
     path = Path(path)
     for pointer in (path, path / LATEST_NAME, RunFolder(path).pointer):
         if pointer.name == LATEST_NAME and pointer.is_file():
-            target = pointer.parent / pointer.read_text(encoding="utf-8").strip()
-            log.info("%s: the run's newest checkpoint, %s", path, target)
-            return target
+            return _newest(path, pointer)
+    run = RunFolder(path)
+    if path.name == RunFolder.CHECKPOINTS and path.is_dir() and not (path / CONFIG_NAME).is_file():
+        return _newest(path, path / LATEST_NAME)
+    if run.checkpoints.is_dir():
+        return _newest(path, run.pointer)
+    if run.unsaved():
+        raise MissingFileError(f"{path}: a run folder with no checkpoint yet (training has not saved one)")
     return path
+
+
+def _newest(path: Path, pointer: Path) -> Path:
+    """The step `pointer` names where it is there, else the newest whole step beside it (said), else a refusal."""
+    named = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else ""
+    target = pointer.parent / named
+    if named and target.is_dir() and any((target / name).exists() for name in (CONFIG_NAME, WEIGHTS_NAME)):
+        log.info("%s: the run's newest checkpoint, %s", path, target)  # a damaged one is named by check_checkpoint_folder
+        return target
+    why = (f"{pointer} names {named}, which is gone" if named else f"{pointer} is empty" if pointer.is_file()
+           else f"{pointer.parent} has no {LATEST_NAME} pointer")
+    whole = RunFolder.around(pointer).whole()
+    if not whole:
+        raise MissingFileError(f"{path}: {why}, and no whole checkpoint is there (training has not saved one, or they were "
+                               "removed)")
+    log.warning("%s: loading the newest whole checkpoint, %s", why, whole[-1])
+    return whole[-1]
 
 
 def model_name(name: str | Path) -> str:
@@ -205,7 +245,37 @@ def check_checkpoint_folder(folder: Path) -> dict[str, Any]:
         if differ:
             raise DataError(f"{folder / CONFIG_NAME}: model_name {config['model_name']!r} does not match the folder's architecture "
                             f"({', '.join(differ[:5])} differ): model_name was edited, or names another model")
+    _refuse_another_context_length(folder, config)
     return config
+
+
+TEXT_POSITIONS = ("positional_embedding", "text.positional_embedding")  # open_clip's text towers: CLIP's, CustomTextCLIP's
+
+
+def _text_positions(file: Path) -> tuple[str, int] | None:
+    """(key, length) of the weights' text positional embedding, read from the file's header alone; None for a text tower
+    without one of open_clip's (a Hugging Face tower) or a header that does not read (the loader says why)."""
+    try:
+        with safe_open(str(file), framework="pt") as weights:
+            key = next((k for k in TEXT_POSITIONS if k in weights.keys()), None)  # noqa: SIM118 (no __contains__)
+            return (key, weights.get_slice(key).get_shape()[0]) if key else None
+    except (SafetensorError, OSError):
+        return None
+
+
+def _refuse_another_context_length(folder: Path, config: dict[str, Any]) -> None:
+    """A tokenizer of another context length than the text tower was trained at still runs (the tower slices its
+    positional embedding to the tokens' length) and scores, every number changed: refused, the weights' length the truth
+    and open_clip_config.json's (what `local-dir:` loads with) named beside it."""
+    said = config["tokenizer"].get("context_length") if isinstance(config["tokenizer"], dict) else None
+    written = config["model_cfg"].get("text_cfg", {}).get("context_length", open_clip.tokenizer.DEFAULT_CONTEXT_LENGTH)
+    positions = _text_positions(folder / WEIGHTS_NAME)
+    if said == (positions[1] if positions else written):
+        return
+    weights = f"the weights' {positions[0]} holds {positions[1]} positions and " if positions else ""
+    raise DataError(f"{folder / CONFIG_NAME}: tokenizer.context_length is {said}, but {weights}{OPEN_CLIP_CONFIG_NAME} has "
+                    f"text_cfg.context_length {written}: one was edited (every caption would be cut or padded to a length the "
+                    "model was not trained at)")
 
 
 def save_checkpoint(model: torch.nn.Module, folder: str | Path, state: dict[str, Any] | None = None,

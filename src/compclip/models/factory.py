@@ -24,6 +24,7 @@ from ..extras import need
 from ..text import did_you_mean
 from . import bundled
 from .checkpoint import (
+    CONFIG_NAME,
     DIGEST_ATTR,
     SPEC_ATTR,
     WEIGHTS_NAME,
@@ -127,6 +128,35 @@ def _refuse_remote_code(source: str) -> None:
     if asked:
         raise DataError(f"the tokenizer {source}: its open_clip_config.json asks to run the tokenizer's own Python "
                         "(tokenizer_kwargs.trust_remote_code); compclip never runs code a downloaded or given file asks for")
+
+
+def _refuse_absent_tokenizer(config: Path, source: str) -> None:
+    """A checkpoint's tokenizer that is not there, refused when the checkpoint loads: open_clip tokenizes a model name it
+    does not know with its default CLIP BPE after a generic warning, and reports a missing folder or repository only at
+    the first caption, as a download to retry."""
+    missing = _tokenizer_not_there(source)
+    if missing:
+        raise DataError(f"{config}: its tokenizer {source} is not there ({missing}); compclip tokenizes with no other in its "
+                        "place (every score would change)")
+
+
+def _tokenizer_not_there(source: str) -> str | None:
+    """Where a tokenizer source was looked for and not found; None where it is there, or only a download can tell (a hub
+    repository, online)."""
+    if source == "clip_bpe" or source in bundled.HF_TOKENIZED:
+        return None
+    if source.startswith("local-dir:"):
+        config = Path(source.removeprefix("local-dir:")) / "open_clip_config.json"
+        return None if config.is_file() else f"no {config}"
+    if source.startswith("hf-hub:"):
+        from huggingface_hub import constants, try_to_load_from_cache
+
+        files = ("open_clip_config.json", "tokenizer_config.json", "tokenizer.json")
+        repo, cache = source.removeprefix("hf-hub:"), constants.HF_HUB_CACHE
+        if not constants.HF_HUB_OFFLINE or any(isinstance(try_to_load_from_cache(repo, f, cache_dir=cache), str) for f in files):
+            return None
+        return f"offline, and the Hugging Face cache {cache} holds none of its {', '.join(files)}"
+    return None if open_clip.get_model_config(source) is not None else "open_clip knows no model of that name"
 
 
 def _need_transformers(source: str) -> None:
@@ -299,6 +329,7 @@ def _seeded(seed: int | None):
 
 def _load_checkpoint_folder(folder: Path, device, precision: str):
     config = check_checkpoint_folder(folder)
+    _refuse_absent_tokenizer(folder / CONFIG_NAME, config["tokenizer"]["source"])
     # a timm tower trained at a forced image size: open_clip sets it through set_input_size, for force_image_size alone
     size = config["model_cfg"].get("vision_cfg", {}).get("image_size")
     named = open_clip.get_model_config(config["model_name"]) if ":" not in config["model_name"] else None

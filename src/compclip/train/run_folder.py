@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import FolderLock, refuse_links
-from ..models.checkpoint import RunFolder
+from ..models.checkpoint import RunFolder, checkpoint_folder
 
 LOCK_NAME = ".lock"
 # The options that do not change what a run computes: how it is launched, logged and checkpointed.
@@ -22,8 +22,13 @@ NOT_DEFINING = frozenset({"out", "workers", "save_every", "keep", "log_every", "
 
 
 def latest_checkpoint(out: str | Path) -> Path | None:
-    """The run's newest complete checkpoint, as OUT/checkpoints/latest names it (None before the first)."""
-    return RunFolder(out).latest()
+    """The run's newest complete checkpoint, the one a resume goes on from: the step OUT/checkpoints/latest names, else,
+    where the pointer is missing, empty or names a step removed by hand, the newest whole step, said, as `load_model`
+    takes the run folder (`checkpoint_folder`); None before the first."""
+    run = RunFolder(out)
+    if not run.pointer.exists() and not run.whole():
+        return None
+    return checkpoint_folder(run.out)
 
 
 # What a run writes in OUT: a planted link at any of them would be written through, or its target's files deleted.
