@@ -226,6 +226,31 @@ def test_captions_without_concepts_and_a_locked_image_tower(tmp_path, capsys):
     assert any(not torch.equal(b[k], a[k]) for k in b if k.startswith("text."))
 
 
+def test_the_coverage_refusal_names_an_uncovered_caption_of_the_first_step(tmp_path, caplog):
+    """A first step of two micro-batches, the first without concepts, the second all covered: the refusal's example
+    (and, where the share is let through, the warning's) is a caption of the first micro-batch the store lacks, not the
+    empty example of the second, whose captions all have concepts."""
+    from compclip.concepts import build_store, iter_captions
+    from compclip.train import TrainConfig, train
+
+    data = make_dataset(tmp_path, n=8)
+    header, *rows = data.read_text().splitlines()
+    (tmp_path / "covered.csv").write_text("\n".join([header, *rows[4:]]) + "\n")  # the second micro-batch's captions
+    build_store(iter_captions(tmp_path / "covered.csv"), tmp_path / "concepts")
+    uncovered = [row.split(",", 1)[1] for row in rows[:4]]
+    cfg = TrainConfig(method="c2lip", model="compclip-tiny-siglip", train_data=str(data), out=str(tmp_path / "run"),
+                      concepts=str(tmp_path / "concepts"), batch_size=4, accum_freq=2, steps=1, lr=1e-3, workers=0, shuffle=0,
+                      min_concept_coverage=0.6)
+    with pytest.raises(ValueError) as stop:
+        train(cfg)
+    said = re.fullmatch(r"c2lip: 4 of 8 captions of the first step have concepts it can use \(50\.0%\), from the concept store "
+                        r".*, below --min-concept-coverage 0\.6; e\.g\. '(.*)' has none: run `compclip concepts` .*", str(stop.value))
+    assert said and said.group(1) in uncovered, str(stop.value)
+    cfg.min_concept_coverage = 0.5
+    with caplog.at_level("WARNING", logger="compclip.train"):
+        train(cfg)
+    assert [m for m in caplog.messages if m.startswith("only")] == [f"only 50.0% of the captions have concepts, e.g. {said.group(1)!r}"]
+
 def test_c2lip_without_a_concept_store_is_a_clear_error(tmp_path):
     from compclip.train import TrainConfig, Trainer
 
