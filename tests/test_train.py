@@ -459,6 +459,25 @@ def test_settings_that_cannot_learn_are_refused_before_a_step(tmp_path, caplog):
     Trainer(settings_config(tmp_path, "module", method="occlip", concepts=str(tmp_path / "concepts"), lock_image=True, lock_text=True))
 
 
+def test_one_image_a_micro_batch_accumulated_to_four_trains_as_a_batch_of_four(tmp_path, capsys):
+    """`--batch-size 1 --accum-freq 4` is a step of four images, each with three negatives: accepted, and its steps
+    are those of `--batch-size 4` (exact accumulation: the same losses, step by step); `--batch-size 1` alone, one image
+    a step, is refused before a folder is written."""
+    from conftest import run_main
+
+    data = make_dataset(tmp_path, n=8)
+    common = ["-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data, "--steps", "2",
+              "--lr", "1e-3", "--workers", "0", "--shuffle", "0"]
+    code, _, err = run_main(capsys, *common, "--out", tmp_path / "accumulated", "--batch-size", "1", "--accum-freq", "4")
+    assert code == 0, err
+    assert run_main(capsys, *common, "--out", tmp_path / "whole", "--batch-size", "4")[0] == 0
+    accumulated, whole = losses(tmp_path / "accumulated"), losses(tmp_path / "whole")
+    assert list(accumulated) == [1, 2] and list(accumulated.values()) == pytest.approx(list(whole.values()), rel=1e-5)
+    code, _, err = run_main(capsys, *common, "--out", tmp_path / "one", "--batch-size", "1", "--accum-freq", "1")
+    assert (code, err) == (2, "error: a step of 1 image (--batch-size 1 on 1 process(es)) has no negative to contrast with: "
+                              "give at least 2\n")
+    assert not (tmp_path / "one").exists()
+
 def test_bf16_autocast_on_the_cpu_resumes_exactly(tmp_path):
     """amp_bf16 trains on a CPU, and a run stopped at step 2 and resumed gives steps 3-4 of the straight run."""
     from compclip.train import train
