@@ -14,7 +14,7 @@ from compclip.concepts import ConceptStore, build_store, extract, find_keywords,
 from compclip.concepts import pipeline as pipeline_mod
 from compclip.concepts.keywords import KEYWORDS
 from compclip.errors import DataError, MissingConceptError, MissingFileError, UsageError
-from conftest import shared_data
+from conftest import run_main, shared_data
 from data.concept_cases import CASES, WITH_PREP
 
 
@@ -274,3 +274,25 @@ def test_cli_reports_and_rejects_unknown_fields(tmp_path):
     assert rec["noun_phrases"] == [("a red couch", 0, 11), ("a white table", 20, 33)]
     bad = run(str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "t"), "--what", "nouns")
     assert bad.returncode == 2 and "unknown concept fields ['nouns']" in bad.stderr
+
+
+def test_captions_with_surrounding_spaces_find_their_records_in_training(tmp_path, capsys):
+    """A CSV whose captions carry spaces before and after: `compclip concepts` stores each under the caption the reader
+    trains on (stripped), its spans in that text, so a c2lip run finds every caption's concepts (coverage 1, where
+    --min-concept-coverage 1 stops a run that misses one)."""
+    from test_train import make_dataset
+
+    data = make_dataset(tmp_path, n=8)
+    header, *rows = data.read_text().splitlines()
+    data.write_text("\n".join([header, *(f"{row.split(',')[0]},  {row.split(',', 1)[1]} \t" for row in rows)]) + "\n")
+    captions = [row.split(",", 1)[1] for row in rows]
+    assert run_main(capsys, "-q", "concepts", data, "--out", tmp_path / "concepts")[0] == 0
+    store = ConceptStore(tmp_path / "concepts")
+    for caption in captions:
+        phrases = store[caption]["noun_phrases"]
+        assert [caption[start:end] for _, start, end in phrases] == [text for text, _, _ in phrases] and phrases
+    code, _, err = run_main(capsys, "-q", "train", "--method", "c2lip", "--model", "compclip-tiny-siglip", "--train-data", data,
+                            "--concepts", tmp_path / "concepts", "--out", tmp_path / "run", "--steps", "1", "--batch-size", "8",
+                            "--workers", "0", "--min-concept-coverage", "1")
+    assert code == 0, err
+    assert [json.loads(line)["concept_coverage"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()] == [1.0]

@@ -1,5 +1,6 @@
 """compclip inside the user's own code: the harness on a model in memory, results as a DataFrame, full registries."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -259,6 +260,83 @@ def test_a_loss_with_a_row_per_image_beyond_the_text_refuses_what_does_not_pair(
             module(**{**inputs, **changed})
         assert str(refused.value) == f"{loss}: {said}" or str(refused.value).startswith(f"{loss}: {said}:"), str(refused.value)
 
+
+
+def _every_loss():
+    """Every loss module with inputs it scores (4 images, width 8), named as its forward names them, and its argument
+    with a row per image that pairs with the images (the text, CLIC's positives, the visual tokens)."""
+    from compclip.methods import C2LIPLoss, CLIPLoss, HardNegativeLoss, NegCLIPLoss, SigLIPLoss
+
+    torch.manual_seed(0)
+    unit = lambda *shape: F.normalize(torch.randn(*shape), dim=-1)  # noqa: E731
+    pair = {"image_features": unit(4, 8), "text_features": unit(4, 8), "logit_scale": torch.tensor(10.0)}
+    bias = {"logit_bias": torch.tensor(-10.0)}
+    negatives = {"negative_features": unit(3, 8), "negative_image": torch.tensor([0, 3, 3]),
+                 "negative_draw": torch.tensor([0.2, 0.6, 0.6])}
+    concepts = {"concept_features": unit(6, 8), "visual_tokens": unit(4, 5, 8), "concept_image": torch.tensor([0, 0, 1, 2, 3, 3])}
+    return {"CLIPLoss": (CLIPLoss(), pair, "text_features"), "SigLIPLoss": (SigLIPLoss(), pair | bias, "text_features"),
+            "NegCLIPLoss": (NegCLIPLoss(), pair | {"negative_features": negatives["negative_features"]}, "text_features"),
+            "HardNegativeLoss": (HardNegativeLoss(), pair | negatives, "text_features"),
+            "C2LIPLoss": (C2LIPLoss(), pair | bias | concepts, "text_features"), **_losses_with_rows_per_image()}
+
+
+EVERY_LOSS = ["CLIPLoss", "SigLIPLoss", "NegCLIPLoss", "HardNegativeLoss", "C2LIPLoss", "CLICLoss", "ConceptLoss", "OCCLIPLoss"]
+
+
+def _refused(loss, module, inputs, said):
+    with pytest.raises(UsageError) as refused:
+        module(**inputs)
+    assert str(refused.value) == f"{loss}: {said}" or str(refused.value).startswith(f"{loss}: {said}:"), str(refused.value)
+
+
+def _values(terms):
+    return [float(t.detach()) for t in (terms.values() if isinstance(terms, dict) else [terms])]
+
+
+@pytest.mark.parametrize("loss", EVERY_LOSS)
+def test_every_loss_module_refuses_a_feature_of_one_dimension_and_more_rows_than_images(loss):
+    """A feature vector without its rows (x[0] for x), and a row per image beyond the batch's images (a fifth caption
+    to four images), are one error naming the argument: the first raised an IndexError or scored a broadcast, the
+    second cross-entropy's own error."""
+    module, inputs, own = _every_loss()[loss]
+    assert all(math.isfinite(v) for v in _values(module(**inputs)))
+    for name in [k for k, v in inputs.items() if k.endswith("_features") and v.ndim == 2]:
+        _refused(loss, module, {**inputs, name: inputs[name][0]}, f"{name} must be (rows, dimension), not of shape (8,)")
+    _refused(loss, module, {**inputs, own: torch.cat([inputs[own], inputs[own][:1]])}, f"image_features has 4 rows and {own} 5")
+
+
+@pytest.mark.parametrize("loss", EVERY_LOSS)
+def test_every_loss_module_refuses_an_index_outside_its_images_and_features_that_are_not_floats(loss):
+    """Integer features (a finite loss before), an image index past the batch or negative (-1 was the last image, 4 a
+    concept of no image), a float index and one index short: one error naming the argument, its value and the range.
+    The last image (3) is a valid index, and int32 indices score as int64 ones."""
+    module, inputs, _ = _every_loss()[loss]
+    for name in [k for k in inputs if k.endswith("_features")]:
+        _refused(loss, module, {**inputs, name: (inputs[name] * 100).long()},
+                 f"{name} is of dtype torch.int64: features are floating point, as the towers give them")
+    indices = [k for k in inputs if k.endswith("_image")]
+    assert bool(indices) == (loss in ("HardNegativeLoss", "C2LIPLoss", "CLICLoss", "ConceptLoss", "OCCLIPLoss"))
+    for name in indices:
+        assert int(inputs[name].max()) == 3
+        rows = inputs[name].shape[0]
+        as_int = _values(module(**{**inputs, name: inputs[name].int()}))
+        assert as_int == pytest.approx(_values(module(**inputs)), rel=1e-6)
+        for value in (4, 100, -1):
+            index = inputs[name].clone()
+            index[-1] = value
+            _refused(loss, module, {**inputs, name: index},
+                     f"{name} holds {value} and image_features has 4 rows: indices 0 to 3 of this rank's images")
+        _refused(loss, module, {**inputs, name: inputs[name].float()},
+                 f"{name} is of dtype torch.float32: indices are torch.long (or torch.int)")
+        of = name.replace("_image", "_features")
+        _refused(loss, module, {**inputs, name: inputs[name][:-1]},
+                 f"{name} has shape ({rows - 1},) and {of} {rows} rows: one index to a row")
+    if loss == "OCCLIPLoss":  # ends index the nodes of their relation's image: image 3 owns nodes 4 and 5, its 0 and 1
+        for value in (2, -1):
+            ends = inputs["relation_ends"].clone()
+            ends[1, 0] = value
+            _refused(loss, module, {**inputs, "relation_ends": ends},
+                     f"relation_ends holds {value} where its relation's image has 2 node_features rows: indices 0 to 1 among them")
 
 def test_evaluate_refuses_a_model_without_weights_or_with_anothers_preprocess(swap_root):
     """A model built on the meta device, and the preprocess of another model's size: one error each, before any image

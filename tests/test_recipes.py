@@ -447,3 +447,23 @@ def test_hardnegs_epochs_are_passes_over_the_captions_its_class_admits(tmp_path,
     plain_clip = TrainConfig.from_given({"method": "clip", "model": "compclip-tiny-clip", "train_data": str(data), "epochs": 3,
                                          "out": str(tmp_path / "clip"), "batch_size": 4, "workers": 0})
     assert Trainer(plain_clip).cfg.steps == math.ceil(3 * 16 / 4)
+
+
+def test_hardnegs_epochs_count_its_captions_and_the_bad_records_as_the_docs_say(tmp_path):
+    """docs/methods.md: --epochs counts the data file's records, bad ones included, as open_clip counts them; a method
+    that trains on some captions only counts those. So keyword_captions_only's 3 epochs over colour captions count the
+    colour captions, a colour caption whose image is missing among them, and the records without a caption (nothing to
+    judge), but not a plain caption, whatever its image: the steps planned are ⌈3 × that count / 4⌉."""
+    data = make_dataset(tmp_path, n=8)
+    header, *rows = data.read_text().splitlines()
+    rows = [rows[0].split(",")[0] + ",a square to the left of a circle", *rows[1:],
+            "img/1.jpg,", "img/2.jpg,   ", "img/gone.jpg,a red square", "img/gone.jpg,a square", "img/3.jpg,a plain square"]
+    data.write_text("\n".join([header, *rows]) + "\n")
+    captions = [row.split(",", 1)[1] for row in rows]
+    counted = sum(not c.strip() or any(colour in c.split() for colour in ("red", "green", "blue", "yellow")) for c in captions)
+    assert (len(captions), counted) == (13, 10)  # 7 colour captions of images, 1 of a missing image, 2 without a caption
+    cfg = TrainConfig(method="hardneg", model="compclip-tiny-clip", train_data=str(data), out=str(tmp_path / "run"), epochs=3,
+                      batch_size=4, workers=0, method_options={"negative_classes": "color", "keyword_captions_only": True})
+    trainer = Trainer(cfg)
+    assert trainer.epoch_records == {"records": 13, "admitted": counted}
+    assert trainer.cfg.steps == math.ceil(3 * counted / 4) == 8

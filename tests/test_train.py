@@ -227,6 +227,31 @@ def test_captions_without_concepts_and_a_locked_image_tower(tmp_path, capsys):
     assert any(not torch.equal(b[k], a[k]) for k in b if k.startswith("text."))
 
 
+def test_the_coverage_refusal_names_an_uncovered_caption_of_the_first_step(tmp_path, caplog):
+    """A first step of two micro-batches, the first without concepts, the second all covered: the refusal's example
+    (and, where the share is let through, the warning's) is a caption of the first micro-batch the store lacks, not the
+    empty example of the second, whose captions all have concepts."""
+    from compclip.concepts import build_store, iter_captions
+    from compclip.train import TrainConfig, train
+
+    data = make_dataset(tmp_path, n=8)
+    header, *rows = data.read_text().splitlines()
+    (tmp_path / "covered.csv").write_text("\n".join([header, *rows[4:]]) + "\n")  # the second micro-batch's captions
+    build_store(iter_captions(tmp_path / "covered.csv"), tmp_path / "concepts")
+    uncovered = [row.split(",", 1)[1] for row in rows[:4]]
+    cfg = TrainConfig(method="c2lip", model="compclip-tiny-siglip", train_data=str(data), out=str(tmp_path / "run"),
+                      concepts=str(tmp_path / "concepts"), batch_size=4, accum_freq=2, steps=1, lr=1e-3, workers=0, shuffle=0,
+                      min_concept_coverage=0.6)
+    with pytest.raises(ValueError) as stop:
+        train(cfg)
+    said = re.fullmatch(r"c2lip: 4 of 8 captions of the first step have concepts it can use \(50\.0%\), from the concept store "
+                        r".*, below --min-concept-coverage 0\.6; e\.g\. '(.*)' has none: run `compclip concepts` .*", str(stop.value))
+    assert said and said.group(1) in uncovered, str(stop.value)
+    cfg.min_concept_coverage = 0.5
+    with caplog.at_level("WARNING", logger="compclip.train"):
+        train(cfg)
+    assert [m for m in caplog.messages if m.startswith("only")] == [f"only 50.0% of the captions have concepts, e.g. {said.group(1)!r}"]
+
 def test_c2lip_without_a_concept_store_is_a_clear_error(tmp_path):
     from compclip.train import TrainConfig, Trainer
 
@@ -434,6 +459,25 @@ def test_settings_that_cannot_learn_are_refused_before_a_step(tmp_path, caplog):
     build_store(iter_captions(tmp_path / "train.csv"), tmp_path / "concepts", "graph")
     Trainer(settings_config(tmp_path, "module", method="occlip", concepts=str(tmp_path / "concepts"), lock_image=True, lock_text=True))
 
+
+def test_one_image_a_micro_batch_accumulated_to_four_trains_as_a_batch_of_four(tmp_path, capsys):
+    """`--batch-size 1 --accum-freq 4` is a step of four images, each with three negatives: accepted, and its steps
+    are those of `--batch-size 4` (exact accumulation: the same losses, step by step); `--batch-size 1` alone, one image
+    a step, is refused before a folder is written."""
+    from conftest import run_main
+
+    data = make_dataset(tmp_path, n=8)
+    common = ["-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data, "--steps", "2",
+              "--lr", "1e-3", "--workers", "0", "--shuffle", "0"]
+    code, _, err = run_main(capsys, *common, "--out", tmp_path / "accumulated", "--batch-size", "1", "--accum-freq", "4")
+    assert code == 0, err
+    assert run_main(capsys, *common, "--out", tmp_path / "whole", "--batch-size", "4")[0] == 0
+    accumulated, whole = losses(tmp_path / "accumulated"), losses(tmp_path / "whole")
+    assert list(accumulated) == [1, 2] and list(accumulated.values()) == pytest.approx(list(whole.values()), rel=1e-5)
+    code, _, err = run_main(capsys, *common, "--out", tmp_path / "one", "--batch-size", "1", "--accum-freq", "1")
+    assert (code, err) == (2, "error: a step of 1 image (--batch-size 1 on 1 process(es)) has no negative to contrast with: "
+                              "give at least 2\n")
+    assert not (tmp_path / "one").exists()
 
 def test_bf16_autocast_on_the_cpu_resumes_exactly(tmp_path):
     """amp_bf16 trains on a CPU, and a run stopped at step 2 and resumed gives steps 3-4 of the straight run."""

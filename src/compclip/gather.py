@@ -97,7 +97,14 @@ class Gather:
 
 class GatheredLoss(nn.Module):
     """A loss in open_clip's shape: built with `rank` and `world_size`, called with this rank's tensors, gathering the
-    rest itself through `self.gather` (`compclip.methods.Method.distribute` sets it for a whole method)."""
+    rest itself through `self.gather` (`compclip.methods.Method.distribute` sets it for a whole method).
+
+    `read_indices`: whether `check_inputs` reads the index tensors' values to refuse one out of range. A `Method` turns
+    it off for its parts' losses: its collate made their indices in range, and a read in compclip's training step would
+    make the host wait for the queued forward pass every step (tests/test_device_reads.py)."""
+
+    read_indices = True
+    label = ""  # the name its errors give (default: its class's); a loss made of others gives them its own
 
     def __init__(self, rank: int = 0, world_size: int = 1, group=None):
         super().__init__()
@@ -107,15 +114,24 @@ class GatheredLoss(nn.Module):
                      per_image: dict[str, torch.Tensor] | None = None, **others) -> None:
         """One error naming the argument for inputs the loss cannot mean, which it would otherwise turn into a number
         (a user's own loop then trains on it): image and text rows that do not pair, an empty batch (NaN), features
-        that are not (rows, dimension) or of another width, tensors on another device. `per_image`: more tensors with
-        a row per image, of any shape after it (CLIC's positives, the visual tokens); `others`: more features (2-D, any
-        number of rows: negatives, concepts), and indices and scalars (device only). Shapes and devices alone: nothing
-        is read back from the device."""
-        loss = type(self).__name__
+        that are not floating point (rows, dimension) of one width, tensors on another device, indices that are not
+        integers, one to a row of their features, naming one of this rank's images. `per_image`: more tensors with a
+        row per image, of any shape after it (CLIC's positives, the visual tokens); `others`, by their names:
+        `X_features` more features (any number of rows: negatives, concepts), `X_image` the local index of the image
+        that each row of `X_features` belongs to, `relation_ends` (OC-CLIP's) indices among the `node_features` of
+        each relation's image; the rest (scalars) are checked for their device only. Shapes, dtypes and devices
+        cost nothing; the indices' values are read back once a call (`read_indices`), all of them together: a user's
+        loop waits there for its forward pass once a step, where an index past the batch trains on a wrong pair
+        without a word (-1 is the last image to PyTorch's indexing)."""
+        loss = self.label or type(self).__name__
         self.gather.check(loss)
         paired = {"text_features": text_features} if text_features is not None else {}
-        features = {"image_features": image_features, **paired,
-                    **{k: v for k, v in others.items() if isinstance(v, torch.Tensor) and v.is_floating_point() and v.ndim == 2}}
+        given = {k: v for k, v in others.items() if v is not None}
+        features = {"image_features": image_features, **paired, **{k: v for k, v in given.items() if k.endswith("_features")}}
+        indices = {k: v for k, v in given.items() if k.endswith("_image") or k == "relation_ends"}
+        for name, x in {**features, **(per_image or {})}.items():
+            if not x.is_floating_point():
+                raise UsageError(f"{loss}: {name} is of dtype {x.dtype}: features are floating point, as the towers give them")
         for name, x in features.items():
             if x.ndim != 2:
                 raise UsageError(f"{loss}: {name} must be (rows, dimension), not of shape {tuple(x.shape)}")
@@ -132,6 +148,41 @@ class GatheredLoss(nn.Module):
             if x.shape[1] != width:
                 raise UsageError(f"{loss}: {name} has dimension {x.shape[1]} and image_features {width}: both towers' "
                                  "features, in the joint embedding space")
-        for name, x in {**features, **(per_image or {}), **others}.items():
+        for name, x in {**features, **(per_image or {}), **given}.items():
             if isinstance(x, torch.Tensor) and x.device != image_features.device:
                 raise UsageError(f"{loss}: {name} is on {x.device} and image_features on {image_features.device}")
+        for name, x in indices.items():
+            of = f"{name.split('_')[0]}_features"  # concept_image: concept_features; relation_ends: relation_features
+            if of not in features:
+                raise UsageError(f"{loss}: {name} is given without {of}, whose rows it indexes")
+            if x.dtype not in (torch.long, torch.int):
+                raise UsageError(f"{loss}: {name} is of dtype {x.dtype}: indices are torch.long (or torch.int)")
+            if x.ndim != (2 if name == "relation_ends" else 1) or x.shape[0] != features[of].shape[0]:
+                raise UsageError(f"{loss}: {name} has shape {tuple(x.shape)} and {of} {features[of].shape[0]} rows: "
+                                 "one index to a row")
+        if self.read_indices and indices:
+            check_index_values(loss, image_features.shape[0], indices)
+
+
+def check_index_values(loss: str, images: int, indices: dict[str, torch.Tensor]) -> None:
+    """Refuse an index outside its range: an `X_image` outside this rank's `images` rows, a `relation_ends` outside the
+    nodes of its relation's image. Every range is judged on the device and read back in one transfer; the value that
+    fails, only then."""
+    last = images - 1
+    bounds = {name: torch.full_like(x, images) for name, x in indices.items() if name != "relation_ends"}
+    if "relation_ends" in indices:
+        owners = indices["node_image"].clamp(0, last)  # an owner out of range is named first, as its own argument
+        nodes = owners.new_zeros(images).index_add_(0, owners, torch.ones_like(owners))
+        bounds["relation_ends"] = nodes[indices["relation_image"].clamp(0, last)][:, None].expand_as(indices["relation_ends"])
+    outside = {name: (x < 0) | (x >= bounds[name]) for name, x in indices.items()}
+    flags = torch.stack([o.any() for o in outside.values()]).tolist()
+    name = next((n for n, bad in zip(outside, flags, strict=True) if bad), None)
+    if name is None:
+        return
+    at = outside[name].nonzero()[0]
+    value, bound = int(indices[name][tuple(at)]), int(bounds[name][tuple(at)])
+    if name == "relation_ends":
+        raise UsageError(f"{loss}: relation_ends holds {value} where its relation's image has {bound} node_features rows: "
+                         f"indices 0 to {bound - 1} among them")
+    raise UsageError(f"{loss}: {name} holds {value} and image_features has {images} rows: indices 0 to {last} of this "
+                     "rank's images")

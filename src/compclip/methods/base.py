@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UsageError
-from ..gather import Gather
+from ..gather import Gather, GatheredLoss
 from ..models.tokens import TextWidth, encode_short_texts, text_token_states, visual_token_embeddings
 from ..options import NoOptions, option  # noqa: F401  (re-exported: methods declare options with them)
 from ..options import make_options as _make_options
@@ -147,6 +147,9 @@ class Method(nn.Module):
         self.token_fields = tuple(dict.fromkeys(("text", *(f for p in kept for f in p.token_fields))))
         self.concepts = concepts
         self._missing = 0  # captions without a concept record, counted per process
+        for module in self.modules():  # their indices come from `collate`, in range: reading them would stall a GPU's step
+            if isinstance(module, GatheredLoss):
+                module.read_indices = False
 
     def begin_step(self, step: int) -> None:
         for part in self.parts:

@@ -308,6 +308,7 @@ class C2LIPLoss(GatheredLoss):
         super().__init__(rank, world_size, group)
         self.siglip = SigLIPLoss(rank, world_size, group)
         self.concepts = ConceptLoss(lambda_npc, lambda_xac, xac_attention, xac_temperature, rank, world_size, group)
+        self.siglip.label = self.concepts.label = type(self).__name__  # a user called C2LIPLoss: its errors say so
 
     def forward(self, image_features, text_features, concept_features, visual_tokens, concept_image, logit_scale, logit_bias,
                 swap_features=None, swap_image=None, output_dict: bool = False):
