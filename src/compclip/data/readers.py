@@ -188,10 +188,12 @@ class ImageTextReader(IterableDataset):
         self.batch_size = batch_size
         self.start()
 
-    def start(self, epoch: int = 0, positions: dict[int, int] | None = None, rotation: int = 0) -> None:
-        """Where the next pass begins: its epoch, each shard's records to skip undecoded, and which DataLoader worker takes
-        the first batch (`rotation`, so the batches after a resume come in the order they would have)."""
+    def start(self, epoch: int = 0, positions: dict[int, int] | None = None, rotation: int = 0, batches: int = 0) -> None:
+        """Where the next pass begins: its epoch, each shard's records to skip undecoded, which DataLoader worker takes
+        the first batch (`rotation`, so the batches after a resume come in the order they would have), and how many
+        batches of the epoch were trained on before (what a resampled part has given of its share, `samples_due`)."""
         self.epoch, self.resume_positions, self.worker_rotation = epoch, dict(positions or {}), rotation
+        self.resume_batches = batches
 
     def check_partners(self) -> None:
         """Partners are drawn from the whole data: a reader that cannot reach any record says so now, not in a worker."""
@@ -241,6 +243,7 @@ class ImageTextReader(IterableDataset):
         records = self.records()
         if self.shuffle > 1:
             records = shuffled(records, self.shuffle, random.Random(part_seed))
+        due = self.samples_due()
         for pos, (where, image, caption, concepts) in enumerate(records):
             if pos < skip:
                 continue
@@ -253,8 +256,16 @@ class ImageTextReader(IterableDataset):
                 self.skips.ok()
                 sample["shard"], sample["pos"] = shard, pos
                 yield sample
+                if due is not None and self.skips.samples() == due:
+                    break
         self.skips.log_pass_summary()
         self.start(self.epoch + 1)  # the next epoch from its beginning: persistent workers need no word between epochs
+
+    def samples_due(self) -> int | None:
+        """How many samples this pass of this part yields at most (None: one for each good record). Resampled shards draw
+        without end, so their pass ends here, when it has yielded its share: samples, not records, as open_clip's
+        `with_epoch` counts a worker's batches of them, so that skipped records leave an epoch no shorter."""
+        return None
 
     def _partner(self, sample: Sample, rng: random.Random, tries: int = 50) -> Sample:
         """Another record of the whole data, drawn at random until it is a good sample of the same orientation (a
