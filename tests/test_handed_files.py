@@ -616,6 +616,23 @@ def test_coco_captions_with_a_null_list_are_one_line(tmp_path, capsys, key):
     one_error_line(code, err, f'captions.json: COCO captions whose "{key}" is NoneType, not a list of records')
 
 
+def test_coco_captions_whose_image_id_names_two_files_are_one_line(tmp_path, capsys):
+    """Captions of id 1 paired with b.jpg alone, a.jpg dropped, was what reading them did; the same file listed twice is
+    no conflict."""
+    from compclip.data import open_reader
+
+    data = make_dataset(tmp_path, n=8)
+    images = [{"id": 1, "file_name": "img/0.jpg"}, {"id": 2, "file_name": "img/1.jpg"}, {"id": 1, "file_name": "img/2.jpg"}]
+    coco = {"images": images, "annotations": [{"image_id": i % 2 + 1, "caption": f"caption {i}"} for i in range(8)]}
+    (tmp_path / "captions.json").write_text(json.dumps(coco))
+    code, _, err = run_main(capsys, *TRAIN, "--train-data", str(tmp_path / "captions.json"), "--out", str(tmp_path / "run"))
+    one_error_line(code, err, f"{data.parent / 'captions.json'}: images[2] names image id 1 'img/2.jpg', an earlier record "
+                   "'img/0.jpg'")
+    images[2]["file_name"] = "img/0.jpg"
+    (tmp_path / "captions.json").write_text(json.dumps(coco))
+    assert len(list(open_reader(tmp_path / "captions.json"))) == 8
+
+
 @pytest.mark.parametrize("damage", ["truncated", "other_key", "wrong_rows"])
 def test_a_damaged_eval_cache_entry_is_encoded_again(tmp_path, caplog, damage):
     from safetensors.torch import save_file
