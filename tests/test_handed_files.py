@@ -18,8 +18,8 @@ import yaml
 from compclip.errors import DataError, UsageError
 from compclip.models import load_model, save_checkpoint
 from compclip.models.checkpoint import read_torchscript, sha256_of, weights_sha256
-from conftest import run_main
-from test_train import make_dataset
+from conftest import run_main, run_tree
+from test_train import env_for_children, make_dataset
 
 TRAIN = ("-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--batch-size", "8", "--workers", "0",
          "--steps", "1")
@@ -572,15 +572,23 @@ def test_shards_images_in_every_format_pil_reads_are_images(tmp_path):
     assert reader.stats() == {**dict.fromkeys(reader.stats(), 0), "read": 5}
 
 
-def test_a_fifo_as_an_image_is_skipped_not_waited_on(tmp_path):
+def test_a_fifo_and_a_link_to_dev_zero_as_images_are_skipped_not_waited_on(tmp_path):
+    """Neither the reader nor the hash of the images a resume compares (`image_files`, before training's first step)
+    opens them: opening a FIFO waits for a writer, for ever, and /dev/zero reads without end. The hash names each once;
+    the reader skips each as a corrupt image. In a process of its own, killed past its time: a hang fails."""
     data = make_dataset(tmp_path, n=8)
     os.mkfifo(tmp_path / "img" / "pipe.jpg")
-    data.write_text(data.read_text() + "img/pipe.jpg,a red square left of a blue circle\n")
-    script = ("from compclip.data import CsvReader\n"
-              f"r = CsvReader({str(data)!r}); n = len(list(r)); print(n, r.stats()['corrupt_image'])")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)  # the old code blocks
-    assert done.stdout.split() == ["8", "1"], done.stderr[-2000:]
+    os.symlink("/dev/zero", tmp_path / "img" / "zero.jpg")
+    data.write_text(data.read_text() + "img/pipe.jpg,a red square left of a blue circle\nimg/zero.jpg,a blue circle\n")
+    script = ("from compclip.data import CsvReader, image_files\n"
+              f"r = CsvReader({str(data)!r}); h = image_files(r)['images_hashed']; n = len(list(r));"
+              "print(h, n, r.stats()['corrupt_image'])")
+    done = run_tree([sys.executable, "-c", script], env=env_for_children(), timeout=60)  # the old code blocks
+    assert done.stdout.split() == ["10", "8", "2"], done.stderr[-2000:]
     assert "pipe.jpg: ValueError: not a regular file (a FIFO)" in done.stderr
+    said = [line for line in done.stderr.splitlines() if "resume's check" in line]
+    assert len(said) == 1 and f"{data}:10 ({tmp_path / 'img' / 'pipe.jpg'}: not a regular file (a FIFO))" in said[0], said
+    assert f"{data}:11 ({tmp_path / 'img' / 'zero.jpg'}: not a regular file (a character device))" in said[0]
 
 
 def test_an_image_name_padded_with_spaces_is_found_by_eval_as_by_train(tmp_path):
