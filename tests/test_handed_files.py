@@ -832,6 +832,14 @@ def test_an_object_array_as_training_data_is_one_line(tmp_path, capsys):
     one_error_line(code, err, "images.npy: not an image array (ValueError: ", "Python objects in dtype", "expected uint8 images")
 
 
+def test_an_image_array_with_more_captions_than_images_is_one_line(tmp_path, capsys):
+    """Refused when the array is opened, naming both counts, not in a DataLoader worker that reads past the images."""
+    np.save(tmp_path / "images.npy", np.zeros((4, 8, 8, 3), np.uint8))
+    (tmp_path / "scenes.jsonl").write_text("".join(f'{{"caption": "a dog {i}"}}\n' for i in range(5)))
+    code, _, err = run_main(capsys, *TRAIN, "--train-data", str(tmp_path / "images.npy"), "--out", str(tmp_path / "run"))
+    one_error_line(code, err, f"{tmp_path / 'scenes.jsonl'}: 5 captions for the 4 images of {tmp_path / 'images.npy'}")
+
+
 def test_results_of_other_weights_are_refused_before_the_model_loads(tmp_path, capsys):
     """The refusal comes first, from the file as it is (a damaged weights file would fail the load: it is never read);
     the weights as loaded are compared again before each result is written."""
