@@ -220,13 +220,17 @@ def half_bad_shards(tmp_path):
 def test_a_resampled_epoch_counts_the_samples_it_yields_not_those_it_skips(tmp_path, capsys):
     """open_clip's resampled epoch is `with_epoch` batches of the samples a worker yields: on shards where every other
     sample is skipped, --train-num-samples 8 in batches of 4 is two batches an epoch (steps 1-2 epoch 0, step 3 epoch 1),
-    where counting the skipped samples too made one of 4 records, 2 samples: no full batch, the run refused."""
+    where counting the skipped samples too made one of 4 records, 2 samples: no full batch, the run refused. Resumed
+    from step 1, the run takes steps 2 and 3 as it did."""
     urls = half_bad_shards(tmp_path)
-    code, _, err = run_main(capsys, "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", urls,
-                            "--dataset-resampled", "--train-num-samples", "8", "--batch-size", "4", "--steps", "3",
-                            "--workers", "0", "--out", tmp_path / "run")
+    run = ("-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", urls, "--dataset-resampled",
+           "--train-num-samples", "8", "--batch-size", "4", "--steps", "3", "--workers", "0", "--save-every", "1", "--keep", "3")
+    code, _, err = run_main(capsys, *run, "--out", tmp_path / "run")
     assert code == 0, err
     assert logged(tmp_path, "run", "epoch") == {1: 0, 2: 0, 3: 1}
+    code, _, err = run_main(capsys, *run, "--out", tmp_path / "resumed", "--resume", tmp_path / "run" / "checkpoints" / "step_0000001")
+    assert code == 0, err
+    assert logged(tmp_path, "resumed", "loss") == {k: v for k, v in logged(tmp_path, "run", "loss").items() if k > 1}
 
 
 def test_a_resumed_resampled_epoch_gives_the_batches_the_whole_epoch_would_have(tmp_path):
