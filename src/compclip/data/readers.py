@@ -170,9 +170,10 @@ class ImageTextReader(IterableDataset):
       some captions only, a keyword's subset).
     - `partners`: each sample also carries a `partner` drawn from the whole data (`record_at`; refused here for a
       reader that cannot draw one).
-    - `resampled` (webdataset shards): samples an epoch, drawn with replacement (0: each shard once, in order), each
-      part's share rounded up to whole batches of `batch_size` (the DataLoader's, which drops a worker's last partial
-      batch), as open_clip gives each worker `ceil(batches / workers)`: an epoch is never short of its batches.
+    - `resampled` (webdataset shards): samples an epoch (yielded: a skipped record is none), drawn with replacement (0:
+      each shard once, in order), each part's share rounded up to whole batches of `batch_size` (the DataLoader's, which
+      drops a worker's last partial batch), as open_clip gives each worker `ceil(batches / workers)`: an epoch is never
+      short of its batches.
 
     Each pass ends by moving the reader to the next epoch (resume positions and rotation
     cleared), so persistent DataLoader workers, which keep their own copy, need no word from

@@ -155,7 +155,7 @@ class WebDatasetReader(ImageTextReader):
         all of them, seeded by (seed, epoch, part), until its pass has yielded the samples due (`samples_due`, which ends
         it). Drawing stops sooner only where no draw makes a sample: more than 10 draws a shard in a row that gave no
         record, or whose records were all skipped (judged as later ones are drawn: a shuffle buffer reads ahead)."""
-        if not self.samples_due():  # a resume at the epoch's end: nothing left to draw
+        if self.samples_due() <= 0:  # a resume at the epoch's end: nothing left to draw
             return
         index, _ = self.shard()
         rng = random.Random(((self.sample_seed or 0) + self.epoch) * 1_000_003 + index)
