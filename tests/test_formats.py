@@ -19,9 +19,10 @@ def samples(reader) -> list[tuple[str, np.ndarray]]:
     return [(s["caption"], np.asarray(s["image"])) for s in reader]
 
 
-def test_a_jsonl_table_reads_as_the_csv_of_the_same_rows(tmp_path):
+def test_a_jsonl_table_reads_as_the_csv_of_the_same_rows(tmp_path, caplog):
     """The same 12 rows as CSV and as JSON lines give the same samples; a line that is no JSON, and one that is a JSON
-    list, are bad records counted as such, and `compclip concepts` reads the same captions (None for those two)."""
+    list, are bad records counted as such and named by their lines (5 and 6), and `compclip concepts` reads the same
+    captions (None for those two)."""
     from compclip.concepts import iter_captions
 
     csv_file = make_dataset(tmp_path, n=12)
@@ -35,6 +36,8 @@ def test_a_jsonl_table_reads_as_the_csv_of_the_same_rows(tmp_path):
     assert [c for c, _ in got] == [c for c, _ in want] and len(got) == 12
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))
     assert jsonl.stats()["bad_record"] == 2 and jsonl.num_records() == 14
+    assert f"skipped bad record: {tmp_path / 'train.jsonl'}:5 (not JSON" in caplog.text
+    assert f"skipped bad record: {tmp_path / 'train.jsonl'}:6 (a JSON list, not a record)" in caplog.text
     assert jsonl.record_at(3)[1] == tmp_path / "img" / "3.jpg" and jsonl.record_at(4)[1] is None
     captions = [c for _, c in rows]
     assert list(iter_captions(tmp_path / "train.jsonl")) == [*captions[:4], None, None, *captions[4:]]

@@ -18,8 +18,8 @@ import yaml
 from compclip.errors import DataError, UsageError
 from compclip.models import load_model, save_checkpoint
 from compclip.models.checkpoint import read_torchscript, sha256_of, weights_sha256
-from conftest import run_main
-from test_train import make_dataset
+from conftest import run_main, run_tree
+from test_train import env_for_children, make_dataset
 
 TRAIN = ("-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--batch-size", "8", "--workers", "0",
          "--steps", "1")
@@ -626,15 +626,23 @@ def test_shards_images_in_every_format_pil_reads_are_images(tmp_path):
     assert reader.stats() == {**dict.fromkeys(reader.stats(), 0), "read": 5}
 
 
-def test_a_fifo_as_an_image_is_skipped_not_waited_on(tmp_path):
+def test_a_fifo_and_a_link_to_dev_zero_as_images_are_skipped_not_waited_on(tmp_path):
+    """Neither the reader nor the hash of the images a resume compares (`image_files`, before training's first step)
+    opens them: opening a FIFO waits for a writer, for ever, and /dev/zero reads without end. The hash names each once;
+    the reader skips each as a corrupt image. In a process of its own, killed past its time: a hang fails."""
     data = make_dataset(tmp_path, n=8)
     os.mkfifo(tmp_path / "img" / "pipe.jpg")
-    data.write_text(data.read_text() + "img/pipe.jpg,a red square left of a blue circle\n")
-    script = ("from compclip.data import CsvReader\n"
-              f"r = CsvReader({str(data)!r}); n = len(list(r)); print(n, r.stats()['corrupt_image'])")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)  # the old code blocks
-    assert done.stdout.split() == ["8", "1"], done.stderr[-2000:]
+    os.symlink("/dev/zero", tmp_path / "img" / "zero.jpg")
+    data.write_text(data.read_text() + "img/pipe.jpg,a red square left of a blue circle\nimg/zero.jpg,a blue circle\n")
+    script = ("from compclip.data import CsvReader, image_files\n"
+              f"r = CsvReader({str(data)!r}); h = image_files(r)['images_hashed']; n = len(list(r));"
+              "print(h, n, r.stats()['corrupt_image'])")
+    done = run_tree([sys.executable, "-c", script], env=env_for_children(), timeout=60)  # the old code blocks
+    assert done.stdout.split() == ["10", "8", "2"], done.stderr[-2000:]
     assert "pipe.jpg: ValueError: not a regular file (a FIFO)" in done.stderr
+    said = [line for line in done.stderr.splitlines() if "resume's check" in line]
+    assert len(said) == 1 and f"{data}:10 ({tmp_path / 'img' / 'pipe.jpg'}: not a regular file (a FIFO))" in said[0], said
+    assert f"{data}:11 ({tmp_path / 'img' / 'zero.jpg'}: not a regular file (a character device))" in said[0]
 
 
 def test_an_image_name_padded_with_spaces_is_found_by_eval_as_by_train(tmp_path):
@@ -668,6 +676,23 @@ def test_coco_captions_with_a_null_list_are_one_line(tmp_path, capsys, key):
     (tmp_path / "captions.json").write_text(json.dumps(coco))
     code, _, err = run_main(capsys, "-q", "concepts", str(tmp_path / "captions.json"), "--out", str(tmp_path / "store"))
     one_error_line(code, err, f'captions.json: COCO captions whose "{key}" is NoneType, not a list of records')
+
+
+def test_coco_captions_whose_image_id_names_two_files_are_one_line(tmp_path, capsys):
+    """Captions of id 1 paired with b.jpg alone, a.jpg dropped, was what reading them did; the same file listed twice is
+    no conflict."""
+    from compclip.data import open_reader
+
+    data = make_dataset(tmp_path, n=8)
+    images = [{"id": 1, "file_name": "img/0.jpg"}, {"id": 2, "file_name": "img/1.jpg"}, {"id": 1, "file_name": "img/2.jpg"}]
+    coco = {"images": images, "annotations": [{"image_id": i % 2 + 1, "caption": f"caption {i}"} for i in range(8)]}
+    (tmp_path / "captions.json").write_text(json.dumps(coco))
+    code, _, err = run_main(capsys, *TRAIN, "--train-data", str(tmp_path / "captions.json"), "--out", str(tmp_path / "run"))
+    one_error_line(code, err, f"{data.parent / 'captions.json'}: images[2] names image id 1 'img/2.jpg', an earlier record "
+                   "'img/0.jpg'")
+    images[2]["file_name"] = "img/0.jpg"
+    (tmp_path / "captions.json").write_text(json.dumps(coco))
+    assert len(list(open_reader(tmp_path / "captions.json"))) == 8
 
 
 @pytest.mark.parametrize("damage", ["truncated", "other_key", "wrong_rows"])
@@ -859,6 +884,14 @@ def test_an_object_array_as_training_data_is_one_line(tmp_path, capsys):
     (tmp_path / "scenes.jsonl").write_text("".join('{"caption": "a dog"}\n' for _ in range(4)))
     code, _, err = run_main(capsys, *TRAIN, "--train-data", str(array), "--out", str(tmp_path / "run"))
     one_error_line(code, err, "images.npy: not an image array (ValueError: ", "Python objects in dtype", "expected uint8 images")
+
+
+def test_an_image_array_with_more_captions_than_images_is_one_line(tmp_path, capsys):
+    """Refused when the array is opened, naming both counts, not in a DataLoader worker that reads past the images."""
+    np.save(tmp_path / "images.npy", np.zeros((4, 8, 8, 3), np.uint8))
+    (tmp_path / "scenes.jsonl").write_text("".join(f'{{"caption": "a dog {i}"}}\n' for i in range(5)))
+    code, _, err = run_main(capsys, *TRAIN, "--train-data", str(tmp_path / "images.npy"), "--out", str(tmp_path / "run"))
+    one_error_line(code, err, f"{tmp_path / 'scenes.jsonl'}: 5 captions for the 4 images of {tmp_path / 'images.npy'}")
 
 
 def test_results_of_other_weights_are_refused_before_the_model_loads(tmp_path, capsys):

@@ -204,6 +204,63 @@ def test_dataset_resampled_draws_shards_with_replacement(tmp_path):
     assert set(logged(tmp_path, "run", "epoch").values()) == {0}
 
 
+def half_bad_shards(tmp_path):
+    """Two shards of 6 samples, every other one skipped in reading (no caption, or an image that is no image)."""
+    import webdataset as wds
+
+    for s in range(2):
+        with wds.TarWriter(str(tmp_path / f"half-{s}.tar")) as sink:
+            for i in range(6):
+                good = Image.new("RGB", (8, 8), (s * 60, i * 40, 0))
+                bad = {"txt": f"shard {s} sample {i}", "jpg": b"no image"} if s else {"jpg": good}
+                sink.write({"__key__": f"{s}-{i}", **(bad if i % 2 else {"jpg": good, "txt": f"shard {s} sample {i}"})})
+    return str(tmp_path / "half-{0..1}.tar")
+
+
+def test_a_resampled_epoch_counts_the_samples_it_yields_not_those_it_skips(tmp_path, capsys):
+    """open_clip's resampled epoch is `with_epoch` batches of the samples a worker yields: on shards where every other
+    sample is skipped, --train-num-samples 8 in batches of 4 is two batches an epoch (steps 1-2 epoch 0, step 3 epoch 1),
+    where counting the skipped samples too made one of 4 records, 2 samples: no full batch, the run refused. Resumed
+    from step 1, the run takes steps 2 and 3 as it did."""
+    urls = half_bad_shards(tmp_path)
+    run = ("-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", urls, "--dataset-resampled",
+           "--train-num-samples", "8", "--batch-size", "4", "--steps", "3", "--workers", "0", "--save-every", "1", "--keep", "3")
+    code, _, err = run_main(capsys, *run, "--out", tmp_path / "run")
+    assert code == 0, err
+    assert logged(tmp_path, "run", "epoch") == {1: 0, 2: 0, 3: 1}
+    code, _, err = run_main(capsys, *run, "--out", tmp_path / "resumed", "--resume", tmp_path / "run" / "checkpoints" / "step_0000001")
+    assert code == 0, err
+    assert logged(tmp_path, "resumed", "loss") == {k: v for k, v in logged(tmp_path, "run", "loss").items() if k > 1}
+
+
+def test_a_resumed_resampled_epoch_gives_the_batches_the_whole_epoch_would_have(tmp_path):
+    """Two workers, batches of 2, a shuffle buffer: after 3 of an epoch's 8 batches, a resume (each part's position, the
+    batches given, the worker that gives the next) gives the other 5 as the whole epoch gave them, the records before
+    passed over undecoded. Shards whose every sample is skipped end the pass empty instead of being drawn for ever."""
+    import webdataset as wds
+
+    from compclip.data import WebDatasetReader
+
+    reader = WebDatasetReader(half_bad_shards(tmp_path), resampled=16, batch_size=2, sample_seed=0, shuffle=4)
+
+    def batches(timeout=0):
+        loader = torch.utils.data.DataLoader(reader, batch_size=2, num_workers=2, drop_last=True, collate_fn=list, timeout=timeout)
+        return [[(s["key"], s["shard"], s["pos"]) for s in batch] for batch in loader]
+
+    whole = batches()
+    assert len(whole) == 8
+    positions = {}
+    for _, shard, pos in (s for batch in whole[:3] for s in batch):
+        positions[shard] = max(positions.get(shard, 0), pos + 1)
+    reader.start(0, positions, rotation=3 % 2, batches=3)
+    assert batches() == whole[3:]
+    with wds.TarWriter(str(tmp_path / "blank.tar")) as sink:
+        for i in range(6):
+            sink.write({"__key__": str(i), "jpg": Image.new("RGB", (8, 8)), "txt": " "})
+    reader = WebDatasetReader(str(tmp_path / "blank.tar"), resampled=16, batch_size=2, shuffle=4)
+    assert batches(timeout=60) == [] and reader.stats()["empty_caption"] > 0
+
+
 def test_val_metrics_against_brute_force():
     from compclip.train.evaluation import clip_metrics
 

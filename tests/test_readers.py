@@ -72,18 +72,19 @@ def test_csv_reader_counts_exactly_the_planted_problems(tmp_path, planted, sep, 
     data = ("\n".join(lines) + "\n").encode()
     data += b"images/img02.jpg" + sep.encode() + b"caf\xe9 latin-1 bytes\n"  # undecodable
     data += b"images/img03.jpg" + sep.encode() + b"ok" + sep.encode() + b"extra field\n"  # malformed row
+    data += b"images/img04.jpg\n"  # a short row: malformed too, not an empty caption
     path.write_bytes(data)
     reader = CsvReader(path, image_key="filepath", caption_key="title")
     with caplog.at_level(logging.WARNING, logger="compclip"):
         samples = read_all(reader, workers)
-    assert reader.stats() == expected(undecodable_text=1, bad_record=1)
+    assert reader.stats() == expected(undecodable_text=1, bad_record=2)
     assert sorted(s["caption"] for s in samples) == sorted(c for _, c in good_records())
     assert all(s["image"].size == (40, 32) for s in samples)
     if workers == 0:  # worker processes log in their own process
         text = caplog.text
         assert f"{path}:13" in text and "truncated.jpg" in text  # file and line of the first bad record
-        assert f"{path}:20 (3 fields, header has 2)" in text
-        assert "read 11 samples, skipped 8" in text
+        assert f"{path}:20 (3 fields, header has 2)" in text and f"{path}:21 (1 fields, header has 2)" in text
+        assert "read 11 samples, skipped 9" in text
 
 
 def test_csv_reader_applies_the_transform_and_feeds_a_dataloader(tmp_path, planted):
@@ -169,6 +170,24 @@ def test_webdataset_reader_survives_a_truncated_shard(tmp_path, planted):
     assert reader.stats()["bad_record"] == 1 and reader.stats()["read"] == 3
     missing = WebDatasetReader([str(tmp_path / "gone.tar"), str(shard)])
     assert len(list(missing)) == 3 and missing.stats()["bad_record"] == 2
+
+
+def test_a_shard_cut_inside_its_closing_zero_blocks_is_a_cut_shard(tmp_path, planted, caplog):
+    """A tar ends in two zero blocks of 512 bytes after its last member: a shard cut 100 bytes short of that end is cut
+    off (one bad record naming where), as one cut in a member is; whole, it reads with no such record."""
+    shard = write_shards(tmp_path, planted)[0]
+    with tarfile.open(shard) as tar:
+        last = tar.getmembers()[-1]
+    end = last.offset_data + -(-last.size // 512) * 512 + 2 * 512  # the archive's end, without tarfile's padding after it
+    whole = shard.read_bytes()[:end]
+    shard.write_bytes(whole)
+    reader = WebDatasetReader(str(shard))
+    assert len(list(reader)) == 6 and reader.stats()["bad_record"] == 1  # the shard's record of bad json
+    shard.write_bytes(whole[:-100])
+    reader = WebDatasetReader(str(shard))
+    with caplog.at_level(logging.WARNING, logger="compclip"):
+        assert len(list(reader)) == 6 and reader.stats()["bad_record"] == 1  # the cut, the bad json's sample lost with it
+    assert f"{shard} after key badjson (ReadError: cut off after byte {end - 100}: the archive's end is missing)" in caplog.text
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -170,9 +170,10 @@ class ImageTextReader(IterableDataset):
       some captions only, a keyword's subset).
     - `partners`: each sample also carries a `partner` drawn from the whole data (`record_at`; refused here for a
       reader that cannot draw one).
-    - `resampled` (webdataset shards): samples an epoch, drawn with replacement (0: each shard once, in order), each
-      part's share rounded up to whole batches of `batch_size` (the DataLoader's, which drops a worker's last partial
-      batch), as open_clip gives each worker `ceil(batches / workers)`: an epoch is never short of its batches.
+    - `resampled` (webdataset shards): samples an epoch (yielded: a skipped record is none), drawn with replacement (0:
+      each shard once, in order), each part's share rounded up to whole batches of `batch_size` (the DataLoader's, which
+      drops a worker's last partial batch), as open_clip gives each worker `ceil(batches / workers)`: an epoch is never
+      short of its batches.
 
     Each pass ends by moving the reader to the next epoch (resume positions and rotation
     cleared), so persistent DataLoader workers, which keep their own copy, need no word from
@@ -188,10 +189,12 @@ class ImageTextReader(IterableDataset):
         self.batch_size = batch_size
         self.start()
 
-    def start(self, epoch: int = 0, positions: dict[int, int] | None = None, rotation: int = 0) -> None:
-        """Where the next pass begins: its epoch, each shard's records to skip undecoded, and which DataLoader worker takes
-        the first batch (`rotation`, so the batches after a resume come in the order they would have)."""
+    def start(self, epoch: int = 0, positions: dict[int, int] | None = None, rotation: int = 0, batches: int = 0) -> None:
+        """Where the next pass begins: its epoch, each shard's records to skip undecoded, which DataLoader worker takes
+        the first batch (`rotation`, so the batches after a resume come in the order they would have), and how many
+        batches of the epoch were trained on before (what a resampled part has given of its share, `samples_due`)."""
         self.epoch, self.resume_positions, self.worker_rotation = epoch, dict(positions or {}), rotation
+        self.resume_batches = batches
 
     def check_partners(self) -> None:
         """Partners are drawn from the whole data: a reader that cannot reach any record says so now, not in a worker."""
@@ -241,6 +244,7 @@ class ImageTextReader(IterableDataset):
         records = self.records()
         if self.shuffle > 1:
             records = shuffled(records, self.shuffle, random.Random(part_seed))
+        due = self.samples_due()
         for pos, (where, image, caption, concepts) in enumerate(records):
             if pos < skip:
                 continue
@@ -253,8 +257,16 @@ class ImageTextReader(IterableDataset):
                 self.skips.ok()
                 sample["shard"], sample["pos"] = shard, pos
                 yield sample
+                if due is not None and self.skips.samples() == due:
+                    break
         self.skips.log_pass_summary()
         self.start(self.epoch + 1)  # the next epoch from its beginning: persistent workers need no word between epochs
+
+    def samples_due(self) -> int | None:
+        """How many samples this pass of this part yields at most (None: one for each good record). Resampled shards draw
+        without end, so their pass ends here, when it has yielded its share: samples, not records, as open_clip's
+        `with_epoch` counts a worker's batches of them, so that skipped records leave an epoch no shorter."""
+        return None
 
     def _partner(self, sample: Sample, rng: random.Random, tries: int = 50) -> Sample:
         """Another record of the whole data, drawn at random until it is a good sample of the same orientation (a
@@ -375,40 +387,69 @@ def data_files(path: str | os.PathLike) -> dict[str, Any] | None:
         size = os.stat(name).st_size
         digest.update(f"{size}\n".encode())
         with open(name, "rb") as f:
-            if size <= WHOLE_UP_TO:
-                while chunk := f.read(1 << 22):
-                    digest.update(chunk)
-            else:
-                digest.update(f.read(1 << 20))
-                f.seek(size - (1 << 20))
-                digest.update(f.read())
+            _hash_contents(digest, f, size, WHOLE_UP_TO)
     return {"files": len(names), "bytes": sum(os.stat(name).st_size for name in present), "sha256": digest.hexdigest()}
 
 
 WHOLE_UP_TO = 256 << 20  # a data file up to this size is hashed whole for `data_files` (a captions CSV, a world's array)
-IMAGES_HASHED = 256  # image files of a CSV or captions JSON hashed whole for `image_files`
+IMAGES_HASHED = 256  # image files of a CSV or captions JSON hashed for `image_files`
+IMAGE_WHOLE_UP_TO = 16 << 20  # an image file up to this size is hashed whole for `image_files`
+
+
+def _hash_contents(digest: Any, f: Any, size: int, whole_up_to: int) -> None:
+    """The open file `f`'s `size` bytes (its size as stat gave it) into `digest`: all of them up to `whole_up_to`, else
+    the first and last MiB. Never more than `size`, so a file written to while it is hashed still ends."""
+    if size > whole_up_to:
+        digest.update(f.read(1 << 20))
+        f.seek(size - (1 << 20))
+        digest.update(f.read(1 << 20))
+        return
+    while size > 0 and (chunk := f.read(min(size, 1 << 22))):
+        digest.update(chunk)
+        size -= len(chunk)
+
+
+def _hash_image(digest: Any, image: Any) -> str | None:
+    """An image file's contents into `digest` (bounded by `IMAGE_WHOLE_UP_TO`), or a mark where there are none to read
+    (missing, unreadable, no image named: the reader skips and counts that sample). A file that is not regular (a FIFO, a
+    device, a folder) is marked alike and never opened, and its kind returned: opening a FIFO waits for a writer, and a
+    link to /dev/zero reads without end."""
+    try:
+        found = os.stat(image)
+        if stat.S_ISREG(found.st_mode):
+            with open(image, "rb") as f:
+                _hash_contents(digest, f, found.st_size, IMAGE_WHOLE_UP_TO)
+            return None
+    except (OSError, TypeError, ValueError):
+        digest.update(b"\0missing\0")
+        return None
+    digest.update(b"\0missing\0")
+    return _KINDS.get(stat.S_IFMT(found.st_mode), "a special file")
 
 
 def image_files(reader: ImageTextReader) -> dict[str, Any]:
     """What `data_files` cannot see of a CSV or a captions JSON: the image files it names, which a resume compares too
     (images replaced under the same names, re-extracted at another size). A SHA-256 over `IMAGES_HASHED` of them, spread
-    evenly through the records and each hashed whole (every image would cost a corpus' reading at each start); a
-    missing one counts as missing. Empty where the images are inside the data files (shards, arrays)."""
+    evenly through the records, each hashed whole (of one over `IMAGE_WHOLE_UP_TO`, its first and last MiB: every image
+    would cost a corpus' reading at each start); a missing one counts as missing, and so does one that is no regular
+    file, unopened (`_hash_image`), which a warning names: training skips its sample. Empty where the images are inside
+    the data files (shards, arrays)."""
     if not reader.random_access or data_format(reader.name).decoded:
         return {}
     total = reader.num_records()
     count = min(total, IMAGES_HASHED)
     picks = [k * total // count for k in range(count)]
-    digest = hashlib.sha256()
+    digest, special = hashlib.sha256(), []
     for k in picks:
-        image = reader.record_at(k)[1]
+        where, image = reader.record_at(k)[:2]
         digest.update(f"{k}\n".encode())  # by position and contents: the same images by another path are the same data
-        try:
-            with open(image, "rb") as f:
-                while chunk := f.read(1 << 22):
-                    digest.update(chunk)
-        except (OSError, TypeError):  # missing, unreadable, or no image named: the reader skips and counts it
-            digest.update(b"\0missing\0")
+        kind = _hash_image(digest, image)
+        if kind:
+            special.append(f"{where} ({image}: not a regular file ({kind}))")
+    if special:
+        more = f" and {len(special) - 3} more" if len(special) > 3 else ""
+        log.warning("%s: not read for a resume's check, and skipped in training as corrupt images: %s%s", reader.name,
+                    "; ".join(special[:3]), more)
     return {"images_hashed": len(picks), "images_sha256": digest.hexdigest()}
 
 

@@ -47,6 +47,14 @@ class SkipCounter:
     def ok(self) -> None:
         self._counts[self._row(), -1] += 1
 
+    def samples(self) -> int:
+        """Samples this process has read in this pass."""
+        return int(self._counts[self._row(), -1])
+
+    def judged(self) -> int:
+        """Records this process has read or skipped in this pass."""
+        return int(self._counts[self._row()].sum())
+
     def skip(self, reason: str, where: str, detail: Any = "") -> None:
         self._counts[self._row(), REASONS.index(reason)] += 1
         if self._passes > 1:

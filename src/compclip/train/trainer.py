@@ -164,7 +164,7 @@ class Trainer:
     # -- data -------------------------------------------------------------------------
     def _loader(self) -> torch.utils.data.DataLoader:
         """One loader for the whole run: its workers persist across epochs, the reader moving itself on."""
-        self.reader.start(self.data.epoch, self.data.positions, self.data.batches % max(1, self.cfg.workers))
+        self.reader.start(self.data.epoch, self.data.positions, self.data.batches % max(1, self.cfg.workers), self.data.batches)
         check_shared_memory(self.cfg.workers, self.cfg.batch_size * image_bytes(self.model), f"batches of {self.cfg.batch_size} images")
         return torch.utils.data.DataLoader(
             self.reader,

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from torch.utils.data import get_worker_info
+
 from ..readers import FORMATS, IMAGE_EXTS, DataFormat, ImageTextReader, part_of
 
 
@@ -136,27 +138,36 @@ class WebDatasetReader(ImageTextReader):
             if record is not None:
                 yield record
 
+    def samples_due(self) -> int | None:
+        """Resampled, this part's share of `resampled` samples an epoch: whole batches, as many as open_clip gives a worker
+        (`open_clip_train/data.py`, `get_wds_dataset`: `num_worker_batches = ceil(ceil(num_samples / global_batch_size) /
+        workers)`, its `with_epoch`), less those of the batches it gave before a resume (the DataLoader takes a batch from
+        each worker in turn)."""
+        if not self.resampled:
+            return None
+        index, count = self.shard()
+        share = -(-self.resampled // (count * self.batch_size)) * self.batch_size
+        workers = getattr(get_worker_info(), "num_workers", 1)
+        return share - self.batch_size * len(range(index % workers, self.resume_batches, workers))
+
     def _resampled_records(self):
         """open_clip's --dataset-resampled (webdataset's `ResampledShards`): this part draws shards with replacement from
-        all of them, seeded by (seed, epoch, part), until it has its share of `resampled` samples an epoch: whole batches,
-        as many as open_clip gives a worker (`open_clip_train/data.py`, `get_wds_dataset`: `num_worker_batches =
-        ceil(ceil(num_samples / global_batch_size) / workers)`, its `with_epoch`)."""
-        index, count = self.shard()
+        all of them, seeded by (seed, epoch, part), until its pass has yielded the samples due (`samples_due`, which ends
+        it). Drawing stops sooner only where no draw makes a sample: more than 10 draws a shard in a row that gave no
+        record, or whose records were all skipped (judged as later ones are drawn: a shuffle buffer reads ahead)."""
+        if self.samples_due() <= 0:  # a resume at the epoch's end: nothing left to draw
+            return
+        index, _ = self.shard()
         rng = random.Random(((self.sample_seed or 0) + self.epoch) * 1_000_003 + index)
-        share, read, idle = -(-self.resampled // (count * self.batch_size)) * self.batch_size, 0, 0
-        while read < share:
-            url = rng.choice(self.urls)
-            before = read
+        idle = 0
+        while idle <= 10 * len(self.urls):
+            url, read, judged, drew = rng.choice(self.urls), self.skips.samples(), self.skips.judged(), False
             for sample in self._shard_samples(url):
+                drew = True
                 record = self._record(url, sample)
                 if record is not None:
-                    read += 1
                     yield record
-                    if read == share:
-                        return
-            idle = idle + 1 if read == before else 0
-            if idle > 10 * len(self.urls):  # every draw empty: nothing to resample
-                return
+            idle = 0 if self.skips.samples() > read else idle + (self.skips.judged() > judged or not drew)
 
     def _record(self, url: str, sample: dict[str, Any]) -> tuple[str, Any, Any, Any] | None:
         where = f"{url} key {sample['__key__']}"
