@@ -233,6 +233,27 @@ def test_a_split_scored_exactly_zero_reads_back_as_zero_everywhere(tmp_path, cap
     assert (saved["n"], saved["acc_a"], saved["acc_b"], saved["acc_a_all"]) == (2, 0.0, 0.5, 0.0)
 
 
+def test_a_score_of_exactly_zero_or_one_is_shown_and_one_just_outside_is_refused(tmp_path, capsys):
+    """[0, 1] is closed: a split all wrong (0.0) and one all right (1.0) are scores `report` shows (0.0 and 100.0); -0.01
+    and 1.01 are not fractions, each refused in one line naming the file, the metric and the value."""
+    folder = tmp_path / "edge"
+    folder.mkdir()
+
+    def result(add, replace):
+        (folder / "sugarcrepe.json").write_text(json.dumps({"dataset": "sugarcrepe", "ties": "strict", "metrics": {
+            "add_att": {"acc": add, "n": 2}, "replace_att": {"acc": replace, "n": 2}}}))
+
+    result(0.0, 1.0)
+    code, _, err = run_main(capsys, "report", folder, "--out", tmp_path / "report")
+    assert code in (0, None), err
+    section = (tmp_path / "report" / "report.md").read_text().split("## sugarcrepe", 1)[1]
+    assert "| edge | 0.0 | 100.0 |" in section, section
+    for add, replace, bad in ((-0.01, 1.0, "add_att.acc is -0.01"), (0.0, 1.01, "replace_att.acc is 1.01")):
+        result(add, replace)
+        code, _, err = run_main(capsys, "report", folder, "--out", tmp_path / "again")
+        assert code == 2 and err == f"error: {folder / 'sugarcrepe.json'}: metrics.{bad}, outside [0, 1] (a score is a fraction; 1 such)\n"
+
+
 def test_one_run_a_side_is_scipys_paired_bootstrap():
     """With one run each, the two-level bootstrap is scipy's `bootstrap(paired=True)` percentile interval of the mean
     difference: the same interval up to Monte Carlo error (10,000 draws each, other generators)."""
