@@ -519,8 +519,9 @@ def test_each_writers_full_disk_error_becomes_one_storage_error(tmp_path):
 
 def test_a_quota_used_up_at_fsync_is_one_line_and_keeps_the_earlier_result(tmp_path, capsys, monkeypatch):
     """A group quota (EDQUOT) as NFS reports it: the write is buffered and the error comes at fsync. `eval` into a folder
-    already holding its result ends in one line naming the result file and the quota, exit 2; the earlier result and no
-    temporary file are left (a kernel without tmpfs quotas cannot make a real one, so the error is injected)."""
+    already holding its result ends in one line naming the file it wrote first (the items: the result is written last)
+    and the quota, exit 2; the earlier result, its items and no temporary file are left (a kernel without tmpfs quotas
+    cannot make a real one, so the error is injected)."""
     import errno
     import json
 
@@ -530,8 +531,8 @@ def test_a_quota_used_up_at_fsync_is_one_line_and_keeps_the_earlier_result(tmp_p
     evaluate = ("eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", tmp_path / "data", "--out",
                 tmp_path / "results")
     assert run_main(capsys, *evaluate)[0] == 0
-    result = tmp_path / "results" / "retrieval.json"
-    before = result.read_bytes()
+    result, items = tmp_path / "results" / "retrieval.json", tmp_path / "results" / "retrieval.items.parquet"
+    before, items_before = result.read_bytes(), items.read_bytes()
     fsync = os.fsync
 
     def over_quota(fd):
@@ -541,9 +542,9 @@ def test_a_quota_used_up_at_fsync_is_one_line_and_keeps_the_earlier_result(tmp_p
 
     monkeypatch.setattr(os, "fsync", over_quota)
     code, _, err = run_main(capsys, *evaluate, "--force")
-    assert code == 2 and err.splitlines()[-1] == (f"error: {result}: not written: the disk quota is used up (Disk quota exceeded); "
-                                                  "the earlier retrieval.json there is as it was"), err
-    assert result.read_bytes() == before and json.loads(before)["metrics"]
+    assert code == 2 and err.splitlines()[-1] == (f"error: {items}: not written: the disk quota is used up (Disk quota exceeded); "
+                                                  "the earlier retrieval.items.parquet there is as it was"), err
+    assert result.read_bytes() == before and json.loads(before)["metrics"] and items.read_bytes() == items_before
     assert sorted(p.name for p in result.parent.iterdir() if p.name.startswith(".")) == []
 
 

@@ -100,6 +100,53 @@ def test_compare_from_the_command_line_on_two_models_results(two_models, tmp_pat
     assert code == 2 and "compare needs two models or more" in err
 
 
+def items_folder(folder, verdicts):
+    """A results folder as `compclip eval` writes one run of SugarCrepe's swap_att: its items file, `verdicts` in order."""
+    folder.mkdir()
+    n = len(verdicts)
+    pd.DataFrame({"split": "swap_att", "item": [str(i) for i in range(n)], "image": [f"{i}.jpg" for i in range(n)],
+                  "true": [f"a red dog {i}" for i in range(n)], "false": [f"a blue dog {i}" for i in range(n)], "score_true": 0.2,
+                  "score_false": 0.1, "correct": verdicts, "tie": False}).to_parquet(folder / "sugarcrepe.items.parquet", index=False)
+    return str(folder)
+
+
+def compared(capsys, tmp_path, a, b):
+    """`compclip compare A B`: its table's row and the difference it writes."""
+    code, out, err = run_main(capsys, "compare", a, b, "--label", "A", "--label", "B", "--out", tmp_path / "d.json", "--resamples", 500)
+    assert code in (0, None), err
+    row = next(line for line in out.splitlines() if line.startswith("| sugarcrepe | swap_att |"))
+    return [cell.strip() for cell in row.strip("|").split("|")], json.loads((tmp_path / "d.json").read_text())[0]
+
+
+def test_mcnemar_is_printed_for_one_run_against_one_run_only(tmp_path, capsys):
+    """McNemar's test pairs one run with one run: where either side is several runs (seeds), whichever side, `compare`
+    prints "—" in its column and writes null; one run a side, its p."""
+    rng = np.random.default_rng(1)
+    base = rng.random(60) < 0.5
+    one = items_folder(tmp_path / "one", base.tolist())
+    seeds = ",".join(items_folder(tmp_path / f"seed{s}", (base ^ (rng.random(60) < 0.3)).tolist()) for s in range(3))
+    for a, b in ((one, seeds), (seeds, one)):
+        cells, saved = compared(capsys, tmp_path, a, b)
+        assert cells[-1] == "—" and saved["p_mcnemar"] is None, cells
+    cells, saved = compared(capsys, tmp_path, one, seeds.split(",")[0])
+    assert cells[-1] == f"{saved['p_mcnemar']:.3g}" and 0 < saved["p_mcnemar"] <= 1
+
+
+def test_identical_seeds_are_no_difference_and_get_no_star(tmp_path, capsys):
+    """Two models whose three seeds each answer every item alike: a difference of 0 with an interval of 0 to 0 is no
+    difference, unstarred, in `compare`'s table and in the demo's seed table (0 ± 0)."""
+    from compclip.demo import COLUMNS, SPLITS, seed_table
+
+    verdicts = [i % 3 != 0 for i in range(30)]
+    a, b = (",".join(items_folder(tmp_path / f"{m}{s}", verdicts) for s in range(3)) for m in "ab")
+    cells, saved = compared(capsys, tmp_path, a, b)
+    assert cells[5] == "+0.0 [+0.0, +0.0] (too few discordant items to tell)" and not saved["significant"], cells
+    same = {split: {h: [50.0, 50.0, 50.0] for h in COLUMNS} for split in SPLITS}
+    markdown_table = seed_table({"base": same, "x-ft": same, "y-ft": same}, "t")[1]
+    row = next(line for line in markdown_table.splitlines() if line.startswith("| y-ft − x-ft | seen |"))
+    assert row.split(" | ")[2:] == ["+0.0 ± 0.0"] * (len(COLUMNS) - 1) + ["+0.0 ± 0.0 |"], row
+
+
 # ---- pairing by what an item is, not by its id alone ------------------------------------------------------------------
 
 def choice_items(model, verdicts, texts, images=None, split="adj", benchmark="vl_checklist", ids=None):
@@ -231,6 +278,27 @@ def test_a_split_scored_exactly_zero_reads_back_as_zero_everywhere(tmp_path, cap
     assert code in (0, None), err
     saved, = json.loads((tmp_path / "d.json").read_text())
     assert (saved["n"], saved["acc_a"], saved["acc_b"], saved["acc_a_all"]) == (2, 0.0, 0.5, 0.0)
+
+
+def test_a_score_of_exactly_zero_or_one_is_shown_and_one_just_outside_is_refused(tmp_path, capsys):
+    """[0, 1] is closed: a split all wrong (0.0) and one all right (1.0) are scores `report` shows (0.0 and 100.0); -0.01
+    and 1.01 are not fractions, each refused in one line naming the file, the metric and the value."""
+    folder = tmp_path / "edge"
+    folder.mkdir()
+
+    def result(add, replace):
+        (folder / "sugarcrepe.json").write_text(json.dumps({"dataset": "sugarcrepe", "ties": "strict", "metrics": {
+            "add_att": {"acc": add, "n": 2}, "replace_att": {"acc": replace, "n": 2}}}))
+
+    result(0.0, 1.0)
+    code, _, err = run_main(capsys, "report", folder, "--out", tmp_path / "report")
+    assert code in (0, None), err
+    section = (tmp_path / "report" / "report.md").read_text().split("## sugarcrepe", 1)[1]
+    assert "| edge | 0.0 | 100.0 |" in section, section
+    for add, replace, bad in ((-0.01, 1.0, "add_att.acc is -0.01"), (0.0, 1.01, "replace_att.acc is 1.01")):
+        result(add, replace)
+        code, _, err = run_main(capsys, "report", folder, "--out", tmp_path / "again")
+        assert code == 2 and err == f"error: {folder / 'sugarcrepe.json'}: metrics.{bad}, outside [0, 1] (a score is a fraction; 1 such)\n"
 
 
 def test_one_run_a_side_is_scipys_paired_bootstrap():

@@ -356,6 +356,39 @@ def test_blind_equals_the_score_of_a_model_whose_image_tower_is_ignored(data_roo
     assert "## sugarcrepe-swap_att: what the texts alone score" in text and "| a | 0.0 |" in text
 
 
+def test_a_full_disk_at_the_items_leaves_no_result_without_them_and_a_rerun_writes_both(tmp_path, capsys):
+    """The items file is written before the result, which comes last: where the disk takes the small result JSON but not
+    its larger items file (here a file-size limit of 4 KiB, EFBIG, as a nearly full disk refuses the one and not the
+    other), `eval` stops in one line naming the items file and writes no result; run again with room, both are there
+    and the items are the result's (one row per caption and per image, its recall counted from them)."""
+    import resource
+
+    import pandas as pd
+
+    from conftest import run_main
+    from test_cluster import retrieval_data
+
+    retrieval_data(tmp_path / "data")
+    out = tmp_path / "results"
+    evaluate = ("eval", "--model", "compclip-tiny-clip", "--benchmark", "retrieval", "--data-root", tmp_path / "data", "--out", out,
+                "--workers", 0, "--device", "cpu")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # Python ignores SIGXFSZ: a write past it fails with EFBIG
+    try:
+        code, _, err = run_main(capsys, *evaluate)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert code == 2 and err.splitlines()[-1].startswith(f"error: {out / 'retrieval.items.parquet'}: not written: the file would "
+                                                         "pass this process's file-size limit"), err
+    assert sorted(p.name for p in out.iterdir()) == []  # no result without its items, no temporary file
+    assert run_main(capsys, *evaluate)[0] in (0, None)
+    record = json.loads((out / "retrieval.json").read_text())
+    items = pd.read_parquet(out / "retrieval.items.parquet")
+    assert len(items) == record["metrics"]["tiny"]["images"] + record["metrics"]["tiny"]["captions"] == 8
+    caption_queries = items[items["direction"] == "text→image"]
+    assert record["metrics"]["tiny"]["image_retrieval_recall@1"] == (caption_queries["rank"] == 0).mean()
+
+
 def test_summary_average_only_over_all_ten_columns():
     from compclip.eval.report import AVERAGE, SUMMARY, summary_table
 

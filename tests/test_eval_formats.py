@@ -585,6 +585,26 @@ def test_retrieval_reads_karpathy_and_clip_benchmark_layouts(tmp_path):
     assert run("retrieval", tmp_path, "clip_benchmark").metrics["coco"]["text_retrieval_recall@1"] == 1.0
 
 
+def test_retrieval_holds_a_photo_reached_twice_through_a_folder_linked_into_itself_once(tmp_path, caplog):
+    """`images/sub -> .`: `sub/red.png` is `red.png` by another name. The gallery holds the file once, both its captions
+    owning it, so every answer is right (3 images, 6 captions, by hand); as two images they tied, and the twin beat
+    each caption's own image under strict ties. One line says how many names were folded."""
+    folder = tmp_path / "retrieval" / "loop"
+    for colour in ("red", "green", "blue"):
+        solid(folder / "images" / f"{colour}.png", colour)
+    (folder / "images" / "sub").symlink_to(".")
+    (folder / "captions.csv").write_text("image,caption\nred.png,a red dog\nred.png,a red ball\nsub/red.png,a red thing\n"
+                                         "green.png,a green cat\nsub/sub/blue.png,a blue car\nblue.png,a blue sky\n")
+    with caplog.at_level("WARNING", logger="compclip.eval"):
+        result = run("retrieval", tmp_path)
+    m = result.metrics["loop"]
+    assert (m["images"], m["captions"]) == (3, 6) and result.complete
+    assert all(m[f"{d}_retrieval_recall@1"] == 1.0 for d in ("image", "text")), m
+    assert [r.getMessage() for r in caplog.records] == [
+        f"retrieval/loop: 2 image name(s) reach a file another name reached first ({folder / 'images' / 'sub' / 'red.png'} is "
+        f"{folder / 'images' / 'red.png'}): each file is one gallery image"]
+
+
 def flair_pieces(text):
     """FLAIR's split_caption written out by hand: cut at every newline, full stop and `</s>`, strip, drop empty pieces."""
     pieces, current, i = [], "", 0

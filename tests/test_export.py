@@ -74,6 +74,23 @@ def test_the_open_clip_folder_loads_by_local_dir_with_its_tokenizer(tmp_path, na
     assert_same_outputs(model, scope["model"].eval(), tokenizer, scope["tokenizer"])
 
 
+def test_the_printed_snippet_loads_a_folder_whose_name_has_a_space_an_accent_and_a_newline(tmp_path, capsys):
+    """`compclip export` prints the Python that loads the export: the folder's path is a string literal there, whatever
+    its name holds, and the `wrote` line stays one line; the snippet, run as printed, loads the same model."""
+    model, _, tokenizer = load_model("compclip-tiny-clip", init_seed=4)
+    out = tmp_path / "my export é\nsecond line"
+    code, printed, err = run_main(capsys, "export", save_checkpoint(model, tmp_path / "ckpt"), out)
+    assert code in (0, None), err
+    lines = printed.splitlines()
+    assert lines[0] == f"wrote {str(out)!r}; load it with:"
+    snippet = "\n".join(line for line in lines[1:] if not line.startswith("note: "))
+    assert f"create_model_and_transforms({'local-dir:' + str(out)!r})" in snippet
+    scope = {}
+    exec(snippet, scope)
+    assert_same_outputs(model, scope["model"].eval(), tokenizer, scope["tokenizer"])
+    assert f"create_model_and_transforms({'local-dir:' + out.name!r})" in (out / "README.md").read_text()  # the card: its name
+
+
 # ---- transformers: every open_clip architecture maps, or says which part does not ----------------------------------
 
 

@@ -423,6 +423,25 @@ def test_markup_in_folder_names_and_result_fields_stays_text_in_the_report_and_t
     assert "```" in body[code_start + len(fence):code_end] and len(fence) > 3  # the name's own fence cannot close the block
 
 
+def test_a_training_file_named_with_markup_and_a_result_holding_it_stay_text_in_the_exported_card(tmp_path, capsys):
+    """The card names the training data by its file's name and lists the results found for the weights: a CSV named
+    `<img ... onerror=...>.csv` and a result whose task is a `<script>` are text there, in the body and the front matter."""
+    data = make_dataset(tmp_path, n=8)
+    hostile = data.rename(data.with_name("<img src=x onerror=alert(1)>.csv"))
+    code, _, err = run_main(capsys, *TRAIN, "--train-data", hostile, "--out", tmp_path / "run")
+    assert code == 0, err[-2000:]
+    step = tmp_path / "run" / "checkpoints" / "step_0000001"
+    (tmp_path / "run" / "eval").mkdir()
+    (tmp_path / "run" / "eval" / "zeroshot.json").write_text(json.dumps({
+        "dataset": "zeroshot", "task": "<script>alert(2)</script>", "weights_sha256": sha256_of(step / "model.safetensors"),
+        "ties": "strict", "precision": "fp32", "compclip_version": "0", "metrics": {"acc1": 0.5}}))
+    code, _, err = run_main(capsys, "export", tmp_path / "run", tmp_path / "out", "--license", "mit")
+    assert code == 0, err[-2000:]
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "| training data | &lt;img src=x onerror=alert(1)&gt;.csv |" in card and "| zeroshot | acc1 | 0.5000 |" in card
+    assert not re.search(r"<(img|script)", card, re.I), card
+
+
 def test_every_run_folder_write_refuses_a_link_but_a_folder_the_user_linked_is_theirs(tmp_path, capsys):
     """`--out` itself may be a link the user made (runs -> /scratch): only what compclip writes inside it is checked."""
     data = make_dataset(tmp_path, n=8)

@@ -203,10 +203,11 @@ def export(
     compclip export runs/c2lip exports/c2lip-b16-hf --format hf --license mit
     """
     from .export import export as write
+    from .text import one_line
 
     target, usage, notes = write(checkpoint, out, fmt, force=force, results=results, license=license, license_name=license_name,
                                  license_link=license_link, push_to_hub=push_to_hub)
-    typer.echo(f"wrote {target}; load it with:\n{usage}")
+    typer.echo(f"wrote {one_line(target)}; load it with:\n{usage}")
     for note in notes:
         typer.echo(f"note: {note}")
 

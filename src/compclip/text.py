@@ -1,5 +1,6 @@
 """Text rules shared by several layers: sentence splitting (one rule for the methods that recombine sentences and the
-retrieval protocol), text from files compclip did not write set into Markdown, and the hint for a mistyped name.
+retrieval protocol), text from files compclip did not write set into Markdown, a path on a line of output, and the hint
+for a mistyped name.
 
 A results folder, a run's options and a checkpoint's config can come from someone else: put into a model card or a
 report unescaped, their `|` splits a table's row, a newline ends it, and `<script>` or `<img onerror=...>` is markup that
@@ -30,6 +31,13 @@ def markdown_text(value: object) -> str:
     links and table cells backslash-escaped, line breaks as spaces."""
     one_line = " ".join(str(value).splitlines())
     return _MARKDOWN.sub(r"\\\1", html.escape(one_line, quote=False))
+
+
+def one_line(value: object) -> str:
+    """`value` (a path) as a line of output shows it: as it is where every character of it prints, else as a Python
+    string literal, so that a newline in a folder's name neither ends the line nor starts one that reads as compclip's."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)
 
 
 def did_you_mean(name: str, known: Iterable[str], n: int = 1) -> str:

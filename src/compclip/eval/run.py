@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import DataError, MissingFileError, UsageError
+from ..errors import DataError, MissingFileError, StorageError, UsageError
 from ..io import sha256_of, write_json
 from ..loggers import parse_reporters
 from ..models.checkpoint import model_name, weights_file, weights_sha256
@@ -303,14 +303,28 @@ def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: di
             record.update(fields)
         if out is not None:
             before_write()  # again: another eval may have begun meanwhile
-            write_json(out / job.file, record)
-            if not lacks:
-                write_items(out / job.items_file, items)
-            else:  # another run's items would stand beside a result that scored nothing
-                (out / job.items_file).unlink(missing_ok=True)
+            write_result(out, job, record, None if lacks else items)
         records[job.label] = record
     log.info("encoded %d images and %d captions", scorer.encoded["images"], scorer.encoded["texts"])
     return records
+
+
+def write_result(out: Path, job: Job, record: dict[str, Any], items: list[dict[str, Any]] | None) -> None:
+    """A job's result JSON and its items file, both or neither, so that a result JSON stands only beside its own items
+    (what `compare`, the report and a demo's rerun take it to mean): the items first (a full disk there keeps an
+    earlier run's pair as it was), then the result, last; a result that cannot be written takes the new items with it.
+    `items` None: a result that scored nothing, written without any (another run's would stand beside it)."""
+    result, rows = out / job.file, out / job.items_file
+    if items is not None:
+        write_items(rows, items)
+    result.unlink(missing_ok=True)  # an earlier run's, whose items are replaced now
+    if items is None:
+        rows.unlink(missing_ok=True)
+    try:
+        write_json(result, record)
+    except StorageError as e:
+        rows.unlink(missing_ok=True)
+        raise StorageError(f"{e}; nor is {rows.name} kept without it: run the same command again once there is room") from None
 
 
 def score_job(scorer, bench, job: Job, root: Path, rule: str, options: Any, blind: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:

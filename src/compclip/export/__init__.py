@@ -3,6 +3,7 @@ CLIP_benchmark and the hub read too) and Hugging Face transformers (`CLIPModel`,
 code loads), each folder with a model card."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from ..errors import UsageError
@@ -75,7 +76,7 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
             need("transformers", "--format hf")
     from ..models import load_model
     from ..models.checkpoint import check_checkpoint_folder, checkpoint_folder, weights_sha256
-    from .openclip import export_open_clip, method_notes, write_open_clip_folder
+    from .openclip import export_open_clip, folder_usage, method_notes, write_open_clip_folder
 
     checkpoint = checkpoint_folder(checkpoint)  # a run folder or its `latest`: the newest step
     config = check_checkpoint_folder(checkpoint)
@@ -89,31 +90,37 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, f
             from . import hf
 
             kind, hf_notes = hf.save(model, config, tokenizer, tmp)
-            cls = "CLIPModel" if kind == "clip" else "SiglipModel"
             processor = "AutoProcessor" if (tmp / "tokenizer_config.json").is_file() else "AutoImageProcessor"
-            usage = (f"from transformers import {processor}, {cls}\nmodel = {cls}.from_pretrained({str(out)!r})\n"
-                     f"processor = {processor}.from_pretrained({str(out)!r}, backend='pil')  # PIL: open_clip's exact pixels")
-            if kind == "clip":
-                usage += (f"\n# LLaVA-style: CLIPVisionModel.from_pretrained({str(out)!r}) and its hidden_states[-2], "
-                          f"CLIPImageProcessor.from_pretrained({str(out)!r})")
+            usage = functools.partial(hf_usage, kind, processor)
             notes += hf_notes
             library = "transformers"
         else:
             kind = "clip" if config["model_cfg"].get("init_logit_bias") is None else "siglip"
-            usage, oc_notes = write_open_clip_folder(checkpoint, tmp, out, tokenizer)
-            notes += oc_notes
+            notes += write_open_clip_folder(checkpoint, tmp, tokenizer)
+            usage = functools.partial(folder_usage, config["model_name"])
             library = "open_clip"
         stage.done()
         found = find_results(weights_sha256(model), _results_roots(checkpoint, list(results or [])))
         where = push_to_hub or out.name  # the card names the Hub repository or the folder, not the exporter's path to it
-        card = model_card(config, library=library, kind=kind, license=license, usage=usage.replace(str(out), where), notes=notes,
-                          results=found,
+        card = model_card(config, library=library, kind=kind, license=license, usage=usage(where), notes=notes, results=found,
                           license_name=license_name, license_link=license_link)
         (tmp / CARD_NAME).write_text(card, encoding="utf-8")
         stage.done()
     if push_to_hub:
         notes.append(f"pushed to https://huggingface.co/{push(out, push_to_hub, config)}")
-    return out, usage, notes
+    return out, usage(out), notes
+
+
+def hf_usage(kind: str, processor: str, shown: str | Path) -> str:
+    """The Python that loads a transformers export of `kind` (clip, siglip) from `shown`, the path a string literal of it
+    (`repr`), as every path a user pastes is."""
+    cls = "CLIPModel" if kind == "clip" else "SiglipModel"
+    usage = (f"from transformers import {processor}, {cls}\nmodel = {cls}.from_pretrained({str(shown)!r})\n"
+             f"processor = {processor}.from_pretrained({str(shown)!r}, backend='pil')  # PIL: open_clip's exact pixels")
+    if kind == "clip":
+        usage += (f"\n# LLaVA-style: CLIPVisionModel.from_pretrained({str(shown)!r}) and its hidden_states[-2], "
+                  f"CLIPImageProcessor.from_pretrained({str(shown)!r})")
+    return usage
 
 
 def upload_arguments(out: Path, repo: str, config: dict) -> dict:

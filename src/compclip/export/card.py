@@ -95,11 +95,12 @@ def _cell(value: Any) -> str:
 
 
 def _setting(value: Any) -> str:
-    """A training setting as typed (1e-05, not a score's 0.0000); a data file by its name, not the exporter's path."""
+    """A training setting as typed (1e-05, not a score's 0.0000); a data file by its name, not the exporter's path, and
+    set as text (a file's name is anyone's: `<img onerror=...>.csv`)."""
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, str) and ("/" in value or "\\" in value):
-        return "::".join(Path(part).name for part in value.split("::"))
+        return markdown_text("::".join(Path(part).name for part in value.split("::")))
     return _cell(value)
 
 
@@ -117,7 +118,8 @@ def _card_data(config: dict[str, Any], library: str, license: str, license_name:
         name, _, part = r["dataset"].partition("/")
         for metric, value in r["metrics"].items():
             if isinstance(value, float):
-                evals.append(EvalResult(task_type=TASKS.get(r.get("task"), r.get("task") or "other"), dataset_type=hub_name(name),
+                evals.append(EvalResult(task_type=TASKS.get(r.get("task")) or hub_name(str(r.get("task") or "other")),
+                                        dataset_type=hub_name(name),
                                         dataset_name=" ".join(hub_name(p) for p in (name, part) if p),
                                         dataset_config=hub_name(part) if part else None, metric_type=hub_name(metric),
                                         metric_value=value,

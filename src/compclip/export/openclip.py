@@ -43,7 +43,7 @@ def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
     builtin = open_clip.get_model_config(name) if ":" not in name else None
     tokenizer = _tokenizer_line(config["tokenizer"]) + "".join(f"\n# note: {n}" for n in method_notes(config))
     if builtin is None:
-        return f"import open_clip\nmodel, _, preprocess = open_clip.create_model_and_transforms('local-dir:{checkpoint}')\n{tokenizer}"
+        return f"import open_clip\nmodel, _, preprocess = open_clip.create_model_and_transforms({f'local-dir:{checkpoint}'!r})\n{tokenizer}"
     forces = []
     cfg = config["model_cfg"]
     if cfg.get("quick_gelu", False) != builtin.get("quick_gelu", False):
@@ -56,9 +56,9 @@ def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:
     return f"{_imports(name)}model, _, preprocess = open_clip.create_model_and_transforms({args})\n{tokenizer}"
 
 
-def write_open_clip_folder(checkpoint: Path, folder: Path, shown: Path, tokenizer: Any) -> tuple[str, list[str]]:
-    """Fill `folder` (to become `shown`) so that `open_clip.create_model_and_transforms('local-dir:FOLDER')` and
-    `open_clip.get_tokenizer('local-dir:FOLDER')` load the checkpoint; returns that Python and the notes."""
+def write_open_clip_folder(checkpoint: Path, folder: Path, tokenizer: Any) -> list[str]:
+    """Fill `folder` so that `open_clip.create_model_and_transforms('local-dir:FOLDER')` and
+    `open_clip.get_tokenizer('local-dir:FOLDER')` load the checkpoint (`folder_usage`); returns the notes."""
     config = check_checkpoint_folder(checkpoint)
     name = config["model_name"]
     save_file(_weights(checkpoint), folder / FOLDER_WEIGHTS_NAME, metadata={"format": "pt", "open_clip_model": name})
@@ -73,9 +73,15 @@ def write_open_clip_folder(checkpoint: Path, folder: Path, shown: Path, tokenize
             notes.append(f"tokenizer: not written ({type(e).__name__}: {e}); open_clip fetches "
                          f"{written['model_cfg']['text_cfg']['hf_tokenizer_name']} from the hub instead")
     write_json(folder / OPEN_CLIP_CONFIG_NAME, written)
-    usage = (f"{_imports(name)}model, _, preprocess = open_clip.create_model_and_transforms('local-dir:{shown}')\n"
-             f"tokenizer = open_clip.get_tokenizer('local-dir:{shown}')")
-    return usage, notes
+    return notes
+
+
+def folder_usage(name: str, shown: str | Path) -> str:
+    """The Python that loads an open_clip folder export of model `name` from `shown`, the path a string literal of it
+    (`repr`): a space, a quote or a newline in a folder's name would otherwise break the lines a user pastes."""
+    where = f"local-dir:{shown}"
+    return (f"{_imports(name)}model, _, preprocess = open_clip.create_model_and_transforms({where!r})\n"
+            f"tokenizer = open_clip.get_tokenizer({where!r})")
 
 
 def method_notes(config: dict[str, Any]) -> list[str]:

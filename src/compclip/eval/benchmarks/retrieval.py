@@ -14,7 +14,8 @@ Every folder under `retrieval/` is a dataset, read from the first of these it ho
 - FLAIR's pre-split fine-grained files (`annotations/test_annotations.json` for DOCCI, `test_annotations.json` for
   IIW): `{"annotations": [{"image_id", "image", "caption", "caption_id"}]}`, one sentence a caption;
 - `long_captions.jsonl`: `{"image", "caption"}` long descriptions, split into sentences (option `sentences`).
-Image names are looked up in the folder, then in its `images/` and `flickr30k-images/`.
+Image names are looked up in the folder, then in its `images/` and `flickr30k-images/`. The gallery holds each image file
+once, however many names reach it (a folder linked into itself, `images/sub -> .`, gives every photo a second one).
 
 Options: `captions=pre_caption` passes every caption through ARO's and BLIP's `pre_caption` (CLIC's retrieval).
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import logging
 import re
 import sys
 from pathlib import Path
@@ -35,6 +37,8 @@ from ...text import sentences
 from .. import protocols
 from ..base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
 from ..items import retrieval_rows
+
+log = logging.getLogger("compclip.eval")
 
 KS = (1, 5, 10)
 IMAGE_FOLDERS = ("images", "flickr30k-images")
@@ -97,6 +101,23 @@ def _not_utf8(file: Path) -> DataError:
     line = data[:at].count(b"\n") + 1
     return DataError(f"{file}:{line}: not UTF-8 (byte {data[at:at + 1].hex()}); a benchmark's captions are read as UTF-8: "
                      "convert the file (iconv -f latin1 -t utf-8)")
+
+
+def one_per_file(paths: list[Path]) -> tuple[list[Path], dict[Path, int]]:
+    """The gallery: each image file once, told by what it is on disk (device and inode), under the first name that
+    reaches it; and each name's place in it. Two names of one file as two gallery images would tie, or outrank, each
+    other: a caption's own image beaten by its twin."""
+    images: list[Path] = []
+    place: dict[tuple[int, int], int] = {}
+    index = {}
+    for path in dict.fromkeys(paths):
+        st = path.stat()
+        key = (st.st_dev, st.st_ino)
+        if key not in place:
+            place[key] = len(images)
+            images.append(path)
+        index[path] = place[key]
+    return images, index
 
 
 def load_pairs(file: Path, options: Options | None = None) -> list[tuple[Path, str]]:
@@ -176,8 +197,11 @@ class Retrieval(Benchmark):
                 recalls = {f"{d}_retrieval_recall@{k}": float("nan") for d in ("image", "text") for k in KS}
                 metrics[folder.name] = {**recalls, "images": 0, "captions": 0, "layout": file.name}
                 continue
-            images = list(dict.fromkeys(p for p, _ in pairs))
-            index = {p: i for i, p in enumerate(images)}
+            images, index = one_per_file([p for p, _ in pairs])
+            if len(index) > len(images):
+                twin = next(p for p, i in index.items() if images[i] != p)
+                log.warning("retrieval/%s: %d image name(s) reach a file another name reached first (%s is %s): each file is "
+                            "one gallery image", folder.name, len(index) - len(images), twin, images[index[twin]])
             owner = torch.tensor([index[p] for p, _ in pairs])
             scores = scorer.matrix(images, [c for _, c in pairs]).T  # (captions, images)
             positives = owner[:, None] == torch.arange(len(images))[None, :]
