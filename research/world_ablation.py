@@ -8,9 +8,10 @@ phrase encoding (also at λ_npc 0.3); the peers with the demo's settings (hardne
 world); CLIC's learning rate; OC-CLIP's patch-token layer, default queries, L_rel, a frozen image tower, a 10× lower
 backbone learning rate (its module keeps 2e-4), or its module trained alone first (600 steps, both towers frozen) and
 then with them; or the fine-tune's length (1,200 or 3,000 steps;
-OC-CLIP's module alone for 3,000). Every variant runs once per seed (SigLIP, C2LIP and OC-CLIP with
-the demo's settings reuse the demo's own fine-tunes where it has them); the table gives the mean ±
-95 % interval over seeds and the paired difference from the reference variant (SigLIP fine-tuning
+OC-CLIP's module alone for 3,000); or hardneg with the hardneg recipes' weight decay 0.1 and clipping at 1.0, 100
+steps, the decay decoupled (hardneg-wd-adamw, the recipes' reading) or added to the gradient (hardneg-wd-adam). Every
+variant runs once per seed (SigLIP, C2LIP and OC-CLIP with the demo's settings reuse the demo's own fine-tunes where it
+has them); the table gives the mean ± 95 % interval over seeds and the paired difference from the reference variant (SigLIP fine-tuning
 unless --reference) with the same seeds (`*`: its interval excludes zero). The unseen split unless
 --split seen. Run `make demo` first (or pass its --out as --demo). `--device cuda` trains and scores
 on the GPU, in fp32 as on the CPU; one process per variant and seed can share one GPU, and a last
@@ -44,6 +45,8 @@ VARIANTS = {
     "separate": {"method_options": {"concept_mode": "separate"}},
     "separate-npc0.3": {"method_options": {"concept_mode": "separate", "lambda_npc": 0.3}},
     "hardneg": {"method": "hardneg"},
+    "hardneg-wd-adamw": {"method": "hardneg", "weight_decay": 0.1, "grad_clip_norm": 1.0, "steps": 100},
+    "hardneg-wd-adam": {"method": "hardneg", "optimizer": "adam", "weight_decay": 0.1, "grad_clip_norm": 1.0, "steps": 100},
     "clic": {"method": "clic"},
     "clic-lr1e-5": {"method": "clic", "lr": 1e-5},
     "occlip": {"method": "occlip"},
@@ -71,7 +74,8 @@ def trained(demo: Path, name: str, seed: int, device: str = "cpu", workers: int 
     the variant it comes `after` (a second stage: OC-CLIP's module keeps what it learnt, `Trainer`)."""
     spec = dict(VARIANTS[name])
     first = spec.pop("after", None)
-    start = trained(demo, first, seed, device, workers) if first else RunFolder(demo / "train" / "base").latest()
+    # the base by its step folder: the shipped base is installed without a pointer to it
+    start = trained(demo, first, seed, device, workers) if first else RunFolder(demo / "train" / "base").steps()[-1]
     out = demo / "ablation" / name / f"seed{seed}"
     common = {"model": str(start), "train_data": str(demo / "world" / "train" / "images.npy"), "concepts": str(demo / "concepts"),
               "seed": seed, "workers": workers, "device": device, "out": str(out), **FINE_TUNE, **RUN_OPTIONS}

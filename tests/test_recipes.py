@@ -30,15 +30,20 @@ PAPERS = {  # what each source says, typed in again from the papers and the auth
     # NegCLIP: the ARO README's command on the vinid/open_clip fork, and the fork's params.py defaults
     "negclip-coco": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 256, "batch_size": 256, "lr": 1e-6,
                      "epochs": 5, "warmup": 50, "weight_decay": 0.2, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp"},
-    "hardneg-color": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "optimizer": "adam", "weight_decay": 0.1, "lr": 5e-6,
+    # Rösch et al. §3.2, its transformers v4.30 Trainer: AdamW (decoupled decay), gradients clipped at norm 1.0
+    "hardneg-color": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "optimizer": "adamw", "weight_decay": 0.1,
+                      "grad_clip_norm": 1.0, "lr": 5e-6,
                       "schedule": "const", "warmup": 0, "global_batch_size": 64, "epochs": 3, "precision": "amp",
                       "method_options": {"negative_classes": "color", "negatives_as": "replace", "directions": "sum", "negatives": 1}},
-    "hardneg-object": {"model": "ViT-B-32-quickgelu", "lr": 5e-6, "epochs": 3, "precision": "amp",
+    "hardneg-object": {"model": "ViT-B-32-quickgelu", "optimizer": "adamw", "grad_clip_norm": 1.0, "lr": 5e-6, "epochs": 3,
+                       "precision": "amp",
                        "method_options": {"negative_classes": "object", "negatives_as": "replace", "directions": "sum", "negatives": 1}},
-    "hardneg-location": {"model": "ViT-B-32-quickgelu", "lr": 5e-6, "epochs": 3, "precision": "amp",
+    "hardneg-location": {"model": "ViT-B-32-quickgelu", "optimizer": "adamw", "grad_clip_norm": 1.0, "lr": 5e-6, "epochs": 3,
+                         "precision": "amp",
                          "method_options": {"negative_classes": "location", "negatives_as": "replace", "directions": "sum",
                                             "negatives": 1}},
-    "hardneg-size": {"model": "ViT-B-32-quickgelu", "lr": 5e-6, "global_batch_size": 64, "epochs": 3, "precision": "amp",
+    "hardneg-size": {"model": "ViT-B-32-quickgelu", "optimizer": "adamw", "grad_clip_norm": 1.0, "lr": 5e-6, "global_batch_size": 64,
+                     "epochs": 3, "precision": "amp",
                      "method_options": {"negative_classes": "size", "negatives_as": "replace", "directions": "sum", "negatives": 1}},
     # OC-CLIP §4.2
     "occlip-coco": {"model": "ViT-B-16", "global_batch_size": 128, "epochs": 100, "lr": 2e-4, "method_options": {"module_lr": 2e-4}},
@@ -467,3 +472,63 @@ def test_hardnegs_epochs_count_its_captions_and_the_bad_records_as_the_docs_say(
     trainer = Trainer(cfg)
     assert trainer.epoch_records == {"records": 13, "admitted": counted}
     assert trainer.cfg.steps == math.ceil(3 * counted / 4) == 8
+
+
+def adam_steps(start, grads, decayed, reading, lr, wd, clip, betas=(0.9, 0.999), eps=1e-8):
+    """Adam written out in float64 over `grads` (one {name: gradient} a step): each step's gradients clipped to the global
+    norm `clip`, then the decay as `reading` applies it to the `decayed` names: "decoupled" w <- w - lr·(m̂/(√v̂+ε) + wd·w)
+    (AdamW, Loshchilov & Hutter), "coupled" wd·w added to the gradient first (L2, torch's Adam)."""
+    w = {n: t.double() for n, t in start.items()}
+    m = {n: torch.zeros_like(t) for n, t in w.items()}
+    v = {n: torch.zeros_like(t) for n, t in w.items()}
+    for t, step in enumerate(grads, 1):
+        norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in step.values()))
+        scale = min(1.0, clip / (norm + 1e-6))
+        for n in w:
+            g = step[n].double() * scale + (wd * w[n] if reading == "coupled" and n in decayed else 0)
+            m[n] = betas[0] * m[n] + (1 - betas[0]) * g
+            v[n] = betas[1] * v[n] + (1 - betas[1]) * g * g
+            update = (m[n] / (1 - betas[0] ** t)) / ((v[n] / (1 - betas[1] ** t)).sqrt() + eps)
+            w[n] = w[n] - lr * (update + (wd * w[n] if reading == "decoupled" and n in decayed else 0))
+    return w
+
+
+@pytest.mark.parametrize("reading", ["decoupled", "coupled"])
+def test_hardneg_recipes_decouple_the_weight_decay_and_clip_as_transformers_trainer(reading, tmp_path):
+    """Rösch et al. §3.2 train "with Adam optimizer with weight decay of 0.1" in code based on transformers v4.30, whose
+    Trainer's optimizer decouples the decay (AdamW), leaves biases and LayerNorm weights undecayed and clips the
+    gradients at norm 1.0: every hardneg recipe builds that. Two real steps of hardneg-color (fp32 and lr 1e-2 given
+    beside it, so that the decay and the clipping show in float32) end where Adam written out puts them, and
+    `--optimizer adam`, the decay added to the gradient, stays reachable and ends where that reading puts them."""
+    data = make_dataset(tmp_path, n=8)
+    for name in (f"hardneg-{c}" for c in ("color", "object", "location", "size")):
+        cfg = TrainConfig.from_given({"recipe": name, "model": "compclip-tiny-clip", "train_data": str(data), "workers": 0,
+                                      "out": str(tmp_path / name)})
+        assert (cfg.optimizer, cfg.weight_decay, cfg.grad_clip_norm, cfg.betas, cfg.eps) == ("adamw", 0.1, 1.0, (0.9, 0.999), 1e-8)
+    given = {"optimizer": "adam"} if reading == "coupled" else {}
+    cfg = TrainConfig.from_given({"recipe": "hardneg-color", "model": "compclip-tiny-clip", "train_data": str(data), "workers": 0,
+                                  "out": str(tmp_path / "run"), "steps": 2, "batch_size": 4, "global_batch_size": 4, "lr": 1e-2,
+                                  "precision": "fp32", **given})
+    trainer = Trainer(cfg)
+    assert type(trainer.optimizer) is (torch.optim.Adam if reading == "coupled" else torch.optim.AdamW)
+    model = trainer.model
+    norms = {f"{m}.{k}" if m else k for m, mod in model.named_modules() if isinstance(mod, torch.nn.LayerNorm)
+             for k, _ in mod.named_parameters(recurse=False)}
+    # no decay on LayerNorm weights and biases (the Trainer's), nor on the class embedding and the logit scale (open_clip's)
+    decayed = {n for n, _ in model.named_parameters() if n not in norms and "bias" not in n
+               and n not in ("visual.class_embedding", "logit_scale")}
+    assert {"token_embedding.weight", "visual.conv1.weight", "text_projection"} <= decayed and "ln_final.weight" in norms
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    grads = [{}, {}]
+
+    def keep(name):  # each step's gradient as the backward pass leaves it, before clipping
+        return lambda p: grads[trainer.step].__setitem__(name, p.grad.clone())
+
+    for n, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(keep(n))
+    trainer.run()
+    logged = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert all(r["grad_norm"] > 1.5 for r in logged)  # the clipping acts at both steps
+    expected = adam_steps(start, grads, decayed, reading, 1e-2, 0.1, 1.0)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.detach().double(), expected[n], rtol=0, atol=2e-6, msg=n)
