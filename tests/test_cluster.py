@@ -927,3 +927,41 @@ def test_a_run_and_a_concept_store_on_a_filesystem_without_flock(tmp_path, no_fl
                             "--out", str(tmp_path / "run"), "--steps", "1", "--batch-size", "4", "--workers", "0")
     assert code == 0, err
     assert not list(tmp_path.rglob("*.held"))  # every marker released
+
+
+def test_two_ranks_draw_one_permutation_of_a_file_and_read_disjoint_parts_of_it(tmp_path):
+    """Two ranks of a gloo process group (started as torchrun starts them, from its variables), two DataLoader workers
+    each, over a 48-row CSV shuffled whole: every process draws the same permutation of the file from (seed, epoch) and
+    reads its own part of it, so the ranks' records are disjoint and together the file, each once, as
+    DistributedSampler shares one permutation among ranks. Worker w of rank r reads every 4th index of numpy's
+    permutation (`default_rng([seed, epoch])`, the reference drawn here) from 2r + w on."""
+    import numpy as np
+
+    from test_train import env_for_children, free_port, make_dataset
+
+    data = make_dataset(tmp_path)
+    script = tmp_path / "read.py"
+    script.write_text("import json, sys\nimport torch.distributed as dist\nfrom torch.utils.data import DataLoader\n"
+                      "from compclip.data import open_reader\n"
+                      "dist.init_process_group('gloo')\n"
+                      "reader = open_reader(sys.argv[1], sample_seed=3000, shuffle=1000)\n"
+                      "seen = [(s['shard'], s['pos'], s['key']) for s in DataLoader(reader, batch_size=None, num_workers=2)]\n"
+                      "open(f'{sys.argv[2]}.{dist.get_rank()}', 'w').write(json.dumps(seen))\n"
+                      "dist.destroy_process_group()\n")
+    env = {**env_for_children(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}
+    ranks = [subprocess.Popen([sys.executable, str(script), str(data), str(tmp_path / "seen")], env={**env, "RANK": str(rank)},
+                              stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    try:
+        for proc in ranks:
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err[-3000:]
+    finally:
+        for proc in ranks:
+            proc.kill()
+    ranks = [json.loads((tmp_path / f"seen.{rank}").read_text()) for rank in range(2)]
+    rows = [[int(key.rsplit(":", 1)[1]) - 2 for _, _, key in seen] for seen in ranks]
+    assert not set(rows[0]) & set(rows[1]) and sorted(rows[0] + rows[1]) == list(range(48))
+    permutation = np.random.default_rng([3000, 0]).permutation(48)
+    for rank, seen in enumerate(ranks):
+        assert {shard for shard, _, _ in seen} == {2 * rank, 2 * rank + 1}
+        assert [permutation[shard::4][pos] for shard, pos, _ in seen] == rows[rank]

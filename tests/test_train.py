@@ -191,6 +191,38 @@ def test_a_killed_run_resumes_exactly(tmp_path):
     assert final.compclip_spec["model_name"] == "compclip-tiny-siglip"
 
 
+def test_a_file_shuffled_whole_resumes_mid_epoch_at_the_same_sample(tmp_path):
+    """The trainer's resume machinery over a CSV shuffled whole: 5 batches of 4 drawn by 2 DataLoader workers from 48
+    rows and their position kept (`DataPosition`, what a checkpoint saves), a new reader started there (as `Trainer`
+    starts it: epoch, positions, rotation) gives the uninterrupted epoch's last 7 batches, sample for sample. The order
+    is the whole file's: the workers' first batches reach its last quarter (rows 36-47), which a shuffle buffer (the 8
+    given here, for streams) over a worker's every other row in file order cannot (row 23 at most)."""
+    from torch.utils.data import DataLoader
+    from torchvision.transforms import PILToTensor
+
+    from compclip.data import open_reader
+    from compclip.train.state import DataPosition
+
+    data = make_dataset(tmp_path)
+
+    def batches(position):
+        reader = open_reader(data, transform=PILToTensor(), sample_seed=7000, shuffle=8)
+        reader.start(position.epoch, position.positions, position.batches % 2)
+        return iter(DataLoader(reader, batch_size=4, num_workers=2))
+
+    def rows(batch):
+        return [int(key.rsplit(":", 1)[1]) - 2 for key in batch["key"]]
+
+    straight = [rows(b) for b in batches(DataPosition())]
+    assert len(straight) == 12 and sorted(row for batch in straight for row in batch) == list(range(48))
+    assert max(straight[0] + straight[1]) >= 36, straight
+    position, stopped = DataPosition(), batches(DataPosition())
+    for _ in range(5):
+        position.consumed(next(stopped))
+    del stopped
+    assert [rows(b) for b in batches(position)] == straight[5:]
+
+
 def test_captions_without_concepts_and_a_locked_image_tower(tmp_path, capsys):
     from compclip.train import TrainConfig, train
 

@@ -20,6 +20,7 @@ import random
 import re
 import stat
 import warnings
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..errors import DataError, UsageError
 from ..plugins import Registry
 from .concept_records import record_from_json
+from .lines import TextLines
 from .skips import SkipCounter
 
 log = logging.getLogger("compclip.data")
@@ -155,6 +157,14 @@ def shuffled(items: Iterator[Any], size: int, rng: random.Random) -> Iterator[An
     yield from buffer
 
 
+def epoch_order(count: int, seed: int, epoch: int, index: int, parts: int) -> np.ndarray:
+    """Part `index` of `parts` (`shard_position`'s: a DDP rank's DataLoader worker) of one permutation of a whole file's
+    `count` records, drawn from (seed, epoch) alone: every rank and worker draws the same one and takes every `parts`-th
+    index of it from its own on, so the parts are disjoint and together the whole file, as DistributedSampler shares
+    one permutation among ranks. 8 bytes a record (an int64 index each), in every process that reads."""
+    return np.random.default_rng([seed % SEED_SPAN, epoch]).permutation(count)[index::parts]
+
+
 class ImageTextReader(IterableDataset):
     """Shared machinery: sharding, decoding, skip accounting. Subclasses list raw records.
 
@@ -163,9 +173,11 @@ class ImageTextReader(IterableDataset):
 
     - `sample_seed`: each sample's random augmentation is seeded from (seed + epoch, shard, pos), so it does not
       depend on where a run started.
-    - `shuffle` > 1: each shard's records pass through a shuffle buffer of that many (webdataset's kind, as open_clip
-      uses), seeded from (seed, epoch, shard): a file sorted by class still trains mixed, and positions count the
-      shuffled order, so resuming stays exact.
+    - `shuffle` > 1: a file read at random (`record_at`: a CSV, JSON lines, captions JSON, arrays) is shuffled whole
+      each epoch, by an index permutation seeded from (seed, epoch) that every part shares (`epoch_order`), as
+      open_clip's CsvDataset is drawn: a file of five captions a photo in a row puts no more siblings into a batch than
+      chance does. A stream's records (shards) pass through a shuffle buffer of that many (webdataset's kind, as
+      open_clip uses), seeded from (seed, epoch, shard). Positions count the shuffled order, so resuming stays exact.
     - `admit`: a caption it refuses is skipped (and counted) before its image is decoded (a method that trains on
       some captions only, a keyword's subset).
     - `partners`: each sample also carries a `partner` drawn from the whole data (`record_at`; refused here for a
@@ -212,7 +224,11 @@ class ImageTextReader(IterableDataset):
         total = self.num_records()
         if self.admit is None:
             return total
-        return sum(1 for k in range(total) if _bad_caption(caption := self.caption_at(k)) or self.admit(caption.strip()))
+        return sum(1 for caption in self.captions() if _bad_caption(caption) or self.admit(caption.strip()))
+
+    def captions(self) -> Iterator[Any]:
+        """Every record's caption, in record order."""
+        return (self.caption_at(k) for k in range(self.num_records()))
 
     def caption_at(self, index: int) -> Any:
         """Record `index`'s caption alone: what `admitted_records` reads, with no image decoded."""
@@ -241,13 +257,8 @@ class ImageTextReader(IterableDataset):
         shard = self.shard()[0]
         skip = self.resume_positions.get(shard, 0)
         part_seed = ((self.sample_seed or 0) + self.epoch) * 1_000_003 + shard  # this epoch's part of the data
-        records = self.records()
-        if self.shuffle > 1:
-            records = shuffled(records, self.shuffle, random.Random(part_seed))
         due = self.samples_due()
-        for pos, (where, image, caption, concepts) in enumerate(records):
-            if pos < skip:
-                continue
+        for pos, (where, image, caption, concepts) in self._numbered(part_seed, skip):
             if self.sample_seed is not None:  # the CPU generator alone: torch.manual_seed also queues lazy CUDA/XPU
                 torch.default_generator.manual_seed((part_seed * 1_000_000_007 + pos) % SEED_SPAN)  # 0.14 ms a sample
             sample = self._make(where, image, caption, concepts)
@@ -267,6 +278,24 @@ class ImageTextReader(IterableDataset):
         without end, so their pass ends here, when it has yielded its share: samples, not records, as open_clip's
         `with_epoch` counts a worker's batches of them, so that skipped records leave an epoch no shorter."""
         return None
+
+    def _numbered(self, part_seed: int, skip: int) -> Iterator[tuple[int, tuple[str, Any, Any, Any]]]:
+        """(position, record) of this pass's records from position `skip` on. A file read at random (`record_at`) and
+        shuffled: its part of the epoch's permutation of the whole file (`epoch_order`), as open_clip's CsvDataset draws
+        from the whole file, positions counting the part's indices (a resume skips them unread); a stream (shards):
+        through the shuffle buffer, seeded by the part, as webdataset reads."""
+        if self.shuffle > 1 and self.random_access:
+            order = epoch_order(self.num_records(), self.sample_seed or 0, self.epoch, *self.shard())
+            return self.records_in(order, skip)
+        records = self.records()
+        if self.shuffle > 1:
+            records = shuffled(records, self.shuffle, random.Random(part_seed))
+        return itertools.islice(enumerate(records), skip, None)
+
+    def records_in(self, order: np.ndarray, first: int = 0) -> Iterator[tuple[int, tuple[str, Any, Any, Any]]]:
+        """(position, record) of the records `order` names (indices into the whole data), from position `first` on."""
+        for pos in range(first, len(order)):
+            yield pos, self.record_at(int(order[pos]))
 
     def _partner(self, sample: Sample, rng: random.Random, tries: int = 50) -> Sample:
         """Another record of the whole data, drawn at random until it is a good sample of the same orientation (a
@@ -337,7 +366,8 @@ class ImageTextReader(IterableDataset):
 
 class TableReader(ImageTextReader):
     """A file of records a row each (a CSV, JSON lines): subclasses give `_rows_of`, every row as (where, image path or
-    None, caption, None), or for a malformed row (where, None, None, what is wrong with it)."""
+    None, caption, None), or for a malformed row (where, None, None, what is wrong with it). Its rows are held in memory
+    for `record_at` and the shuffled order once either reads one (`TextTableReader` holds where each starts instead)."""
 
     def _rows_of(self) -> Iterator[tuple[str, Any, Any, str | None]]:
         raise NotImplementedError
@@ -351,8 +381,11 @@ class TableReader(ImageTextReader):
             self._rows = list(self._rows_of())
         return self._rows
 
+    def _row_at(self, index: int) -> tuple[str, Any, Any, str | None]:
+        return self._all_rows()[index]
+
     def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
-        return (*self._all_rows()[index][:3], None)
+        return (*self._row_at(index)[:3], None)
 
     def records(self):
         for where, image, caption, malformed in part_of(self._rows_of(), *self.shard()):
@@ -360,6 +393,41 @@ class TableReader(ImageTextReader):
                 self.skips.skip("bad_record", where, malformed)
                 continue
             yield where, image, caption, None
+
+    def records_in(self, order: np.ndarray, first: int = 0) -> Iterator[tuple[int, tuple[str, Any, Any, Any]]]:
+        for pos in range(first, len(order)):
+            where, image, caption, malformed = self._row_at(int(order[pos]))
+            if malformed:
+                self.skips.skip("bad_record", where, malformed)
+                continue
+            yield pos, (where, image, caption, None)
+
+
+class TextTableReader(TableReader):
+    """A table in a text file (CSV, JSON lines), whose rows are read at random by seeking to where each starts: what it
+    holds of the file is that index (`_starts`: byte offset and line number, 16 bytes a row), found once per process,
+    so a file of millions of rows shuffles whole in constant memory a row. `_rows_of(at)` reads from a row's start."""
+
+    def _rows_of(self, at: tuple[int, int] | None = None) -> Iterator[tuple[str, Any, Any, str | None]]:
+        raise NotImplementedError
+
+    def _starts(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def num_records(self) -> int:
+        return len(self._index())
+
+    def _index(self) -> np.ndarray:
+        if getattr(self, "_row_starts", None) is None:
+            self._row_starts = self._starts()
+        return self._row_starts
+
+    def _row_at(self, index: int) -> tuple[str, Any, Any, str | None]:
+        at, line = self._index()[index].tolist()
+        return next(self._rows_of((at, line)))
+
+    def captions(self) -> Iterator[Any]:
+        return (caption for _, _, caption, _ in self._rows_of())
 
 
 class _Uncounted:
@@ -533,14 +601,27 @@ def utf8_captions(rows: Iterable[tuple[str, Any]]) -> Iterator[Any]:
         yield caption
 
 
-def json_lines(path: Path) -> Iterator[tuple[str, Any]]:
+def json_lines(path: Path, at: tuple[int, int] | None = None) -> Iterator[tuple[str, Any]]:
     """(where, the line's JSON value, or the JSONDecodeError of a line that is none) of each line that is not blank; bytes
-    that are not UTF-8 come back surrogate-escaped, for the reader to count."""
-    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
-        for number, line in enumerate(f, 1):
+    that are not UTF-8 come back surrogate-escaped, for the reader to count. From `at` on when given (a line's byte
+    offset and number, as `json_line_starts` keeps them)."""
+    with TextLines(path, at[0] if at else 0) as lines:
+        for number, line in enumerate(lines, at[1] if at else 1):
             if line.strip():
                 try:
                     value = json.loads(line)
                 except json.JSONDecodeError as e:
                     value = e
                 yield f"{path}:{number}", value
+
+
+def json_line_starts(path: Path) -> np.ndarray:
+    """Where each line of `json_lines` starts: an (N, 2) int64 array of its byte offset and line number, 16 bytes a line."""
+    starts = array("q")  # 16 bytes a line while it is found too, where a list of pairs took 120
+    with TextLines(path) as lines:
+        at = lines.at
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                starts.extend((at, number))
+            at = lines.at
+    return np.frombuffer(starts, dtype=np.int64).reshape(-1, 2)

@@ -8,9 +8,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ...errors import DataError
-from ..readers import FORMATS, DataFormat, TableReader, image_path, log, utf8_captions
-from ..table import open_table, table_rows
+from ..readers import FORMATS, DataFormat, TextTableReader, image_path, log, utf8_captions
+from ..table import open_table, row_starts, table_rows
 
 SUFFIXES = (".csv", ".tsv", ".tab")
 
@@ -19,7 +21,7 @@ def separator(path: str | os.PathLike) -> str:
     return "\t" if Path(path).suffix.lower() in (".tsv", ".tab") else ","
 
 
-class CsvReader(TableReader):
+class CsvReader(TextTableReader):
     """A CSV or TSV of image paths (relative to the file's folder or `image_root`, see `image_path`) and captions."""
 
     def __init__(
@@ -46,8 +48,14 @@ class CsvReader(TableReader):
     def _open(self):
         return open_table(self.path)
 
-    def _rows_of(self) -> Iterator[tuple[str, Any, Any, str | None]]:
-        for line, row, malformed in table_rows(self.path, self.sep):
+    def _starts(self) -> np.ndarray:
+        starts, self._header = row_starts(self.path, self.sep)
+        return starts
+
+    def _rows_of(self, at: tuple[int, int] | None = None) -> Iterator[tuple[str, Any, Any, str | None]]:
+        if at is not None:
+            self._index()  # the header a row's start is read with
+        for line, row, malformed in table_rows(self.path, self.sep, at, self._header if at else None):
             where = f"{self.path}:{line}"
             if malformed:
                 yield where, None, None, malformed

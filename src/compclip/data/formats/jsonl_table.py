@@ -9,11 +9,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ...errors import DataError
-from ..readers import FORMATS, DataFormat, TableReader, image_path, json_lines, utf8_captions
+from ..readers import FORMATS, DataFormat, TextTableReader, image_path, json_line_starts, json_lines, utf8_captions
 
 
-class JsonlReader(TableReader):
+class JsonlReader(TextTableReader):
     """A JSONL of image paths and captions; a line that is no JSON record is a bad record, skipped and counted."""
 
     def __init__(self, path: str | os.PathLike, transform: Callable | None = None, image_key: str = "image", caption_key: str = "caption",
@@ -27,8 +29,11 @@ class JsonlReader(TableReader):
         if missing:  # judged by the first record, as a CSV by its header: a wrong key would otherwise skip every record
             raise DataError(f"{self.path}: no field {missing} in its first record (fields: {list(first)}); set --image-key / --caption-key")
 
-    def _rows_of(self) -> Iterator[tuple[str, Any, Any, str | None]]:
-        for where, value in json_lines(self.path):
+    def _starts(self) -> np.ndarray:
+        return json_line_starts(self.path)
+
+    def _rows_of(self, at: tuple[int, int] | None = None) -> Iterator[tuple[str, Any, Any, str | None]]:
+        for where, value in json_lines(self.path, at):
             if isinstance(value, json.JSONDecodeError):
                 yield where, None, None, f"not JSON ({value})"
             elif not isinstance(value, dict):
