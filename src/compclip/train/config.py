@@ -96,15 +96,16 @@ class TrainConfig:
     wandb_project_name: str = option("compclip", "The W&B project (open_clip's flag); the run is named after --out and resumes with it.")
     eval_benchmarks: str | None = option(None, "Comma-separated benchmarks (as `compclip eval --benchmark`: NAME or NAME/SPLIT) run "
                                                "on the model in training every --eval-every steps and at the end, on rank 0; figures go "
-                                               "to log.jsonl, TensorBoard and W&B as eval/NAME/METRIC.")
+                                               "to log.jsonl, TensorBoard and W&B as eval/NAME/SPLIT/METRIC.")
     eval_data_root: str | None = option(None, "The benchmarks' data root (docs/data.md).  [default: $COMPCLIP_DATA]")
     val_data: str | None = option(None, "Held-out image-caption pairs (the formats of --train-data): retrieval both ways and the "
                                         "contrastive loss, open_clip's val metrics (val/image_to_text_R@1, ...), every --eval-every "
                                         "steps and at the end.")
     eval_every: int = option(0, "Evaluate every N steps (and at the last step): --eval-benchmarks, --val-data, or the hook of "
                                 "`train(cfg, eval_hook)` from Python.  [default 0: at the last step only]")
-    keep_best: str | None = option(None, "Keep the checkpoint best by this evaluation figure in OUT/checkpoints/best: a logged key "
-                                         "such as sugarcrepe/swap_att (its first score), winoground/group_score or "
+    keep_best: str | None = option(None, "Keep the checkpoint best by this evaluation figure in OUT/checkpoints/best: a logged name "
+                                         "less its eval/, such as sugarcrepe/swap_att/acc (sugarcrepe/swap_att: its first score), "
+                                         "winoground/group_score or "
                                          "val/image_to_text_R@1 (higher is better; lower for val/clip_val_loss and the val ranks).")
     device: str | None = option(None, "cpu to stay off the GPU.  [default: each process takes the GPU of its local rank, if any]")
     dist_timeout: int = option(1800, "Seconds a rank waits in a collective (gradients, the stop signal) for the others before it "
