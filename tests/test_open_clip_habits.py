@@ -55,6 +55,32 @@ def test_every_flag_of_open_clip_trains_is_compclips_or_says_what_compclip_does_
         assert code == 2 and err.startswith(f"error: {flag} is open_clip_train's flag: ") and len(err.strip().splitlines()) == 1, err
 
 
+def test_clip_benchmarks_eval_flags_are_aliases_or_name_compclips_flag(tmp_path, capsys):
+    """CLIP_benchmark's `eval --dataset sugarcrepe --output X --dataset_root R`: --output (a JSON file there) answered in one
+    line naming compclip's --out (click said "No such option: --dataset (Possible options: --data-root)"); with --out
+    the same words score sugarcrepe as compclip's own flags do."""
+    from compclip.models import load_model, save_checkpoint
+
+    root = sugarcrepe_root(tmp_path, 12)
+    save_checkpoint(load_model("compclip-tiny-clip")[0], tmp_path / "ckpt")
+    capsys.readouterr()  # (what it logged, through the handler an earlier test's command set up)
+    theirs = ["--model", tmp_path / "ckpt", "--dataset", "sugarcrepe/swap_att", "--dataset_root", root, "--batch_size", "4",
+              "--num_workers", "0", "--device", "cpu"]
+    code, _, err = run_main(capsys, "eval", *theirs, "--output", tmp_path / "result.json")
+    assert code == 2 and err.startswith("error: --output is CLIP_benchmark's flag: ") and "compclip's --out is a folder" in err, err
+    assert err.count("\n") == 1
+    for flag, compclips in (("--task", "--benchmark zeroshot"), ("--split", "--benchmark NAME/SPLIT"), ("--no_amp", "--precision fp32")):
+        code, _, err = run_main(capsys, "eval", flag, "x")
+        assert code == 2 and err.startswith(f"error: {flag} is CLIP_benchmark's flag: ") and compclips in err, err
+    code, _, err = run_main(capsys, "eval", *theirs, "--out", tmp_path / "theirs")
+    assert code == 0, err
+    code, _, err = run_main(capsys, "eval", "--model", tmp_path / "ckpt", "--benchmark", "sugarcrepe/swap_att", "--data-root", root,
+                            "--batch-size", "4", "--workers", "0", "--device", "cpu", "--out", tmp_path / "ours")
+    assert code == 0, err
+    assert (json.loads((tmp_path / "theirs" / "sugarcrepe-swap_att.json").read_text())["metrics"]
+            == json.loads((tmp_path / "ours" / "sugarcrepe-swap_att.json").read_text())["metrics"])
+
+
 def test_resume_from_a_path_or_latest(tmp_path):
     from compclip.errors import MissingFileError, UsageError
     from compclip.train import train
