@@ -473,7 +473,8 @@ def test_each_precision_casts_inputs_and_autocasts_as_open_clip_does():
     import open_clip
     from open_clip_train.precision import get_autocast
 
-    from compclip.precision import TRAIN_PRECISIONS, autocast, input_dtype
+    from compclip.names import TRAIN_PRECISIONS
+    from compclip.precision import autocast, input_dtype
 
     cpu = torch.device("cpu")
     for precision in TRAIN_PRECISIONS:

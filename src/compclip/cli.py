@@ -277,11 +277,12 @@ def train(ctx: typer.Context, **options: Any) -> None:
     torchrun --nproc_per_node 8 -m compclip train --recipe c2lip-cc3m --train-data 'cc3m/{00000..01411}.tar' \\
         --concepts concepts --out runs/c2lip
     """
+    typed = _typed(ctx, TrainConfig)
+    cfg = TrainConfig.from_given({k: v for k, v in declared_values(TrainConfig, options).items() if k in typed})
+    cfg.check_values()  # before torch is imported: a typo answered at once
     from .train import Trainer
     from .train.run_folder import latest_checkpoint
 
-    typed = _typed(ctx, TrainConfig)
-    cfg = TrainConfig.from_given({k: v for k, v in declared_values(TrainConfig, options).items() if k in typed})
     seeds = cfg.seed_list()
     if seeds:  # one run a seed, each a folder of its own, resumable as any run
         for seed in seeds:
@@ -414,10 +415,11 @@ def eval_(**options: Any) -> None:
 
     Exits 1 when a benchmark could score no example (its result is still written, marked incomplete).
     """
+    cfg = EvalConfig(**declared_values(EvalConfig, options))
+    cfg.check_values()  # before torch is imported: a typo answered at once
     from .eval import evaluate
     from .eval.run import Job, evaluated_nothing
 
-    cfg = EvalConfig(**declared_values(EvalConfig, options))
     empty = []
     for name, record in evaluate(cfg).items():
         if evaluated_nothing(record):

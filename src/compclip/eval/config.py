@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..loggers import REPORTERS
+from ..names import BENCHMARK_LISTING, PRECISIONS, check_names
 from ..options import MODEL_HELP, option
 
 
@@ -49,6 +50,19 @@ class EvalConfig:
                                     "every number and each benchmark's figure, and to W&B a table of the wrong items with their "
                                     "images. W&B runs offline under WANDB_MODE=offline (`wandb sync` uploads later).")
     wandb_project_name: str = option("compclip", "The W&B project (open_clip's flag); the run is named after --out.")
+
+    def check_values(self) -> None:
+        """The values checked by their declarations alone (benchmark names, numbers, precision), importing nothing heavy:
+        the command line runs this before torch's import, so that a typo is answered at once (`eval.run.check_options`
+        checks the rest: splits, options, files)."""
+        check_names("benchmark", [item.partition("/")[0] for item in map(str.strip, self.benchmark.split(",")) if item],
+                    BENCHMARK_LISTING)
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1, not {self.batch_size}")
+        if self.workers < 0:
+            raise UsageError(f"--workers must be 0 or more, not {self.workers}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
 
     @property
     def scorer_settings(self) -> dict[str, Any]:

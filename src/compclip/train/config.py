@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import MissingFileError, UsageError
 from ..loggers import REPORTERS, parse_reporters
+from ..names import BENCHMARK_LISTING, TRAIN_PRECISIONS, check_names
 from ..options import MODEL_HELP, flag_of, option
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -132,8 +133,26 @@ class TrainConfig:
         """Every value checked before a model is built or a file written; errors name the CLI option."""
         from ..data import data_format
         from ..data.skips import MAX_WORKERS
-        from ..precision import TRAIN_PRECISIONS
 
+        self.check_values()
+        if self.workers > MAX_WORKERS:
+            raise UsageError(f"--workers must be at most {MAX_WORKERS}, not {self.workers}")
+        check_device(self.device)
+        self._validate_open_clip_flags()
+        self._validate_evaluation()
+        out = Path(self.out)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file; a run writes a folder")
+        missing = data_format(self.train_data).missing_file(self.train_data)
+        if missing:
+            raise MissingFileError(f"--train-data {missing}: no such file")
+        for name in ("image_root", "concepts"):
+            if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
+                raise MissingFileError(f"{flag_of(TrainConfig, name)} {getattr(self, name)}: no such folder")
+
+    def check_values(self) -> None:
+        """The values checked by their declarations alone (numbers, names, precisions), importing nothing heavy: the
+        command line runs this before torch's import, so that a typo is answered at once."""
         for name in ("method", "model"):
             if getattr(self, name) is None:
                 raise UsageError(f"{flag_of(TrainConfig, name)} is required: give it, or a --recipe that sets it (`compclip recipes`)")
@@ -154,8 +173,6 @@ class TrainConfig:
             raise UsageError(f"--warmup-fraction must lie in [0, 1), not {self.warmup_fraction}")
         if not self.min_lr <= self.lr or not self.warmup_lr <= self.lr:
             raise UsageError(f"--warmup-lr {self.warmup_lr} and --min-lr {self.min_lr} must not exceed --lr {self.lr}")
-        if self.workers > MAX_WORKERS:
-            raise UsageError(f"--workers must be at most {MAX_WORKERS}, not {self.workers}")
         if not self.lr > 0 or not self.eps > 0:
             raise UsageError(f"--lr and --eps must be positive, not {self.lr} and {self.eps}")
         if not 0 <= self.min_concept_coverage <= 1:
@@ -165,26 +182,18 @@ class TrainConfig:
         for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", TRAIN_PRECISIONS)):
             if getattr(self, name) not in allowed:
                 raise UsageError(f"{flag_of(TrainConfig, name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
-        check_device(self.device)
-        self._validate_open_clip_flags()
-        self._validate_evaluation()
-        out = Path(self.out)
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} is a file; a run writes a folder")
-        missing = data_format(self.train_data).missing_file(self.train_data)
-        if missing:
-            raise MissingFileError(f"--train-data {missing}: no such file")
-        for name in ("image_root", "concepts"):
-            if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
-                raise MissingFileError(f"{flag_of(TrainConfig, name)} {getattr(self, name)}: no such folder")
-
-    def _validate_open_clip_flags(self) -> None:
-        from ..data import data_format
-
         if self.force_patch_dropout is not None and not 0 <= self.force_patch_dropout < 1:
             raise UsageError(f"--force-patch-dropout must lie in [0, 1), not {self.force_patch_dropout}")
         if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
             raise UsageError(f"--grad-clip-norm must be positive, not {self.grad_clip_norm}")
+        check_names("method", self.method.split("+"))
+        if self.eval_benchmarks is not None:
+            check_names("benchmark", [item.partition("/")[0] for item in map(str.strip, self.eval_benchmarks.split(",")) if item],
+                        BENCHMARK_LISTING)
+
+    def _validate_open_clip_flags(self) -> None:
+        from ..data import data_format
+
         if self.dataset_resampled and not data_format(self.train_data).streamed:
             raise UsageError(f"--dataset-resampled draws webdataset shards with replacement: --train-data {self.train_data} is no "
                              "shards (a CSV or an array is read whole each epoch: --no-dataset-resampled)")
