@@ -8,7 +8,7 @@ Both sides run as their users run them, each in a process of its own: `open_clip
 sigmoid loss) and `compclip train` (`--method clip` or `siglip`, and any other `--methods`), from random initialisation,
 `--dataset-resampled`, AdamW (β 0.9/0.98, ε 1e-6, wd 0.2, as open_clip_train's defaults), a log line every step.
 Per-step samples/s is the median after the first 5 steps (open_clip_train's log line; compclip's `log.jsonl`
-`images_per_s`); peak memory is `torch.cuda.max_memory_allocated()` at the process's exit (CUDA only). Beside them:
+`samples_per_second`); peak memory is `torch.cuda.max_memory_allocated()` at the process's exit (CUDA only). Beside them:
 
 - the floor, the model's own step in this process: forward, open_clip's `ClipLoss`/`SigLipLoss`, backward, a fused
   AdamW step, the batch already on the device;
@@ -203,8 +203,8 @@ def compclip_run(args, model: str, method: str, shards: str, configs: Path, scra
             "--lr", "1e-4", "--optimizer", "adamw", "--beta2", "0.98", "--eps", "1e-6", "--wd", "0.2", "--log-every", "1",
             "--save-every", str(10 * args.steps), "--out", str(out), "--device", args.device]
     side = run_side("compclip", argv, configs, scratch, scratch / f"compclip-{method}.log")
-    steps = [r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "images_per_s" in r]
-    rates, waits = [r["images_per_s"] for r in steps], [r["data_time"] for r in steps]
+    steps = [r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "samples_per_second" in r]
+    rates, waits = [r["samples_per_second"] for r in steps], [r["data_time"] for r in steps]
     return {**side, "per_step": rates, "samples_per_s": statistics.median(rates[WARMUP:] or rates), "data_time_per_step": waits,
             "data_wait_ms": 1e3 * statistics.mean(waits[WARMUP:] or waits)}
 

@@ -483,6 +483,44 @@ def test_the_command_line_imports_nothing_heavy_for_help():
     assert result.returncode == 0, result.stderr
 
 
+def test_a_mistyped_name_or_number_is_refused_before_torch_is_imported(tmp_path):
+    """A typo costs no 10-15 s of torch's import: a method, benchmark, precision or count is checked from its declaration
+    (`compclip.names`, the options' own bounds) first; the error is the one line the full check gives."""
+    cases = {
+        ("train", "--method", "c2clip"): "error: unknown method 'c2clip' (did you mean c2lip or occlip?); known: attswap, c2lip, ",
+        ("train", "--method", "siglip+hardnge"): "error: unknown method 'hardnge' (did you mean hardneg?); known: ",
+        ("train", "--method", "siglip", "--precision", "fp16x"): "error: --precision must be one of fp32, amp_bf16, amp, amp_bfloat16, ",
+        ("train", "--method", "siglip", "--batch-size", "0"): "error: --batch-size must be at least 1, not 0",
+        ("train", "--method", "siglip", "--eval-benchmarks", "winogrund"): "error: unknown benchmark 'winogrund' (did you mean ",
+        ("eval", "--benchmark", "sugarcrepe,sugarcrep/swap_att"): "error: unknown benchmark 'sugarcrep' (did you mean sugarcrepe or ",
+        ("eval", "--benchmark", "sugarcrepe", "--precision", "bf16"): "error: --precision must be one of fp32, amp_bf16, amp, not 'bf16'",
+        ("eval", "--benchmark", "sugarcrepe", "--batch-size", "-1"): "error: --batch-size must be at least 1, not -1",
+    }
+    given = {"train": ["--model", "compclip-tiny-siglip", "--train-data", str(tmp_path / "t.csv"), "--out", str(tmp_path / "o")],
+             "eval": ["--model", "compclip-tiny-siglip", "--out", str(tmp_path / "o")]}
+    code = ("import contextlib, io, json, sys\nfrom compclip.cli import main\nsaid = []\n"
+            f"for args in {[list(a) + given[a[0]] for a in cases]!r}:\n"
+            "    err = io.StringIO()\n"
+            "    with contextlib.redirect_stderr(err):\n"
+            "        try:\n            main(args)\n        except SystemExit as e:\n"
+            "            said.append((e.code, err.getvalue(), 'torch' in sys.modules))\n"
+            "print(json.dumps(said))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr
+    for (args, expected), (exit_code, err, torch_imported) in zip(cases.items(), json.loads(result.stdout), strict=True):
+        assert exit_code == 2 and err.startswith(expected) and err.count("\n") == 1 and not torch_imported, (args, err, torch_imported)
+
+
+def test_the_declared_names_are_the_registries():
+    """`compclip.names` declares what the registries hold: a method or benchmark shipped without its name there would be
+    refused by the command line."""
+    from compclip.eval.base import REGISTRY
+    from compclip.methods.base import METHODS
+    from compclip.names import SHIPPED_BENCHMARKS, SHIPPED_METHODS
+
+    assert tuple(METHODS.names()) == SHIPPED_METHODS and tuple(REGISTRY.names()) == SHIPPED_BENCHMARKS
+
+
 def test_export_refuses_a_taken_destination_before_loading_torch(tmp_path):
     (tmp_path / "taken.safetensors").write_text("keep me")
     code = (f"import sys\nfrom compclip.export import export\nfrom compclip.errors import UsageError\n"

@@ -55,6 +55,32 @@ def test_every_flag_of_open_clip_trains_is_compclips_or_says_what_compclip_does_
         assert code == 2 and err.startswith(f"error: {flag} is open_clip_train's flag: ") and len(err.strip().splitlines()) == 1, err
 
 
+def test_clip_benchmarks_eval_flags_are_aliases_or_name_compclips_flag(tmp_path, capsys):
+    """CLIP_benchmark's `eval --dataset sugarcrepe --output X --dataset_root R`: --output (a JSON file there) answered in one
+    line naming compclip's --out (click said "No such option: --dataset (Possible options: --data-root)"); with --out
+    the same words score sugarcrepe as compclip's own flags do."""
+    from compclip.models import load_model, save_checkpoint
+
+    root = sugarcrepe_root(tmp_path, 12)
+    save_checkpoint(load_model("compclip-tiny-clip")[0], tmp_path / "ckpt")
+    capsys.readouterr()  # (what it logged, through the handler an earlier test's command set up)
+    theirs = ["--model", tmp_path / "ckpt", "--dataset", "sugarcrepe/swap_att", "--dataset_root", root, "--batch_size", "4",
+              "--num_workers", "0", "--device", "cpu"]
+    code, _, err = run_main(capsys, "eval", *theirs, "--output", tmp_path / "result.json")
+    assert code == 2 and err.startswith("error: --output is CLIP_benchmark's flag: ") and "compclip's --out is a folder" in err, err
+    assert err.count("\n") == 1
+    for flag, compclips in (("--task", "--benchmark zeroshot"), ("--split", "--benchmark NAME/SPLIT"), ("--no_amp", "--precision fp32")):
+        code, _, err = run_main(capsys, "eval", flag, "x")
+        assert code == 2 and err.startswith(f"error: {flag} is CLIP_benchmark's flag: ") and compclips in err, err
+    code, _, err = run_main(capsys, "eval", *theirs, "--out", tmp_path / "theirs")
+    assert code == 0, err
+    code, _, err = run_main(capsys, "eval", "--model", tmp_path / "ckpt", "--benchmark", "sugarcrepe/swap_att", "--data-root", root,
+                            "--batch-size", "4", "--workers", "0", "--device", "cpu", "--out", tmp_path / "ours")
+    assert code == 0, err
+    assert (json.loads((tmp_path / "theirs" / "sugarcrepe-swap_att.json").read_text())["metrics"]
+            == json.loads((tmp_path / "ours" / "sugarcrepe-swap_att.json").read_text())["metrics"])
+
+
 def test_resume_from_a_path_or_latest(tmp_path):
     from compclip.errors import MissingFileError, UsageError
     from compclip.train import train
@@ -308,11 +334,18 @@ def wandb_history(path):
             yield {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
 
 
-def sugarcrepe_root(tmp_path):
+def sugarcrepe_root(tmp_path, items: int | None = None):
+    """SugarCrepe's swap_att (its first `items` items where given) with stand-in images under their COCO names."""
     root = tmp_path / "bench"
     (root / "coco" / "val2017").mkdir(parents=True)
-    (root / "sugarcrepe").symlink_to(shared_data("sugarcrepe"))
-    for name in {r["filename"] for r in json.loads((shared_data("sugarcrepe") / "swap_att.json").read_text()).values()}:
+    records = json.loads((shared_data("sugarcrepe") / "swap_att.json").read_text())
+    if items is None:
+        (root / "sugarcrepe").symlink_to(shared_data("sugarcrepe"))
+    else:
+        records = dict(list(records.items())[:items])
+        (root / "sugarcrepe").mkdir()
+        (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))
+    for name in {r["filename"] for r in records.values()}:
         seed = int(name.split(".")[0])
         Image.new("RGB", (32, 24), ((seed * 37) % 256, (seed * 91) % 256, (seed * 13) % 256)).save(root / "coco" / "val2017" / name)
     return root
@@ -324,7 +357,7 @@ def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(t
     from compclip.train.config import VALIDATION_FIGURES
 
     data, val = make_dataset(tmp_path, n=32), make_dataset(tmp_path / "val", n=10)
-    root, out, key = sugarcrepe_root(tmp_path), tmp_path / "run", "eval/sugarcrepe/swap_att/swap_att/acc"
+    root, out, key = sugarcrepe_root(tmp_path), tmp_path / "run", "eval/sugarcrepe/swap_att/acc"
     env = {**env_for_children(), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            "-m", "compclip", "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),
@@ -352,6 +385,48 @@ def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(t
     assert again.returncode == 0, again.stderr[-2000:]
     record = json.loads((tmp_path / "eval" / "sugarcrepe-swap_att.json").read_text())
     assert record["metrics"]["swap_att"]["acc"] == pytest.approx(best["value"], abs=1e-9)
+
+
+def open_clip_train_tags() -> set[str]:
+    """The TensorBoard tags of open_clip_train's training steps, read from its installed train.py: the keys of its
+    `log_data` dict and of `losses` (its total, `losses["loss"]`), each under `train/`."""
+    import ast
+    import inspect
+
+    from open_clip_train import train
+
+    tree = ast.parse(inspect.getsource(train))
+    keys = {k.value for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+            and any(getattr(t, "id", None) == "log_data" for t in node.targets) for k in node.value.keys}
+    keys |= {node.slice.value for node in ast.walk(tree) if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "losses"
+             and isinstance(node.slice, ast.Constant)}
+    return {f"train/{k}" for k in keys}
+
+
+def test_tensorboard_tags_are_open_clip_trains_and_an_evaluations_is_the_name_keep_best_takes(tmp_path, capsys):
+    """A run's TensorBoard tags read back from its event file: open_clip_train's `train/` names (docs/guide.md says why
+    compclip adds `train/epoch` and names each loss term by its method), `val/` for --val-data, and each benchmark figure
+    as `eval/` + the name --keep-best takes, the kept figure's value that tag's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from compclip.train.config import VALIDATION_FIGURES
+
+    data = make_dataset(tmp_path, n=16)
+    code, _, err = run_main(capsys, "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data,
+                            "--out", tmp_path / "run", "--steps", "2", "--batch-size", "8", "--workers", "0", "--val-data", data,
+                            "--eval-benchmarks", "sugarcrepe/swap_att", "--eval-data-root", sugarcrepe_root(tmp_path, 24),
+                            "--keep-best", "sugarcrepe/swap_att/acc")
+    assert code == 0, err
+    tags = set(EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload().Tags()["scalars"])
+    expected = open_clip_train_tags()
+    assert {"train/scale", "train/samples_per_second", "train/samples_per_second_per_gpu", "train/batch_time"} <= expected
+    assert {t for t in tags if t.startswith("train/")} == expected | {"train/epoch", "train/siglip"}
+    assert {t for t in tags if t.startswith("val/")} == {*VALIDATION_FIGURES, "val/num_samples"}
+    best = json.loads((tmp_path / "run" / "checkpoints" / "best" / "best.json").read_text())
+    assert best["metric"] == "eval/sugarcrepe/swap_att/acc" and best["metric"] in tags
+    assert not [t for t in tags if "swap_att/swap_att" in t]  # the split named once
+    scores = EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload().Scalars(best["metric"])
+    assert scores[-1].value == pytest.approx(best["value"])
 
 
 def test_keep_best_keeps_the_lowest_loss_or_rank_and_the_highest_score(tmp_path):
@@ -455,7 +530,8 @@ def test_each_precision_casts_inputs_and_autocasts_as_open_clip_does():
     import open_clip
     from open_clip_train.precision import get_autocast
 
-    from compclip.precision import TRAIN_PRECISIONS, autocast, input_dtype
+    from compclip.names import TRAIN_PRECISIONS
+    from compclip.precision import autocast, input_dtype
 
     cpu = torch.device("cpu")
     for precision in TRAIN_PRECISIONS:

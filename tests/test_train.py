@@ -349,7 +349,7 @@ def test_eval_hook_and_tensorboard(tmp_path):
     assert calls == [(2, False), (4, False), (5, False)]  # in eval mode, training resumes after; the last step, off the period, too
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert [r.get("eval/probe") for r in records] == [None, 2.0, None, 4.0, 5.0]
-    assert set(records[0]) >= {"siglip", "loss", "lr", "images_per_s", "data_time", "logit_scale", "epoch"}
+    assert set(records[0]) >= {"siglip", "loss", "lr", "samples_per_second", "data_time", "scale", "epoch"}
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
 
 
@@ -376,8 +376,8 @@ def test_each_step_logs_how_long_it_waited_for_its_batch(tmp_path):
 
     records = []
     train_loop(trainer.state, range(3), draw, trainer.env, NonFiniteGuard(0, tmp_path), records.append)
-    assert records[0]["data_time"] >= 0.3 and records[0]["images_per_s"] <= 8 / 0.3
-    assert all(r["data_time"] < 0.5 * 8 / r["images_per_s"] for r in records[1:])  # under half of its step
+    assert records[0]["data_time"] >= 0.3 and records[0]["samples_per_second"] <= 8 / 0.3
+    assert all(r["data_time"] < 0.5 * 8 / r["samples_per_second"] for r in records[1:])  # under half of its step
 
 # ---- the loop's settings, on the CPU -------------------------------------------------------------------------------
 
@@ -404,6 +404,29 @@ def test_a_runs_progress_line_names_its_method_and_its_folder(tmp_path, capsys, 
     monkeypatch.setattr(progress, "_QUIET", False)  # as an in-process `compclip --quiet` of another test may have left it
     train(settings_config(tmp_path, "base-singles", steps=2))
     assert any(line.startswith("train siglip (base-singles): 100%") for line in capsys.readouterr().err.splitlines())
+
+
+def test_each_logged_step_writes_open_clip_trains_line_to_train_log_and_to_a_stderr_that_is_no_terminal(tmp_path, capsys):
+    """What `tail -f` of a SLURM log shows: at every --log-every-n-steps step, open_clip_train's `Train Epoch: ... LR: ...
+    Logit Scale: ... Loss: ...` line with that step's figures of log.jsonl, in OUT/train.log and on stderr (a file here)."""
+    data = make_dataset(tmp_path, n=16)
+    code, _, err = run_main(capsys, "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data,
+                            "--out", tmp_path / "run", "--steps", "5", "--batch-size", "8", "--lr", "1e-3", "--workers", "0",
+                            "--log-every-n-steps", "2")
+    assert code == 0, err
+    records = {r["step"]: r for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines())}
+    assert sorted(records) == [2, 4, 5]
+    line = re.compile(r"Train Epoch: (\d+) \[(\d+)/5 \(\d+%\)\] Data \(t\): [\d.]+ Batch \(t\): ([\d.]+), ([\d.]+)/s, ([\d.]+)/s/gpu "
+                      r"LR: ([\d.]+) Logit Scale: ([\d.]+) Loss: ([\d.]+) Siglip: ([\d.]+)$")
+    for where in ((tmp_path / "run" / "train.log").read_text(), err):
+        said = {int(m[2]): m for m in map(line.search, where.splitlines()) if m}
+        assert sorted(said) == [2, 4, 5], where
+        for step, m in said.items():
+            r = records[step]
+            assert int(m[1]) == r["epoch"] and float(m[6]) == pytest.approx(r["lr"], abs=1e-6)
+            assert float(m[8]) == float(m[9]) == pytest.approx(r["loss"], rel=1e-4) and float(m[7]) == pytest.approx(r["scale"], abs=1e-3)
+            assert float(m[4]) == float(m[5]) == pytest.approx(r["samples_per_second"], rel=1e-5)  # one process
+            assert float(m[4]) == pytest.approx(8 / r["batch_time"], rel=1e-3)
 
 
 def test_the_learning_rate_warms_up_then_follows_the_cosine(tmp_path):
@@ -437,7 +460,7 @@ def test_the_logit_scale_is_clamped_to_100_after_every_step(tmp_path):
         trainer.model.logit_scale.fill_(math.log(1000.0))
     trainer.run()
     assert trainer.model.logit_scale.item() == pytest.approx(math.log(100.0))
-    assert logged(tmp_path, "clamp", "logit_scale")[1] == pytest.approx(100.0)
+    assert logged(tmp_path, "clamp", "scale")[1] == pytest.approx(100.0)
 
 
 def test_keep_log_every_and_a_locked_text_tower(tmp_path):

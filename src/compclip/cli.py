@@ -278,11 +278,12 @@ def train(ctx: typer.Context, **options: Any) -> None:
     torchrun --nproc_per_node 8 -m compclip train --recipe c2lip-cc3m --train-data 'cc3m/{00000..01411}.tar' \\
         --concepts concepts --out runs/c2lip
     """
+    typed = _typed(ctx, TrainConfig)
+    cfg = TrainConfig.from_given({k: v for k, v in declared_values(TrainConfig, options).items() if k in typed})
+    cfg.check_values()  # before torch is imported: a typo answered at once
     from .train import Trainer
     from .train.run_folder import latest_checkpoint
 
-    typed = _typed(ctx, TrainConfig)
-    cfg = TrainConfig.from_given({k: v for k, v in declared_values(TrainConfig, options).items() if k in typed})
     seeds = cfg.seed_list()
     if seeds:  # one run a seed, each a folder of its own, resumable as any run
         for seed in seeds:
@@ -417,10 +418,11 @@ def eval_(**options: Any) -> None:
 
     Exits 1 when a benchmark could score no example (its result is still written, marked incomplete).
     """
+    cfg = EvalConfig(**declared_values(EvalConfig, options))
+    cfg.check_values()  # before torch is imported: a typo answered at once
     from .eval import evaluate
     from .eval.run import Job, evaluated_nothing
 
-    cfg = EvalConfig(**declared_values(EvalConfig, options))
     empty = []
     for name, record in evaluate(cfg).items():
         if evaluated_nothing(record):
@@ -630,18 +632,23 @@ def demo(**options: Any) -> None:
     run_demo(DemoConfig(**declared_values(DemoConfig, options)))
 
 
-def _refuse_open_clip_elsewhere(args: list[str]) -> None:
-    """An open_clip_train flag typed to `compclip train` whose meaning another compclip flag has: an error naming that flag
-    (click's would only say there is no such option)."""
+def _refuse_flags_of_elsewhere(args: list[str]) -> None:
+    """A flag of the tool a command stands in for (open_clip_train's to `compclip train`, CLIP_benchmark's to `compclip
+    eval`) whose meaning another compclip flag has: an error naming that flag (click's would only say there is no such
+    option, or point at one that merely looks alike)."""
     from .errors import UsageError
+    from .eval.config import CLIP_BENCHMARK_ELSEWHERE
     from .train.config import OPEN_CLIP_ELSEWHERE
 
-    if next((a for a in args if a not in GLOBAL_FLAGS), None) != "train":
+    tools = {"train": ("open_clip_train", OPEN_CLIP_ELSEWHERE), "eval": ("CLIP_benchmark", CLIP_BENCHMARK_ELSEWHERE)}
+    command = next((a for a in args if a not in GLOBAL_FLAGS), None)
+    if command not in tools:
         return
+    tool, elsewhere = tools[command]
     for arg in args:
         flag = arg.split("=", 1)[0]
-        if flag in OPEN_CLIP_ELSEWHERE:
-            raise UsageError(f"{flag} is open_clip_train's flag: {OPEN_CLIP_ELSEWHERE[flag]}")
+        if flag in elsewhere:
+            raise UsageError(f"{flag} is {tool}'s flag: {elsewhere[flag]}")
 
 
 def _address_space_limit() -> int | None:
@@ -690,7 +697,7 @@ def main(argv: list[str] | None = None) -> None:
     args = [a for a in args if a in GLOBAL_FLAGS] + [a for a in args if a not in GLOBAL_FLAGS]
     try:
         check_core()
-        _refuse_open_clip_elsewhere(args)
+        _refuse_flags_of_elsewhere(args)
         code = app(args, prog_name="compclip", standalone_mode=False)
     except typer.TyperException as e:  # the command line itself: an unknown option, a missing or malformed value
         ctx = getattr(e, "ctx", None)

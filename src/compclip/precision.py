@@ -8,11 +8,6 @@ import torch
 
 from .errors import UsageError
 
-PRECISIONS = ("fp32", "amp_bf16", "amp")  # a scoring run's: autocast over fp32 weights
-# a training run's, as open_clip_train spells them: autocast, OpenAI's mixed precision (16-bit weights, 32-bit layer norms),
-# or every weight in 16 bits (open_clip's `create_model(precision=...)` casts the weights of the last two kinds)
-TRAIN_PRECISIONS = (*PRECISIONS, "amp_bfloat16", "bf16", "fp16", "pure_bf16", "pure_fp16")
-
 
 def autocast(device: torch.device, precision: str):
     """`torch.autocast` for amp (fp16) and amp_bf16 (amp_bfloat16), nothing otherwise (open_clip_train's `get_autocast`)."""

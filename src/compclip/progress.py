@@ -43,10 +43,13 @@ def progress(iterable: Iterable[T], desc: str, total: int | None = None, unit: s
     if _QUIET:
         return iter(iterable)
     if in_notebook():
-        return _logging_above(_notebook_bar()(iterable, desc=desc, total=total, unit=unit, leave=leave))
+        return _LoggingAbove(_notebook_bar()(iterable, desc=desc, total=total, unit=unit, leave=leave))
     if sys.stderr.isatty():
-        return _logging_above(tqdm(iterable, desc=desc, total=total, unit=unit, dynamic_ncols=True, leave=leave))
+        return _LoggingAbove(tqdm(iterable, desc=desc, total=total, unit=unit, dynamic_ncols=True, leave=leave))
     return _lines(iterable, desc, total, unit)
+
+
+ON_THE_BAR = "on_the_bar"  # a log record with this attribute set (`extra=`) says what a live bar shows: not written above it
 
 
 class _AboveTheBar(logging.Handler):
@@ -59,24 +62,38 @@ class _AboveTheBar(logging.Handler):
         self.filters = list(console.filters)
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, ON_THE_BAR, False):  # a training step's line: its figures are the bar's own (`set_postfix`)
+            return
         try:
             tqdm.write(self.format(record), file=self.console.stream)
         except Exception:  # as logging's own handlers: a record that cannot be written does not end the work
             self.handleError(record)
 
 
-def _logging_above(bar) -> Iterator[T]:
+class _LoggingAbove(Iterator[T]):
     """Iterate `bar` with the root logger's console handlers writing above it (tqdm.contrib.logging's idea, keeping each
-    handler's level, which `configure` sets)."""
-    root = logging.getLogger()
-    before = root.handlers
-    during = root.handlers = [_AboveTheBar(h) if type(h) is logging.StreamHandler and h.stream in (sys.stderr, sys.stdout) else h
-                              for h in before]
-    try:
-        yield from bar
-    finally:
-        if root.handlers is during:  # (not where logging was set up anew meanwhile, or a bar left unfinished ends late)
-            root.handlers = before
+    handler's level, which `configure` sets); `set_postfix` shows figures on the bar itself (a training run's loss)."""
+
+    def __init__(self, bar):
+        self._bar = bar
+        self._items = self._iterate()
+
+    def __next__(self) -> T:
+        return next(self._items)
+
+    def set_postfix(self, **figures: str) -> None:
+        self._bar.set_postfix(figures)
+
+    def _iterate(self) -> Iterator[T]:
+        root = logging.getLogger()
+        before = root.handlers
+        during = root.handlers = [_AboveTheBar(h) if type(h) is logging.StreamHandler and h.stream in (sys.stderr, sys.stdout)
+                                  else h for h in before]
+        try:
+            yield from self._bar
+        finally:
+            if root.handlers is during:  # (not where logging was set up anew meanwhile, or a bar left unfinished ends late)
+                root.handlers = before
 
 
 def in_notebook() -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..loggers import REPORTERS
+from ..names import BENCHMARK_LISTING, PRECISIONS, check_names
 from ..options import MODEL_HELP, option
 
 
@@ -26,16 +27,16 @@ def split_options(items: list[str]) -> dict[str, dict[str, str]]:
 class EvalConfig:
     model: str = option(help=MODEL_HELP)
     benchmark: str = option(help="Comma-separated benchmarks, NAME or NAME/SPLIT (`compclip benchmarks` lists them); all: every "
-                                 "benchmark whose files are under the data root.")
+                                 "benchmark whose files are under the data root.", aliases=("--dataset",))
     out: str = option(help="Folder for the <benchmark>.json results.")
     pretrained: str | None = option(None, "open_clip pretrained tag or weights file for --model.")
-    data_root: str | None = option(None, "Benchmark data root (docs/data.md).  [default: $COMPCLIP_DATA]")
+    data_root: str | None = option(None, "Benchmark data root (docs/data.md).  [default: $COMPCLIP_DATA]", aliases=("--dataset_root",))
     ties: str = option("official", "official (each benchmark's own rule: `compclip benchmarks`), strict (a tie is wrong, as "
                                    "sugar-crepe) or clip_benchmark (argmax: a tie goes to the option listed first), for every benchmark.")
     bench_options: dict[str, Any] = option(help="NAME.KEY=VALUE, repeatable: a benchmark's option, e.g. vl_checklist.pairs=zip "
                                                 "(`compclip benchmarks`).", flag="--bench-opt", factory=dict, parse=split_options)
-    batch_size: int = option(64, "Images or captions per forward pass.")
-    workers: int = option(2, "DataLoader workers decoding images.")
+    batch_size: int = option(64, "Images or captions per forward pass.", aliases=("--batch_size",))
+    workers: int = option(2, "DataLoader workers decoding images.", aliases=("--num_workers",))
     cache: str | None = option(None, "Embedding cache folder, keyed by the weights, preprocessing, tokenizer, library versions and "
                                      "precision, and by each image file (path, size, mtime).")
     device: str | None = option(None, "cpu, cuda or cuda:N.  [default: cuda where torch sees a GPU, else cpu]")
@@ -50,7 +51,48 @@ class EvalConfig:
                                     "images. W&B runs offline under WANDB_MODE=offline (`wandb sync` uploads later).")
     wandb_project_name: str = option("compclip", "The W&B project (open_clip's flag); the run is named after --out.")
 
+    def check_values(self) -> None:
+        """The values checked by their declarations alone (benchmark names, numbers, precision), importing nothing heavy:
+        the command line runs this before torch's import, so that a typo is answered at once (`eval.run.check_options`
+        checks the rest: splits, options, files)."""
+        check_names("benchmark", [item.partition("/")[0] for item in map(str.strip, self.benchmark.split(",")) if item and item != "all"],
+                    BENCHMARK_LISTING)
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1, not {self.batch_size}")
+        if self.workers < 0:
+            raise UsageError(f"--workers must be 0 or more, not {self.workers}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+
     @property
     def scorer_settings(self) -> dict[str, Any]:
         """What the scorer takes of these options (its precision is resolved with the device, in `evaluate`)."""
         return {"batch_size": self.batch_size, "workers": self.workers, "cache_dir": self.cache}
+
+
+# CLIP_benchmark's `eval` flags whose meaning compclip gives another flag (those of the same meaning are aliases of the
+# fields above: --dataset, --dataset_root, --batch_size, --num_workers): each one's error says which compclip flag it is.
+CLIP_BENCHMARK_ELSEWHERE = {
+    "--output": "it names one JSON file; compclip's --out is a folder, one <benchmark>.json in it a benchmark",
+    "--split": "compclip's --benchmark NAME/SPLIT scores one split (`compclip benchmarks` lists them)",
+    "--task": "each compclip benchmark has its own task: --benchmark zeroshot classifies, --benchmark retrieval retrieves",
+    "--pretrained_model": "compclip's --model (with --pretrained) names one model a command",
+    "--no_amp": "compclip's --precision fp32 (amp is its default on a GPU, as CLIP_benchmark's)",
+    "--recall_k": "compclip's --benchmark retrieval reports R@1, R@5 and R@10",
+    "--fewshot_k": "compclip has no linear probe",
+    "--fewshot_epochs": "compclip has no linear probe",
+    "--fewshot_lr": "compclip has no linear probe",
+    "--skip_load": "compclip has no linear probe; its --cache keeps the embeddings of earlier runs",
+    "--feature_root": "compclip's --cache keeps the embeddings of earlier runs",
+    "--save_clf": "compclip's --cache keeps the embeddings of earlier runs",
+    "--load_clfs": "compclip's --cache keeps the embeddings of earlier runs",
+    "--seed": "compclip's evaluation draws nothing at random (zeroshot's subset has --bench-opt zeroshot.subset_seed=N)",
+    "--model_cache_dir": "open_clip's downloads go to Hugging Face's cache: set HF_HOME or HF_HUB_CACHE",
+    "--annotation_file": "each compclip benchmark reads its own files under --data-root (docs/data.md)",
+    "--wds_cache_dir": "each compclip benchmark reads its own files under --data-root (docs/data.md)",
+    "--custom_classname_file": "compclip's --bench-opt zeroshot.classnames=FILE",
+    "--custom_template_file": "compclip's --bench-opt zeroshot.templates=FILE",
+    "--language": "compclip's benchmarks are scored in English",
+    "--skip_existing": "compclip scores again and rewrites --out's results; --cache keeps the embeddings",
+    "--model_type": "compclip loads open_clip models, hf-hub: ids and compclip checkpoint folders through --model",
+}

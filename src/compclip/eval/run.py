@@ -18,7 +18,7 @@ from ..io import sha256_of, write_json
 from ..loggers import parse_reporters
 from ..models.checkpoint import model_name, weights_file, weights_sha256
 from ..options import make_options
-from ..precision import PRECISIONS, resolve_device
+from ..precision import resolve_device
 from ..text import did_you_mean
 from . import protocols
 from .base import REGISTRY, data_root
@@ -126,6 +126,7 @@ def evaluated_nothing(record: dict[str, Any]) -> bool:
 
 def check_options(cfg: EvalConfig):
     """Every option checked before a model is built or a file written: the benchmarks, their options, the data root."""
+    cfg.check_values()
     every = "all" in [n.strip() for n in cfg.benchmark.split(",")]  # `all` reads the data root; a name is checked first
     jobs, root = None if every else resolve(cfg.benchmark), data_root(cfg.data_root)
     if not root.is_dir():
@@ -135,12 +136,6 @@ def check_options(cfg: EvalConfig):
         raise UsageError(f"--out {cfg.out} is a file; results go into a folder")
     if cfg.ties not in TIE_OPTIONS:
         raise UsageError(f"--ties must be one of {', '.join(TIE_OPTIONS)}, not {cfg.ties!r}")
-    if cfg.batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1, not {cfg.batch_size}")
-    if cfg.workers < 0:
-        raise UsageError(f"--workers must be 0 or more, not {cfg.workers}")
-    if cfg.precision is not None and cfg.precision not in PRECISIONS:
-        raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, not {cfg.precision!r}")
     if parse_reporters(cfg.report_to) and not cfg.out:
         raise UsageError(f"--report-to {cfg.report_to} logs the results written to --out: give --out")
     made = benchmark_options(jobs, cfg.bench_options)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import MissingFileError, UsageError
 from ..loggers import REPORTERS, parse_reporters
+from ..names import BENCHMARK_LISTING, TRAIN_PRECISIONS, check_names
 from ..options import MODEL_HELP, flag_of, option
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -96,15 +97,16 @@ class TrainConfig:
     wandb_project_name: str = option("compclip", "The W&B project (open_clip's flag); the run is named after --out and resumes with it.")
     eval_benchmarks: str | None = option(None, "Comma-separated benchmarks (as `compclip eval --benchmark`: NAME or NAME/SPLIT) run "
                                                "on the model in training every --eval-every steps and at the end, on rank 0; figures go "
-                                               "to log.jsonl, TensorBoard and W&B as eval/NAME/METRIC.")
+                                               "to log.jsonl, TensorBoard and W&B as eval/NAME/SPLIT/METRIC.")
     eval_data_root: str | None = option(None, "The benchmarks' data root (docs/data.md).  [default: $COMPCLIP_DATA]")
     val_data: str | None = option(None, "Held-out image-caption pairs (the formats of --train-data): retrieval both ways and the "
                                         "contrastive loss, open_clip's val metrics (val/image_to_text_R@1, ...), every --eval-every "
                                         "steps and at the end.")
     eval_every: int = option(0, "Evaluate every N steps (and at the last step): --eval-benchmarks, --val-data, or the hook of "
                                 "`train(cfg, eval_hook)` from Python.  [default 0: at the last step only]")
-    keep_best: str | None = option(None, "Keep the checkpoint best by this evaluation figure in OUT/checkpoints/best: a logged key "
-                                         "such as sugarcrepe/swap_att (its first score), winoground/group_score or "
+    keep_best: str | None = option(None, "Keep the checkpoint best by this evaluation figure in OUT/checkpoints/best: a logged name "
+                                         "less its eval/, such as sugarcrepe/swap_att/acc (sugarcrepe/swap_att: its first score), "
+                                         "winoground/group_score or "
                                          "val/image_to_text_R@1 (higher is better; lower for val/clip_val_loss and the val ranks).")
     device: str | None = option(None, "cpu to stay off the GPU.  [default: each process takes the GPU of its local rank, if any]")
     dist_timeout: int = option(1800, "Seconds a rank waits in a collective (gradients, the stop signal) for the others before it "
@@ -131,8 +133,26 @@ class TrainConfig:
         """Every value checked before a model is built or a file written; errors name the CLI option."""
         from ..data import data_format
         from ..data.skips import MAX_WORKERS
-        from ..precision import TRAIN_PRECISIONS
 
+        self.check_values()
+        if self.workers > MAX_WORKERS:
+            raise UsageError(f"--workers must be at most {MAX_WORKERS}, not {self.workers}")
+        check_device(self.device)
+        self._validate_open_clip_flags()
+        self._validate_evaluation()
+        out = Path(self.out)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file; a run writes a folder")
+        missing = data_format(self.train_data).missing_file(self.train_data)
+        if missing:
+            raise MissingFileError(f"--train-data {missing}: no such file")
+        for name in ("image_root", "concepts"):
+            if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
+                raise MissingFileError(f"{flag_of(TrainConfig, name)} {getattr(self, name)}: no such folder")
+
+    def check_values(self) -> None:
+        """The values checked by their declarations alone (numbers, names, precisions), importing nothing heavy: the
+        command line runs this before torch's import, so that a typo is answered at once."""
         for name in ("method", "model"):
             if getattr(self, name) is None:
                 raise UsageError(f"{flag_of(TrainConfig, name)} is required: give it, or a --recipe that sets it (`compclip recipes`)")
@@ -153,8 +173,6 @@ class TrainConfig:
             raise UsageError(f"--warmup-fraction must lie in [0, 1), not {self.warmup_fraction}")
         if not self.min_lr <= self.lr or not self.warmup_lr <= self.lr:
             raise UsageError(f"--warmup-lr {self.warmup_lr} and --min-lr {self.min_lr} must not exceed --lr {self.lr}")
-        if self.workers > MAX_WORKERS:
-            raise UsageError(f"--workers must be at most {MAX_WORKERS}, not {self.workers}")
         if not self.lr > 0 or not self.eps > 0:
             raise UsageError(f"--lr and --eps must be positive, not {self.lr} and {self.eps}")
         if not 0 <= self.min_concept_coverage <= 1:
@@ -164,26 +182,18 @@ class TrainConfig:
         for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", TRAIN_PRECISIONS)):
             if getattr(self, name) not in allowed:
                 raise UsageError(f"{flag_of(TrainConfig, name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
-        check_device(self.device)
-        self._validate_open_clip_flags()
-        self._validate_evaluation()
-        out = Path(self.out)
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} is a file; a run writes a folder")
-        missing = data_format(self.train_data).missing_file(self.train_data)
-        if missing:
-            raise MissingFileError(f"--train-data {missing}: no such file")
-        for name in ("image_root", "concepts"):
-            if getattr(self, name) is not None and not Path(getattr(self, name)).is_dir():
-                raise MissingFileError(f"{flag_of(TrainConfig, name)} {getattr(self, name)}: no such folder")
-
-    def _validate_open_clip_flags(self) -> None:
-        from ..data import data_format
-
         if self.force_patch_dropout is not None and not 0 <= self.force_patch_dropout < 1:
             raise UsageError(f"--force-patch-dropout must lie in [0, 1), not {self.force_patch_dropout}")
         if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
             raise UsageError(f"--grad-clip-norm must be positive, not {self.grad_clip_norm}")
+        check_names("method", self.method.split("+"))
+        if self.eval_benchmarks is not None:
+            check_names("benchmark", [item.partition("/")[0] for item in map(str.strip, self.eval_benchmarks.split(",")) if item],
+                        BENCHMARK_LISTING)
+
+    def _validate_open_clip_flags(self) -> None:
+        from ..data import data_format
+
         if self.dataset_resampled and not data_format(self.train_data).streamed:
             raise UsageError(f"--dataset-resampled draws webdataset shards with replacement: --train-data {self.train_data} is no "
                              "shards (a CSV or an array is read whole each epoch: --no-dataset-resampled)")

@@ -100,7 +100,7 @@ class RunEvaluation:
                             "left out of this step's figures", job.label, len(unscored), len(scores), missing["count"],
                             ", ".join(missing["examples"]) or "none", "; ".join(f"{p} {w}" for p, w in result.absent.items())
                             or "no file absent")
-            figures |= {f"eval/{job.label}/{k}": v for k, v in scores.items() if not math.isnan(v)}
+            figures |= {figure_tag(job.label, k): v for k, v in scores.items() if not math.isnan(v)}
         return figures
 
     def best(self, figures: dict[str, float]) -> tuple[str, float] | None:
@@ -138,6 +138,14 @@ def keep_if_best(folder: Path, figure: str, value: float, step: int, save: Calla
     write_json(record, {"metric": figure, "value": value, "step": step, "higher_is_better": higher})
     log.info("step %d: %s %.4f, the best so far: kept in %s", step, figure, value, folder)
     return True
+
+
+def figure_tag(label: str, key: str) -> str:
+    """The logged name of the score `key` (`swap_att/acc`) of the benchmark item `label` (`sugarcrepe` or
+    `sugarcrepe/swap_att`): `eval/sugarcrepe/swap_att/acc` either way, a split named once, so that a figure has one name
+    in log.jsonl, TensorBoard, W&B and --keep-best, whether its benchmark ran whole or that split alone."""
+    _, _, split = label.partition("/")
+    return f"eval/{label}/{key.removeprefix(split + '/') if split else key}"
 
 
 def flat_scores(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:

@@ -27,7 +27,8 @@ def train_loop(
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> dict[str, float]:
     """Run `steps` optimizer steps; `draw()` gives one step's micro-batches (accumulated exactly, `loss_step`), and
-    `after_step(record)` sees each step's record (its loss terms, rate, temperature, speed, its wait for data). Returns the last terms."""
+    `after_step(record)` sees each step's record under open_clip_train's names (its `log_data`: loss terms, `lr`, `scale`,
+    `samples_per_second` and `_per_gpu`, `batch_time`, `data_time`, its wait for data). Returns the last terms."""
     terms: dict[str, float] = {}
     for _ in steps:
         start = time.perf_counter()
@@ -49,10 +50,12 @@ def train_loop(
         with torch.no_grad():  # as open_clip does: keep the temperature in range
             state.model.logit_scale.clamp_(0, math.log(100))
         state.step += 1
-        images = sum(len(b["caption"]) for b in micro) * env.world_size
+        batch_time = time.perf_counter() - start
+        samples = sum(len(b["caption"]) for b in micro)  # this process's
         record = {"step": state.step, "epoch": state.data.epoch, "loss": sum(terms.values()), **terms,
-                  "lr": state.scheduler.get_last_lr()[-1], "logit_scale": state.model.logit_scale.exp().item(),
-                  "images_per_s": images / (time.perf_counter() - start), "data_time": data_time}
+                  "lr": state.scheduler.get_last_lr()[-1], "scale": state.model.logit_scale.exp().item(),
+                  "samples_per_second": samples * env.world_size / batch_time, "samples_per_second_per_gpu": samples / batch_time,
+                  "batch_time": batch_time, "data_time": data_time}
         if grad_norm is not None:
             record["grad_norm"] = grad_norm
         after_step(record)

@@ -390,7 +390,7 @@ class Trainer:
         if self.env.is_main:
             record = self._config_record()
             write_json(self.out / "config.json", record)
-            self.loggers = RunLoggers(self.out, cfg.reporters, record, cfg.wandb_project_name)
+            self.loggers = RunLoggers(self.out, cfg.reporters, record, cfg.wandb_project_name, cfg.steps)
         self.bar = progress(steps, f"train {cfg.method} ({self.out.name})", total=len(steps), unit="step") if self.env.is_main else steps
         pending = [first]
 
@@ -422,8 +422,9 @@ class Trainer:
                 dist.barrier()  # the other ranks wait for rank 0's evaluation
         if self.loggers is not None and (self.step % cfg.log_every == 0 or self.step == cfg.steps or evaluated):
             self.loggers.log(record)
-        if hasattr(self.bar, "set_postfix"):
-            self.bar.set_postfix(loss=f"{record['loss']:.4f}", img_s=f"{record['images_per_s']:.0f}")
+        if hasattr(self.bar, "set_postfix"):  # a terminal's bar (`progress`): the figures of the line it does not print
+            self.bar.set_postfix(loss=f"{record['loss']:#.5g}", lr=f"{record['lr']:.2e}",
+                                 samples_s=f"{record['samples_per_second']:#.4g}")
         saved = self.step % cfg.save_every == 0 or self.step == cfg.steps
         if saved:
             self.save()
