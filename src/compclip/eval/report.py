@@ -433,7 +433,7 @@ def paired_section(items: pd.DataFrame, models: list[str], out: Path) -> list[st
     parts = [f"## Paired differences against {markdown_text(models[0])}", "",
              "Each model against the first on the items both scored: B − A in points with its 95 % paired-bootstrap interval "
              "(10,000 draws of the items, seed 0), `*` where it excludes zero and the discordant items are enough to tell; the "
-             "discordant items and McNemar's exact p "
+             "discordant items, McNemar's exact p and that p Holm-adjusted over the model's splits "
              "(`compclip compare` says more).", ""]
     for other in models[1:]:
         mine = [d for d in differences if d.b == other]
