@@ -91,7 +91,7 @@ def test_compare_from_the_command_line_on_two_models_results(two_models, tmp_pat
     code, out, err = run_main(capsys, "compare", tmp_path / "base", tmp_path / "other", "--out", tmp_path / "d.json", "--resamples",
                               2000)
     assert code in (0, None), err
-    assert "other against base:" in out and "| sugarcrepe-swap_att | swap_att | 666 |" in out
+    assert "other against base:" in out and "| sugarcrepe-swap_att | swap_att | accuracy | 666 |" in out
     saved = json.loads((tmp_path / "d.json").read_text())[0]
     acc = {n: json.loads((tmp_path / n / "sugarcrepe-swap_att.json").read_text())["metrics"]["swap_att"]["acc"] for n in ("base", "other")}
     assert saved["acc_a"] == pytest.approx(acc["base"]) and saved["acc_b"] == pytest.approx(acc["other"])
@@ -313,3 +313,60 @@ def test_one_run_a_side_is_scipys_paired_bootstrap():
     theirs = bootstrap((a.astype(float), b.astype(float)), lambda x, y, axis=-1: y.mean(axis) - x.mean(axis), paired=True,
                        n_resamples=10_000, method="percentile", random_state=1).confidence_interval
     assert ours == pytest.approx((theirs.low, theirs.high), abs=0.006)
+
+
+def holm_by_its_procedure(pvalues, alpha):
+    """Holm's step-down test as its paper states it: the smallest p first, the i-th of m rejected while it is at most
+    alpha / (m - i + 1); the first kept stops it. The tests it rejects, by position."""
+    rejected = set()
+    for i, (p, k) in enumerate(sorted((p, k) for k, p in enumerate(pvalues))):
+        if p > alpha / (len(pvalues) - i):
+            break
+        rejected.add(k)
+    return rejected
+
+
+def test_compare_names_each_rows_metric_and_holm_adjusts_mcnemar_over_the_splits(tmp_path, capsys):
+    """Two models' items as `compclip eval` writes them, on five SugarCrepe splits (B ahead by more or less), a
+    SugarCrepe++ split and a retrieval set: each row says what it compares (SugarCrepe++'s ITT, retrieval's R@1 and
+    its query directions), and a split's adjusted p is under a level exactly where Holm's procedure, run at that level
+    on the raw p's, rejects it."""
+    import torch
+
+    from compclip.eval.items import choice_rows, retrieval_rows, write_items
+    from compclip.eval.protocols import query_ranks
+
+    rng = np.random.default_rng(0)
+    a_right = rng.random((7, 60)) < 0.6
+    b_right = {"A": a_right, "B": a_right | (rng.random((7, 60)) < np.array([0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5])[:, None])}
+    for model, right in b_right.items():
+        (tmp_path / model).mkdir()
+        for k, split in enumerate(("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")):
+            scores = torch.tensor(np.where(right[k][:, None], [[0.3, 0.1]], [[0.1, 0.3]]))
+            rows = choice_rows(split, range(60), [f"{split}{i}.jpg" for i in range(60)], [(f"a {i}", f"not a {i}") for i in range(60)],
+                               scores, torch.tensor(right[k]))
+            write_items(tmp_path / model / f"sugarcrepe-{split}.items.parquet", rows)
+        scores = torch.tensor(np.where(right[5][:, None], [[0.3, 0.3, 0.1]], [[0.3, 0.1, 0.3]]))
+        texts = [(f"a {i}", f"one {i}", f"no {i}") for i in range(60)]  # a caption, its paraphrase, the negative
+        write_items(tmp_path / model / "sugarcrepe_pp.items.parquet",
+                    choice_rows("swap_att", range(60), [f"pp{i}.jpg" for i in range(60)], texts, scores, torch.tensor(right[5]), n_true=2))
+        owner = torch.arange(30).repeat_interleave(2)  # 30 images, 2 captions each
+        positives, following = ((owner[:, None] + shift) % 30 == torch.arange(30)[None, :] for shift in (0, 1))
+        scores = 0.1 + 0.4 * positives + 0.6 * (following & torch.tensor(~right[6])[:, None])  # a wrong caption finds the next image
+        ranks = query_ranks(scores, positives, "strict"), query_ranks(scores.T, positives.T, "strict")
+        write_items(tmp_path / model / "retrieval.items.parquet",
+                    retrieval_rows("set", [f"r{i}.jpg" for i in range(30)], [f"c {i}" for i in range(60)], owner, scores, ranks))
+    code, out, err = run_main(capsys, "compare", tmp_path / "A", tmp_path / "B", "--out", tmp_path / "d.csv", "--resamples", 200)
+    assert code in (0, None), err
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0][2:4] == ["metric", "n"] and rows[0][-2:] == ["McNemar p", "Holm p |"]
+    named = {(r[0].removeprefix("| "), r[1]): r[2] for r in rows[1:]}
+    assert named == {**{(f"sugarcrepe-{s}", s): "accuracy" for s in ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")},
+                     ("sugarcrepe_pp", "swap_att"): "ITT accuracy", ("retrieval", "set"): "R@1, image→text and text→image pooled"}
+    saved = pd.read_csv(tmp_path / "d.csv")  # every digit (JSON keeps ten decimals)
+    raw, adjusted = saved["p_mcnemar"].tolist(), saved["p_holm"].tolist()
+    assert len(raw) == 7 and len({round(p, 6) for p in raw}) >= 5  # p's that differ, some small, some not
+    levels = sorted({*raw, *(p * m for p in raw for m in range(1, 8)), 0.01, 0.05})
+    for alpha in [x * f for x in levels for f in (1 - 1e-9, 1 + 1e-9) if x * f < 1]:  # a level, under 1
+        assert {k for k, p in enumerate(adjusted) if p <= alpha} == holm_by_its_procedure(raw, alpha), alpha
+    assert all(p_holm >= p for p, p_holm in zip(raw, adjusted, strict=True)) and min(adjusted) < 0.05 < max(adjusted)

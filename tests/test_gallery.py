@@ -297,3 +297,67 @@ def test_a_thumbnail_is_the_photo_at_128_pixels_as_a_full_decode_would_make_it(t
         assert made.size == reference.size and max(made.size) == min(128, max(size)), (size, made.size)
         difference = np.abs(np.asarray(made, dtype=float) - np.asarray(reference, dtype=float)).mean()
         assert difference < 5, (size, difference)  # of 255: the same picture (3.5 at COCO's size, from its 1/4 scale)
+
+
+def test_the_gallery_leads_with_the_benchmarks_items_and_a_retrieval_miss_says_what_it_retrieved(tmp_path):
+    """Retrieval's results come first in a results folder (files sorted by name) and give hundreds of misses a model:
+    the page shows a benchmark's items before them. A caption that retrieved another image says that image's captions
+    (every caption query names its own image), not the image's file name."""
+    import pandas as pd
+    import torch
+    from PIL import Image
+
+    from compclip.eval.gallery import write_gallery
+    from compclip.eval.items import retrieval_rows
+    from compclip.eval.protocols import query_ranks
+
+    images = []
+    for name, colour in (("red.png", (255, 0, 0)), ("green.png", (0, 255, 0))):
+        Image.new("RGB", (32, 32), colour).save(tmp_path / name)
+        images.append(str(tmp_path / name))
+    captions, owner = ["a red square", "a scarlet tile", "a green square", "a lime tile"], torch.tensor([0, 0, 1, 1])
+    scores = torch.tensor([[0.2, 0.9], [0.8, 0.1], [0.0, 1.0], [0.1, 0.9]])  # (captions, images): caption 0 finds the green image
+    positives = owner[:, None] == torch.arange(2)[None, :]
+    ranks = query_ranks(scores, positives, "strict"), query_ranks(scores.T, positives.T, "strict")
+    retrieval = pd.DataFrame(retrieval_rows("set", images, captions, owner, scores, ranks)).assign(model="m", benchmark="retrieval")
+    choice = pd.DataFrame([{"model": "m", "benchmark": "sugarcrepe", "split": "swap_att", "item": "7", "image": images[0],
+                            "true": "a red cube left of a blue ball", "false": "a blue cube left of a red ball", "score_true": 0.1,
+                            "score_false": 0.2, "correct": False, "tie": False}])
+    page = write_gallery(pd.concat([retrieval, choice], ignore_index=True), tmp_path / "g.html").read_text(encoding="utf-8")
+    cards = page.split('<div class="card"')[1:]
+    assert 'data-split="sugarcrepe/swap_att"' in cards[0] and all('data-kind="retrieval"' in c for c in cards[1:])
+    miss, = [c for c in cards if "item caption 0" in c]
+    wrong = miss.split('<div class="false">')[1]
+    assert wrong.startswith(f"✗ {captions[2]} / {captions[3]} ") and "green.png" not in wrong  # the green image's two captions
+
+
+def test_a_sugarcrepe_pp_cards_changed_words_are_the_negatives_against_the_caption_it_was_made_from(tmp_path):
+    """SugarCrepe++ offers a caption, its paraphrase and a negative made from the caption; its `true` is the weaker of
+    the two true ones, here the paraphrase. The card's changed words are the negative's swap of the caption (red, blue),
+    not every word the paraphrase has and the negative lacks."""
+    import pandas as pd
+
+    from compclip.eval.gallery import write_gallery
+
+    caption, paraphrase = "a red cube left of a blue ball", "there is a red cube and it is left of the blue ball"
+    negative = "a blue cube left of a red ball"
+    items = pd.DataFrame([{"model": "m", "benchmark": "sugarcrepe_pp", "split": "swap_att", "item": "0", "image": "x.png",
+                           "true": paraphrase, "false": negative, "score_true": 0.1, "score_false": 0.3, "correct": False,
+                           "tie": False, "texts": [caption, paraphrase, negative], "scores": [0.2, 0.1, 0.3]}])
+    page = write_gallery(items, tmp_path / "g.html").read_text(encoding="utf-8")
+    assert 'data-words="red blue"' in page and "attribute: red, blue" in page
+    assert f"made from: {caption}" in page  # the caption the words are read against, beside the paraphrase
+
+
+def test_the_html_report_shows_the_reports_figures(gallery, capsys):
+    """`compclip report --html`: each figure the report drew (its PNGs) is in the page itself, byte for byte, above the
+    first item."""
+    import base64
+
+    code, _, err = run_main(capsys, "report", gallery / "base", gallery / "other", "--out", gallery / "report", "--html")
+    assert code in (0, None), err
+    page = (gallery / "report" / "report.html").read_text(encoding="utf-8")
+    shown = [base64.b64decode(d) for d in re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)]
+    drawn = sorted((gallery / "report").glob("*.png"))
+    assert len(drawn) == 3 and sorted(shown) == sorted(p.read_bytes() for p in drawn)  # summary and the two benchmarks'
+    assert page.index("<img src=") < page.index('<div class="card"')

@@ -142,7 +142,9 @@ class Benchmark:
     - `columns`: the report's columns this benchmark fills, each (header, the metric's path in its result);
     - `kind`, `kind_of(split)`: the kind of change the false captions make (attribute, object, relation) where the
       benchmark's authors sort them so, for the error gallery's filter: `kind` for the whole benchmark, `kind_of` a
-      split's where the splits differ (default: `kind`; None: the gallery reads it from the words).
+      split's where the splits differ (default: `kind`; None: the gallery reads it from the words);
+    - `verdict`: what an item's `correct` measures, which `compclip compare` names in each row (an accuracy, unless a
+      benchmark scores several ways and its items carry one of them: SugarCrepe++'s ITT, Winoground's group score).
     """
 
     name = ""
@@ -155,6 +157,7 @@ class Benchmark:
     assets: tuple[Asset, ...] = ()
     columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
     kind: str | None = None
+    verdict = "accuracy"
 
     def lacks(self, root: Path, splits: tuple[str, ...]) -> str | None:
         """None when the benchmark can run on `root`; otherwise one line naming what was looked for and where."""

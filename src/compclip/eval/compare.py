@@ -9,16 +9,22 @@ A model may be several runs of one method (seeds): then each bootstrap draw also
 replacement before its items (a two-level bootstrap, seeds then items), so the interval holds the variation between
 seeds as well as that between items; the accuracy of a side is the mean over its runs. McNemar's test pairs one run
 with one run, so it is given only where each side is one run.
+
+Each row names what it compares (`metric`): a benchmark's verdict (SugarCrepe++'s ITT, Winoground's group score,
+retrieval's R@1 with the directions of its queries). With a dozen splits a p under 0.05 comes by chance alone in about
+half of all comparisons of two equal models, so each McNemar p is also given Holm-adjusted over the splits of one
+comparison (`holm`): it controls the chance of any false call among them, assuming nothing of how the splits depend.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from .base import REGISTRY
 from .items import IDENTITY, identified
 from .results import items_frame
 
@@ -48,6 +54,8 @@ class Difference:
     n_b: int
     acc_a_all: float
     acc_b_all: float
+    metric: str = "accuracy"  # what an item's verdict measures (`metric`)
+    p_holm: float | None = None  # p_mcnemar, Holm-adjusted over the comparison's splits (`holm`)
 
     @property
     def resolvable(self) -> bool:
@@ -92,6 +100,32 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
 
     n = a_only + b_only
     return 1.0 if n == 0 else float(binomtest(a_only, n, 0.5).pvalue)
+
+
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of `pvalues` (None: no test, left out of the count): the k-th smallest of m p's
+    times m − k + 1, at most 1, and never below an adjusted p before it. Rejecting where the adjusted p is under α keeps
+    the chance of any false rejection under α, whatever the tests' dependence."""
+    tested = sorted((p, k) for k, p in enumerate(pvalues) if p is not None)
+    adjusted: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, (p, k) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        adjusted[k] = running
+    return adjusted
+
+
+def metric(items: pd.DataFrame, benchmark: str, split: str) -> str:
+    """What a split's verdicts measure, as a row names it: its benchmark's (`Benchmark.verdict`; a result file's name
+    is the benchmark's, then `-SPLIT` where one split was run), and for retrieval the directions of its queries, both
+    pooled in one row where both were scored."""
+    name = benchmark.partition("-")[0]
+    said = REGISTRY[name].verdict if name in REGISTRY else "accuracy"
+    if "direction" not in items:
+        return said
+    rows = items[(items["benchmark"] == benchmark) & (items["split"].astype(str) == split)]
+    directions = sorted(d for d in rows["direction"].dropna().unique() if d)
+    return said if not directions else f"{said}, {' and '.join(directions)}" + (" pooled" if len(directions) > 1 else "")
 
 
 def verdicts(items: pd.DataFrame, model: str) -> pd.DataFrame:
@@ -140,8 +174,8 @@ def compare(items: pd.DataFrame, a: str, b: str, resamples: int = RESAMPLES, see
         acc_a, acc_b = float(runs_a.mean()), float(runs_b.mean())
         out.append(Difference(benchmark, split, a, b, group.shape[0], acc_a, acc_b, acc_b - acc_a, low, high, a_only, b_only,
                               mcnemar_exact(a_only, b_only) if single else None, len(all_a), len(all_b),
-                              float(np.nanmean(all_a)), float(np.nanmean(all_b))))
-    return out
+                              float(np.nanmean(all_a)), float(np.nanmean(all_b)), metric(items, benchmark, str(split))))
+    return [replace(d, p_holm=p) for d, p in zip(out, holm([d.p_mcnemar for d in out]), strict=True)]
 
 
 def left_out(items: pd.DataFrame, a: str, b: str, differences: list[Difference]) -> list[str]:
@@ -179,13 +213,13 @@ def table(differences: list[Difference]) -> pd.DataFrame:
 def markdown(differences: list[Difference], notes: list[str] | None = None) -> str:
     """A table a person reads: each split's accuracies on the paired items, the difference with its interval (`*` where
     it excludes zero and the discordant items are enough to tell, `Difference.resolvable`), the discordant items and
-    McNemar's p; then `notes` (`left_out`), one a line."""
-    lines = ["| benchmark | split | n | A | B | B − A (95 % interval) | A only | B only | McNemar p |",
-             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+    McNemar's p, also Holm-adjusted over the splits; then `notes` (`left_out`), one a line."""
+    lines = ["| benchmark | split | metric | n | A | B | B − A (95 % interval) | A only | B only | McNemar p | Holm p |",
+             "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for d in differences:
-        p = "—" if d.p_mcnemar is None else f"{d.p_mcnemar:.3g}"
+        p, p_holm = ("—" if v is None else f"{v:.3g}" for v in (d.p_mcnemar, d.p_holm))
         mark = " *" if d.significant else "" if d.resolvable else " (too few discordant items to tell)"
-        lines.append(f"| {d.benchmark} | {d.split or '—'} | {d.n} | {100 * d.acc_a:.1f} | {100 * d.acc_b:.1f} | "
+        lines.append(f"| {d.benchmark} | {d.split or '—'} | {d.metric} | {d.n} | {100 * d.acc_a:.1f} | {100 * d.acc_b:.1f} | "
                      f"{100 * d.difference:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}]{mark} | "
-                     f"{d.a_only} | {d.b_only} | {p} |")
+                     f"{d.a_only} | {d.b_only} | {p} | {p_holm} |")
     return "\n".join([*lines, *(f"- {line}" for line in (notes or []))] if notes else lines)

@@ -1,8 +1,11 @@
 """`compclip report --html`: one self-contained page of what each model got wrong, for a person to look at.
 
-Per benchmark and split, each model's accuracy with its 95 % interval and item count; then every item a model got
-wrong (up to `SHOWN` a model and split): its image (a thumbnail embedded in the page), the true caption, the false
-caption the model preferred, both scores, and what the false caption changed: the words that differ, and their kind
+The report's figures first (embedded in the page, as the thumbnails are); per benchmark and split, each model's accuracy
+with its 95 % interval and item count; then every item a model got wrong (up to `SHOWN` a model and split), the benchmarks'
+items before retrieval's misses (hundreds a model, each telling less of what a model confuses): its image (a thumbnail
+embedded in the page), the true caption, the false caption the model preferred (for a caption that retrieved another
+image, that image's captions), both scores, and what the false caption changed: the words that differ from the caption
+it was made from (`source_caption`), and their kind
 (attribute, object, relation): the benchmark's own where its authors sort its splits so (SugarCrepe's and SugarCrepe++'s
 `_att`, `_obj`, `_rel`, VL-CheckList's folders, ARO's VG-Relation and VG-Attribution, What'sUp's prepositions:
 `Benchmark.kind_of`), "retrieval" for a retrieval's miss, otherwise from spaCy's parse of the true caption (an adjective,
@@ -43,6 +46,36 @@ def changed_words(true: str, false: str) -> list[str]:
         return list(dict.fromkeys(a for a, b in zip(t, f, strict=True) if a != b))
     lost = [w for w in dict.fromkeys(t) if w not in f]
     return lost or [w for w in dict.fromkeys(f) if w not in t]
+
+
+def source_caption(row: Any) -> str:
+    """The caption an item's false ones were made from, which its changed words are read against: a choice's first
+    option (`texts`, the true ones first). It is the true caption except where an item has two: SugarCrepe++ offers its
+    caption, a paraphrase of it and the negative made from the caption, and `true` is the weaker of the two true ones,
+    often the paraphrase, whose words differ from the negative's everywhere."""
+    texts = getattr(row, "texts", None)
+    return str(texts[0]) if texts is not None and not isinstance(texts, float) and len(texts) else str(row.true)
+
+
+def retrieved_captions(items: pd.DataFrame) -> dict[tuple[str, str, str], list[str]]:
+    """Each retrieval image's captions, by benchmark, split and image: a caption query's row names its own image and
+    its caption (`true`), so all of them together say what an image another caption retrieved shows."""
+    if "direction" not in items:
+        return {}
+    queries = items[items["direction"] == "text→image"]
+    captions: dict[tuple[str, str, str], list[str]] = {}
+    for key, caption in zip(zip(queries["benchmark"], queries["split"].astype(str), queries["image"], strict=True),
+                            queries["true"].astype(str), strict=True):
+        mine = captions.setdefault(key, [])
+        if caption not in mine:  # every model's rows name the same captions
+            mine.append(caption)
+    return captions
+
+
+def figure(path: Path) -> str:
+    """A report figure as an image in the page, its PNG's bytes in a data URL (the page stays one file)."""
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{_e(path.stem)}"><figcaption>{_e(path.stem)}</figcaption></figure>'
 
 
 def word_kinds(captions: list[str]) -> dict[str, dict[str, str]]:
@@ -86,8 +119,9 @@ def thumbnail(image: str) -> str | None:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def write_gallery(items: pd.DataFrame, out: Path) -> Path:
-    """The page, from every model's items (`load_items`, models named as the report names them)."""
+def write_gallery(items: pd.DataFrame, out: Path, figures: list[Path] | tuple[Path, ...] = ()) -> Path:
+    """The page, from every model's items (`load_items`, models named as the report names them) and the report's
+    `figures` (PNG files), shown above the items."""
     models = list(dict.fromkeys(items["model"]))
     # items paired as `compare` pairs them: by what each is, and which copy of an item a split repeats
     items = identified(items, ["model", "benchmark", "split", "item"])
@@ -100,8 +134,13 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
     declared = {key: declared_kind(*key) for key in set(parts)}
     # a retrieval's query: its wrong answer is another image or another image's caption, no word of it a swap
     queries = [isinstance(d, str) and bool(d) for d in (wrong["direction"] if "direction" in wrong else [None] * len(wrong))]
+    order = sorted(range(len(wrong)), key=queries.__getitem__)  # the benchmarks' items first, retrieval's misses last
+    wrong, queries = wrong.iloc[order], [queries[k] for k in order]
+    parts = [parts[k] for k in order]
+    retrieved = retrieved_captions(items)
     undeclared = [declared[key] is None and not query for key, query in zip(parts, queries, strict=True)]
-    kinds = word_kinds(wrong.loc[undeclared, "true"].astype(str).tolist())  # spaCy only where the benchmark says nothing
+    sources = [source_caption(row) for row in wrong.itertuples(index=False)]
+    kinds = word_kinds([s for s, u in zip(sources, undeclared, strict=True) if u])  # spaCy only where the benchmark says nothing
     # each shown image's data URL (in the page once, as a style rule its cards name: models share images), made on
     # every core: Pillow lets go of Python's lock while it decodes and resizes
     seconds = [i for i in wrong.get("image_2", []) if isinstance(i, str) and i]
@@ -119,9 +158,9 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
                 acc, (low, high) = 100 * right / len(mine), (100 * v for v in wilson(right, len(mine)))
                 totals.append(f"<tr><td>{_e(bench)}</td><td>{_e(split or '—')}</td><td>{_e(model)}</td><td>{len(mine):,}</td>"
                               f"<td>{acc:.1f}</td><td>[{low:.1f}, {high:.1f}]</td></tr>")
-    for row, retrieval in zip(wrong.itertuples(index=False), queries, strict=True):
-        words = [] if retrieval else changed_words(str(row.true), str(row.false))
-        found = kinds.get(str(row.true), {})
+    for row, retrieval, source in zip(wrong.itertuples(index=False), queries, sources, strict=True):
+        words = [] if retrieval else changed_words(source, str(row.false))
+        found = kinds.get(source, {})
         kind = "retrieval" if retrieval else declared[row.benchmark, str(row.split)] or next((found[w] for w in words if w in found),
                                                                                               "other")
         second = getattr(row, "image_2", None)  # Winoground's other image, the image a caption retrieved instead of its own
@@ -131,16 +170,23 @@ def write_gallery(items: pd.DataFrame, out: Path) -> Path:
             pictures.append(f'<div class="thumb {name}" role="img" title="{title}"></div>' if name else
                             f'<div class="noimg">{_e(image)}</div>')
         picture = "".join(pictures)
+        false = str(row.false)
+        if retrieval and row.direction == "text→image":  # `false` names the image retrieved: say what it shows
+            false = " / ".join(retrieved.get((row.benchmark, str(row.split), second), [false]))
+        made_from = f'<div class="source">made from: {_e(source)}</div>' if source != str(row.true) else ""
+        rank = getattr(row, "rank", None)  # 0: its own retrieved first
+        said = (f"retrieval {row.direction}" + ("" if pd.isna(rank) else f", its own ranked {int(rank) + 1}") if retrieval else
+                f"{kind}: {', '.join(words) or '—'}")
         key = (row.benchmark, row.split, row.item, row.identity, row.copy)
         cards.append(
             f'<div class="card" data-model="{_e(row.model)}" data-split="{_e(row.benchmark)}/{_e(row.split)}" data-kind="{kind}" '
             f'data-words="{_e(" ".join(words))}" data-disagree="{int(key in disagree)}">{picture}<div class="text">'
-            f'<div class="meta">{_e(row.model)} · {_e(row.benchmark)}/{_e(row.split or "—")} · item {_e(row.item)} · {kind}: '
-            f'{_e(", ".join(words) or "—")}</div><div class="true">✓ {_e(row.true)} <span class="score">{row.score_true:.4f}</span></div>'
-            f'<div class="false">✗ {_e(row.false)} <span class="score">{row.score_false:.4f}</span></div></div></div>')
+            f'<div class="meta">{_e(row.model)} · {_e(row.benchmark)}/{_e(row.split or "—")} · item {_e(row.item)} · {_e(said)}</div>'
+            f'<div class="true">✓ {_e(row.true)} <span class="score">{row.score_true:.4f}</span></div>'
+            f'{made_from}<div class="false">✗ {_e(false)} <span class="score">{row.score_false:.4f}</span></div></div></div>')
     splits = sorted({f"{b}/{s}" for b, s in zip(wrong["benchmark"], wrong["split"], strict=True)})
     styles = "\n".join(f'.{names[image]} {{ background-image: url("{src}"); }}' for image, src in thumbs.items() if src)
-    page = PAGE.format(styles=styles,
+    page = PAGE.format(styles=styles, figures="\n".join(figure(f) for f in figures),
         models=_e(", ".join(models)), totals="\n".join(totals), cards="\n".join(cards), shown=SHOWN,
         split_options="".join(f'<option value="{_e(s)}">{_e(s)}</option>' for s in splits),
         model_options="".join(f'<option value="{_e(m)}">{_e(m)}</option>' for m in models),
@@ -165,12 +211,18 @@ table {{ border-collapse: collapse; margin-bottom: 1.5em; }} td, th {{ border: 1
 .noimg {{ width: 128px; flex: none; font-size: 0.7em; color: #888; word-break: break-all; }}
 {styles}
 .meta {{ font-size: 0.8em; color: #666; }} .true {{ color: #175e17; }} .false {{ color: #8a1c1c; }}
-.score {{ font-family: monospace; color: #555; }} [hidden] {{ display: none !important; }}
+.score {{ font-family: monospace; color: #555; }} [hidden] {{ display: none !important; }} .source {{ color: #555; }}
+.figures {{ display: flex; flex-wrap: wrap; gap: 1em; }} figure {{ margin: 0; max-width: 48%; }} figure img {{ max-width: 100%; }}
+figcaption {{ font-size: 0.8em; color: #666; }}
 </style></head>
 <body>
 <h1>What the models got wrong</h1>
 <p>Models: {models}. Accuracy in % with its 95 % Wilson interval over the items; below, each item a model got wrong
-(at most {shown} a model and split), the false caption it scored above the true one, and the words that caption changed.</p>
+(at most {shown} a model and split), the false caption it scored above the true one, and the words that caption changed;
+the benchmarks' items first, retrieval's misses last.</p>
+<div class="figures">
+{figures}
+</div>
 <table><thead><tr><th>benchmark</th><th>split</th><th>model</th><th>items</th><th>accuracy</th><th>95 % interval</th></tr></thead>
 <tbody>
 {totals}

@@ -369,7 +369,7 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
     split's bars with 95 % intervals, item counts and chance); with `paper`, also the results beside that paper's
     published numbers (`OUT/paper.csv`, `OUT/paper.md` and a section of the report). `labels` name the models (default:
     their folders'). Where the folders hold per-item results, each model is compared item by item with the first
-    (`compclip compare`), and with `html` an error gallery is written (`OUT/report.html`)."""
+    (`compclip compare`), and with `html` an error gallery is written (`OUT/report.html`, the figures at its top)."""
     out = Path(out)
     groups = [str(f).split(",") for f in folders]  # a model's several runs (seeds) comma-joined, as `compclip compare` takes them
     folders = [run for group in groups for run in group]
@@ -397,7 +397,7 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
              "them.", "", _markdown(summary), ""]
     with atomic_path(out / "summary.csv") as tmp:
         summary.to_csv(tmp, float_format="%.2f")
-    grouped_bars(summary.rename(columns=_short), "summary", out / "summary.png")
+    figures = [grouped_bars(summary.rename(columns=_short), "summary", out / "summary.png")]  # the gallery shows them too
     parts += ["![summary](summary.png)", ""]
     parts += mixed_protocols(results)
     incomplete = [f"{m}/{b}" for m, recs in results.items() for b, r in recs.items() if not r.get("complete", True)]
@@ -407,7 +407,7 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
         with atomic_path(out / f"{bench}.csv") as tmp:
             table.to_csv(tmp, float_format="%.2f")
         low, high, counts = split_intervals(results, bench, table)
-        split_bars(table, low, high, counts, chance_levels(items, bench), bench, out / f"{bench}.png")
+        figures.append(split_bars(table, low, high, counts, chance_levels(items, bench), bench, out / f"{bench}.png"))
         ties = {r[bench].get("ties") for r in results.values() if bench in r}
         parts += [
             f"## {markdown_text(bench)}",
@@ -444,7 +444,7 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
     if html:
         from .gallery import write_gallery
 
-        write_gallery(items, out / "report.html")
+        write_gallery(items, out / "report.html", figures)
     return out / "report.md"
 
 
@@ -471,7 +471,7 @@ def paired_section(items: pd.DataFrame, models: list[str], out: Path) -> list[st
     parts = [f"## Paired differences against {markdown_text(models[0])}", "",
              "Each model against the first on the items both scored: B − A in points with its 95 % paired-bootstrap interval "
              "(10,000 draws of the items, seed 0), `*` where it excludes zero and the discordant items are enough to tell; the "
-             "discordant items and McNemar's exact p "
+             "discordant items, McNemar's exact p and that p Holm-adjusted over the model's splits "
              "(`compclip compare` says more).", ""]
     for other in models[1:]:
         mine = [d for d in differences if d.b == other]

@@ -171,6 +171,7 @@ def _file_pairs(file: Path, split: str) -> list[tuple[Path, str]]:
 @register
 class Retrieval(Benchmark):
     name = "retrieval"
+    verdict = "R@1"  # a query's `correct`: its own image or caption retrieved first
     task = "zeroshot_retrieval"
     Options = Options
     layout = f"retrieval: DATA_ROOT/retrieval/<dataset>/ folders, each with one of {', '.join(LAYOUTS)}"

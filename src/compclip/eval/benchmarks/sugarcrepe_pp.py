@@ -32,6 +32,7 @@ class SugarCrepePP(SugarCrepe):
     """The annotation files and images are laid out as SugarCrepe's; each file is a list of records."""
 
     name = "sugarcrepe_pp"
+    verdict = "ITT accuracy"  # an item's `correct`; its TOT verdict is the `tot` column
     splits = SPLITS
     families = FAMILIES
     layout = ("SugarCrepe++: the 5 split files of github.com/Sri-Harsha/scpp data/ in DATA_ROOT/sugarcrepe_pp/ "

@@ -22,6 +22,7 @@ GROUPS = ("collapsed_tag", "tag", "num_main_preds", "secondary_tag")
 @register
 class Winoground(Benchmark):
     name = "winoground"
+    verdict = "group score"  # an item's `correct`; the text and image scores are its other columns
     task = "image_caption_selection"
     layout = ("Winoground: the Hub dataset facebook/winoground downloaded into DATA_ROOT/winoground/ "
               "(`huggingface-cli download facebook/winoground --repo-type dataset --local-dir DATA_ROOT/winoground`), "

@@ -103,6 +103,7 @@ def seeded_subset(count: int, size: int, seed: int) -> list[int]:
 @register
 class ZeroShot(Benchmark):
     name = "zeroshot"
+    verdict = "top-1 accuracy"
     task = "zeroshot_classification"
     Options = Options
     layout = "zero-shot: DATA_ROOT/zeroshot/<dataset>/<class>/<image> class folders, one folder per dataset"
