@@ -791,7 +791,8 @@ def test_a_resume_refuses_images_replaced_under_the_same_names_and_resumes_when_
 
 def test_the_images_a_resume_compares_are_spread_through_a_large_csv(tmp_path):
     """Of 600 records, 256 images are hashed, evenly spaced: one near the end among them, so a re-extraction of the last
-    shards' images is seen too (what the first 256 alone would miss)."""
+    shards' images is seen too (what the first 256 alone would miss). Each is read whole up to 16 MiB: a start reads a
+    bounded amount whatever the images are."""
     from compclip.data import image_files, open_reader
     from compclip.data.readers import IMAGES_HASHED
 
@@ -806,6 +807,17 @@ def test_the_images_a_resume_compares_are_spread_through_a_large_csv(tmp_path):
     assert image_files(open_reader(tmp_path / "d.csv"))["images_sha256"] != before["images_sha256"]
     (tmp_path / "img" / f"{last}.jpg").write_bytes(f"image {last}".encode())
     assert image_files(open_reader(tmp_path / "d.csv")) == before
+    # an image over 16 MiB is read at its ends alone: a byte changed in the middle is not seen, one at the end is
+    (tmp_path / "img" / "0.jpg").write_bytes(bytes(17 << 20))
+    large = image_files(open_reader(tmp_path / "d.csv"))
+    with open(tmp_path / "img" / "0.jpg", "r+b") as f:
+        f.seek(8 << 20)
+        f.write(b"x")
+    assert image_files(open_reader(tmp_path / "d.csv")) == large
+    with open(tmp_path / "img" / "0.jpg", "r+b") as f:
+        f.seek((17 << 20) - 1)
+        f.write(b"x")
+    assert image_files(open_reader(tmp_path / "d.csv")) != large
 
 
 def test_an_in_training_evaluation_that_scores_nothing_is_said_and_logs_no_nan(tmp_path, capsys):
