@@ -346,6 +346,9 @@ def test_siglip_model_embeds_as_open_clip_through_its_tokenizer_and_processor(tm
     assert (ours[0] - theirs.image_embeds).abs().max() < 1e-5 and (ours[1] - theirs.text_embeds).abs().max() < 1e-5
     logits = ours[2] * ours[0] @ ours[1].T + ours[3]  # open_clip's sigmoid logits, image by text
     assert (logits - theirs.logits_per_image).abs().max() < 1e-4
+    text = json.loads((out / "config.json").read_text())["text_config"]  # every special id within the vocabulary: transformers'
+    ids = {k: v for k, v in text.items() if k.endswith("_token_id")}     # bos/eos warning on loading comes from its own defaults
+    assert ids and all(0 <= v < text["vocab_size"] for v in ids.values()), ids
 
 
 # ---- a fine-tuned checkpoint, end to end on the command line -----------------------------------------------------------
