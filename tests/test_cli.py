@@ -233,6 +233,19 @@ def test_unknown_model_in_eval_is_one_error_line(capsys, tmp_path):
     assert_one_error(code, err, "unknown model 'nope'")
 
 
+def test_a_model_path_that_is_no_folder_says_so_and_where_it_stops(capsys, tmp_path):
+    """`--model runs/nonexistent_run` is a path mistyped, not an unknown open_clip name: "no such folder", naming the part
+    that exists; open_clip's own `ViT-B/32` spelling is still its model."""
+    (tmp_path / "runs").mkdir()
+    for model, said in ((tmp_path / "runs" / "c2lip" / "checkpoints", f"{tmp_path / 'runs'} has no c2lip"),
+                        ("m/nonexistent_run", "m/nonexistent_run: no such folder")):
+        code, _, err = run_main(capsys, "eval", "--model", model, "--benchmark", "sugarcrepe", "--out", tmp_path / "x", "--data-root",
+                                tmp_path)
+        assert_one_error(code, err, f"{model}: no such folder", said)
+        assert "unknown model" not in err
+    assert load_model("ViT-B/32")[0].visual.conv1.kernel_size == (32, 32)
+
+
 def test_csv_without_the_caption_column_is_one_error_line(capsys, tmp_path):
     (tmp_path / "c.csv").write_text("image,text\na.jpg,a red cube\n")
     code, _, err = run_main(capsys, "concepts", tmp_path / "c.csv", "--out", tmp_path / "store")
