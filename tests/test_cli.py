@@ -524,6 +524,33 @@ def test_a_mistyped_name_or_number_is_refused_before_torch_is_imported(tmp_path)
         assert exit_code == 2 and err.startswith(expected) and err.count("\n") == 1 and not torch_imported, (args, err, torch_imported)
 
 
+def test_shell_completion_offers_method_and_benchmark_names():
+    """`compclip --install-completion`'s completion, asked as bash asks it: the names of `--method`, `--benchmark` and
+    `--eval-benchmarks`, the last of a `+`- or `,`-joined list after those typed."""
+    def complete(*words):
+        env = {**os.environ, "_COMPCLIP_COMPLETE": "complete_bash", "COMP_WORDS": " ".join(["compclip", *words]),
+               "COMP_CWORD": str(len(words))}
+        done = subprocess.run([sys.executable, "-m", "compclip"], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert complete("train", "--method", "c") == ["c2lip", "clic", "clip"]
+    assert complete("train", "--method", "c2lip+hard") == ["c2lip+hardneg"]
+    assert complete("eval", "--benchmark", "sugarcrepe,w") == ["sugarcrepe,whatsup", "sugarcrepe,winoground"]
+    assert complete("train", "--eval-benchmarks", "aro_v") == ["aro_vg_attribution", "aro_vg_relation"]
+
+
+def test_help_shows_what_to_type_not_python_types(capsys):
+    """A repeatable KEY=VALUE flag reads `KEY=VALUE`, not `<list[str]>`; an argument is named in capitals in the usage
+    line, not `{input}`. (`export`'s own are its command's: another change.)"""
+    for path in (["train"], ["eval"], ["concepts"], ["report"], ["compare"], ["data", "download"], ["demo"]):
+        code, out, _ = run_main(capsys, *path, "--help")
+        usage, options = out.split("\n", 1)[0], out.split("Options:", 1)[-1]
+        assert code == 0 and not re.search(r"\{[a-z_]+\}", usage) and "<list[" not in options, (path, usage, options)
+        if path == ["train"]:
+            assert "--method-opt KEY=VALUE" in options
+
+
 def test_the_declared_names_are_the_registries():
     """`compclip.names` declares what the registries hold: a method or benchmark shipped without its name there would be
     refused by the command line."""
