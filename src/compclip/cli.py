@@ -68,18 +68,22 @@ def _flags(cls: type) -> list[inspect.Parameter]:
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
                                         default=typer.Option(default, flag, *f.metadata.get("aliases", ()), help=help,
                                                              metavar=metavar,
-                                                             shell_complete=completes and functools.partial(_complete, completes))))
+                                                             autocompletion=completes and _completion(completes))))
     return params
 
 
-def _complete(kind: str, ctx, param, incomplete: str) -> list[str]:
+def _completion(kind: str) -> Callable[[str], list[str]]:
     """Shell completion of a method or benchmark name (`compclip.names`, nothing imported), the last of a `+`- or
     `,`-joined list completed after the ones typed."""
-    from .names import known_names
 
-    cut = max(incomplete.rfind("+"), incomplete.rfind(","))
-    typed, last = incomplete[:cut + 1], incomplete[cut + 1:]
-    return [typed + name for name in known_names(kind) if name.startswith(last)]
+    def complete(incomplete: str) -> list[str]:
+        from .names import known_names
+
+        cut = max(incomplete.rfind("+"), incomplete.rfind(","))
+        typed, last = incomplete[:cut + 1], incomplete[cut + 1:]
+        return [typed + name for name in known_names(kind) if name.startswith(last)]
+
+    return complete
 
 
 def declared(cls: type) -> Callable[[Callable], Callable]:
