@@ -233,6 +233,19 @@ def test_unknown_model_in_eval_is_one_error_line(capsys, tmp_path):
     assert_one_error(code, err, "unknown model 'nope'")
 
 
+def test_a_model_path_that_is_no_folder_says_so_and_where_it_stops(capsys, tmp_path):
+    """`--model runs/nonexistent_run` is a path mistyped, not an unknown open_clip name: "no such folder", naming the part
+    that exists; open_clip's own `ViT-B/32` spelling is still its model."""
+    (tmp_path / "runs").mkdir()
+    for model, said in ((tmp_path / "runs" / "c2lip" / "checkpoints", f"{tmp_path / 'runs'} has no c2lip"),
+                        ("m/nonexistent_run", "m/nonexistent_run: no such folder")):
+        code, _, err = run_main(capsys, "eval", "--model", model, "--benchmark", "sugarcrepe", "--out", tmp_path / "x", "--data-root",
+                                tmp_path)
+        assert_one_error(code, err, f"{model}: no such folder", said)
+        assert "unknown model" not in err
+    assert load_model("ViT-B/32")[0].visual.conv1.kernel_size == (32, 32)
+
+
 def test_csv_without_the_caption_column_is_one_error_line(capsys, tmp_path):
     (tmp_path / "c.csv").write_text("image,text\na.jpg,a red cube\n")
     code, _, err = run_main(capsys, "concepts", tmp_path / "c.csv", "--out", tmp_path / "store")
@@ -509,6 +522,33 @@ def test_a_mistyped_name_or_number_is_refused_before_torch_is_imported(tmp_path)
     assert result.returncode == 0, result.stderr
     for (args, expected), (exit_code, err, torch_imported) in zip(cases.items(), json.loads(result.stdout), strict=True):
         assert exit_code == 2 and err.startswith(expected) and err.count("\n") == 1 and not torch_imported, (args, err, torch_imported)
+
+
+def test_shell_completion_offers_method_and_benchmark_names():
+    """`compclip --install-completion`'s completion, asked as bash asks it: the names of `--method`, `--benchmark` and
+    `--eval-benchmarks`, the last of a `+`- or `,`-joined list after those typed."""
+    def complete(*words):
+        env = {**os.environ, "_COMPCLIP_COMPLETE": "complete_bash", "COMP_WORDS": " ".join(["compclip", *words]),
+               "COMP_CWORD": str(len(words))}
+        done = subprocess.run([sys.executable, "-m", "compclip"], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert complete("train", "--method", "c") == ["c2lip", "clic", "clip"]
+    assert complete("train", "--method", "c2lip+hard") == ["c2lip+hardneg"]
+    assert complete("eval", "--benchmark", "sugarcrepe,w") == ["sugarcrepe,whatsup", "sugarcrepe,winoground"]
+    assert complete("train", "--eval-benchmarks", "aro_v") == ["aro_vg_attribution", "aro_vg_relation"]
+
+
+def test_help_shows_what_to_type_not_python_types(capsys):
+    """A repeatable KEY=VALUE flag reads `KEY=VALUE`, not `<list[str]>`; an argument is named in capitals in the usage
+    line, not `{input}`. (`export`'s own are its command's: another change.)"""
+    for path in (["train"], ["eval"], ["concepts"], ["report"], ["compare"], ["data", "download"], ["demo"]):
+        code, out, _ = run_main(capsys, *path, "--help")
+        usage, options = out.split("\n", 1)[0], out.split("Options:", 1)[-1]
+        assert code == 0 and not re.search(r"\{[a-z_]+\}", usage) and "<list[" not in options, (path, usage, options)
+        if path == ["train"]:
+            assert "--method-opt KEY=VALUE" in options
 
 
 def test_the_declared_names_are_the_registries():

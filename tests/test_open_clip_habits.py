@@ -429,6 +429,24 @@ def test_tensorboard_tags_are_open_clip_trains_and_an_evaluations_is_the_name_ke
     assert scores[-1].value == pytest.approx(best["value"])
 
 
+def test_evaluating_inside_a_training_loop_leaves_each_module_in_the_mode_it_had(tmp_path):
+    """`compclip.evaluate` in a user's loop, every N steps as open_clip_train evaluates: scored in eval mode, then each
+    submodule back in its own mode (the model training, the tower its trainer locked still in eval), not all in eval."""
+    import compclip
+    from compclip.models import load_model
+
+    model, preprocess, tokenizer = load_model("compclip-tiny-clip")
+    model.train()
+    model.visual.eval()  # as open_clip's lock_image_tower(freeze_bn_stats=True) leaves it
+    before = {name: m.training for name, m in model.named_modules()}
+    seen = []
+    text = getattr(model, "text", None) or model.transformer  # the text tower, training
+    text.register_forward_pre_hook(lambda module, _: seen.append(module.training))
+    compclip.evaluate(model, preprocess, tokenizer, "sugarcrepe/swap_att", data_root=sugarcrepe_root(tmp_path, 6), workers=0)
+    assert seen and not any(seen)  # scored in eval mode
+    assert {name: m.training for name, m in model.named_modules()} == before
+
+
 def test_keep_best_keeps_the_lowest_loss_or_rank_and_the_highest_score(tmp_path):
     """A loss or a rank is best lowest: `--keep-best val/clip_val_loss` kept the worst step while every figure was ranked
     highest first. The kept step is each series' argmin or argmax; a NaN never replaces it."""

@@ -432,6 +432,26 @@ def test_each_logged_step_writes_open_clip_trains_line_to_train_log_and_to_a_std
             assert float(m[4]) == pytest.approx(8 / r["batch_time"], rel=1e-3)
 
 
+def test_a_resumed_run_says_it_resumed_and_not_that_its_model_is_random(tmp_path, caplog, monkeypatch):
+    """A bundled model is "initialised randomly" when a run starts, not when it resumes: its weights are the checkpoint's."""
+    from compclip.models import factory
+    from compclip.train import train
+
+    train(settings_config(tmp_path, "resumed", steps=2, save_every=2))
+    monkeypatch.setattr(factory, "_SAID_RANDOM", set())  # (said once a process: as a new process would)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="compclip"):
+        train(settings_config(tmp_path, "resumed", steps=3, save_every=2))
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("resumed from ") and m.endswith(" at step 2") for m in said), said
+    assert not [m for m in said if "initialised randomly" in m]
+    monkeypatch.setattr(factory, "_SAID_RANDOM", set())
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="compclip"):
+        train(settings_config(tmp_path, "new", steps=1))
+    assert [r for r in caplog.records if "initialised randomly" in r.getMessage()]  # a new run's model is
+
+
 def test_the_learning_rate_warms_up_then_follows_the_cosine(tmp_path):
     """open_clip's cosine_lr: base * (s + 1) / warmup during the warm-up, then ½ (1 + cos(π (s − w) / (steps − w))) base."""
     from compclip.train import train

@@ -57,15 +57,33 @@ def _flags(cls: type) -> list[inspect.Parameter]:
                                          default=typer.Option(f.default[i], name, help=f"{help} (element {i + 1} of {len(flag)})"))
                        for i, (name, sub) in enumerate(zip(flag, typing.get_args(kind), strict=True))]
             continue
+        metavar = f.metadata.get("metavar")
         if typing.get_origin(kind) is dict:  # KEY=VALUE, repeatable
-            kind, default = list[str], []
+            kind, default, metavar = list[str], [], metavar or "KEY=VALUE"
         elif type(None) in typing.get_args(kind):
             kind = Optional[next(a for a in typing.get_args(kind) if a is not type(None))]  # noqa: UP045 (typer reads Optional)
         if kind is bool:  # --no-FLAG turns off what a recipe turns on (--no-dataset-resampled for a CSV)
             flag = f"{flag}/--no-{flag.removeprefix('--')}"
+        completes = f.metadata.get("names")
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
-                                        default=typer.Option(default, flag, *f.metadata.get("aliases", ()), help=help)))
+                                        default=typer.Option(default, flag, *f.metadata.get("aliases", ()), help=help,
+                                                             metavar=metavar,
+                                                             autocompletion=completes and _completion(completes))))
     return params
+
+
+def _completion(kind: str) -> Callable[[str], list[str]]:
+    """Shell completion of a method or benchmark name (`compclip.names`, nothing imported), the last of a `+`- or
+    `,`-joined list completed after the ones typed."""
+
+    def complete(incomplete: str) -> list[str]:
+        from .names import known_names
+
+        cut = max(incomplete.rfind("+"), incomplete.rfind(","))
+        typed, last = incomplete[:cut + 1], incomplete[cut + 1:]
+        return [typed + name for name in known_names(kind) if name.startswith(last)]
+
+    return complete
 
 
 def declared(cls: type) -> Callable[[Callable], Callable]:
@@ -215,7 +233,8 @@ def export(
 @app.command()
 @declared(ConceptConfig)
 def concepts(
-    input: Path = typer.Argument(..., help="Captions: .csv/.tsv, .jsonl, webdataset .tar shards, or a COCO captions .json."),
+    input: Path = typer.Argument(..., metavar="INPUT", help="Captions: .csv/.tsv, .jsonl, webdataset .tar shards, or a COCO "
+                                                            "captions .json."),
     out: Path = typer.Option(None, "--out", help="The concept store folder; re-runs reuse it."),
     into_shards: Path = typer.Option(
         None, "--into-shards", help="Instead of a store: copy the webdataset shards of INPUT here with a concepts.json per sample."
@@ -472,14 +491,15 @@ def benchmarks() -> None:
 
 @app.command()
 def report(
-    results: list[Path] = typer.Argument(..., help="Result folders from `compclip eval`, one per model; a model's several runs "
-                                                   "(seeds) joined by commas: r/seed-0,r/seed-1,r/seed-2 (--paper sets their mean "
-                                                   "and 95 % interval beside the paper's)."),
+    results: list[Path] = typer.Argument(..., metavar="RESULTS", help="Result folders from `compclip eval`, one per model; a model's "
+                                         "several runs (seeds) joined by commas: r/seed-0,r/seed-1,r/seed-2 (--paper sets their "
+                                         "mean and 95 % interval beside the paper's)."),
     out: Path = typer.Option(..., help="Folder for report.md, CSV tables and PNG plots."),
     paper: str = typer.Option(None, "--paper", help="Set the results beside a paper's published numbers: c2lip, clic, hardneg or "
                                                     "occlip (the report's paper.md and paper.csv; printed too)."),
     paper_model: str = typer.Option(None, "--paper-model", help="The paper's row to compare with.  [default: its own method's]"),
-    label: list[str] = typer.Option(None, "--label", help="A name for each model, in order (repeatable).  [default: the folder's name]"),
+    label: list[str] = typer.Option(None, "--label", metavar="NAME", help="A name for each model, in order (repeatable).  [default: the "
+                                                                         "folder's name]"),
     html: bool = typer.Option(False, "--html", help="Also write report.html: every item a model got wrong, filterable by split, by "
                                                    "what was swapped and by model, and where two models disagree."),
 ) -> None:
@@ -505,9 +525,11 @@ def report(
 
 @app.command()
 def compare(
-    models: list[str] = typer.Argument(..., help="Result folders from `compclip eval`, one per model (the first is the baseline); "
-                                                 "a model's several runs (seeds) joined by commas: runs/s0,runs/s1,runs/s2."),
-    label: list[str] = typer.Option(None, "--label", help="A name for each model, in order (repeatable).  [default: the folder's name]"),
+    models: list[str] = typer.Argument(..., metavar="MODELS", help="Result folders from `compclip eval`, one per model (the first is "
+                                                                   "the baseline); a model's several runs (seeds) joined by commas: "
+                                                                   "runs/s0,runs/s1,runs/s2."),
+    label: list[str] = typer.Option(None, "--label", metavar="NAME", help="A name for each model, in order (repeatable).  [default: the "
+                                                                         "folder's name]"),
     out: Path = typer.Option(None, help="Also write the differences as CSV (.csv) or JSON (.json)."),
     resamples: int = typer.Option(10_000, help="Bootstrap draws."),
     seed: int = typer.Option(0, help="Seed of the bootstrap draws."),
@@ -551,8 +573,8 @@ app.add_typer(data_app, name="data")
 
 @data_app.command("download")
 def data_download(
-    name: str = typer.Argument(..., help="A benchmark whose files have pinned checksums (sugarcrepe, sugarcrepe_pp), coco_val2017 "
-                               "or coco_captions."),
+    name: str = typer.Argument(..., metavar="NAME", help="A benchmark whose files have pinned checksums (sugarcrepe, "
+                                                         "sugarcrepe_pp), coco_val2017 or coco_captions."),
     data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA)."),
 ) -> None:
     """Fetch a dataset's official public files: resumable, verified by SHA-256.

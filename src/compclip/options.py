@@ -18,13 +18,16 @@ MODEL_HELP = "open_clip name (e.g. ViT-B-16-SigLIP, compclip-tiny-siglip), hf-hu
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | tuple[str, ...] | None = None, factory: Any = None,
-           parse: Any = None, aliases: tuple[str, ...] = ()) -> Any:
+           parse: Any = None, aliases: tuple[str, ...] = (), metavar: str | None = None, names: str | None = None) -> Any:
     """An option: a dataclass field with its default (none: required; `factory`: a fresh mutable one) and the one-line
     help its flag and listing show. `flag` names the command-line flag when it is not `--field-name`; a tuple field
     takes one flag per element; a dict field takes repeated KEY=VALUE items, or what `parse` reads from them. `aliases`
-    are other flags of the same meaning (open_clip_train's name where compclip's differs)."""
+    are other flags of the same meaning (open_clip_train's name where compclip's differs). `metavar` is what help shows
+    for its value; `names`, the kind of name it takes ("method", "benchmark": `compclip.names`), which shell completion
+    offers."""
     metadata = {"help": help, **({"flag": flag} if flag else {}), **({"parse": parse} if parse else {}),
-                **({"aliases": aliases} if aliases else {})}
+                **({"aliases": aliases} if aliases else {}), **({"metavar": metavar} if metavar else {}),
+                **({"names": names} if names else {})}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

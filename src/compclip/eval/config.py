@@ -27,14 +27,15 @@ def split_options(items: list[str]) -> dict[str, dict[str, str]]:
 class EvalConfig:
     model: str = option(help=MODEL_HELP)
     benchmark: str = option(help="Comma-separated benchmarks, NAME or NAME/SPLIT (`compclip benchmarks` lists them); all: every "
-                                 "benchmark whose files are under the data root.", aliases=("--dataset",))
+                                 "benchmark whose files are under the data root.", aliases=("--dataset",), names="benchmark")
     out: str = option(help="Folder for the <benchmark>.json results.")
     pretrained: str | None = option(None, "open_clip pretrained tag or weights file for --model.")
     data_root: str | None = option(None, "Benchmark data root (docs/data.md).  [default: $COMPCLIP_DATA]", aliases=("--dataset_root",))
     ties: str = option("official", "official (each benchmark's own rule: `compclip benchmarks`), strict (a tie is wrong, as "
                                    "sugar-crepe) or clip_benchmark (argmax: a tie goes to the option listed first), for every benchmark.")
     bench_options: dict[str, Any] = option(help="NAME.KEY=VALUE, repeatable: a benchmark's option, e.g. vl_checklist.pairs=zip "
-                                                "(`compclip benchmarks`).", flag="--bench-opt", factory=dict, parse=split_options)
+                                                "(`compclip benchmarks`).", flag="--bench-opt", factory=dict, parse=split_options,
+                                                metavar="NAME.KEY=VALUE")
     batch_size: int = option(64, "Images or captions per forward pass.", aliases=("--batch_size",))
     workers: int = option(2, "DataLoader workers decoding images.", aliases=("--num_workers",))
     cache: str | None = option(None, "Embedding cache folder, keyed by the weights, preprocessing, tokenizer, library versions and "

@@ -247,14 +247,27 @@ def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], da
                      data_root=None if data_root is None else str(data_root), device=device, **options)
     jobs, root, made = check_options(cfg)
     precision = cfg.precision or default_precision(device)
-    scorer = model_scorer(net, preprocess, tokenizer, method, device=device, precision=precision, **cfg.scorer_settings)
-    head = {"model": cfg.model, "pretrained": "", "weights_sha256": weights_sha256(net), "precision": precision,
-            **({"name": name} if name else {})}  # what `load_results` calls the folder
-    folder = Path(out) if out is not None else None
-    records = run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, folder,
-                       before_write=lambda: refuse_another_models(folder, cfg.model, None, head["weights_sha256"], cfg.force))
+    with modes_kept(model, net, method):
+        scorer = model_scorer(net, preprocess, tokenizer, method, device=device, precision=precision, **cfg.scorer_settings)
+        head = {"model": cfg.model, "pretrained": "", "weights_sha256": weights_sha256(net), "precision": precision,
+                **({"name": name} if name else {})}  # what `load_results` calls the folder
+        folder = Path(out) if out is not None else None
+        records = run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, folder,
+                           before_write=lambda: refuse_another_models(folder, cfg.model, None, head["weights_sha256"], cfg.force))
     report(records, folder, cfg)
     return records
+
+
+@contextlib.contextmanager
+def modes_kept(*modules):
+    """Each submodule's train or eval mode as it was before scoring set them all to eval: a model evaluated inside a
+    user's training loop goes on training as it did (its dropout on, a tower its trainer locked still in eval)."""
+    modes = [(part, part.training) for module in modules if module is not None for part in module.modules()]
+    try:
+        yield
+    finally:
+        for part, training in modes:
+            part.training = training
 
 
 def refuse_unusable_model(net, preprocess) -> None:

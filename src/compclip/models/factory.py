@@ -19,7 +19,7 @@ import torch
 from open_clip.tokenizer import HFTokenizer
 from open_clip.transform import PreprocessCfg, image_transform_v2
 
-from ..errors import DataError, DownloadError, UsageError
+from ..errors import DataError, DownloadError, MissingFileError, UsageError
 from ..extras import need
 from ..text import did_you_mean
 from . import bundled
@@ -198,9 +198,20 @@ def _model_config(name: str) -> dict[str, Any]:
     except Exception as e:  # hf-hub config fetch
         raise DownloadError(f"could not fetch the config of {name} ({type(e).__name__}: {e})") from e
     if cfg is None:
+        if ":" not in name and ("/" in name or "\\" in name):  # a path (open_clip's `ViT-B/32` is found above, a hub id has
+            # its `hf-hub:`): say which part of it is missing
+            raise MissingFileError(f"{name}: no such folder{_missing_part(Path(name))}")
         raise UsageError(f"unknown model {name!r}{did_you_mean(name, open_clip.list_models(), n=3)} (open_clip.list_models() lists "
                          "the names)")
     return cfg
+
+
+def _missing_part(path: Path) -> str:
+    """Where a path that is no folder stops existing: " (runs/c2lip has no checkpoints)", or "" when none of it exists."""
+    for parent in path.parents:
+        if str(parent) not in ("", ".") and parent.is_dir():
+            return f" ({parent} has no {path.relative_to(parent).parts[0]})"
+    return ""
 
 
 def load_model(
@@ -215,6 +226,7 @@ def load_model(
     force_patch_dropout: float | None = None,
     force_custom_text: bool = False,
     init_seed: int | None = 0,
+    weights_follow: bool = False,
 ) -> tuple[torch.nn.Module, Callable, LazyTokenizer]:
     """Build an open_clip model from a name, tag, file, hub id or checkpoint folder.
 
@@ -223,7 +235,8 @@ def load_model(
     weights (a bundled config, an architecture to train from scratch) is initialised from `init_seed`, the
     same weights on every load in every process, the caller's random state untouched; None draws them
     from the caller's generator (a trainer that seeds it itself).
-    The `force_*` overrides are open_clip's `create_model` ones, recorded in the model's config.
+    The `force_*` overrides are open_clip's `create_model` ones, recorded in the model's config. `weights_follow`: the
+    caller loads weights into it next (a resumed run), so nothing says the model is initialised randomly.
     Returns `(model, preprocess, tokenizer)`: the model in eval mode, the evaluation preprocessing.
     """
     name = model_name(name)
@@ -267,11 +280,11 @@ def load_model(
         _check_activation(name, cfg, weights_file, tag)
     seeded = init_seed is not None and tag is None and not name.startswith("hf-hub:")
     random_by_design = name in bundled.BUNDLED_MODELS and weights_file is None and tag is None
-    if random_by_design and name not in _SAID_RANDOM:  # open_clip warns at every load; once a process is enough
+    if random_by_design and not weights_follow and name not in _SAID_RANDOM:  # open_clip warns at every load; once a process is enough
         _SAID_RANDOM.add(name)
         log.info("%s: a model compclip bundles, initialised randomly (it has no pretrained weights)", name)
     try:
-        with _weights_follow(weights_file is not None or random_by_design), _seeded(init_seed if seeded else None):
+        with _weights_follow(weights_file is not None or random_by_design or weights_follow), _seeded(init_seed if seeded else None):
             model = open_clip.create_model(
                 name,
                 pretrained=tag,

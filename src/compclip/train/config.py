@@ -26,7 +26,7 @@ class TrainConfig:
                                   "beside it; several joined by :: are interleaved).")
     out: str = option(help="Run folder: checkpoints, log.jsonl, tensorboard; re-running resumes.")
     method: str | None = option(None, "Method, or a '+'-joined combination (c2lip+hardneg); `compclip methods` lists them and their "
-                                      "options.  [required unless --recipe gives it]")
+                                      "options.  [required unless --recipe gives it]", names="method")
     model: str | None = option(None, MODEL_HELP + "  [required unless --recipe gives it]")
     recipe: str | None = option(None, "A paper's published setting (`compclip recipes`): its method, model, optimiser, schedule, "
                                       "batch, epochs and method options; a flag given beside it wins, and config.json records both.")
@@ -98,7 +98,7 @@ class TrainConfig:
     wandb_project_name: str = option("compclip", "The W&B project (open_clip's flag); the run is named after --out and resumes with it.")
     eval_benchmarks: str | None = option(None, "Comma-separated benchmarks (as `compclip eval --benchmark`: NAME or NAME/SPLIT) run "
                                                "on the model in training every --eval-every steps and at the end, on rank 0; figures go "
-                                               "to log.jsonl, TensorBoard and W&B as eval/NAME/SPLIT/METRIC.")
+                                               "to log.jsonl, TensorBoard and W&B as eval/NAME/SPLIT/METRIC.", names="benchmark")
     eval_data_root: str | None = option(None, "The benchmarks' data root (docs/data.md).  [default: $COMPCLIP_DATA]")
     val_data: str | None = option(None, "Held-out image-caption pairs (the formats of --train-data): retrieval both ways and the "
                                         "contrastive loss, open_clip's val metrics (val/image_to_text_R@1, ...), every --eval-every "

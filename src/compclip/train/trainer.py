@@ -95,7 +95,8 @@ class Trainer:
                              "or train on shards that carry them (`compclip concepts SHARDS --into-shards DIR`)")
         torch.manual_seed(cfg.seed)  # the model's initialisation, where it is built from scratch, then the method's modules
         model, _, self.tokenizer = load_model(cfg.model, cfg.pretrained, device=self.env.device, init_seed=None,
-                                              precision=weights_precision(cfg.precision), **self._forced())
+                                              precision=weights_precision(cfg.precision), weights_follow=self.resume_from is not None,
+                                              **self._forced())
         self.method.bind(model)  # the method's own modules, sized by the model (seeded like it)
         if (Path(cfg.model) / MODULES_NAME).is_file() and read_config(cfg.model).get("method") == cfg.method:
             load_module_weights(self.method, cfg.model)  # a checkpoint of this method goes on with the modules it trained
