@@ -954,7 +954,8 @@ def test_valse_scores_validated_samples_by_pairwise_accuracy_and_names_what_is_a
     assert result.metrics["overall"] == pytest.approx((1 / 3 + 1.0) / 2)  # the instruments scored, unweighted
     assert str(data / "foil-it.json") in result.absent and str(data / "actions" / "images_512") in result.absent
     assert not result.complete and len(result.missing.files) == 2
-    assert REGISTRY["valse"].kind_of("relations") == "relation" and REGISTRY["valse"].kind_of("counting_hard") is None
+    assert REGISTRY["valse"].kind_of("relations") == "spatial" and REGISTRY["valse"].kind_of("counting_hard") == "counting"
+    assert REGISTRY["valse"].kind_of("existence") == "negation" and REGISTRY["valse"].kind_of("coreference_hard") is None
     (data / "existence.json").rename(tmp_path / "valse" / "existence.json")
     for name in ("counting-hard.json", "actant-swap.json"):
         (data / name).unlink()
@@ -1047,6 +1048,7 @@ def test_crepe_ranks_the_caption_among_its_hard_negatives_on_the_cropped_region(
     assert result.metrics["prod_swap"] == 0.5 and str(tmp_path / "crepe" / "prod_hard_negatives" / "swap" /
                                                         "prod_vg_hard_negs_swap_complexity_5.csv") in result.absent
     assert REGISTRY["crepe"].kind_of("prod_swap_4") == "relation" and REGISTRY["crepe"].kind_of("syst_seen_comp") == "attribute"
+    assert REGISTRY["crepe"].kind_of("prod_negate_7") == "negation"
     syst_result = run("crepe", tmp_path, splits=("syst_unseen_comp",), pretraining="yfcc")
     assert syst_result.metrics["syst_unseen_comp"]["acc"] == 0.5  # the tie ranks the caption below its rival (strict)
     tied = run("crepe", tmp_path, splits=("syst_unseen_comp",), ties="clip_benchmark", pretraining="yfcc")
@@ -1093,7 +1095,7 @@ def test_spec_scores_both_directions_by_the_releases_argmax_and_averages_the_sub
     rows = {(r["split"], r["item"]): r for r in strict.items}
     assert rows["count_t2i", "0"]["image"].endswith("red.jpg") and rows["count_t2i", "0"]["image_2"].endswith("yellow.jpg")
     assert rows["count_i2t", "0"]["true"] == "a red car" and rows["count_i2t", "0"]["false"] in ("a blue car", "a green car")
-    assert bench.kind_of("relative_spatial_t2i") == "relation" and bench.kind_of("count_i2t") is None
+    assert bench.kind_of("relative_spatial_t2i") == "spatial" and bench.kind_of("count_i2t") == "counting"
     (count / "text2image.json").write_text(json.dumps([{"query": "a red car", "keys": ["images/red.jpg"], "label": 3}]))
     with pytest.raises(Exception, match=r"text2image.json: sample 0 is not \{query, keys, label\} with two keys or more and the"):
         bench.run(scorer(), tmp_path, bench.ties)

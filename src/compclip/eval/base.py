@@ -140,7 +140,8 @@ class Benchmark:
     - `assets`: the official files `compclip data download NAME` fetches, each with its pinned SHA-256 (none: the
       source publishes no checksum, or the files are not ours to fetch);
     - `columns`: the report's columns this benchmark fills, each (header, the metric's path in its result);
-    - `kind`, `kind_of(split)`: the kind of change the false captions make (attribute, object, relation) where the
+    - `kind`, `kind_of(split)`: the kind of change the false captions make (attribute, object, relation, spatial,
+      counting, negation) where the
       benchmark's authors sort them so, for the error gallery's filter: `kind` for the whole benchmark, `kind_of` a
       split's where the splits differ (default: `kind`; None: the gallery reads it from the words);
     - `verdict`: what an item's `correct` measures, which `compclip compare` names in each row (an accuracy, unless a

@@ -6,8 +6,9 @@ items before retrieval's misses (hundreds a model, each telling less of what a m
 embedded in the page), the true caption, the false caption the model preferred (for a caption that retrieved another
 image, that image's captions), both scores, and what the false caption changed: the words that differ from the caption
 it was made from (`source_caption`), and their kind
-(attribute, object, relation): the benchmark's own where its authors sort its splits so (SugarCrepe's and SugarCrepe++'s
-`_att`, `_obj`, `_rel`, VL-CheckList's folders, ARO's VG-Relation and VG-Attribution, What'sUp's prepositions:
+(attribute, object, relation, spatial, counting, negation): the benchmark's own where its authors sort its splits so
+(SugarCrepe's and SugarCrepe++'s `_att`, `_obj`, `_rel`, VL-CheckList's folders, ARO's VG-Relation and VG-Attribution,
+What'sUp's prepositions, VALSE's instruments, SPEC's subsets, CREPE's negative types, EqBen's Kubric sets:
 `Benchmark.kind_of`), "retrieval" for a retrieval's miss, otherwise from spaCy's parse of the true caption (an adjective,
 a noun, a preposition or verb).
 Filters by split, by kind and word, by model, and to the items two models disagree on; the page's address can set them
@@ -241,7 +242,8 @@ the benchmarks' items first, retrieval's misses last.</p>
 <div class="filters">
 <label>split <select id="split"><option value="">all</option>{split_options}</select></label>
 <label>kind <select id="kind"><option value="">all</option><option>attribute</option><option>object</option>
-<option>relation</option><option>retrieval</option><option>other</option></select></label>
+<option>relation</option><option>spatial</option><option>counting</option><option>negation</option><option>retrieval</option>
+<option>other</option></select></label>
 <label>word <input id="word" size="10"></label>
 <label>model <select id="model"><option value="">all</option>{model_options}</select></label>
 <label{disagree_hidden}><input type="checkbox" id="disagree"> only where the models disagree</label>

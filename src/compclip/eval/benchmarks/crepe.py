@@ -35,7 +35,7 @@ PRETRAINING = ("cc12m", "yfcc", "laion")
 SYSTEMATICITY = {f"syst_{seen}_{kind}": (f"{seen}_compounds", f"valid_hard_negs_{kind}")
                  for seen in ("seen", "unseen") for kind in ("atom", "comp", "combined")}
 PRODUCTIVITY = {f"prod_{kind}_{n}": (kind, n) for kind in ("atom", "negate", "swap") for n in range(4, 13)}
-KINDS = {"atom": "object", "comp": "attribute", "swap": "relation"}  # of the false captions' change, where one kind holds
+KINDS = {"atom": "object", "comp": "attribute", "swap": "relation", "negate": "negation"}  # the false captions' change
 RECALLS = (1, 3, 5, 10)
 VG_FOLDERS = ("VG_100K", "VG_100K_2")
 

@@ -29,7 +29,7 @@ from ..base import Benchmark, Missing, Result, rate, read_json, register
 from ..items import grid_rows
 
 SUBSETS = ("eqbenag", "eqbenyoucook2", "eqbengebc", "eqbenkubric_loc", "eqbenkubric_attr", "eqbenkubric_cnt", "eqbensd")
-KINDS = {"eqbenkubric_loc": "relation", "eqbenkubric_attr": "attribute"}
+KINDS = {"eqbenkubric_loc": "spatial", "eqbenkubric_attr": "attribute", "eqbenkubric_cnt": "counting"}
 FIELDS = ("image0", "caption0", "image1", "caption1")
 
 

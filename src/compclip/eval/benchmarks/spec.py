@@ -24,7 +24,8 @@ from ..base import Benchmark, Missing, Result, mean_present, rate, read_json, re
 from ..items import choice_rows, image_choice_rows
 
 SUBSETS = ("absolute_size", "relative_size", "absolute_spatial", "relative_spatial", "existence", "count")
-KINDS = {"absolute_spatial": "relation", "relative_spatial": "relation", "absolute_size": "attribute", "relative_size": "attribute"}
+KINDS = {"absolute_spatial": "spatial", "relative_spatial": "spatial", "absolute_size": "attribute", "relative_size": "attribute",
+         "existence": "negation", "count": "counting"}
 
 
 @register

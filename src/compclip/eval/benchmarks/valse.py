@@ -42,7 +42,8 @@ INSTRUMENTS = {
 }
 PIECES = {"counting": ("counting_hard", "counting_small", "counting_adversarial"), "actions": ("action_replacement", "actant_swap"),
           "coreference": ("coreference_standard", "coreference_hard")}
-KINDS = {"relations": "relation", "actant_swap": "relation", "foil_it": "object"}  # the others: read from the words
+KINDS = {"existence": "negation", "plurals": "counting", "counting_hard": "counting", "counting_small": "counting",
+         "counting_adversarial": "counting", "relations": "spatial", "actant_swap": "relation", "foil_it": "object"}  # else: the words
 VALIDATED = 2  # of the three annotators, at least this many chose the caption and not the foil (README: "valid foils")
 SOURCE = "https://raw.githubusercontent.com/Heidelberg-NLP/VALSE/2152d90d4aecd11f7f74cf03420abcb63efff9c5/data"
 SHA256 = {  # the files at that commit
