@@ -14,7 +14,7 @@ here that ends with `register_method(...)`; `base.METHODS` imports them all, and
 | clic | CLIC on image pairs / CLIP | | nothing: it changes the inputs |
 | occlip | OC-CLIP's structured similarity | binding module | nothing |
 | attswap | InfoNCE + attribute swaps (the positive control) | | c2lip |
-| ceclip | InfoNCE + relation swaps | L_cmr, L_imc | c2lip (untested) |
+| ceclip | InfoNCE + relation swaps | L_cmr, L_imc | c2lip (replacing SigLIP) |
 """
 from __future__ import annotations
 
