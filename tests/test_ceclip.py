@@ -1,7 +1,6 @@
 """CE-CLIP (`--method ceclip`): its loss against the released `Clip_DALoss` formula written out term by term, its
 thresholds step to step, and its relation swaps on real COCO captions."""
 import json
-import sys
 
 import pytest
 import torch
@@ -9,7 +8,7 @@ import torch.nn.functional as F
 
 from compclip.concepts import extract
 from compclip.methods import CECLIPLoss, build_method, relation_negative
-from conftest import run_tree, shared_data
+from conftest import shared_data
 
 
 def released_formula(image, gt, negatives, valid, scale, thresholds, imc_target="first_negative", cmr_weight=0.2, imc_weight=0.3,
@@ -127,49 +126,11 @@ def test_ceclip_trains_a_caption_without_a_relation_swap_as_a_plain_pair():
     assert torch.allclose(terms["ceclip"], CLIPLoss()(image, text, torch.tensor(10.0)))
 
 
-TWO_RANKS = """
-import sys, torch, torch.distributed as dist, torch.nn.functional as F
-from compclip.methods import CECLIPLoss
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-g = torch.Generator().manual_seed(0)
-image, text, negatives = F.normalize(torch.randn(6, 8, generator=g), dim=-1), F.normalize(torch.randn(6, 8, generator=g), dim=-1), \\
-    F.normalize(torch.randn(6, 2, 8, generator=g), dim=-1)
-mask = torch.tensor([[1., 1.], [0., 1.], [1., 0.], [0., 0.], [1., 1.], [0., 1.]])
-rows = slice(3 * rank, 3 * rank + 3)
-mine = [x[rows].clone().requires_grad_() for x in (image, text, negatives)]
-terms, following = CECLIPLoss(rank=rank, world_size=2)(mine[0], mine[1], mine[2], mask[rows], torch.tensor(10.0),
-                                                        torch.tensor([1.0, 2.0]))
-sum(terms.values()).backward()
-grads = [x.grad / 2 for x in mine]  # what DDP's mean makes of a rank's share
-parts = [[torch.zeros_like(g) for _ in range(2)] for g in grads]
-for gathered, g in zip(parts, grads):
-    dist.all_gather(gathered, g)
-if rank == 0:
-    torch.save({"terms": {k: v.detach() for k, v in terms.items()}, "following": following,
-                "grads": [torch.cat(p) for p in parts]}, sys.argv[1])
-dist.destroy_process_group()
-"""
+def test_ceclip_with_gradient_accumulation_trains_as_the_whole_batch():
+    """compclip's step over two micro-batches of 4 gives the terms and gradients of one batch of 8: the negatives of the
+    other micro-batch are columns of every row, as the released code's single batch has them."""
+    import dist_grads
+    from compclip.train import DistEnv
+    from test_train import assert_same
 
-
-def test_ceclip_loss_on_two_gloo_processes_is_the_loss_of_one_with_its_thresholds(tmp_path):
-    """Each rank holding half the batch (one rank's last caption without a negative), the terms, the gradients and the
-    next thresholds are those of one process: the thresholds are means over the whole batch."""
-    from test_train import env_for_children, free_port
-
-    script, out = tmp_path / "two.py", tmp_path / "two.pt"
-    script.write_text(TWO_RANKS)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), str(script), str(out)]
-    result = run_tree(cmd, env=env_for_children(), timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    two = torch.load(out, weights_only=True)
-    g = torch.Generator().manual_seed(0)
-    leaves = [F.normalize(torch.randn(*shape, generator=g), dim=-1).requires_grad_() for shape in ((6, 8), (6, 8), (6, 2, 8))]
-    mask = torch.tensor([[1., 1.], [0., 1.], [1., 0.], [0., 0.], [1., 1.], [0., 1.]])
-    terms, following = CECLIPLoss()(*leaves, mask, torch.tensor(10.0), torch.tensor([1.0, 2.0]))
-    sum(terms.values()).backward()
-    for key in terms:
-        assert torch.allclose(two["terms"][key], terms[key].detach(), atol=1e-6), key
-    assert torch.allclose(two["following"], following, atol=1e-6)
-    for got, x in zip(two["grads"], leaves, strict=True):
-        assert torch.allclose(got, x.grad, atol=1e-6)
+    assert_same(dist_grads.compute(DistEnv(), 2, "ceclip"), dist_grads.compute(DistEnv(), 1, "ceclip"))
