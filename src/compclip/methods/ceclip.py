@@ -1,6 +1,6 @@
 """CE-CLIP (Zhang, Awal and Agrawal, CVPR 2024), as its released code (github.com/lezhang7/Enhance-FineGrained) trains it.
 
-Three terms over a caption's typed hard negatives (docs/methods.md §2.5), from `Clip_DALoss` in `src/open_clip/loss.py`:
+Three terms over a caption's typed hard negatives (docs/methods.md §2.4), from `Clip_DALoss` in `src/open_clip/loss.py`:
 
 - the image-text InfoNCE with every hard negative of the batch as one more column of every image's row (`forward`'s
   `hardnegative` branch, `--hardnegative`);
