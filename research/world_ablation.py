@@ -9,7 +9,8 @@ world); CLIC's learning rate; OC-CLIP's patch-token layer, default queries, L_re
 backbone learning rate (its module keeps 2e-4), or its module trained alone first (600 steps, both towers frozen) and
 then with them; or the fine-tune's length (1,200 or 3,000 steps;
 OC-CLIP's module alone for 3,000); or hardneg with the hardneg recipes' weight decay 0.1 and clipping at 1.0, 100
-steps, the decay decoupled (hardneg-wd-adamw, the recipes' reading) or added to the gradient (hardneg-wd-adam). Every
+steps, the decay decoupled (hardneg-wd-adamw, the recipes' reading), added to the gradient (hardneg-wd-adam) or none
+(hardneg-no-wd). Every
 variant runs once per seed (SigLIP, C2LIP and OC-CLIP with the demo's settings reuse the demo's own fine-tunes where it
 has them); the table gives the mean ± 95 % interval over seeds and the paired difference from the reference variant (SigLIP fine-tuning
 unless --reference) with the same seeds (`*`: its interval excludes zero). The unseen split unless
@@ -47,6 +48,7 @@ VARIANTS = {
     "hardneg": {"method": "hardneg"},
     "hardneg-wd-adamw": {"method": "hardneg", "weight_decay": 0.1, "grad_clip_norm": 1.0, "steps": 100},
     "hardneg-wd-adam": {"method": "hardneg", "optimizer": "adam", "weight_decay": 0.1, "grad_clip_norm": 1.0, "steps": 100},
+    "hardneg-no-wd": {"method": "hardneg", "grad_clip_norm": 1.0, "steps": 100},
     "clic": {"method": "clic"},
     "clic-lr1e-5": {"method": "clic", "lr": 1e-5},
     "occlip": {"method": "occlip"},

@@ -346,6 +346,9 @@ def test_siglip_model_embeds_as_open_clip_through_its_tokenizer_and_processor(tm
     assert (ours[0] - theirs.image_embeds).abs().max() < 1e-5 and (ours[1] - theirs.text_embeds).abs().max() < 1e-5
     logits = ours[2] * ours[0] @ ours[1].T + ours[3]  # open_clip's sigmoid logits, image by text
     assert (logits - theirs.logits_per_image).abs().max() < 1e-4
+    text = json.loads((out / "config.json").read_text())["text_config"]  # every special id within the vocabulary: transformers'
+    ids = {k: v for k, v in text.items() if k.endswith("_token_id")}     # bos/eos warning on loading comes from its own defaults
+    assert ids and all(0 <= v < text["vocab_size"] for v in ids.values()), ids
 
 
 # ---- a fine-tuned checkpoint, end to end on the command line -----------------------------------------------------------
@@ -523,3 +526,23 @@ def test_the_card_shows_the_newest_result_of_a_benchmark_for_these_weights(tmp_p
     assert [r["metrics"]["overall"] for r in found] == [0.71]
     os.utime(tmp_path / "b_first_try" / "sugarcrepe.json", (1_700_000_100, 1_700_000_100))
     assert [r["metrics"]["overall"] for r in find_results("ours", [tmp_path])] == [0.65]
+
+
+def test_the_card_finds_results_where_the_readme_writes_them(tmp_path, capsys, monkeypatch):
+    """The README evaluates into `results/NAME` beside the runs (`compclip eval ... --out results/c2lip`): an export
+    from that working folder finds those results of its weights without `--results`, and none of other weights."""
+    from compclip.models import load_model
+    from compclip.models.checkpoint import weights_sha256
+
+    data = make_dataset(tmp_path, n=16)
+    assert run_main(capsys, "train", "--method", "clip", "--model", "compclip-tiny-clip", "--train-data", data, "--out",
+                    tmp_path / "runs" / "c2lip", "--batch-size", 8, "--steps", 1, "--workers", 0, "--lr", "1e-5")[0] == 0
+    ours = weights_sha256(load_model(str(tmp_path / "runs" / "c2lip"))[0])
+    for folder, sha, acc in (("c2lip", ours, 0.625), ("someone-else", "0" * 64, 0.99)):
+        (tmp_path / "results" / folder).mkdir(parents=True)
+        (tmp_path / "results" / folder / "sugarcrepe.json").write_text(json.dumps(
+            {"dataset": "sugarcrepe", "weights_sha256": sha, "metrics": {"overall": acc}, "ties": "strict", "precision": "fp32"}))
+    monkeypatch.chdir(tmp_path)
+    assert run_main(capsys, "export", "runs/c2lip", "exported", "--license", "mit")[0] == 0
+    card = (tmp_path / "exported" / "README.md").read_text()
+    assert "| sugarcrepe | overall | 0.6250 |" in card and "0.99" not in card and "No `compclip eval` result" not in card

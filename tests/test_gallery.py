@@ -326,6 +326,7 @@ def test_the_gallery_leads_with_the_benchmarks_items_and_a_retrieval_miss_says_w
     page = write_gallery(pd.concat([retrieval, choice], ignore_index=True), tmp_path / "g.html").read_text(encoding="utf-8")
     cards = page.split('<div class="card"')[1:]
     assert 'data-split="sugarcrepe/swap_att"' in cards[0] and all('data-kind="retrieval"' in c for c in cards[1:])
+    assert re.findall(r"<tr><td>(\w+)</td>", page) == ["sugarcrepe", "retrieval"]  # the totals in the cards' order
     miss, = [c for c in cards if "item caption 0" in c]
     wrong = miss.split('<div class="false">')[1]
     assert wrong.startswith(f"✗ {captions[2]} / {captions[3]} ") and "green.png" not in wrong  # the green image's two captions

@@ -1,6 +1,7 @@
 """compclip in a Jupyter notebook, executed headless by a real kernel (nbclient): what a researcher runs in one, and what
 the notebook then shows."""
 import json
+import re
 
 import nbclient
 import nbformat
@@ -34,7 +35,7 @@ print(sorted(set(compclip.load_results({str(tmp_path / "results")!r})["model"]))
     stderr = "".join(o["text"] for o in outputs if o.get("name") == "stderr")
     stdout = "".join(o["text"] for o in outputs if o.get("name") == "stdout")
     assert "IProgress" not in stderr and "Traceback" not in stderr, stderr[-3000:]
-    bars = [line for line in visible_lines(stderr) if "it/s]" in line or "step/s]" in line or "s/step]" in line]
+    bars = [line for line in visible_lines(stderr) if re.search(r"(it/s|step/s|s/step)[\],]", line)]  # a rate, then the postfix or the end
     training = [line for line in bars if line.startswith("train siglip (run):")]
     assert len(training) == 1 and "100%" in training[0] and "3/3" in training[0], visible_lines(stderr)
     assert stderr.count("train siglip (run):") > 1  # redrawn: carriage returns, one visible line

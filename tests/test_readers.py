@@ -392,20 +392,22 @@ def test_a_file_of_five_captions_a_photo_in_a_row_puts_siblings_into_a_batch_at_
 def test_a_row_read_at_random_is_the_row_read_in_order_and_costs_16_bytes_a_row(tmp_path, planted, suffix):
     """A table is shuffled whole by seeking to where each row starts: every row read so, at random, is the row reading
     in order gives, with its line number, through a BOM, CRLF and lone-CR line ends, blank lines, a quoted caption over
-    two lines, bytes that are not UTF-8 and malformed rows; a shuffled epoch reads and skips what an epoch in order does.
-    What the reader keeps of a file of 20,000 rows is where each starts, 16 bytes a row (under 24 counted), where
-    holding the rows took hundreds."""
+    two lines, characters of two bytes, bytes that are not UTF-8 and malformed rows; a shuffled epoch reads and skips
+    what an epoch in order does. What the reader keeps of a file of 20,000 rows is where each starts, 16 bytes a row
+    (under 24 counted), where holding the rows took hundreds."""
     import tracemalloc
 
     good = [f"images/{name}" for name, _ in good_records()]
     if suffix == ".csv":
         lines = [b"image,caption\r\n", b'images/img00.jpg,"two\r\nlines"\n', b"\n", b"images/img01.jpg,lone cr\r",
-                 b"images/img02.jpg,caf\xe9\n", b'images/img03.jpg,"bad"quote\n', b"images/img04.jpg,ok,extra\n",
+                 b"images/img02.jpg,caf\xe9\n", "images/img05.jpg,un café crème\n".encode(), b'images/img03.jpg,"bad"quote\n',
+                 b"images/img04.jpg,ok,extra\n",
                  *(f"{name},caption {i}\n".encode() for i, name in enumerate(good))]
         many = "image,caption\n" + "".join(f"images/img{i % GOOD:02d}.jpg,a caption of row {i}\n" for i in range(20_000))
     else:
         lines = [b'{"image": "images/img00.jpg", "caption": "crlf"}\r\n', b"\n", b'{"image": "images/img01.jpg", "caption": "cr"}\r',
-                 b'{"image": "images/img02.jpg", "caption": "caf\xe9"}\n', b"not json\n", b"[1, 2]\n",
+                 b'{"image": "images/img02.jpg", "caption": "caf\xe9"}\n',
+                 '{"image": "images/img05.jpg", "caption": "un café crème"}\n'.encode(), b"not json\n", b"[1, 2]\n",
                  *(json.dumps({"image": name, "caption": f"caption {i}"}).encode() + b"\n" for i, name in enumerate(good))]
         many = "".join(json.dumps({"image": f"images/img{i % GOOD:02d}.jpg", "caption": f"a caption of row {i}"}) + "\n"
                        for i in range(20_000))

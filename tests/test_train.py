@@ -196,7 +196,8 @@ def test_a_file_shuffled_whole_resumes_mid_epoch_at_the_same_sample(tmp_path):
     rows and their position kept (`DataPosition`, what a checkpoint saves), a new reader started there (as `Trainer`
     starts it: epoch, positions, rotation) gives the uninterrupted epoch's last 7 batches, sample for sample. The order
     is the whole file's: the workers' first batches reach its last quarter (rows 36-47), which a shuffle buffer (the 8
-    given here, for streams) over a worker's every other row in file order cannot (row 23 at most)."""
+    given here, for streams) over a worker's every other row in file order cannot (row 23 at most). The same seed draws
+    the same order again, the next epoch another."""
     from torch.utils.data import DataLoader
     from torchvision.transforms import PILToTensor
 
@@ -221,6 +222,8 @@ def test_a_file_shuffled_whole_resumes_mid_epoch_at_the_same_sample(tmp_path):
         position.consumed(next(stopped))
     del stopped
     assert [rows(b) for b in batches(position)] == straight[5:]
+    again, next_epoch = ([rows(b) for b in batches(DataPosition(epoch))] for epoch in (0, 1))
+    assert again == straight and next_epoch != straight and sorted(row for batch in next_epoch for row in batch) == list(range(48))
 
 
 def test_captions_without_concepts_and_a_locked_image_tower(tmp_path, capsys):

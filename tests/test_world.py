@@ -320,6 +320,34 @@ def test_the_demo_fine_tunes_at_once_as_it_does_one_after_another(tmp_path):
         compare_methods(tmp_path / "none", *args, **toy, jobs=0)
     assert not (tmp_path / "none").exists()
 
+def test_a_demo_run_again_after_a_stop_scores_every_benchmark_of_every_model(tmp_path):
+    """A stop while the demo scores leaves each folder's earlier benchmarks written (each result with its items) and the
+    later ones not, the one under way at most its items (they are written before the result). Run again in the same
+    folder, the demo scores every benchmark of every model, to the numbers an uninterrupted run gives."""
+    import io
+
+    from rich.console import Console
+
+    from compclip.demo import BENCHMARKS, compare_methods
+
+    toy = {"world": {"seed": 3}, "pretrain_batch_size": 16, "device": "cpu", "splits": ("seen",), "console": Console(file=io.StringIO())}
+    args = (tmp_path / "demo", "siglip", 200, 30, 2, 2, 16, "0", 1)
+    whole, _, folders = compare_methods(*args, **toy)
+    benchmarks = BENCHMARKS.split(",")
+    results = {f: {b: json.loads((f / f"{b}.json").read_text())["metrics"] for b in benchmarks} for f in folders}
+    base, tuned = (tmp_path / "demo" / "results" / name / "seen" for name in ("base", "siglip-ft"))
+    assert folders == [base, tuned]
+    # stopped in the base's last benchmark (its items written, not its result), and in the fine-tune's third
+    (base / "retrieval.json").unlink()
+    for name in ("zeroshot.json", "zeroshot.items.parquet", "retrieval.json", "retrieval.items.parquet"):
+        (tuned / name).unlink()
+    again, _, _ = compare_methods(*args, **toy)
+    for folder in folders:
+        assert {b: json.loads((folder / f"{b}.json").read_text())["metrics"] for b in benchmarks} == results[folder]
+        assert all((folder / f"{b}.items.parquet").is_file() for b in benchmarks)
+    assert again == whole
+
+
 def test_statements_caption_scenes_in_the_tests_own_form(tmp_path):
     """`statements`: that share of scenes is captioned by one true statement about two of its objects, phrased as the
     benchmarks phrase theirs; the images, and every other caption, stay as they were without it."""

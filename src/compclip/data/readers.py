@@ -224,9 +224,9 @@ class ImageTextReader(IterableDataset):
         total = self.num_records()
         if self.admit is None:
             return total
-        return sum(1 for caption in self.captions() if _bad_caption(caption) or self.admit(caption.strip()))
+        return sum(1 for caption in self.all_captions() if _bad_caption(caption) or self.admit(caption.strip()))
 
-    def captions(self) -> Iterator[Any]:
+    def all_captions(self) -> Iterator[Any]:
         """Every record's caption, in record order."""
         return (self.caption_at(k) for k in range(self.num_records()))
 
@@ -426,7 +426,7 @@ class TextTableReader(TableReader):
         at, line = self._index()[index].tolist()
         return next(self._rows_of((at, line)))
 
-    def captions(self) -> Iterator[Any]:
+    def all_captions(self) -> Iterator[Any]:
         return (caption for _, _, caption, _ in self._rows_of())
 
 

@@ -72,6 +72,16 @@ def retrieved_captions(items: pd.DataFrame) -> dict[tuple[str, str, str], list[s
     return captions
 
 
+def is_query(direction: Any) -> bool:
+    """Whether a row's `direction` names a retrieval query's (other benchmarks' rows have none)."""
+    return isinstance(direction, str) and bool(direction)
+
+
+def is_retrieval(rows: pd.DataFrame) -> bool:
+    """Whether a split's rows are retrieval's queries."""
+    return "direction" in rows and bool(rows["direction"].map(is_query).any())
+
+
 def figure(path: Path) -> str:
     """A report figure as an image in the page, its PNG's bytes in a data URL (the page stays one file)."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
@@ -133,7 +143,7 @@ def write_gallery(items: pd.DataFrame, out: Path, figures: list[Path] | tuple[Pa
     parts = list(zip(wrong["benchmark"], wrong["split"].astype(str), strict=True))
     declared = {key: declared_kind(*key) for key in set(parts)}
     # a retrieval's query: its wrong answer is another image or another image's caption, no word of it a swap
-    queries = [isinstance(d, str) and bool(d) for d in (wrong["direction"] if "direction" in wrong else [None] * len(wrong))]
+    queries = [is_query(d) for d in (wrong["direction"] if "direction" in wrong else [None] * len(wrong))]
     order = sorted(range(len(wrong)), key=queries.__getitem__)  # the benchmarks' items first, retrieval's misses last
     wrong, queries = wrong.iloc[order], [queries[k] for k in order]
     parts = [parts[k] for k in order]
@@ -150,7 +160,8 @@ def write_gallery(items: pd.DataFrame, out: Path, figures: list[Path] | tuple[Pa
         thumbs = dict(zip(shown, pool.map(thumbnail, shown), strict=True))
     names = {image: f"t{k}" for k, image in enumerate(shown)}
     totals, cards = [], []
-    for (bench, split), group in items.groupby(["benchmark", "split"], sort=True):
+    splits_first = sorted(items.groupby(["benchmark", "split"], sort=True), key=lambda part: is_retrieval(part[1]))  # as the cards
+    for (bench, split), group in splits_first:
         for model in models:
             mine = group[group["model"] == model]
             if len(mine):

@@ -43,10 +43,12 @@ def _check_folder(out: Path, force: bool) -> None:
 
 
 def _results_roots(checkpoint: Path, results: list[Path]) -> list[Path]:
-    """Where eval results are looked for: `results`, else the run folder that holds the checkpoint."""
+    """Where eval results are looked for: `results`, else the run folder that holds the checkpoint and `results/` in
+    the working folder, where the README's examples write them (`compclip eval ... --out results/c2lip`): a result
+    counts only for the same weights (its `weights_sha256`), so a wider search cannot borrow another model's."""
     from ..models.checkpoint import RunFolder
 
-    return results or [RunFolder.holding(checkpoint)]
+    return results or [RunFolder.holding(checkpoint), Path("results")]
 
 
 def export(checkpoint: str | Path, out: str | Path, fmt: str = "open_clip", *, force: bool = False, results: list[Path] | None = None,

@@ -83,7 +83,8 @@ class TrainConfig:
                                                 "its attention-pool head, 2 adds the last block and the final norm).")
     lock_text: bool = option(False, "Freeze the text tower.")
     workers: int = option(2, "DataLoader workers per process.")
-    shuffle: int = option(1000, "Records in each worker's seeded shuffle buffer (new order each epoch); 0 reads in file order.")
+    shuffle: int = option(1000, "Records in each worker's seeded shuffle buffer of shards (new order each epoch); a finite file "
+                                "is shuffled whole each epoch; 0 reads in file order.")
     seed: int = option(0, "Seed of the model's initialisation, data order, augmentation and negatives.")
     seeds: str | None = option(None, "Comma-separated seeds trained one after another, each into OUT/seed-S (a paper's mean over "
                                      "seeds, OC-CLIP's three); one process.")

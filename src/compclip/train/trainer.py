@@ -165,6 +165,8 @@ class Trainer:
     def _loader(self) -> torch.utils.data.DataLoader:
         """One loader for the whole run: its workers persist across epochs, the reader moving itself on."""
         self.reader.start(self.data.epoch, self.data.positions, self.data.batches % max(1, self.cfg.workers), self.data.batches)
+        if self.cfg.workers > 0 and self.reader.random_access and self.reader.shuffle > 1:
+            self.reader.num_records()  # a file shuffled whole finds where its rows start here, once: the forked workers share it
         check_shared_memory(self.cfg.workers, self.cfg.batch_size * image_bytes(self.model), f"batches of {self.cfg.batch_size} images")
         return torch.utils.data.DataLoader(
             self.reader,
