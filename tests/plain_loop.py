@@ -19,6 +19,7 @@ def step(method: str, rank: int = 0, world_size: int = 1):
     from compclip.concepts import extract
     from compclip.methods import (
         C2LIPLoss,
+        CECLIPLoss,
         CLICLoss,
         CLIPLoss,
         HardNegativeLoss,
@@ -28,6 +29,7 @@ def step(method: str, rank: int = 0, world_size: int = 1):
         build_method,
         concept_inputs,
         keyword_negatives,
+        relation_negative,
         swap_negatives,
     )
     from compclip.methods.c2lip import Options as C2LIPOptions
@@ -72,6 +74,15 @@ def step(method: str, rank: int = 0, world_size: int = 1):
     elif method == "negclip":
         texts, _ = negatives(lambda c: swap_negatives(c, records[c], k=opts["negatives"]))
         loss = NegCLIPLoss(**ddp)(image, text, encode(texts), scale)
+    elif method.startswith("ceclip"):  # each caption's relation swap in its image's one slot, a caption without one masked
+        made = [relation_negative(c, records[c]) for c in captions]
+        mask = torch.tensor([[float(m is not None)] for m in made])
+        swaps = encode([m or c for m, c in zip(made, captions, strict=True)])[:, None] * mask[..., None]
+        ceclip = CECLIPLoss(**ddp)
+        terms, margins = ceclip(image, text, swaps, mask, scale, torch.zeros(1))
+        if method == "ceclip_margins":  # the next step's thresholds, the whole batch's mean margins, ranking this batch
+            terms, _ = ceclip(image, text, swaps, mask, scale, margins)
+        loss = sum(terms.values())
     elif method == "occlip":
         batch = occlip.collate([{"image": im, "caption": c} for im, c in zip(images, captions, strict=True)], tokenizer)
         out = occlip.outputs(model, batch)  # the graphs' node and relation texts, encoded by the text tower

@@ -91,21 +91,21 @@ def test_the_benchmark_registry_is_full_wherever_it_is_imported_from():
     assert out.stdout.split() == ["18", "True", "aro_order"], out.stderr[-2000:]
 
 
-LOOP_METHODS = ("siglip", "clip", "c2lip", "hardneg", "negclip", "occlip", "clic")
+LOOP_METHODS = ("siglip", "clip", "c2lip", "hardneg", "negclip", "ceclip", "occlip", "ceclip_margins", "clic")
 
 
 def test_loss_modules_in_a_plain_loop_equal_compclip_train_on_one_and_two_processes(tmp_path):
     """Each method's loss module in a user's loop (tests/plain_loop.py: the model's own calls, the module, backward, DDP's
     gradient mean) gives the loss and gradients of compclip's training step on the same batch (tests/dist_grads.py), and
     two gloo processes, each holding half the batch, give those of one (CLIC, whose pairs compclip's step makes from
-    its own reader, on one and two processes only)."""
+    its own reader, and CE-CLIP ranking with the thresholds its first call gave, on one and two processes only)."""
     import dist_grads
     import plain_loop
     from compclip.train import DistEnv
     from test_train import assert_same, env_for_children, free_port
 
     one = {m: plain_loop.step(m) for m in LOOP_METHODS}
-    for method in LOOP_METHODS[:-1]:
+    for method in LOOP_METHODS[:-2]:
         terms, grads = dist_grads.compute(DistEnv(), 1, method)
         assert_same(({"loss": sum(terms.values())}, grads), ({"loss": one[method][0]}, one[method][1]))
     out = tmp_path / "two.pt"

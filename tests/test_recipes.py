@@ -30,6 +30,10 @@ PAPERS = {  # what each source says, typed in again from the papers and the auth
     # NegCLIP: the ARO README's command on the vinid/open_clip fork, and the fork's params.py defaults
     "negclip-coco": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 256, "batch_size": 256, "lr": 1e-6,
                      "epochs": 5, "warmup": 50, "weight_decay": 0.2, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp"},
+    # CE-CLIP: the released scripts/run_multiple_nodes.sh (4 processes of 378) and src/training/params.py
+    "ceclip-coco": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 1512, "batch_size": 378, "lr": 5e-6,
+                    "epochs": 10, "warmup": 50, "weight_decay": 0.1, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp", "seed": 42,
+                    "schedule": "cosine", "method_options": {"cmr_weight": 0.2, "imc_weight": 0.3, "upper_bound": 10.0}},
     # Rösch et al. §3.2, its transformers v4.30 Trainer: AdamW (decoupled decay), gradients clipped at norm 1.0
     "hardneg-color": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "optimizer": "adamw", "weight_decay": 0.1,
                       "grad_clip_norm": 1.0, "lr": 5e-6,

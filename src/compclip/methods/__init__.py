@@ -14,6 +14,7 @@ here that ends with `register_method(...)`; `base.METHODS` imports them all, and
 | clic | CLIC on image pairs / CLIP | | nothing: it changes the inputs |
 | occlip | OC-CLIP's structured similarity | binding module | nothing |
 | attswap | InfoNCE + attribute swaps (the positive control) | | c2lip |
+| ceclip | InfoNCE + relation swaps | L_cmr, L_imc | c2lip (replacing SigLIP) |
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from typing import Any
 
 from .base import METHODS, LossPart, Method, MethodEntry, NoOptions, make_options, option, register_method, require_concept_fields
 from .c2lip import C2LIPLoss, ConceptLoss, concept_inputs
+from .ceclip import CECLIPLoss, relation_negative
 from .clic import CLICLoss, PairViews, cross_sentence_swap, join_pair
 from .clip import CLIPLoss
 from .hardneg import HardNegativeLoss, keyword_negatives
@@ -60,7 +62,7 @@ def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> 
     return Method(spec, parts, concepts)
 
 
-__all__ = ["METHODS", "BindingModule", "C2LIPLoss", "CLICLoss", "CLIPLoss", "ConceptLoss", "HardNegativeLoss", "LossPart", "Method",
-           "MethodEntry", "NegCLIPLoss", "NoOptions", "OCCLIPLoss", "PairViews", "SigLIPLoss", "build_method", "concept_inputs",
+__all__ = ["METHODS", "BindingModule", "C2LIPLoss", "CECLIPLoss", "CLICLoss", "CLIPLoss", "ConceptLoss", "HardNegativeLoss", "LossPart",
+           "Method", "MethodEntry", "NegCLIPLoss", "NoOptions", "OCCLIPLoss", "PairViews", "SigLIPLoss", "build_method", "concept_inputs",
            "cross_sentence_swap", "join_pair", "keyword_negatives", "list_methods", "method_concept_fields", "method_options", "option",
-           "register_method", "swap_negatives"]
+           "register_method", "relation_negative", "swap_negatives"]
