@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from conftest import run_main
+from conftest import plant_hub_repo, run_main
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "dog", "cat", "red", "blue", "on", "the", "mat", "is", "of",
          "photo", "green", "under", "big", "small"]
@@ -131,3 +131,70 @@ def test_eval_of_a_transformers_folder_scores_each_item_as_the_forward(made, kin
     assert torch.allclose(torch.tensor(items["score_false"].tolist()), false, atol=1e-5)
     record = json.loads((tmp_path / "out" / "sugarcrepe-swap_att.json").read_text())
     assert record["metrics"]["swap_att"]["acc"] == pytest.approx(float((true > false).float().mean()))
+
+
+def test_an_open_clip_model_exported_for_transformers_scores_as_its_checkpoint(made, tmp_path, capsys):
+    """`compclip export --format hf` of a checkpoint, evaluated through `--model FOLDER`: transformers' CLIPModel, its
+    processor and tokenizer, give the checkpoint's own accuracy and, item by item, its scores."""
+    import pandas as pd
+
+    from compclip.models import load_model, save_checkpoint
+
+    _, data = made
+    model, _, _ = load_model("compclip-tiny-clip", init_seed=3)
+    ckpt = save_checkpoint(model, tmp_path / "ckpt")
+    code, _, err = run_main(capsys, "export", ckpt, tmp_path / "hf", "--format", "hf")
+    assert code == 0, err
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["CLIPModel"]
+    results = {}
+    for name, folder in (("ckpt", ckpt), ("hf", tmp_path / "hf")):
+        code, _, err = run_main(capsys, "eval", "--model", folder, "--benchmark", "sugarcrepe/swap_att", "--data-root", data,
+                                "--out", tmp_path / name, "--workers", "0", "--device", "cpu")
+        assert code == 0, err
+        record = json.loads((tmp_path / name / "sugarcrepe-swap_att.json").read_text())
+        results[name] = record["metrics"]["swap_att"]["acc"], pd.read_parquet(tmp_path / name / "sugarcrepe-swap_att.items.parquet")
+    assert results["hf"][0] == results["ckpt"][0]
+    for column in ("score_true", "score_false"):
+        assert torch.allclose(torch.tensor(results["hf"][1][column].tolist()), torch.tensor(results["ckpt"][1][column].tolist()),
+                              atol=1e-4)
+
+
+def test_a_hub_repository_in_the_cache_scores_as_its_folder_offline(made, hub_cache):
+    from compclip.eval.scorer import load_scorer
+
+    folders, data = made
+    files = {f.name: f.read_bytes() for f in folders["siglip"].iterdir()}
+    plant_hub_repo(hub_cache, "someone/tiny-siglip", files, absent=())
+    images = [data / "coco" / "val2017" / r["filename"] for r in RECORDS.values()]
+    texts = [r["negative_caption"] for r in RECORDS.values()]
+    hub = load_scorer("hf:someone/tiny-siglip", workers=0).pairs(images, texts)
+    assert torch.allclose(hub, reference("siglip", folders["siglip"], images, texts), atol=1e-5)
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    ({"architectures": ["BlipForConditionalGeneration"]}, "architectures ['BlipForConditionalGeneration']) is not one compclip "
+                                                          "scores; it scores CLIPModel (clip), SiglipModel (siglip), "
+                                                          "BlipForImageTextRetrieval (blip), FlavaModel (flava)"),
+    ({"architectures": None, "model_type": "owlvit"}, "model_type 'owlvit'"),
+    ({"auto_map": {"AutoModel": "modeling_mine.MyCLIP"}}, "auto_map, transformers' trust_remote_code); compclip never runs code"),
+])
+def test_a_model_compclip_does_not_score_is_one_error_line_naming_it(made, tmp_path, capsys, edit, said):
+    import shutil
+
+    folders, data = made
+    folder = tmp_path / "model"
+    shutil.copytree(folders["blip"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **edit}))
+    code, _, err = run_main(capsys, "eval", "--model", folder, "--benchmark", "sugarcrepe/swap_att", "--data-root", data,
+                            "--out", tmp_path / "out", "--workers", "0")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0] and str(folder) in lines[0], err
+
+
+def test_a_hub_repository_missing_offline_is_one_line_naming_the_cache(made, hub_cache, tmp_path, capsys):
+    _, data = made
+    code, _, err = run_main(capsys, "eval", "--model", "hf:someone/absent", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            data, "--out", tmp_path / "out", "--workers", "0")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "hf:someone/absent" in lines[0] and str(hub_cache) in lines[0], err
