@@ -16,7 +16,7 @@ RECORDS = {str(k): {"filename": f"{k:012d}.jpg", "caption": caption, "negative_c
            enumerate([("a red dog on the mat", "a blue dog on the mat"), ("the cat is small", "the cat is big"),
                       ("a photo of a green cat", "a photo of a red cat"), ("a dog under the mat", "a mat under the dog"),
                       ("a big blue cat", "a big green cat")])}
-KINDS = ("clip", "siglip", "flava", "blip")
+KINDS = ("clip", "siglip", "siglip2", "flava", "blip")
 
 
 def tiny_model(kind: str, folder, seed: int = 0):
@@ -39,6 +39,9 @@ def tiny_model(kind: str, folder, seed: int = 0):
         tokenizer.model_input_names = ["input_ids"]  # as SigLIP's own tokenizer: its texts are read whole, padding included
         model = t.SiglipModel(t.SiglipConfig(text_config=text, vision_config=vision))
         processor = t.SiglipProcessor(image_processor=t.SiglipImageProcessor(size=square), tokenizer=tokenizer)
+    elif kind == "siglip2":  # images at their own aspect ratio, in at most 4 patches of 16 px
+        model = t.Siglip2Model(t.Siglip2Config(text_config=text, vision_config={**layer, "num_patches": 4, "patch_size": 16}))
+        processor = t.Siglip2Processor(image_processor=t.Siglip2ImageProcessor(max_num_patches=4, patch_size=16), tokenizer=tokenizer)
     elif kind == "flava":
         model = t.FlavaModel(t.FlavaConfig(image_config=vision, text_config=text, multimodal_config=layer, projection_dim=8,
                                            hidden_size=16))
@@ -73,7 +76,7 @@ def reference(kind: str, folder, images: list, texts: list[str], score: str = ""
 
     processor = AutoProcessor.from_pretrained(folder)
     pixels = [Image.open(i).convert("RGB") for i in images]
-    padding = "max_length" if kind == "siglip" else True
+    padding = "max_length" if kind in ("siglip", "siglip2") else True
     inputs = processor(text=texts, images=pixels, return_tensors="pt", padding=padding, max_length=16, truncation=True)
     with torch.no_grad():
         if kind == "blip":
@@ -88,14 +91,14 @@ def reference(kind: str, folder, images: list, texts: list[str], score: str = ""
             image = F.normalize(model.image_projection(out.image_embeddings[:, 0]), dim=-1)
             text = F.normalize(model.text_projection(out.text_embeddings[:, 0]), dim=-1)
             return (image * text).sum(-1)
-        model = (t.CLIPModel if kind == "clip" else t.SiglipModel).from_pretrained(folder).eval()
+        model = {"clip": t.CLIPModel, "siglip": t.SiglipModel, "siglip2": t.Siglip2Model}[kind].from_pretrained(folder).eval()
         out = model(**{k: v for k, v in inputs.items() if k != "token_type_ids"})
         scale = model.logit_scale.exp()
-        bias = model.logit_bias if kind == "siglip" else 0
+        bias = model.logit_bias if kind != "clip" else 0
         return ((out.logits_per_image - bias) / scale).diagonal()  # the logits' order: their dot product
 
 
-CASES = [("clip", None), ("siglip", None), ("flava", None), ("blip", "itm+itc"), ("blip", "itm"), ("blip", "itc")]
+CASES = [("clip", None), ("siglip", None), ("siglip2", None), ("flava", None), ("blip", "itm+itc"), ("blip", "itm"), ("blip", "itc")]
 
 
 @pytest.mark.parametrize(("kind", "score"), CASES)
@@ -174,7 +177,8 @@ def test_a_hub_repository_in_the_cache_scores_as_its_folder_offline(made, hub_ca
 @pytest.mark.parametrize(("edit", "said"), [
     ({"architectures": ["BlipForConditionalGeneration"]}, "architectures ['BlipForConditionalGeneration']) is not one compclip "
                                                           "scores; it scores CLIPModel (clip), SiglipModel (siglip), "
-                                                          "BlipForImageTextRetrieval (blip), FlavaModel (flava)"),
+                                                          "Siglip2Model (siglip2), BlipForImageTextRetrieval (blip), "
+                                                          "FlavaModel (flava)"),
     ({"architectures": None, "model_type": "owlvit"}, "model_type 'owlvit'"),
     ({"auto_map": {"AutoModel": "modeling_mine.MyCLIP"}}, "auto_map, transformers' trust_remote_code); compclip never runs code"),
 ])

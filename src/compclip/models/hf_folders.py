@@ -20,8 +20,9 @@ from .checkpoint import CONFIG_NAME, DIGEST_ATTR, OPEN_CLIP_CONFIG_NAME, WEIGHTS
 PREFIX = "hf:"
 # transformers' class: its model_type. BLIP's model_type is shared by its captioning and question-answering heads, whose
 # retrieval heads would load random: BLIP is recognised by its `architectures` alone.
-CLASSES = {"CLIPModel": "clip", "SiglipModel": "siglip", "BlipForImageTextRetrieval": "blip", "FlavaModel": "flava"}
-BY_TYPE = {"clip": "CLIPModel", "siglip": "SiglipModel", "flava": "FlavaModel"}
+CLASSES = {"CLIPModel": "clip", "SiglipModel": "siglip", "Siglip2Model": "siglip2", "BlipForImageTextRetrieval": "blip",
+           "FlavaModel": "flava"}
+BY_TYPE = {"clip": "CLIPModel", "siglip": "SiglipModel", "siglip2": "Siglip2Model", "flava": "FlavaModel"}
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ class BlipScorer(DualEncoderScorer):
                  cache_dir: str | Path | None = None, precision: str = "fp32"):
         if score not in BLIP_SCORES:
             raise UsageError(f"--blip-score must be one of {', '.join(BLIP_SCORES)}, not {score!r}")
-        super().__init__(model, ProcessorPixels(processor.image_processor), processor.tokenizer, device=device,
+        super().__init__(model, ProcessorPixels(processor), processor.tokenizer, device=device,
                          batch_size=batch_size, workers=workers, precision=precision)
         self.score = score
         self.padding = {"padding": True, "truncation": True, "max_length": model.config.text_config.max_position_embeddings}

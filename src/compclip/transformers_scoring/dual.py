@@ -1,6 +1,6 @@
-"""transformers' dual encoders (`CLIPModel`, `SiglipModel`, `FlavaModel`) as compclip scores them: the image and text
+"""transformers' dual encoders (`CLIPModel`, `SiglipModel`, `Siglip2Model`, `FlavaModel`) as compclip scores them: the image and text
 embeddings `get_image_features` and `get_text_features` give, L2-normalised, the score their dot product, which orders
-pairs as the model's own logits do (CLIP's scaled dot product, SigLIP's scaled and shifted one). FLAVA's
+pairs as the model's own logits do (CLIP's scaled dot product, SigLIP's and SigLIP 2's scaled and shifted one). FLAVA's
 features are its projection of every token: its contrastive embedding is the first (CLS) token's, as FLAVA's
 global contrastive head and zero-shot read it."""
 from __future__ import annotations
@@ -19,13 +19,16 @@ from ..scoring import DualEncoderScorer, model_key
 
 
 class ProcessorPixels:
-    """One PIL image as the model's own image processor makes its pixels (picklable: DataLoader workers run it)."""
+    """One PIL image as the model's own processor makes its pixels, with the processor's defaults over its image
+    processor's (SigLIP 2's processor asks for 256 patches whatever its image processor says); picklable, for DataLoader
+    workers. A tensor, or where the processor gives more (SigLIP 2's patch mask and grid size) all it gives, by name."""
 
-    def __init__(self, image_processor: Any):
-        self.image_processor = image_processor
+    def __init__(self, processor: Any):
+        self.processor = processor
 
-    def __call__(self, image) -> torch.Tensor:
-        return self.image_processor(images=image, return_tensors="pt")["pixel_values"][0]
+    def __call__(self, image) -> torch.Tensor | dict[str, torch.Tensor]:
+        made = self.processor(images=image, return_tensors="pt")
+        return made["pixel_values"][0] if set(made) == {"pixel_values"} else {k: v[0] for k, v in made.items()}
 
 
 def pooled(out: Any, kind: str) -> torch.Tensor:
@@ -46,23 +49,27 @@ def processor_key(model: torch.nn.Module, processor: Any, padding: dict[str, Any
 
 
 class TransformersDualScorer(DualEncoderScorer):
-    """A transformers dual encoder (`kind`: clip, siglip or flava) through its processor: images as its image processor
-    makes them, texts tokenized in batches of similar length and read with their attention mask where the tokenizer
-    gives one; SigLIP's padded to its full context (`padding="max_length"`), as it was trained."""
+    """A transformers dual encoder (`kind`: clip, siglip, siglip2 or flava) through its processor: images as its image
+    processor makes them (SigLIP 2's at their own aspect ratio, in patches with their mask), texts tokenized in batches
+    of similar length and read with their attention mask where the tokenizer gives one; SigLIP's and SigLIP 2's padded
+    to the full context (`padding="max_length"`), as they were trained."""
 
     def __init__(self, model, processor, kind: str, device="cpu", batch_size: int = 64, workers: int = 2,
                  cache_dir: str | Path | None = None, precision: str = "fp32"):
-        super().__init__(model, ProcessorPixels(processor.image_processor), processor.tokenizer, device=device,
+        super().__init__(model, ProcessorPixels(processor), processor.tokenizer, device=device,
                          batch_size=batch_size, workers=workers, precision=precision)
         self.kind = kind
         length = model.config.text_config.max_position_embeddings
-        self.padding = {"padding": "max_length" if kind == "siglip" else True, "max_length": length, "truncation": True}
+        self.padding = {"padding": "max_length" if kind in ("siglip", "siglip2") else True, "max_length": length, "truncation": True}
         self.cache = Path(cache_dir) / f"{processor_key(model, processor, self.padding)}-{precision}" if cache_dir else None
         self._takes = set(inspect.signature(model.get_text_features).parameters)
 
     def _encode_images(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
-        return self._over_images(keys, "images", lambda batch: F.normalize(
-            pooled(self.model.get_image_features(pixel_values=batch), self.kind).float(), dim=-1))
+        def encode(batch: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+            out = self.model.get_image_features(**batch) if isinstance(batch, dict) else self.model.get_image_features(pixel_values=batch)
+            return F.normalize(pooled(out, self.kind).float(), dim=-1)
+
+        return self._over_images(keys, "images", encode)
 
     @torch.no_grad()
     def _encode_texts(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
