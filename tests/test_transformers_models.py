@@ -108,7 +108,8 @@ def test_each_class_scores_a_pair_as_its_own_forward(made, kind, score):
     folders, data = made
     images = [data / "coco" / "val2017" / r["filename"] for r in RECORDS.values()]
     texts = [r["caption"] for r in RECORDS.values()]
-    scorer = load_scorer(str(folders[kind]), workers=0, batch_size=2, blip_score=score)
+    workers = 1 if kind == "siglip2" else 0  # SigLIP 2's pixels, mask and grid sizes: a dict through a DataLoader worker
+    scorer = load_scorer(str(folders[kind]), workers=workers, batch_size=2, blip_score=score)
     ours = scorer.pairs(images, texts)
     theirs = reference(kind, folders[kind], images, texts, score or "")
     assert ours.shape == (5,) and torch.allclose(ours, theirs, atol=1e-5), (ours, theirs)
@@ -202,3 +203,17 @@ def test_a_hub_repository_missing_offline_is_one_line_naming_the_cache(made, hub
                             data, "--out", tmp_path / "out", "--workers", "0")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "hf:someone/absent" in lines[0] and str(hub_cache) in lines[0], err
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    (["export", "{clip}", "{tmp}/out"], "{clip}/config.json: a transformers model's config (model_type 'clip'), not a compclip "
+                                        "checkpoint's: `compclip eval --model {clip}` scores it"),
+    (["eval", "--model", "{clip}", "--blip-score", "itc", "--benchmark", "sugarcrepe/swap_att", "--data-root", "{data}", "--out",
+      "{tmp}/out", "--workers", "0"], "--blip-score itc: {clip} is a CLIPModel"),
+])
+def test_what_applies_to_other_models_is_one_error_line(made, tmp_path, capsys, command, said):
+    folders, data = made
+    fill = {"clip": folders["clip"], "tmp": tmp_path, "data": data}
+    code, _, err = run_main(capsys, *[part.format(**fill) for part in command])
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and said.format(**fill) in lines[0], err

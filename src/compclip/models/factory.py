@@ -230,7 +230,7 @@ def load_model(
     folder = Path(name)
     forced = {"force_quick_gelu": force_quick_gelu, "force_context_length": force_context_length, "force_image_size": force_image_size,
               "force_patch_dropout": force_patch_dropout, "force_custom_text": force_custom_text}
-    if name.startswith(hf_folders.PREFIX) or (":" not in name and folder.is_dir() and hf_folders.is_transformers_folder(folder)):
+    if name.startswith(hf_folders.PREFIX):  # a transformers folder is told by its config.json (`read_config`)
         raise UsageError(f"{name} is a transformers model: `compclip eval --model {name}` scores it; training, export and "
                          "the other commands take open_clip models")
     if folder.is_dir() and ":" not in name:
