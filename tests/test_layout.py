@@ -7,7 +7,8 @@ import compclip
 
 # Lowest first. A module may import its own layer and those before it; the shared helpers (errors, io, options,
 # precision, progress, text) import none of the layers.
-LAYERS = ("data", "concepts", "models", "scoring", "methods", "eval", "train")  # training runs the harness on its model
+# training runs the harness on its model
+LAYERS = ("data", "concepts", "models", "scoring", "transformers_scoring", "methods", "eval", "train")
 HELPERS = ("errors", "io", "lazy", "options", "plugins", "precision", "progress", "stats", "stops", "text")
 
 

@@ -13,6 +13,8 @@ from .text import did_you_mean
 PRECISIONS = ("fp32", "amp_bf16", "amp")  # a scoring run's: autocast over fp32 weights
 # a training run's, as open_clip_train spells them: autocast, OpenAI's mixed precision (16-bit weights, 32-bit layer norms),
 # or every weight in 16 bits (open_clip's `create_model(precision=...)` casts the weights of the last two kinds)
+# BLIP's retrieval scores (`compclip.transformers_scoring.blip`), the default first: BLIP's own re-ranking rule
+BLIP_SCORES = ("itm+itc", "itm", "itc")
 TRAIN_PRECISIONS = (*PRECISIONS, "amp_bfloat16", "bf16", "fp16", "pure_bf16", "pure_fp16")
 
 SHIPPED_METHODS = ("attswap", "c2lip", "ceclip", "clic", "clip", "hardneg", "negclip", "occlip", "siglip")

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from PIL import Image as PILImage
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from . import stops
 from .data.images import ImageRef, image_ref
@@ -81,8 +81,16 @@ class _Images(Dataset):
 
 def _collate_images(items: list[tuple[int, torch.Tensor | None, str]]):
     good = [(i, t) for i, t, _ in items if t is not None]
-    batch = torch.stack([t for _, t in good]) if good else None
+    batch = default_collate([t for _, t in good]) if good else None  # a tensor, or a dict of them (`_on`)
     return batch, [i for i, _ in good], [(i, why) for i, t, why in items if t is None]
+
+
+def _on(batch: torch.Tensor | dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype):
+    """A batch of pixels on `device` in the tower's dtype. A processor that gives an image as several tensors (SigLIP 2's
+    patches, their mask and grid size) gives a dict: its floating tensors so, the rest (masks, sizes) as integers."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, dtype=dtype)
+    return {k: v.to(device, dtype=dtype) if v.is_floating_point() else v.to(device) for k, v in batch.items()}
 
 
 def model_key(model: torch.nn.Module) -> str:
@@ -327,7 +335,7 @@ class DualEncoderScorer(Scorer):
                 self.unreadable[self._sources[keys[i]][0].key] = why
             if batch is not None:
                 with autocast(self.device, self.precision):
-                    rows.append(encode(batch.to(self.device, dtype=self.image_dtype)).float().cpu())
+                    rows.append(encode(_on(batch, self.device, self.image_dtype)).float().cpu())
                 done += [keys[i] for i in indices]
         return done, torch.cat(rows) if rows else torch.empty(0)
 

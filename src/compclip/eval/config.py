@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..loggers import REPORTERS
-from ..names import BENCHMARK_LISTING, PRECISIONS, check_names
+from ..names import BENCHMARK_LISTING, BLIP_SCORES, PRECISIONS, check_names
 from ..options import MODEL_HELP, option
 
 
@@ -25,7 +25,8 @@ def split_options(items: list[str]) -> dict[str, dict[str, str]]:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    model: str = option(help=MODEL_HELP)
+    model: str = option(help=MODEL_HELP.removesuffix(".") + ", or a transformers CLIP, SigLIP, BLIP retrieval or FLAVA model: its "
+                             "folder, or hf:ORG/NAME from the Hugging Face cache.")
     benchmark: str = option(help="Comma-separated benchmarks, NAME or NAME/SPLIT (`compclip benchmarks` lists them); all: every "
                                  "benchmark whose files are under the data root.", aliases=("--dataset",), names="benchmark")
     out: str = option(help="Folder for the <benchmark>.json results.")
@@ -47,6 +48,9 @@ class EvalConfig:
                                 "holds it under `blind`, and `compclip report` the image-grounded part, accuracy − blind.")
     precision: str | None = option(None, "fp32, amp_bf16 or amp (fp16 autocast).  [default: amp on a GPU, as CLIP_benchmark; fp32 "
                                          "on the CPU]")
+    blip_score: str | None = option(None, f"A BLIP retrieval model's score: {', '.join(BLIP_SCORES)} (ITM's match logit plus ITC's "
+                                          "cosine, BLIP's own re-ranking rule and ARO's; ITM's match probability; ITC's cosine).  "
+                                          f"[default: {BLIP_SCORES[0]}]")
     report_to: str = option("none", f"Comma-separated loggers of the results: {', '.join(REPORTERS)}, or none (open_clip's flag): "
                                     "every number and each benchmark's figure, and to W&B a table of the wrong items with their "
                                     "images. W&B runs offline under WANDB_MODE=offline (`wandb sync` uploads later).")
@@ -64,6 +68,8 @@ class EvalConfig:
             raise UsageError(f"--workers must be 0 or more, not {self.workers}")
         if self.precision is not None and self.precision not in PRECISIONS:
             raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.blip_score is not None and self.blip_score not in BLIP_SCORES:
+            raise UsageError(f"--blip-score must be one of {', '.join(BLIP_SCORES)}, not {self.blip_score!r}")
 
     @property
     def scorer_settings(self) -> dict[str, Any]:
@@ -95,5 +101,6 @@ CLIP_BENCHMARK_ELSEWHERE = {
     "--custom_template_file": "compclip's --bench-opt zeroshot.templates=FILE",
     "--language": "compclip's benchmarks are scored in English",
     "--skip_existing": "compclip scores again and rewrites --out's results; --cache keeps the embeddings",
-    "--model_type": "compclip loads open_clip models, hf-hub: ids and compclip checkpoint folders through --model",
+    "--model_type": "compclip loads open_clip models, hf-hub: ids, compclip checkpoint folders and transformers models (a folder, "
+                    "hf:ORG/NAME) through --model",
 }

@@ -201,7 +201,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     file = weights_file(model, pretrained)  # refused before the model loads; checked again with the weights as loaded
     refuse_another_models(out, model, pretrained, sha256_of(file) if file else None, cfg.force)
     precision = cfg.precision or default_precision(device)
-    scorer = load_scorer(model, pretrained, device=device, precision=precision, **cfg.scorer_settings)
+    scorer = load_scorer(model, pretrained, device=device, precision=precision, blip_score=cfg.blip_score, **cfg.scorer_settings)
     weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
     # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
     head = {"model": model, "pretrained": pretrained or "", "weights_sha256": weights, "precision": precision}
@@ -240,6 +240,9 @@ def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], da
     """
     from ..models.towers import two_towers
 
+    if options.get("blip_score") is not None:
+        raise UsageError("blip_score chooses the head of a BLIP model `compclip eval --model` loads; a model in memory is "
+                         "scored by its two towers")
     net = two_towers(model)
     refuse_unusable_model(net, preprocess)
     device = device or str(next(net.parameters()).device)

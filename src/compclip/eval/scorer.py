@@ -4,19 +4,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
 from ..methods import build_method
 from ..models import load_model
 from ..models.checkpoint import CONFIG_NAME, load_module_weights, model_name, read_config
+from ..models.hf_folders import transformers_model
 from ..scoring import Box, DualEncoderScorer, Image, Scorer, UnreadableImagesError
 
 __all__ = ["Box", "DualEncoderScorer", "Image", "Scorer", "UnreadableImagesError", "load_scorer", "model_scorer"]
 
 
-def load_scorer(model: str, pretrained: str | None = None, device: str = "cpu", **settings: Any) -> Scorer:
-    """The scorer of a model named as `load_model` takes it; `settings` are `DualEncoderScorer`'s (batch size, workers,
+def load_scorer(model: str, pretrained: str | None = None, device: str = "cpu", blip_score: str | None = None,
+                **settings: Any) -> Scorer:
+    """The scorer of a model named as `load_model` takes it, or of a transformers model (its folder, `hf:ORG/NAME`:
+    `compclip.transformers_scoring`, BLIP by `blip_score`); `settings` are `DualEncoderScorer`'s (batch size, workers,
     cache, precision). A checkpoint whose method owns modules (`method.safetensors`) is scored by that method's scorer,
     its modules restored."""
     model = model_name(model)
+    hf = transformers_model(model)
+    if hf is not None:
+        if pretrained:
+            raise UsageError(f"{model} is a transformers model: it brings its own weights, drop --pretrained {pretrained}")
+        from ..transformers_scoring import transformers_scorer
+
+        return transformers_scorer(hf, device=device, blip_score=blip_score, **settings)
+    if blip_score is not None:
+        raise UsageError(f"--blip-score {blip_score} chooses a BLIP retrieval model's head; {model} is an open_clip model")
     net, preprocess, tokenizer = load_model(model, pretrained, device=device)
     config = read_config(model) if (Path(model) / CONFIG_NAME).is_file() else {}
     method = None

@@ -26,7 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .. import __version__
-from ..errors import CompclipError, DataError, MissingFileError, NonFiniteError
+from ..errors import CompclipError, DataError, MissingFileError, NonFiniteError, UsageError
 from ..io import atomic_dir, sha256_of, write_json
 
 CONFIG_NAME = "config.json"
@@ -200,6 +200,10 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: unreadable JSON: {e}") from None
     missing = [k for k in _SPEC_KEYS[:4] if k not in config]
+    if missing and "model_type" in config:
+        raise UsageError(f"{path}: a transformers model's config (model_type {config['model_type']!r}), not a compclip "
+                         f"checkpoint's: `compclip eval --model {Path(folder)}` scores it; training, export and the other "
+                         "commands take open_clip models")
     if missing:
         raise DataError(f"{path}: missing keys {missing}")
     return config

@@ -22,7 +22,7 @@ from open_clip.transform import PreprocessCfg, image_transform_v2
 from ..errors import DataError, DownloadError, MissingFileError, UsageError
 from ..extras import need
 from ..text import did_you_mean
-from . import bundled
+from . import bundled, hf_folders
 from .checkpoint import (
     CONFIG_NAME,
     DIGEST_ATTR,
@@ -243,6 +243,9 @@ def load_model(
     folder = Path(name)
     forced = {"force_quick_gelu": force_quick_gelu, "force_context_length": force_context_length, "force_image_size": force_image_size,
               "force_patch_dropout": force_patch_dropout, "force_custom_text": force_custom_text}
+    if name.startswith(hf_folders.PREFIX):  # a transformers folder is told by its config.json (`read_config`)
+        raise UsageError(f"{name} is a transformers model: `compclip eval --model {name}` scores it; training, export and "
+                         "the other commands take open_clip models")
     if folder.is_dir() and ":" not in name:
         if pretrained:
             raise UsageError(f"{name} is a compclip checkpoint folder: it brings its own weights, drop pretrained=")
