@@ -291,7 +291,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("cli.py", """(isinstance(e, RuntimeError) and "can't allocate memory" in str(e))""",
      """(isinstance(e, RuntimeError) and "out of memory" in str(e))""", k("address_space torch_refusing")),
     ("data/readers.py", "_bad_caption(caption) or self.admit(caption.strip()))",
-     "_bad_caption(caption := self.caption_at(k)) or True)", "tests/test_recipes.py -k hardnegs_epochs"),
+     "_bad_caption(caption) or True)", "tests/test_recipes.py -k hardnegs_epochs"),
     ("train/trainer.py", 'return self.epoch_records["admitted"]', 'return self.epoch_records["records"]',
      "tests/test_recipes.py -k hardnegs_epochs"),
     ("gather.py", "if x.ndim < 2 or x.shape[0] != image_features.shape[0]:", "if x.ndim < 2:", L + "'row_per_image or refuses_inputs'"),
