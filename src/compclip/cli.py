@@ -197,13 +197,14 @@ def version() -> None:
 
 @app.command()
 def export(
-    checkpoint: Path = typer.Argument(..., help="A compclip checkpoint folder, or a run folder (its checkpoints/latest)."),
-    out: str = typer.Argument(..., help="A folder to write (model, config, tokenizer, README.md model card), or for "
+    checkpoint: Path = typer.Argument(..., metavar="CHECKPOINT", help="A compclip checkpoint folder, or a run folder (its "
+                                                                  "checkpoints/latest)."),
+    out: str = typer.Argument(..., metavar="OUT", help="A folder to write (model, config, tokenizer, README.md model card), or for "
                                         "--format open_clip a .safetensors file: the state dict alone."),
     fmt: str = typer.Option("open_clip", "--format", help="open_clip (a local-dir: folder or a state dict file) or hf "
                                                               "(transformers CLIPModel / SiglipModel, what LLaVA-style code loads)."),
-    results: list[Path] = typer.Option([], "--results", help="Folders searched for `compclip eval` results of these weights, for the "
-                                                              "model card (repeatable).  [default: the checkpoint's run folder]"),
+    results: list[Path] = typer.Option([], "--results", metavar="DIR", help="Folders searched for `compclip eval` results of these "
+                                       "weights, for the model card (repeatable).  [default: the checkpoint's run folder and results/]"),
     license: str = typer.Option("other", help="The license the model card declares, a Hub identifier: your base model's (e.g. mit, "
                                                "apache-2.0), or other with --license-name."),
     license_name: str = typer.Option(None, help="With --license other: the license's name.  [default: same-as-base-model]"),
