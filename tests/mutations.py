@@ -28,6 +28,7 @@ G = "tests/test_gallery.py -k "
 D = "tests/test_device_reads.py"
 B = "eval/benchmarks/"  # the shipped benchmarks' modules
 F = "tests/test_formats.py -k "
+S = "tests/test_spectrum.py"
 C = "tests/test_cluster.py -k 'colleague or private_feature or without_flock'"
 TO_FLICKR = ('\n        },\n        "options": {\n          "captions": "pre_caption",\n          "max_words": 30\n'
              '        }\n      }\n    },\n    "Flickr30k ')  # a COCO retrieval column's end in papers/clic.json
@@ -641,6 +642,23 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      'if not missing and "model_type" in config:', 'tests/test_transformers_models.py -k other_models'),
     ('transformers_scoring/__init__.py', 'if blip_score is not None and model.kind != "blip":',
      'if blip_score is not None and model.kind == "flava":', 'tests/test_transformers_models.py -k other_models'),
+    # the field's compositionality columns (vl_compo's rules)
+    (B + 'sugarcrepe.py', 'else sum(m["acc"] * m["n"] for m in scored) / sum(m["n"] for m in scored))',
+     'else sum(m["acc"] for m in scored) / len(scored))', S),
+    (B + 'eqben.py', 'None if None in kubric else sum(kubric) / len(kubric)]', 'None if None in kubric else kubric[0]]', S),
+    (B + 'valse.py', 'return [acc_of(metrics, piece) if complete else None for piece in pieces]',
+     'return [acc_of(metrics, piece) for piece in pieces]', S),
+    (B + 'valse.py', 'pieces = [s for s in self.splits if not any(s in members for members in PIECES.values())] + list(PIECES)',
+     'pieces = list(self.splits)', S),
+    (B + 'imagecode.py', 'return [acc_of(metrics, "overall") if all(acc_of(metrics, s) is not None for s in self.splits) else None]',
+     'return [acc_of(metrics, "overall")]', S),
+    (B + 'aro.py', '        return [acc_of(metrics, "macro")]', '        return [acc_of(metrics, "acc")]', S),
+    ('eval/base.py', 'return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)',
+     'return None if value is None else float(value)', S),
+    ('eval/report.py', 'row[column] = float("nan") if None in parts else 100 * sum(parts) / len(parts)',
+     'row[column] = float("nan") if not any(parts) else 100 * sum(p or 0 for p in parts) / len(parts)', S),
+    ('eval/report.py', 'for part in (bench.spectrum_parts(records[name].get("metrics", {})) if name in records else [None])]',
+     'for part in (bench.spectrum_parts(records[name].get("metrics", {})) if name in records else [])]', S),
 ]
 
 

@@ -144,6 +144,9 @@ class Benchmark:
       counting, negation) where the
       benchmark's authors sort them so, for the error gallery's filter: `kind` for the whole benchmark, `kind_of` a
       split's where the splits differ (default: `kind`; None: the gallery reads it from the words);
+    - `spectrum`, `spectrum_parts(metrics)`: the column of the field's widest sweep (Oh et al. 2024, ytaek-oh/vl_compo's
+      `results.csv`) this benchmark fills, and the parts that column averages unweighted, read from this benchmark's
+      metrics (None for a part not scored); several benchmarks may feed one column (ARO's three);
     - `verdict`: what an item's `correct` measures, which `compclip compare` names in each row (an accuracy, unless a
       benchmark scores several ways and its items carry one of them: SugarCrepe++'s ITT, Winoground's group score).
     """
@@ -159,6 +162,7 @@ class Benchmark:
     columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
     kind: str | None = None
     verdict = "accuracy"
+    spectrum = ""
 
     def lacks(self, root: Path, splits: tuple[str, ...]) -> str | None:
         """None when the benchmark can run on `root`; otherwise one line naming what was looked for and where."""
@@ -166,6 +170,9 @@ class Benchmark:
 
     def kind_of(self, split: str) -> str | None:
         return self.kind
+
+    def spectrum_parts(self, metrics: dict[str, Any]) -> list[float | None]:
+        return []
 
     def run(self, scorer: Scorer, root: Path, ties: str, splits: tuple[str, ...] = (), options: Any = None) -> Result:
         """Score `splits` (all of them when empty) under the tie rule `ties`, with `options` (None: the defaults)."""
@@ -203,6 +210,13 @@ def downloads() -> dict[str, list[Asset]]:
 def mean(values) -> float:
     values = list(values)
     return sum(values) / len(values) if values else float("nan")
+
+
+def acc_of(metrics: dict[str, Any], key: str, figure: str = "acc") -> float | None:
+    """`metrics[key]`'s `figure` (a split's dict) or the value itself (a figure stored bare), None where not scored."""
+    value = metrics.get(key)
+    value = value.get(figure) if isinstance(value, dict) else value
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
 def mean_present(values) -> float:

@@ -75,6 +75,30 @@ def summary_table(results) -> pd.DataFrame:
     return table
 
 
+def spectrum_table(results) -> pd.DataFrame:
+    """One row per model, one column per benchmark of the field's widest sweep that compclip reads (Oh et al. 2024,
+    ytaek-oh/vl_compo's `results.csv`, its columns in its order), each the unweighted mean of the parts its benchmarks
+    declare (`Benchmark.spectrum_parts`), NaN unless every part was scored; and their mean, left empty unless every
+    column is there. vl_compo publishes its per-part numbers (`individual_results.csv`) and these columns, not its code:
+    each rule is the one that turns the first file into the second for all of its models."""
+    feeds: dict[str, list[tuple[str, Any]]] = {}
+    for name, bench in REGISTRY.items():
+        if bench.spectrum:
+            feeds.setdefault(bench.spectrum, []).append((name, bench))
+    rows = {}
+    for model, records in results.items():
+        row = {}
+        for column in sorted(feeds):
+            parts = [part for name, bench in feeds[column]
+                     for part in (bench.spectrum_parts(records[name].get("metrics", {})) if name in records else [None])]
+            row[column] = float("nan") if None in parts else 100 * sum(parts) / len(parts)
+        row[f"mean of the {len(feeds)}"] = float("nan") if any(math.isnan(v) for v in row.values()) else sum(row.values()) / len(row)
+        rows[model] = row
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "model"
+    return table
+
+
 SPLIT_FIGURES = ("acc", "itt", "tot", "text", "image", "group", "pair_acc", "set_acc")
 
 
@@ -420,6 +444,17 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
             "intervals over the items, n per split, the dashed line at chance)",
             "",
         ]
+    spectrum = spectrum_table(results)
+    if spectrum.iloc[:, :-1].notna().any().any():
+        with atomic_path(out / "spectrum.csv") as tmp:
+            spectrum.to_csv(tmp, float_format="%.2f")
+        parts += ["## The field's compositionality columns", "",
+                  f"Each benchmark as the widest published sweep scores it (Oh et al. 2024, “Exploring the Spectrum of "
+                  f"Visio-Linguistic Compositionality and Recognition”, ytaek-oh/vl_compo's `results.csv`): one number each, "
+                  f"the mean of its parts (docs/data.md says which), empty (—) unless every part was scored. “"
+                  f"{spectrum.columns[-1]}” is left empty unless all are there; vl_compo's `comp_avg` also averages ColorSwap "
+                  f"and MMVP-VLM (twelve in all), which compclip does not read, so it compares with no `comp_avg`.",
+                  "", _markdown(spectrum), ""]
     if items is not None and len(results) > 1:
         parts += paired_section(items, list(results), out)
     for bench, (blind, grounded) in blind_tables(results).items():

@@ -32,7 +32,7 @@ import torch
 
 from ...options import option
 from .. import protocols
-from ..base import Benchmark, Missing, Result, accuracy, first_option_wins, grouped, mean, mean_present, read_json, register
+from ..base import Benchmark, Missing, Result, acc_of, accuracy, first_option_wins, grouped, mean, mean_present, read_json, register
 from ..items import choice_rows
 
 # The notebook's `symmetric` list: relations whose swapped caption may still be true, left out of VG-Relation's macro.
@@ -135,11 +135,15 @@ class OrderOptions:
 class _VGPairs(Benchmark):
     task = "image_caption_selection"
     file = ""
+    spectrum = "aro"  # with the order sets: vl_compo's four ARO parts (`aro::VG_Relation`, `aro::VG_Attribute`, ...)
     layout = ("ARO: visual_genome_relation.json, visual_genome_attribution.json and images/ (vgr_vga_images.zip unzipped) "
               "in DATA_ROOT/aro/, where the repository's dataset_zoo downloads them into ARO_ROOT")
 
     def lacks(self, root, splits):
         return self.missing_files(root, [root / "aro" / self.file])
+
+    def spectrum_parts(self, metrics):
+        return [acc_of(metrics, "macro")]
 
     def images(self, root):
         return list(dict.fromkeys(root / "aro" / "images" / r["image_path"] for r in read_json(root / "aro" / self.file)))
@@ -203,6 +207,7 @@ class AROOrder(Benchmark):
     ties = "clip_benchmark"
     splits = tuple(ORDER_SETS)
     Options = OrderOptions
+    spectrum = "aro"
     layout = ("ARO order sets: coco_karpathy_test.json beside val2014/ in DATA_ROOT/coco/, flickr30k_test.json beside "
               "flickr30k-images/ in DATA_ROOT/flickr30k/, where the repository's dataset_zoo puts them (COCO_ROOT, FLICKR_ROOT)")
     misplaced = (("aro/coco_karpathy_test.json", "the order sets go beside their images: coco/coco_karpathy_test.json, "
@@ -211,6 +216,9 @@ class AROOrder(Benchmark):
     def images(self, root):
         return list(dict.fromkeys(root / ORDER_SETS[s][0] / r["image"] for s in self.splits if self.file(root, s).is_file()
                                   for r in read_json(self.file(root, s))))
+
+    def spectrum_parts(self, metrics):
+        return [acc_of(metrics, s) for s in self.splits]
 
     @staticmethod
     def file(root: Path, split: str) -> Path:

@@ -28,7 +28,7 @@ import torch
 from ...errors import DataError, UsageError
 from ...options import option
 from .. import protocols
-from ..base import Benchmark, Missing, Result, mean_present, rate, register
+from ..base import Benchmark, Missing, Result, acc_of, mean_present, rate, register
 from ..items import choice_rows
 
 PRETRAINING = ("cc12m", "yfcc", "laion")
@@ -55,8 +55,12 @@ class CREPE(Benchmark):
     task = "image_caption_selection"
     splits = (*SYSTEMATICITY, *PRODUCTIVITY)
     Options = Options
+    spectrum = "crepe"  # vl_compo's `crepe::atom`, `crepe::swap`, `crepe::negate`: productivity's three kinds
     layout = ("CREPE: data/syst_hard_negatives.zip and data/prod_hard_negatives.zip of github.com/RAIVNLab/CREPE unzipped "
               "into DATA_ROOT/crepe/, Visual Genome's images in DATA_ROOT/visual_genome/VG_100K/ and VG_100K_2/")
+
+    def spectrum_parts(self, metrics):
+        return [acc_of(metrics, f"prod_{kind}") for kind in ("atom", "swap", "negate")]
 
     def kind_of(self, split):
         return KINDS.get(split.split("_")[2] if split.startswith("syst") else split.split("_")[1])

@@ -25,7 +25,7 @@ import torch
 from ...errors import DataError
 from ...options import option
 from .. import protocols
-from ..base import Benchmark, Missing, Result, rate, read_json, register
+from ..base import Benchmark, Missing, Result, acc_of, rate, read_json, register
 from ..items import grid_rows
 
 SUBSETS = ("eqbenag", "eqbenyoucook2", "eqbengebc", "eqbenkubric_loc", "eqbenkubric_attr", "eqbenkubric_cnt", "eqbensd")
@@ -45,8 +45,15 @@ class EqBen(Benchmark):
     task = "image_caption_selection"
     splits = SUBSETS
     Options = Options
+    spectrum = "eqben"  # the group score of each of the five sources, Kubric's three subsets averaged into one
     layout = ("EqBen: the README's public subset (eqben_vllm.zip: all_select.json and images/) unzipped into DATA_ROOT/eqben/, "
               "or the full annotation there (--bench-opt eqben.annotation=FILE) with the images in DATA_ROOT/eqben/images/")
+
+    def spectrum_parts(self, metrics):
+        group = {s: acc_of(metrics, s, "group") for s in self.splits}
+        kubric = [v for s, v in group.items() if s.startswith("eqbenkubric_")]
+        return [v for s, v in group.items() if not s.startswith("eqbenkubric_")] + [
+            None if None in kubric else sum(kubric) / len(kubric)]
 
     def kind_of(self, split):
         return KINDS.get(split)

@@ -20,7 +20,7 @@ import torch
 
 from ...errors import DataError
 from .. import protocols
-from ..base import Benchmark, Missing, Result, rate, read_json, register
+from ..base import Benchmark, Missing, Result, acc_of, rate, read_json, register
 from ..download import Asset
 from ..items import image_choice_rows
 
@@ -36,9 +36,13 @@ class ImageCoDe(Benchmark):
     name = "imagecode"
     task = "image_caption_selection"
     splits = SPLITS
+    spectrum = "imagecode"  # one accuracy over every item, static and video (an item-weighted mean of the two)
     layout = ("ImageCoDe: data/valid_data.json of github.com/McGill-NLP/imagecode in DATA_ROOT/imagecode/data/, the image "
               "sets (Zenodo's image-sets.zip) unzipped there: DATA_ROOT/imagecode/data/<set>/img<N>.jpg")
     assets = (Asset(VALID[0], "imagecode/data/valid_data.json", VALID[1]),)
+
+    def spectrum_parts(self, metrics):
+        return [acc_of(metrics, "overall") if all(acc_of(metrics, s) is not None for s in self.splits) else None]
 
     def file(self, root: Path) -> Path:
         return root / self.name / "data" / "valid_data.json"

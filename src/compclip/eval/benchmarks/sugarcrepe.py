@@ -44,10 +44,19 @@ class SugarCrepe(Benchmark):
     task = "image_caption_selection"
     splits = SPLITS
     families = FAMILIES
+    spectrum = "sugarcrepe"  # the mean of add, replace and swap, each the accuracy over all its items
     layout = ("SugarCrepe: the 7 split files of github.com/RAIVNLab/sugar-crepe data/ in DATA_ROOT/sugarcrepe/ "
               "(`compclip data download sugarcrepe`), COCO val2017 images in DATA_ROOT/coco/val2017/")
     assets = tuple(Asset(f"{SOURCE}/{split}.json", f"sugarcrepe/{split}.json", sha) for split, sha in SHA256.items())
     columns = (("SC add", ("add",)), ("SC replace", ("replace",)), ("SC swap", ("swap",)), ("SC swap-att", ("swap_att",)))
+
+    def spectrum_parts(self, metrics):
+        parts = []
+        for members in self.families.values():
+            scored = [metrics.get(s) for s in members]
+            parts.append(None if any(m is None or not m.get("n") for m in scored)
+                         else sum(m["acc"] * m["n"] for m in scored) / sum(m["n"] for m in scored))
+        return parts
 
     def kind_of(self, split):
         return KINDS.get(split.rpartition("_")[2])

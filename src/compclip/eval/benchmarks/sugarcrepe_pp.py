@@ -35,6 +35,7 @@ class SugarCrepePP(SugarCrepe):
     verdict = "ITT accuracy"  # an item's `correct`; its TOT verdict is the `tot` column
     splits = SPLITS
     families = FAMILIES
+    spectrum = ""  # not one of vl_compo's twelve
     layout = ("SugarCrepe++: the 5 split files of github.com/Sri-Harsha/scpp data/ in DATA_ROOT/sugarcrepe_pp/ "
               "(`compclip data download sugarcrepe_pp`), COCO val2017 images in DATA_ROOT/coco/val2017/")
     assets = tuple(Asset(f"{SOURCE}/{split}.json", f"sugarcrepe_pp/{split}.json", sha) for split, sha in SHA256.items())

@@ -23,7 +23,7 @@ import torch
 
 from ...errors import DataError
 from .. import protocols
-from ..base import Benchmark, Missing, Result, accuracy, register
+from ..base import Benchmark, Missing, Result, acc_of, accuracy, register
 from ..items import image_choice_rows
 
 SPLITS = {"subj": "subj_neg", "verb": "verb_neg", "obj": "obj_neg"}  # each subset: the rows whose negative is of that kind alone
@@ -36,8 +36,12 @@ class SVOProbes(Benchmark):
     name = "svo_probes"
     task = "image_caption_selection"  # CLIP_benchmark's name for a choice among pairs
     splits = tuple(SPLITS)
+    spectrum = "svo_probes"  # the mean of the subject, verb and object negatives
     layout = ("SVO-Probes: svo_probes.csv of github.com/google-deepmind/svo_probes in DATA_ROOT/svo_probes/, its images "
               "(URLs in image_urls.txt) downloaded into DATA_ROOT/svo_probes/images/<image id>.jpg")
+
+    def spectrum_parts(self, metrics):
+        return [acc_of(metrics, s) for s in self.splits]
 
     def kind_of(self, split):
         return "object" if split in ("subj", "obj") else None

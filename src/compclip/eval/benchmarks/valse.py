@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .. import protocols
-from ..base import Benchmark, Missing, Result, accuracy, mean_present, read_json, register
+from ..base import Benchmark, Missing, Result, acc_of, accuracy, mean_present, read_json, register
 from ..download import Asset
 from ..items import choice_rows
 
@@ -66,11 +66,17 @@ class VALSE(Benchmark):
     name = "valse"
     task = "image_caption_selection"
     splits = tuple(INSTRUMENTS)
+    spectrum = "valse"  # the mean of the seven pieces, each the mean of its instruments
     layout = ("VALSE: github.com/Heidelberg-NLP/VALSE cloned into DATA_ROOT/valse/ (its data/*.json), each instrument's "
               "images where its config.py puts them under DATA_ROOT/valse/data/ (visual7w/images, plurals/test_images, "
               "relations/test_images, actions/images_512, coref/...), FOIL-it!'s COCO val2014 in DATA_ROOT/coco/val2014/")
     misplaced = (("valse/existence.json", "the instrument files go in valse/data/, as the repository lays them out"),)
     assets = tuple(Asset(f"{SOURCE}/{file}", f"valse/data/{file}", sha) for file, sha in SHA256.items())  # the JSONs; not the images
+
+    def spectrum_parts(self, metrics):
+        pieces = [s for s in self.splits if not any(s in members for members in PIECES.values())] + list(PIECES)
+        complete = all(acc_of(metrics, s) is not None for s in self.splits)
+        return [acc_of(metrics, piece) if complete else None for piece in pieces]
 
     def kind_of(self, split):
         return KINDS.get(split)

@@ -23,7 +23,7 @@ import torch
 from ...errors import CompclipError, UsageError
 from ...options import option
 from .. import protocols
-from ..base import Benchmark, Missing, Result, accuracy, mean, mean_present, read_json, register
+from ..base import Benchmark, Missing, Result, acc_of, accuracy, mean, mean_present, read_json, register
 from ..items import choice_rows
 
 OBJECT_ROLES = {"vg": ("obj", "subj"), "swig": ("agent", "destination", "item", "tool")}
@@ -73,11 +73,16 @@ class VLCheckList(Benchmark):
     name = "vl_checklist"
     task = "image_caption_selection"
     splits = tuple(CATEGORIES)
+    spectrum = "vl_checklist"  # the mean of Object, Attribute and Relation, each the mean of its dimensions
     Options = Options
     layout = ("VL-CheckList: the data/ folder of github.com/om-ai-lab/VL-CheckList in DATA_ROOT/vl_checklist/data/, each source's "
               "images in DATA_ROOT/vl_checklist/images/{vg,swig,hake}/ as the repository's DATASETS.md lays out $DATASET/")
     misplaced = (("vl_checklist/Attribute", "Attribute/, Object/ and Relation/ go in vl_checklist/data/ (the repository's data/ as it is)"),
                  ("vl_checklist/images/VG_100K", "each source's images go in images/<its IMG_ROOT>/: VG's (and VAW's) in images/vg/"))
+
+    def spectrum_parts(self, metrics):
+        complete = all(acc_of(metrics, d) is not None for dims in CATEGORIES.values() for d in dims)
+        return [acc_of(metrics, c) if complete else None for c in self.splits]
 
     def images(self, root):
         base, found = root / "vl_checklist", {}

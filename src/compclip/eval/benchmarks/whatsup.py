@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ...errors import DataError
-from ..base import Benchmark, Missing, Result, accuracy, first_option_wins, grouped, mean, mean_present, read_json, register
+from ..base import Benchmark, Missing, Result, acc_of, accuracy, first_option_wins, grouped, mean, mean_present, read_json, register
 from ..items import choice_rows
 
 SUBSETS = {  # split: (annotation file, image folder or None for COCO's, Table-1 group)
@@ -75,11 +75,15 @@ class WhatsUp(Benchmark):
     task = "image_caption_selection"
     ties = "clip_benchmark"
     splits = tuple(SUBSETS)
+    spectrum = "whatsup"  # the mean of the six subsets
     kind = "relation"  # every option is the caption with another spatial preposition (left of, on, under, ...)
     layout = ("What'sUp: the data/ folder of github.com/amitakamath/whatsup_vlms (README 'Downloading the data', or its Google Drive "
               "folder) as it is in DATA_ROOT/whatsup/: the subsets' JSON files beside controlled_images/, controlled_clevr/, "
               "val2017/ and vg_images/")
     misplaced = (("whatsup/data/controlled_images_dataset.json", "DATA_ROOT/whatsup is the repository's data/ folder itself"),)
+
+    def spectrum_parts(self, metrics):
+        return [acc_of(metrics, s) for s in self.splits]
 
     def lacks(self, root, splits):
         wanted = [root / "whatsup" / SUBSETS[s][0] for s in splits or self.splits]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .. import protocols
-from ..base import Benchmark, Missing, Result, rate, read_jsonl, read_parquet, register
+from ..base import Benchmark, Missing, Result, acc_of, rate, read_jsonl, read_parquet, register
 from ..items import grid_rows
 
 COLUMNS = ("id", "caption_0", "caption_1", "tag", "secondary_tag", "num_main_preds", "collapsed_tag")
@@ -24,10 +24,14 @@ class Winoground(Benchmark):
     name = "winoground"
     verdict = "group score"  # an item's `correct`; the text and image scores are its other columns
     task = "image_caption_selection"
+    spectrum = "winoground"  # the group score
     layout = ("Winoground: the Hub dataset facebook/winoground downloaded into DATA_ROOT/winoground/ "
               "(`huggingface-cli download facebook/winoground --repo-type dataset --local-dir DATA_ROOT/winoground`), "
               "data/test-*.parquet, or the older data/examples.jsonl with data/images.zip unzipped into data/images/")
     misplaced = (("winoground/test-00000-of-00001.parquet", "the Parquet shards go in winoground/data/, as the Hub lays them out"),)
+
+    def spectrum_parts(self, metrics):
+        return [acc_of(metrics, "group")]
 
     def parquet(self, root):
         return sorted((root / "winoground" / "data").glob("test-*.parquet"))
