@@ -52,9 +52,10 @@ chromium:
 		{ $(SUDO) apt-get update >/dev/null && $(SUDO) apt-get install -y --no-install-recommends chromium >/dev/null; }
 
 # Two workers on two cores, one thread each: torch's threads in both workers (and in the processes they start) would
-# otherwise ask for twice the cores there are.
+# otherwise ask for twice the cores there are. Work stealing: a worker left idle takes tests queued on the other, so the
+# minute-long end-to-end tests do not end the run on one worker alone.
 test: lint chromium $(TF_FLOOR)/.done $(BENCH)/.done
-	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 COMPCLIP_TRANSFORMERS_FLOOR_PATH=$(TF_FLOOR) COMPCLIP_BENCH_PATH=$(BENCH) $(PY) -m pytest -n 2 -q
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 COMPCLIP_TRANSFORMERS_FLOOR_PATH=$(TF_FLOOR) COMPCLIP_BENCH_PATH=$(BENCH) $(PY) -m pytest -n 2 --dist worksteal -q
 
 lock: $(STAMP)
 	printf '%s\n' $(LOCK_PINS) > $(VENV)/lock-pins.txt

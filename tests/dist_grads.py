@@ -1,8 +1,9 @@
 """One loss step (C2LIP by default) on a fixed batch of 8, split over however many processes run this.
 
 Run alone it uses the whole batch; under torchrun (or with SLURM's variables) each rank
-takes its share. Rank 0 saves the loss terms and every parameter's gradient.
-Usage: python dist_grads.py OUT.pt [ACCUM_FREQ [METHOD]]
+takes its share. Rank 0 saves the loss terms and every parameter's gradient: of one step, or with CASES
+(`ACCUM:METHOD,...`) of each case in turn, in one launch ({case: result}).
+Usage: python dist_grads.py OUT.pt [ACCUM_FREQ [METHOD] | CASES]
 """
 import os
 import sys
@@ -66,9 +67,15 @@ if __name__ == "__main__":
     from compclip.train.distributed import leave
 
     env = init_distributed("cpu")
-    terms, grads = compute(env, *(int(sys.argv[2]), *sys.argv[3:4]) if len(sys.argv) > 2 else ())
+    if len(sys.argv) > 2 and ":" in sys.argv[2]:
+        cases = [case.split(":") for case in sys.argv[2].split(",")]
+        results = {f"{accum}:{method}": compute(env, int(accum), method) for accum, method in cases}
+        saved = {case: {"terms": terms, "grads": grads, "world_size": env.world_size} for case, (terms, grads) in results.items()}
+    else:
+        terms, grads = compute(env, *(int(sys.argv[2]), *sys.argv[3:4]) if len(sys.argv) > 2 else ())
+        saved = {"terms": terms, "grads": grads, "world_size": env.world_size}
     if env.is_main:
-        torch.save({"terms": terms, "grads": grads, "world_size": env.world_size}, sys.argv[1])
+        torch.save(saved, sys.argv[1])
     if env.joined:
         torch.distributed.barrier()  # both ranks done before either ends the group
     leave(env)

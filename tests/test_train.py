@@ -87,15 +87,27 @@ def load_result(path):
     return result["terms"], result["grads"]
 
 
-@pytest.mark.parametrize("accum, method", [(1, "c2lip"), (2, "c2lip"), (2, "c2lip+hardneg"), (2, "siglip"), (1, "clip"),
-                                           (2, "c2lip+negclip"), (1, "hardneg"), (2, "negclip"), (1, "occlip"), (2, "occlip")])
-def test_torchrun_two_processes_equal_one_process_on_the_whole_batch(tmp_path, whole_batch, accum, method):
-    out = tmp_path / "grads.pt"
+TWO_PROCESS_CASES = [(1, "c2lip"), (2, "c2lip"), (2, "c2lip+hardneg"), (2, "siglip"), (1, "clip"), (2, "c2lip+negclip"),
+                     (1, "hardneg"), (2, "negclip"), (1, "occlip"), (2, "occlip")]
+
+
+@pytest.fixture(scope="module")
+def two_process_steps(tmp_path_factory):
+    """Every case's step under one torchrun launch of two processes (a launch costs more than the ten steps): {case: result}."""
+    out = tmp_path_factory.mktemp("two-processes") / "grads.pt"
+    cases = ",".join(f"{accum}:{method}" for accum, method in TWO_PROCESS_CASES)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(HERE / "dist_grads.py"), str(out), str(accum), method]
+           str(HERE / "dist_grads.py"), str(out), cases]
     result = run_tree(cmd, env=env_for_children(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert_same(load_result(out), whole_batch if method == "c2lip" else dist_grads.compute(DistEnv(), 1, method))
+    return torch.load(out, weights_only=True)
+
+
+@pytest.mark.parametrize("accum, method", TWO_PROCESS_CASES)
+def test_torchrun_two_processes_equal_one_process_on_the_whole_batch(two_process_steps, whole_batch, accum, method):
+    result = two_process_steps[f"{accum}:{method}"]
+    assert result["world_size"] == 2
+    assert_same((result["terms"], result["grads"]), whole_batch if method == "c2lip" else dist_grads.compute(DistEnv(), 1, method))
 
 
 def test_slurm_launch_without_torchrun(tmp_path, whole_batch):
