@@ -582,6 +582,27 @@ def test_bf16_autocast_on_the_cpu_resumes_exactly(tmp_path):
     assert all(math.isfinite(v) for v in a.values()) and a[4] != a[1]
 
 
+def test_c2lip_trains_in_open_clips_bf16_weights_close_to_fp32(tmp_path):
+    """`--precision bf16` (open_clip's 16-bit weights, C2LIP's recipe): C2LIP's three terms, the cross-attention one
+    through SigLIP's attention pool, train a step on the CPU; the checkpoint's weights are bf16, the first step's terms
+    within bf16's precision of fp32's, and the second step's differ from the first (the step really trained)."""
+    from safetensors.torch import load_file
+
+    from compclip.concepts import build_store, iter_captions
+    from compclip.train import train
+
+    data = make_dataset(tmp_path, n=16)
+    build_store(iter_captions(data), tmp_path / "concepts")
+    for precision in ("fp32", "bf16"):
+        train(settings_config(tmp_path, precision, method="c2lip", concepts=str(tmp_path / "concepts"), precision=precision,
+                              steps=2, save_every=2, min_concept_coverage=0.0))
+    weights = load_file(tmp_path / "bf16" / "checkpoints" / "step_0000002" / "model.safetensors")
+    assert {t.dtype for k, t in weights.items() if "visual.trunk.blocks" in k} == {torch.bfloat16}
+    first = {p: [logged(tmp_path, p, term)[1] for term in ("siglip", "npc", "xac")] for p in ("fp32", "bf16")}
+    assert first["bf16"] == pytest.approx(first["fp32"], rel=0.03) and first["bf16"] != first["fp32"] and min(first["bf16"]) > 0
+    assert logged(tmp_path, "bf16", "loss")[2] != logged(tmp_path, "bf16", "loss")[1]
+
+
 def test_fp16_autocast_on_the_cpu_scales_its_loss_as_on_a_gpu(tmp_path):
     """amp is fp16 autocast with loss scaling (open_clip_train's): on the CPU too, where torch's default GradScaler, CUDA's,
     turns itself off with a warning and fp16 trains unscaled. The checkpoint keeps the scaler's state."""
