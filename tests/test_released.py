@@ -131,6 +131,20 @@ def test_a_released_id_loads_through_the_library_as_through_the_command_line(hub
     assert weights_sha256(model) == (hub_cache / "compclip-released" / "ce-clip-b32.sha256").read_text().split()[0]
 
 
+def test_a_release_keeping_its_weights_under_another_key_loads_them_from_there(hub_cache):
+    """CoN-CLIP's checkpoint holds its state dict under "model" (its README's `model.load_state_dict(ckpt['model'])`)."""
+    from compclip.models import load_model
+
+    path = hand_path(get_released("conclip-b32"))
+    path.parent.mkdir(parents=True)
+    state = _state()
+    torch.save({"model": state, "epoch": 3}, path)
+    model, _, _ = load_model("conclip-b32")
+    assert model.compclip_spec["model_name"] == "ViT-B-32-quickgelu"
+    loaded = model.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+
+
 def test_a_hand_downloaded_file_not_there_is_one_line_saying_where_to_get_it_and_where_to_put_it(hub_cache, swap_att, tmp_path,
                                                                                                   capsys):
     code, _, err = run_main(capsys, "-q", "eval", "--model", "negclip-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
