@@ -50,7 +50,7 @@ def test_each_loadable_entry_names_what_open_clip_or_transformers_loads():
 def test_an_entry_is_found_by_its_name_whatever_the_case_and_a_typo_names_the_closest_ids():
     from compclip.errors import UsageError
 
-    assert get_released("negclip (vit-b/32, yuksekgonul et al.)").id == "negclip-b32"
+    assert get_released("NEGCLIP (vit-B/32, Yuksekgonul et al.)").id == "negclip-b32"
     with pytest.raises(UsageError, match=r"no released checkpoint 'negclip-b23' \(did you mean negclip-b32"):
         get_released("negclip-b23")
 
@@ -172,11 +172,13 @@ def test_an_entry_that_cannot_load_is_one_line_with_its_reason(hub_cache, swap_a
 
 def test_compclip_models_lists_every_entry_and_whether_its_weights_are_here(hub_cache, capsys):
     _ce_clip(hub_cache)
+    plant_hub_repo(hub_cache, "timm/vit_base_patch32_clip_224.openai", {"open_clip_model.safetensors": b"weights"})  # open_clip's own
     code, out, _ = run_main(capsys, "models")
     assert code == 0
     said = dict(re.findall(r"^(\S+): .* \((cached|not cached|unavailable: .+)\)$", out, re.M))
     assert sorted(said) == list_released()
-    assert said["ce-clip-b32"] == "cached" and said["negclip-b32"] == "not cached"
+    assert said["ce-clip-b32"] == said["openai-clip-b32"] == "cached"
+    assert said["negclip-b32"] == said["openai-clip-b16"] == said["clic-laion-b32"] == said["flava-full"] == "not cached"
     assert said["dac-llm-b32"] == f"unavailable: {get_released('dac-llm-b32').unavailable}"
     code, out, _ = run_main(capsys, "models", "--ids")
     assert out.split() == [e.id for e in ENTRIES if e.loads_as is not None]
