@@ -152,7 +152,13 @@ def test_a_hand_downloaded_file_not_there_is_one_line_saying_where_to_get_it_and
     path = hub_cache / "compclip-released" / "negclip-b32" / "negclip.pth"
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: negclip-b32: {path} is not there. Download negclip.pth from the Google Drive link")
-    assert f"Save it as {path} (or give the file to --pretrained" in err
+    assert err.endswith(f"Save it as {path} (or give the file to --pretrained, or as --model ViT-B-32-quickgelu --pretrained FILE)\n")
+    # CoN-CLIP's file keeps its weights under "model": open_clip's --pretrained FILE would not load it, the id does
+    from compclip.errors import MissingFileError
+    from compclip.models.released import resolve
+
+    with pytest.raises(MissingFileError, match=r"conclip-b32\.pt \(or give the file to --pretrained\)$"):
+        resolve(get_released("conclip-b32"))
 
 
 def test_a_hub_file_not_in_the_cache_offline_is_one_line_naming_the_repository_file_and_cache(hub_cache, swap_att, tmp_path, capsys):

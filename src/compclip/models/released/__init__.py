@@ -149,8 +149,10 @@ def _fetch(entry: Released) -> Path:
             raise DownloadError(f"{entry.id}: {where} could not be downloaded ({said}); running again resumes it") from None
     path = hand_path(entry)
     if not path.is_file():
+        # a file keeping its weights under another key loads by the id alone (`_state_dict_file`)
+        elsewhere = "" if entry.state_dict_key else f", or as --model {entry.model} --pretrained FILE"
         raise MissingFileError(f"{entry.id}: {path} is not there. {entry.get} Save it as {path} (or give the file to "
-                               f"--pretrained, or as --model {entry.model} --pretrained FILE)")
+                               f"--pretrained{elsewhere})")
     return path
 
 
