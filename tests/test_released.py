@@ -122,6 +122,18 @@ def test_a_released_id_scores_exactly_as_its_file_under_the_registered_architect
                         r"load recorded in .+\n", err), err
 
 
+def test_a_transformers_entry_scores_as_its_hub_id_with_the_score_its_row_used(hub_cache, swap_att, tmp_path, capsys):
+    """OC-CLIP's BLIP row: a tiny random BLIP retrieval model at the real repository's cache path, scored by the id as by
+    `--model hf:Salesforce/blip-itm-base-coco --blip-score itm+itc` (ARO's score, which OC-CLIP quotes)."""
+    from test_transformers_models import tiny_model
+
+    folder = tiny_model("blip", tmp_path / "blip")
+    plant_hub_repo(hub_cache, "Salesforce/blip-itm-base-coco", {f.name: f.read_bytes() for f in folder.iterdir()}, absent=())
+    by_id = _scores(capsys, swap_att, tmp_path / "by-id", "--model", "blip-itm-base-coco")
+    by_hub = _scores(capsys, swap_att, tmp_path / "by-hub", "--model", "hf:Salesforce/blip-itm-base-coco", "--blip-score", "itm+itc")
+    pd.testing.assert_frame_equal(by_id, by_hub, check_exact=True)
+
+
 def test_a_released_id_loads_through_the_library_as_through_the_command_line(hub_cache):
     from compclip.models import load_model, weights_sha256
 
