@@ -47,6 +47,22 @@ def test_each_loadable_entry_names_what_open_clip_or_transformers_loads():
         assert e.source and e.verified and (e.licence or e.loads_as is None), e.id
 
 
+def test_a_broken_entry_file_is_refused_naming_what_its_route_lacks():
+    import dataclasses
+
+    from compclip.models.released import _check
+
+    negclip = get_released("negclip-b32")
+    with pytest.raises(ValueError, match=r"negclip-b32\.json: lacks hub_repo and hub_file, or url, file and get"):
+        _check(dataclasses.replace(negclip, get=None), "negclip-b32.json")
+    with pytest.raises(ValueError, match=r"negclip-b32\.json: loadable and unavailable"):
+        _check(dataclasses.replace(negclip, unavailable="gone."), "negclip-b32.json")
+    with pytest.raises(ValueError, match=r"open_clip\.json: lacks pretrained"):
+        _check(dataclasses.replace(get_released("openai-clip-b32"), id="open_clip", pretrained=None), "open_clip.json")
+    with pytest.raises(ValueError, match=r"other\.json: .*or the file is not named by its id"):
+        _check(negclip, "other.json")
+
+
 def test_an_entry_is_found_by_its_name_whatever_the_case_and_a_typo_names_the_closest_ids():
     from compclip.errors import UsageError
 
