@@ -514,6 +514,8 @@ def models(ids: bool = typer.Option(False, "--ids", help="Only the ids of the lo
         typer.echo(f"  rows: {'; '.join(f'{paper} {row!r}' for paper, row in entry.rows)}")
         if entry.loads_as is not None:
             typer.echo(f"  loads as: {entry.loads_as} {entry.model}" + (f" from {where}" if where != entry.model else ""))
+        elif entry.model:
+            typer.echo(f"  architecture: {entry.model}")
         typer.echo(f"  source: {entry.source}")
 
 
