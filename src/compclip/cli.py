@@ -491,6 +491,35 @@ def benchmarks() -> None:
 
 
 @app.command()
+def models(ids: bool = typer.Option(False, "--ids", help="Only the ids of the loadable ones, one a line (for a shell loop).")) -> None:
+    """List the papers' released checkpoints (`eval --model ID`): each one's name, the papers' rows it is, the architecture
+    and route it loads by, its source, and whether its weights are cached, or why it cannot be loaded (docs/models.md).
+
+    Example:
+
+    \b
+    compclip models
+    for m in $(compclip models --ids); do compclip eval --model $m --benchmark sugarcrepe --out results/$m; done
+    """
+    from .models.released import cached, get_released, list_released
+
+    for entry in map(get_released, list_released()):
+        if ids:
+            if entry.loads_as is not None:
+                typer.echo(entry.id)
+            continue
+        where = (entry.hub_repo and f"{entry.hub_repo}/{entry.hub_file}") or entry.url or entry.pretrained or entry.model
+        state = f"unavailable: {entry.unavailable}" if entry.loads_as is None else "cached" if cached(entry) else "not cached"
+        typer.echo(f"{entry.id}: {entry.name} ({state})")
+        typer.echo(f"  rows: {'; '.join(f'{paper} {row!r}' for paper, row in entry.rows)}")
+        if entry.loads_as is not None:
+            typer.echo(f"  loads as: {entry.loads_as} {entry.model}" + (f" from {where}" if where != entry.model else ""))
+        elif entry.model:
+            typer.echo(f"  architecture: {entry.model}")
+        typer.echo(f"  source: {entry.source}")
+
+
+@app.command()
 def report(
     results: list[Path] = typer.Argument(..., metavar="RESULTS", help="Result folders from `compclip eval`, one per model; a model's "
                                          "several runs (seeds) joined by commas: r/seed-0,r/seed-1,r/seed-2 (--paper sets their "

@@ -17,6 +17,8 @@ from ..errors import DataError, MissingFileError, StorageError, UsageError
 from ..io import sha256_of, write_json
 from ..loggers import parse_reporters
 from ..models.checkpoint import model_name, weights_file, weights_sha256
+from ..models.released import get_released, is_released
+from ..models.released import resolve as resolve_released
 from ..options import make_options
 from ..precision import resolve_device
 from ..text import did_you_mean
@@ -197,11 +199,14 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     """
     device = resolve_device(cfg.device)
     jobs, root, made = check_options(cfg)
-    model, pretrained, out = model_name(cfg.model), cfg.pretrained, Path(cfg.out)
+    model, pretrained, blip_score, out = model_name(cfg.model), cfg.pretrained, cfg.blip_score, Path(cfg.out)
+    if is_released(model):  # a released checkpoint's id: the architecture and file (or hub id) it loads as
+        resolved = resolve_released(get_released(model), pretrained)
+        model, pretrained, blip_score = resolved.model, resolved.pretrained, blip_score or resolved.blip_score
     file = weights_file(model, pretrained)  # refused before the model loads; checked again with the weights as loaded
     refuse_another_models(out, model, pretrained, sha256_of(file) if file else None, cfg.force)
     precision = cfg.precision or default_precision(device)
-    scorer = load_scorer(model, pretrained, device=device, precision=precision, blip_score=cfg.blip_score, **cfg.scorer_settings)
+    scorer = load_scorer(model, pretrained, device=device, precision=precision, blip_score=blip_score, **cfg.scorer_settings)
     weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
     # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
     head = {"model": model, "pretrained": pretrained or "", "weights_sha256": weights, "precision": precision}

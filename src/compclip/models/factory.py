@@ -34,6 +34,7 @@ from .checkpoint import (
     trained_activation,
     unwrap,
 )
+from .released import get_released, is_released, resolve
 
 log = logging.getLogger("compclip.models")
 
@@ -240,6 +241,9 @@ def load_model(
     Returns `(model, preprocess, tokenizer)`: the model in eval mode, the evaluation preprocessing.
     """
     name = model_name(name)
+    if is_released(name):  # a released checkpoint's id (`compclip models`): its architecture and weights file or tag
+        resolved = resolve(get_released(name), pretrained)
+        name, pretrained = resolved.model, resolved.pretrained
     folder = Path(name)
     forced = {"force_quick_gelu": force_quick_gelu, "force_context_length": force_context_length, "force_image_size": force_image_size,
               "force_patch_dropout": force_patch_dropout, "force_custom_text": force_custom_text}

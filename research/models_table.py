@@ -1,0 +1,68 @@
+"""docs/models.md from the registry of released checkpoints (`compclip.models.released`): every row of the four
+papers' tables, how compclip loads it or why it cannot. Run after changing an entry:
+
+    PYTHONPATH=src .venv/bin/python research/models_table.py > docs/models.md
+"""
+from compclip.eval.report import list_papers, paper_numbers
+from compclip.models.released import get_released, list_released
+
+HEAD = """# The papers' released checkpoints
+
+Every row of the four papers' tables (`compclip report --paper`) is one entry of compclip's registry of released
+checkpoints, `src/compclip/models/released/<id>.json`: the release's name, the rows it is, how compclip loads it, its
+licence, its source (repository, file and the commit read) and what was read there and what was inferred (`verified`).
+`compclip models` lists them, with whether each one's weights are on this machine. `compclip eval --model ID` scores
+one as `--model ARCHITECTURE --pretrained FILE` would (the same loader, the same scores).
+
+How an entry loads (`loads_as`):
+
+- `open_clip`: an architecture and pretrained tag of open_clip's own registry, downloaded by open_clip.
+- `open_clip_hub`: an `hf-hub:ORG/NAME` repository, downloaded by open_clip.
+- `open_clip_file`: an open_clip architecture and a weights file. A file on the Hugging Face Hub is downloaded into the
+  Hugging Face cache (resumable). A file behind a Google Drive or Proton Drive link is downloaded by hand: compclip
+  looks for it at `$HF_HUB_CACHE/compclip-released/<id>/<file>`, and where it is not there says where to get it and
+  that path. `--model ID --pretrained FILE` loads a copy you have elsewhere.
+- `transformers`: an `hf:ORG/NAME` model that compclip's transformers scorers load (BLIP with the score the row used).
+
+A weights file is checked against the SHA-256 its release publishes; none of these releases publishes one, so the
+first load records the file's SHA-256 in `$HF_HUB_CACHE/compclip-released/<id>.sha256` and every later load is
+checked against it: a changed file is refused, naming both hashes. Offline (`HF_HUB_OFFLINE=1`), a Hub file that is
+not in the cache is one `error:` line naming the repository, the file and the cache.
+
+Score every loadable one on SugarCrepe (`--model` takes one model a command):
+
+```sh
+for m in $(compclip models --ids); do compclip eval --model "$m" --benchmark sugarcrepe --out "results/$m"; done
+```
+
+"""
+
+
+def how(entry) -> str:
+    if entry.loads_as is None:
+        return "cannot: " + entry.unavailable
+    if entry.loads_as == "open_clip":
+        said = f"`{entry.model}`, `{entry.pretrained}`"
+    elif entry.loads_as == "open_clip_file":
+        said = f"`{entry.model}` + " + (f"Hub `{entry.hub_repo}/{entry.hub_file}`" if entry.hub_repo else f"`{entry.file}` by hand")
+    else:
+        said = f"`{entry.model}`" + (f" (score {entry.blip_score})" if entry.blip_score else "")
+    doubt = " (candidate: see `verified`)" if "CANDIDATE" in entry.verified else ""
+    return f"{entry.loads_as}: {said}{doubt}"
+
+
+def main() -> None:
+    by_row = {tuple(r): get_released(i) for i in list_released() for r in get_released(i).rows}
+    rows = [(paper, row["model"]) for paper in list_papers() for row in paper_numbers(paper)["rows"]]
+    rows = list(dict.fromkeys(rows))
+    loadable = sum(by_row[r].loads_as is not None for r in rows)
+    print(HEAD + f"{loadable} of the {len(rows)} distinct rows load; {len(list_released())} entries.\n")
+    print("| paper | row | id | how compclip loads it |")
+    print("| --- | --- | --- | --- |")
+    for paper, model in rows:
+        entry = by_row[(paper, model)]
+        print(f"| {paper} | {model} | `{entry.id}` | {how(entry).replace('|', '/')} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""The registry of released checkpoints (`compclip models`, `eval --model ID`): every row of the four papers' tables in
+exactly one entry, each loadable entry naming what open_clip's own registry knows; a Hub file and a hand-downloaded file
+(stand-ins of random weights at the real cache paths, offline) score exactly as the same file through `--model ARCH
+--pretrained FILE`; a file that changed after its first load, one not there and an entry that cannot load are each one
+`error:` line."""
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from compclip.eval.report import list_papers, paper_numbers
+from compclip.models.released import get_released, hand_path, list_released
+from conftest import image_bytes, plant_hub_repo, run_main
+
+ENTRIES = [get_released(i) for i in list_released()]
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
+
+
+def test_every_row_of_the_four_papers_is_in_exactly_one_entry_and_every_entry_row_is_a_papers():
+    rows = {(paper, row["model"]) for paper in list_papers() for row in paper_numbers(paper)["rows"]}
+    listed = [tuple(r) for e in ENTRIES for r in e.rows]
+    assert sorted(set(listed)) == sorted(listed), "a row in two entries"
+    assert set(listed) == rows
+
+
+def test_each_loadable_entry_names_what_open_clip_or_transformers_loads():
+    import open_clip
+
+    models = open_clip.list_models()
+    for e in ENTRIES:
+        assert e.loads_as is None or e.unavailable is None, e.id
+        if e.loads_as == "open_clip":
+            assert e.model in models and e.pretrained in open_clip.list_pretrained_tags_by_model(e.model), e.id
+        elif e.loads_as == "open_clip_file":
+            assert e.model in models, e.id
+            assert (e.hub_repo and e.hub_file) or (e.url and e.file and e.get), e.id
+        elif e.loads_as == "open_clip_hub":
+            assert re.fullmatch(r"hf-hub:[\w.-]+/[\w.-]+", e.model), e.id
+        elif e.loads_as == "transformers":
+            assert re.fullmatch(r"hf:[\w.-]+/[\w.-]+", e.model), e.id
+        else:
+            assert e.unavailable.endswith("."), e.id
+        assert e.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", e.sha256), e.id
+        assert e.source and e.verified and (e.licence or e.loads_as is None), e.id
+
+
+def test_a_broken_entry_file_is_refused_naming_what_its_route_lacks():
+    import dataclasses
+
+    from compclip.models.released import _check
+
+    negclip = get_released("negclip-b32")
+    with pytest.raises(ValueError, match=r"negclip-b32\.json: lacks hub_repo and hub_file, or url, file and get"):
+        _check(dataclasses.replace(negclip, get=None), "negclip-b32.json")
+    with pytest.raises(ValueError, match=r"negclip-b32\.json: loadable and unavailable"):
+        _check(dataclasses.replace(negclip, unavailable="gone."), "negclip-b32.json")
+    with pytest.raises(ValueError, match=r"open_clip\.json: lacks pretrained"):
+        _check(dataclasses.replace(get_released("openai-clip-b32"), id="open_clip", pretrained=None), "open_clip.json")
+    with pytest.raises(ValueError, match=r"other\.json: .*or the file is not named by its id"):
+        _check(negclip, "other.json")
+
+
+def test_an_entry_is_found_by_its_name_whatever_the_case_and_a_typo_names_the_closest_ids():
+    from compclip.errors import UsageError
+
+    assert get_released("NEGCLIP (vit-B/32, Yuksekgonul et al.)").id == "negclip-b32"
+    with pytest.raises(UsageError, match=r"no released checkpoint 'negclip-b23' \(did you mean negclip-b32"):
+        get_released("negclip-b23")
+
+
+@pytest.fixture
+def swap_att(tmp_path):
+    """SugarCrepe's swap_att split of four items, their images under their COCO names."""
+    root = tmp_path / "bench"
+    (root / "coco" / "val2017").mkdir(parents=True)
+    (root / "sugarcrepe").mkdir()
+    records = {}
+    for i in range(4):
+        name = f"{i + 1:012d}.jpg"
+        (root / "coco" / "val2017" / name).write_bytes(image_bytes(i))
+        records[str(i)] = {"filename": name, "caption": f"a red dog beside a blue cat {i}",
+                           "negative_caption": f"a blue dog beside a red cat {i}"}
+    (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))
+    return root
+
+
+def _state():
+    import open_clip
+
+    torch.manual_seed(1)
+    return open_clip.create_model("ViT-B-32-quickgelu").state_dict()
+
+
+def _scores(capsys, root, out, *model):
+    code, _, err = run_main(capsys, "-q", "eval", *model, "--benchmark", "sugarcrepe/swap_att", "--data-root", root,
+                            "--workers", "0", "--out", out)
+    assert code == 0, err[-3000:]
+    return pd.read_parquet(out / "sugarcrepe-swap_att.items.parquet")[["item", "score_true", "score_false"]]
+
+
+def _ce_clip(hub_cache):
+    """CE-CLIP's Hub file as the release serves it (a torch state dict), at huggingface_hub's cache path."""
+    snapshot = plant_hub_repo(hub_cache, "le723z/CE_CLIP", {"CE_CLIP.pt": lambda s: torch.save(_state(), s / "CE_CLIP.pt")})
+    return snapshot / "CE_CLIP.pt"
+
+
+def _negclip(hub_cache):
+    """NegCLIP's negclip.pth where compclip looks for it: an open_clip training checkpoint (the weights under
+    "state_dict", beside the epoch and the run's name)."""
+    path = hand_path(get_released("negclip-b32"))
+    path.parent.mkdir(parents=True)
+    torch.save({"epoch": 5, "name": "negclip", "state_dict": _state()}, path)
+    return path
+
+
+@pytest.mark.parametrize("name,plant", [("ce-clip-b32", _ce_clip), ("negclip-b32", _negclip)])
+def test_a_released_id_scores_exactly_as_its_file_under_the_registered_architecture(name, plant, hub_cache, swap_att,
+                                                                                    tmp_path, capsys):
+    file = plant(hub_cache)
+    by_id = _scores(capsys, swap_att, tmp_path / "by-id", "--model", name)
+    by_file = _scores(capsys, swap_att, tmp_path / "by-file", "--model", "ViT-B-32-quickgelu", "--pretrained", file)
+    pd.testing.assert_frame_equal(by_id, by_file, check_exact=True)
+    record = json.loads((tmp_path / "by-id" / "sugarcrepe-swap_att.json").read_text())
+    assert (record["model"], Path(record["pretrained"]).resolve()) == ("ViT-B-32-quickgelu", file.resolve())
+    # the file's hash was recorded at its first load, and a byte changed since is refused naming both hashes
+    recorded = (hub_cache / "compclip-released" / f"{name}.sha256").read_text().split()[0]
+    assert recorded == record["weights_sha256"]
+    data = bytearray(file.resolve().read_bytes())
+    data[-100] ^= 1
+    file.resolve().write_bytes(bytes(data))
+    code, _, err = run_main(capsys, "-q", "eval", "--model", name, "--benchmark", "sugarcrepe/swap_att", "--data-root", swap_att,
+                            "--workers", "0", "--out", tmp_path / "again")
+    assert code == 2
+    assert re.fullmatch(rf"error: {re.escape(str(file))}: SHA-256 (?!{recorded})[0-9a-f]{{64}}, but {recorded} is the one its first "
+                        r"load recorded in .+\n", err), err
+
+
+def test_a_transformers_entry_scores_as_its_hub_id_with_the_score_its_row_used(hub_cache, swap_att, tmp_path, capsys):
+    """OC-CLIP's BLIP row: a tiny random BLIP retrieval model at the real repository's cache path, scored by the id as by
+    `--model hf:Salesforce/blip-itm-base-coco --blip-score itm+itc` (ARO's score, which OC-CLIP quotes)."""
+    from test_transformers_models import tiny_model
+
+    folder = tiny_model("blip", tmp_path / "blip")
+    plant_hub_repo(hub_cache, "Salesforce/blip-itm-base-coco", {f.name: f.read_bytes() for f in folder.iterdir()}, absent=())
+    by_id = _scores(capsys, swap_att, tmp_path / "by-id", "--model", "blip-itm-base-coco")
+    by_hub = _scores(capsys, swap_att, tmp_path / "by-hub", "--model", "hf:Salesforce/blip-itm-base-coco", "--blip-score", "itm+itc")
+    pd.testing.assert_frame_equal(by_id, by_hub, check_exact=True)
+
+
+def test_a_released_id_loads_through_the_library_as_through_the_command_line(hub_cache):
+    from compclip.models import load_model, weights_sha256
+
+    file = _ce_clip(hub_cache)
+    model, _, _ = load_model("ce-clip-b32")
+    assert model.compclip_spec["model_name"] == "ViT-B-32-quickgelu" and model.compclip_spec["pretrained"] == str(file)
+    assert weights_sha256(model) == (hub_cache / "compclip-released" / "ce-clip-b32.sha256").read_text().split()[0]
+
+
+def test_a_release_keeping_its_weights_under_another_key_loads_them_from_there(hub_cache):
+    """CoN-CLIP's checkpoint holds its state dict under "model" (its README's `model.load_state_dict(ckpt['model'])`)."""
+    from compclip.models import load_model
+
+    path = hand_path(get_released("conclip-b32"))
+    path.parent.mkdir(parents=True)
+    state = _state()
+    torch.save({"model": state, "epoch": 3}, path)
+    model, _, _ = load_model("conclip-b32")
+    assert model.compclip_spec["model_name"] == "ViT-B-32-quickgelu"
+    loaded = model.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+
+
+def test_a_hand_downloaded_file_not_there_is_one_line_saying_where_to_get_it_and_where_to_put_it(hub_cache, swap_att, tmp_path,
+                                                                                                  capsys):
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "negclip-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--out", tmp_path / "out")
+    path = hub_cache / "compclip-released" / "negclip-b32" / "negclip.pth"
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: negclip-b32: {path} is not there. Download negclip.pth from the Google Drive link")
+    assert err.endswith(f"Save it as {path} (or give the file to --pretrained, or as --model ViT-B-32-quickgelu --pretrained FILE)\n")
+    # CoN-CLIP's file keeps its weights under "model": open_clip's --pretrained FILE would not load it, the id does
+    from compclip.errors import MissingFileError
+    from compclip.models.released import resolve
+
+    with pytest.raises(MissingFileError, match=r"conclip-b32\.pt \(or give the file to --pretrained\)$"):
+        resolve(get_released("conclip-b32"))
+
+
+def test_a_hub_file_not_in_the_cache_offline_is_one_line_naming_the_repository_file_and_cache(hub_cache, swap_att, tmp_path, capsys):
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "ce-clip-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--out", tmp_path / "out")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: ce-clip-b32: le723z/CE_CLIP/CE_CLIP.pt is not in the Hugging Face cache {hub_cache}, and "
+                          "HF_HUB_OFFLINE forbids downloading it")
+
+
+def test_an_entry_that_cannot_load_is_one_line_with_its_reason(hub_cache, swap_att, tmp_path, capsys):
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "dac-llm-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--out", tmp_path / "out")
+    assert code == 2
+    assert err == f"error: dac-llm-b32 ({get_released('dac-llm-b32').name}) cannot be loaded: {get_released('dac-llm-b32').unavailable}\n"
+
+
+def test_compclip_models_lists_every_entry_and_whether_its_weights_are_here(hub_cache, capsys):
+    _ce_clip(hub_cache)
+    plant_hub_repo(hub_cache, "timm/vit_base_patch32_clip_224.openai", {"open_clip_model.safetensors": b"weights"})  # open_clip's own
+    code, out, _ = run_main(capsys, "models")
+    assert code == 0
+    said = dict(re.findall(r"^(\S+): .* \((cached|not cached|unavailable: .+)\)$", out, re.M))
+    assert sorted(said) == list_released()
+    assert said["ce-clip-b32"] == said["openai-clip-b32"] == "cached"
+    assert said["negclip-b32"] == said["openai-clip-b16"] == said["clic-laion-b32"] == said["flava-full"] == "not cached"
+    assert said["dac-llm-b32"] == f"unavailable: {get_released('dac-llm-b32').unavailable}"
+    code, out, _ = run_main(capsys, "models", "--ids")
+    assert out.split() == [e.id for e in ENTRIES if e.loads_as is not None]
+
+
+def test_the_models_page_lists_every_entry():
+    page = DOCS.read_text()
+    for e in ENTRIES:
+        assert f"`{e.id}`" in page, e.id
