@@ -29,6 +29,7 @@ D = "tests/test_device_reads.py"
 B = "eval/benchmarks/"  # the shipped benchmarks' modules
 F = "tests/test_formats.py -k "
 S = "tests/test_spectrum.py"
+R = "tests/test_released.py -k "
 C = "tests/test_cluster.py -k 'colleague or private_feature or without_flock'"
 TO_FLICKR = ('\n        },\n        "options": {\n          "captions": "pre_caption",\n          "max_words": 30\n'
              '        }\n      }\n    },\n    "Flickr30k ')  # a COCO retrieval column's end in papers/clic.json
@@ -659,6 +660,36 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      'row[column] = float("nan") if not any(parts) else 100 * sum(p or 0 for p in parts) / len(parts)', S),
     ('eval/report.py', 'for part in (bench.spectrum_parts(records[name].get("metrics", {})) if name in records else [None])]',
      'for part in (bench.spectrum_parts(records[name].get("metrics", {})) if name in records else [])]', S),
+    # the released checkpoints' registry (compclip models, eval --model ID)
+    ("models/released/__init__.py", "    if digest != expected:\n", "    if digest != expected and entry.sha256:\n",
+     R + "scores_exactly"),
+    ("eval/run.py", "model, pretrained, blip_score = resolved.model, resolved.pretrained, blip_score or resolved.blip_score",
+     "model, pretrained, blip_score = resolved.model, cfg.pretrained, blip_score or resolved.blip_score",
+     R + "'scores_exactly and negclip'"),
+    ("models/released/negclip-b32.json", '"model": "ViT-B-32-quickgelu"', '"model": "ViT-B-32"', R + "'scores_exactly and negclip'"),
+    ("models/released/ce-clip-b32.json", '"model": "ViT-B-32-quickgelu"', '"model": "ViT-B-32"', R + "'scores_exactly and ce-clip'"),
+    ("models/released/__init__.py", "            if constants.HF_HUB_OFFLINE:\n", "            if not constants.HF_HUB_OFFLINE:\n",
+     R + "not_in_the_cache"),
+    ("models/released/__init__.py", "    return cache_root() / entry.id / entry.file\n", "    return cache_root() / entry.file\n",
+     R + "not_there"),
+    ("models/released/__init__.py", "    if name.casefold() in by_name:\n", "    if name in by_name:\n", R + "whatever_the_case"),
+    ("models/released/__init__.py", "    if entry.loads_as is None:\n        raise",
+     "    if entry.loads_as is None and entry.model is None:\n        raise",
+     R + "cannot_load"),
+    ("models/factory.py", "        name, pretrained = resolved.model, resolved.pretrained\n", "        name = resolved.model\n",
+     R + "library"),
+    ("models/released/conclip-b32.json", '"state_dict_key": "model"', '"state_dict_key": "state_dict"', R + "other_key"),
+    ("models/released/__init__.py", 'needs = {"open_clip": ("model", "pretrained"),', 'needs = {"open_clip": ("model",),',
+     R + "broken_entry"),
+    ("models/released/__init__.py", "and not (entry.url and entry.file and entry.get):", "and not (entry.url and entry.file):",
+     R + "broken_entry"),
+    ("models/released/blip-itm-base-coco.json", '"blip_score": "itm+itc"', '"blip_score": "itm"', R + "transformers_entry"),
+    ("models/released/__init__.py", 'elsewhere = "" if entry.state_dict_key else', 'elsewhere = "" if entry.sha256 else', R + "not_there"),
+    ("cli.py", "            if entry.loads_as is not None:\n                typer.echo(entry.id)", "            typer.echo(entry.id)",
+     R + "compclip_models_lists"),
+    ("cli.py", 'state = f"unavailable: {entry.unavailable}" if entry.loads_as is None else "cached" if cached(entry) else "not cached"',
+     'state = f"unavailable: {entry.unavailable}" if entry.loads_as is None else "cached" if entry.hub_repo else "not cached"',
+     R + "compclip_models_lists"),
 ]
 
 
