@@ -29,10 +29,10 @@ first load records the file's SHA-256 in `$HF_HUB_CACHE/compclip-released/<id>.s
 checked against it: a changed file is refused, naming both hashes. Offline (`HF_HUB_OFFLINE=1`), a Hub file that is
 not in the cache is one `error:` line naming the repository, the file and the cache.
 
-Score every loadable one on SugarCrepe (`--model` takes one model a command):
+Score every loadable one on SugarCrepe, each into `results/<id>/` (a SLURM job array splits the list by itself):
 
 ```sh
-for m in $(compclip models --ids); do compclip eval --model "$m" --benchmark sugarcrepe --out "results/$m"; done
+compclip models --ids > models.txt && compclip eval --model models.txt --benchmark sugarcrepe --out results
 ```
 
 """

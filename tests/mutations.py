@@ -344,7 +344,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
       for column in ("text", "image")),  # each COCO retrieval column marks BLIP's 2014 file
     ("eval/report.py", 'assumed = {col: columns[col]["assumed"] for col in table if columns[col].get("assumed")}', "assumed = {}",
      "tests/test_papers.py -k assumed"),
-    ("cli.py", 'else f"{v:,}" if isinstance(v, int) else f"{v:.4f}"', 'else f"{v:.4f}"', "tests/test_quick_tour.py"),
+    ("cli.py", 'else f"{v:,}" if isinstance(v, int)  # a count', 'else f"{v:.4f}" if isinstance(v, int)  # a count',
+     "tests/test_quick_tour.py"),
     ("cli.py", 'Trainer(dataclasses.replace(cfg, seed=seed, seeds=None, out=str(Path(cfg.out) / f"seed-{seed}")))',
      'Trainer(dataclasses.replace(cfg, seeds=None, out=str(Path(cfg.out) / f"seed-{seed}")))', "tests/test_train.py -k seeds_train"),
     ("models/checkpoint.py", 'return self.checkpoints / f"step_{n:07d}"', 'return self.checkpoints / f"step_{n:06d}"',
@@ -690,6 +691,20 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("cli.py", 'state = f"unavailable: {entry.unavailable}" if entry.loads_as is None else "cached" if cached(entry) else "not cached"',
      'state = f"unavailable: {entry.unavailable}" if entry.loads_as is None else "cached" if entry.hub_repo else "not cached"',
      R + "compclip_models_lists"),
+    # many models in one command (eval --model a,b,c)
+    ("eval/sweep.py", "        if finished(folders[name], jobs):", "        if False:", "tests/test_sweep.py -k finished_one"),
+    ("eval/sweep.py", "        if not (isinstance(record, dict) and record.get(\"complete\")):", "        if not isinstance(record, dict):",
+     "tests/test_sweep.py -k finished_one"),
+    ("eval/sweep.py", "    mine = [name for k, name in enumerate(names) if k % n == i]", "    mine = names[i::n] if n > 1 else names[:1]",
+     "tests/test_sweep.py -k parts"),
+    ("eval/sweep.py", 'i, n = parse_part(cfg.part, what="the models")', 'i, n = parse_part(cfg.part, env={}, what="the models")',
+     "tests/test_sweep.py -k parts"),
+    ("eval/sweep.py", "    if cfg.pretrained is not None:", "    if cfg.pretrained is not None and len(names) > 2:",
+     "tests/test_sweep.py -k cannot_run"),
+    ("eval/sweep.py", '    return re.sub(r"[^A-Za-z0-9._+-]+", "_", model.strip().rstrip("/")).strip("_") or "model"',
+     '    return model.replace("/", "_")', "tests/test_sweep.py -k cannot_run"),
+    ("cli.py", "    scored = sweep(cfg) if several else {cfg.model: evaluate(cfg)}", "    scored = {cfg.model: evaluate(cfg)}",
+     "tests/test_sweep.py -k finished_one"),
 ]
 
 

@@ -442,19 +442,24 @@ def eval_(**options: Any) -> None:
     cfg.check_values()  # before torch is imported: a typo answered at once
     from .eval import evaluate
     from .eval.run import Job, evaluated_nothing
+    from .eval.sweep import folder_name, is_sweep, sweep
 
+    several = is_sweep(cfg)
+    scored = sweep(cfg) if several else {cfg.model: evaluate(cfg)}
     empty = []
-    for name, record in evaluate(cfg).items():
-        if evaluated_nothing(record):
-            empty.append(name)
-            file = Path(cfg.out) / Job(name, name, ()).file
-            typer.echo(f"{name}: nothing evaluated ({_why_nothing(record)}); {file} is marked incomplete")
-            continue
-        headline = {k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}
-        flag = "" if record["complete"] else "  (incomplete)"
-        shown = {k: "n/a" if v is None else v if isinstance(v, str) else f"{v:,}" if isinstance(v, int) else f"{v:.4f}"  # a count, a score
-                 for k, v in headline.items()}
-        typer.echo(f"{name}: " + ", ".join(f"{k} {v}" for k, v in shown.items()) + flag)
+    for model, records in scored.items():
+        out, said = (Path(cfg.out) / folder_name(model), f"{model}: ") if several else (Path(cfg.out), "")
+        for name, record in records.items():
+            if evaluated_nothing(record):
+                empty.append(name)
+                file = out / Job(name, name, ()).file
+                typer.echo(f"{said}{name}: nothing evaluated ({_why_nothing(record)}); {file} is marked incomplete")
+                continue
+            headline = {k: v for k, v in record["metrics"].items() if not isinstance(v, dict)}
+            flag = "" if record["complete"] else "  (incomplete)"
+            shown = {k: "n/a" if v is None else v if isinstance(v, str) else f"{v:,}" if isinstance(v, int)  # a count
+                     else f"{v:.4f}" for k, v in headline.items()}
+            typer.echo(f"{said}{name}: " + ", ".join(f"{k} {v}" for k, v in shown.items()) + flag)
     if empty:
         raise typer.Exit(1)
 

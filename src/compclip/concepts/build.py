@@ -45,16 +45,17 @@ INDEX_LOCK_NAME = ".index.lock"  # in the store: one part writes the index at a 
 STORE_FOLDERS = ("index", PARTS)  # what a run writes into and deletes from: a link planted there is refused
 
 
-def parse_part(text: str | None, env: Mapping[str, str] = os.environ) -> tuple[int, int]:
-    """`"i/n"` (0-based) as (i, n); without it, a SLURM array task's place in its array, else (0, 1)."""
+def parse_part(text: str | None, env: Mapping[str, str] = os.environ, what: str = "the captions") -> tuple[int, int]:
+    """`"i/n"` (0-based) as (i, n); without it, a SLURM array task's place in its array, else (0, 1). `what` names what
+    the parts split, in the warning."""
     if text is None:
         if "SLURM_ARRAY_TASK_COUNT" not in env:
             return 0, 1
         first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
         i, n = int(env["SLURM_ARRAY_TASK_ID"]) - first, int(env["SLURM_ARRAY_TASK_COUNT"])
         if n > 1:  # said first: a job array made for something else would otherwise parse a part and wait for the rest
-            log.warning("no --part given, and this is task %d of a SLURM array of %d: parsing part %d/%d of the captions only "
-                        "(the array's other tasks parse the rest; --part 0/1 parses them all here)", i, n, i, n)
+            log.warning("no --part given, and this is task %d of a SLURM array of %d: part %d/%d of %s only (the array's "
+                        "other tasks take the rest; --part 0/1 takes them all here)", i, n, i, n, what)
         return i, n
     try:
         i, n = (int(x) for x in text.split("/"))

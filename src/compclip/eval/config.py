@@ -25,8 +25,10 @@ def split_options(items: list[str]) -> dict[str, dict[str, str]]:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    model: str = option(help=MODEL_HELP.removesuffix(".") + ", or a transformers CLIP, SigLIP, BLIP retrieval or FLAVA model: its "
-                             "folder, or hf:ORG/NAME from the Hugging Face cache.")
+    model: str = option(help=MODEL_HELP.removesuffix(".") + ", a released checkpoint's id (`compclip models`), or a transformers "
+                             "CLIP, SigLIP, BLIP retrieval or FLAVA model: its folder, or hf:ORG/NAME from the Hugging Face cache. "
+                             "Several, comma-separated or a .txt file of names (one a line): each into OUT/<name>/, those with "
+                             "every result there skipped.")
     benchmark: str = option(help="Comma-separated benchmarks, NAME or NAME/SPLIT (`compclip benchmarks` lists them); all: every "
                                  "benchmark whose files are under the data root.", aliases=("--dataset",), names="benchmark")
     out: str = option(help="Folder for the <benchmark>.json results.")
@@ -54,6 +56,8 @@ class EvalConfig:
     report_to: str = option("none", f"Comma-separated loggers of the results: {', '.join(REPORTERS)}, or none (open_clip's flag): "
                                     "every number and each benchmark's figure, and to W&B a table of the wrong items with their "
                                     "images. W&B runs offline under WANDB_MODE=offline (`wandb sync` uploads later).")
+    part: str | None = option(None, "Score part i/n of the --model list (0-based: model k goes to part k mod n).  [default: a SLURM "
+                                    "array task's place in its array, else every model]")
     wandb_project_name: str = option("compclip", "The W&B project (open_clip's flag); the run is named after --out.")
 
     def check_values(self) -> None:
