@@ -758,7 +758,7 @@ def test_concepts_inside_a_slurm_array_says_it_parses_one_part(caplog):
 
     assert parse_part(None, {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "10"}) == (3, 10)
     assert "task 3 of a SLURM array of 10: part 3/10 of the captions only" in caplog.text
-    assert "--part 0/1 parses them all here" in caplog.text
+    assert "--part 0/1 takes them all here" in caplog.text
 
 
 def test_a_resume_refuses_data_edited_in_place_at_the_same_size(tmp_path, capsys):
