@@ -83,7 +83,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("concepts/pipeline.py", "fits = [c for c in captions if len(c) <= nlp.max_length]", "fits = list(captions)", k("longer_than_spacy")),
     ("concepts/store.py", "if not len(self._hi) == len(self._lo) == len(self._rows) == self._size:", "if False:", k("damaged_store_index")),
     ("concepts/build.py", "    found = manifest_of(manifest)", "    found = json.loads(manifest.read_text())", k("damaged_store_manifest")),
-    ("concepts/build.py", "        if n > 1:  # said first", "        if n > 100:  # said first", k("slurm")),
+    ("parts.py", "        if n > 1:  # said first", "        if n > 100:  # said first", k("slurm")),
     ("scoring.py", "except (SafetensorError, KeyError, ValueError, OSError) as e:", "except OSError as e:", k("eval_cache")),
     ("cli.py", "    if out.is_dir():\n        raise UsageError(f\"--out {out} is a folder",
      "    if False:\n        raise UsageError(f\"--out {out} is a folder", k("attention_out")),

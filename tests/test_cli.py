@@ -134,23 +134,22 @@ def test_a_locale_that_cannot_spell_file_names_is_said_once(tmp_path):
 
 
 def test_demo_runs_end_to_end(tmp_path):
-    """`make demo`'s pipeline at toy size: world, concepts, pretraining, three methods over two seeds, evaluation, report
-    with intervals and paired differences computed again here from the per-seed result files."""
+    """`make demo`'s pipeline at toy size: world, concepts, pretraining, two methods over two seeds, evaluation, report
+    with intervals and paired differences computed again here from the per-seed result files. (OC-CLIP's checkpoints
+    score every world benchmark through its binding module in tests/test_occlip.py.)"""
     from compclip.eval.report import column_value
     from compclip.stats import fmt_difference, paired
 
     args = ["--quiet", "demo", "--out", str(tmp_path / "demo"), "--n-train", "300", "--n-test", "40",
             "--pretrain-steps", "3", "--pretrain-batch-size", "24", "--steps", "2", "--batch-size", "16",
-            "--methods", "siglip,c2lip,occlip", "--seeds", "5,6",
+            "--methods", "siglip,c2lip", "--seeds", "5,6",
             "--device", "cpu"]
     result = compclip(*args)
     assert result.returncode == 0, result.stderr[-2000:]
     # stdout is a pipe here, as in a log: the table comes as Markdown, not drawn in box characters 80 columns wide
     assert re.search(r"^\| c2lip-ft \| unseen \| [^|]+ \|", result.stdout, re.M) and "| SC swap-att |" in result.stdout
     assert "│" not in result.stdout
-    pp = json.loads((tmp_path / "demo" / "results" / "occlip-ft" / "unseen" / "sugarcrepe_pp.json").read_text())
-    assert pp["complete"] and pp["metrics"]["overall_tot"] == "n/a", "OC-CLIP is scored by its binding module: no text-only score"
-    for model in ("base", "siglip-ft", "c2lip-ft", "occlip-ft"):
+    for model in ("base", "siglip-ft", "c2lip-ft"):
         for split in ("seen", "unseen"):
             record = json.loads((tmp_path / "demo" / "results" / model / split / "sugarcrepe.json").read_text())
             assert record["complete"] and record["metrics"]["swap_att"]["n"] > 0

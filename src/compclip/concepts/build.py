@@ -8,9 +8,8 @@ index over every part's shards (the records are never copied).
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import numpy as np
 from .. import stops
 from ..errors import DataError, UsageError
 from ..io import FolderLock, refuse_links, write_json
+from ..parts import parse_part  # noqa: F401 (the concepts command's, as `compclip.concepts.parse_part`)
 from ..progress import progress
 from .config import SHARD_SIZE
 from .pipeline import BATCH_SIZE, PARSED, clean, extract_unique, load_nlp, parse_what, pipeline_id
@@ -43,27 +43,6 @@ CHUNK = 1_000  # captions per task handed to a worker
 LOCK_NAME = ".lock"  # in a part's folder: one run fills a part at a time
 INDEX_LOCK_NAME = ".index.lock"  # in the store: one part writes the index at a time
 STORE_FOLDERS = ("index", PARTS)  # what a run writes into and deletes from: a link planted there is refused
-
-
-def parse_part(text: str | None, env: Mapping[str, str] = os.environ, what: str = "the captions") -> tuple[int, int]:
-    """`"i/n"` (0-based) as (i, n); without it, a SLURM array task's place in its array, else (0, 1). `what` names what
-    the parts split, in the warning."""
-    if text is None:
-        if "SLURM_ARRAY_TASK_COUNT" not in env:
-            return 0, 1
-        first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
-        i, n = int(env["SLURM_ARRAY_TASK_ID"]) - first, int(env["SLURM_ARRAY_TASK_COUNT"])
-        if n > 1:  # said first: a job array made for something else would otherwise parse a part and wait for the rest
-            log.warning("no --part given, and this is task %d of a SLURM array of %d: part %d/%d of %s only (the array's "
-                        "other tasks take the rest; --part 0/1 takes them all here)", i, n, i, n, what)
-        return i, n
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise UsageError(f"--part {text}: expected i/n, e.g. 0/8") from None
-    if not 0 <= i < n:
-        raise UsageError(f"--part {text}: i must be in 0..{n - 1} (parts count from 0)")
-    return i, n
 
 
 def part_of(key: bytes, n: int) -> int:

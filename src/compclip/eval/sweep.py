@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..concepts.build import parse_part
 from ..errors import UsageError
+from ..parts import parse_part
 from .config import EvalConfig
 from .run import Job, check_options, evaluate
 
