@@ -220,7 +220,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert (tmp_path / "table" / "seeds.md").read_text() == markdown.split("\n![attention")[0]
     assert json.loads((tmp_path / "table" / "seeds.json").read_text()) == summary
     assert Image.open(tmp_path / "table" / "seeds.png").size[0] > 800
-    assert {p: p.stat().st_mtime_ns for p in trained} == trained and len(trained) == 16  # 3 base runs and the fine-tunes, both worlds
+    assert {p: p.stat().st_mtime_ns for p in trained} == trained and len(trained) == 14  # 3 base runs and 4 fine-tunes, both worlds
     twice = subprocess.run([sys.executable, script, str(reports[0]), str(reports[0]), "--out", str(tmp_path / "x")],
                            capture_output=True, text=True, timeout=300)
     assert twice.returncode != 0 and "world 5 is already in an earlier file" in twice.stderr
