@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from . import stops
 from .errors import DataError, StorageError, UsageError
 
 FULL = -1  # torch.save's writer reports a failed write without its errno: a full disk or quota, as far as it says
@@ -139,16 +140,19 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     with storage_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_left_behind(path)
-        fd, tmp = tempfile.mkstemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        tmp = Path(tmp)
+        tmp = None
         try:
+            with stops.held():  # a stop between making the file and holding its name would leave it behind
+                fd, name = tempfile.mkstemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent)
+                tmp = Path(name)
+                os.close(fd)
             yield tmp
             _as_open_would(tmp)
             _fsync(tmp)
             os.replace(tmp, path)
         finally:
-            tmp.unlink(missing_ok=True)
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
 
 
 def sha256_of(path: str | os.PathLike) -> str:
@@ -176,8 +180,10 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     with storage_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_left_behind(path)
-        tmp = Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent))
+        tmp = None
         try:
+            with stops.held():  # as in `atomic_path`
+                tmp = Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent))
             yield tmp
             _as_open_would(tmp)
             old = None
@@ -188,7 +194,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             if old is not None:
                 shutil.rmtree(old)
         finally:
-            if tmp.exists():
+            if tmp is not None and tmp.exists():
                 shutil.rmtree(tmp)
 
 
