@@ -23,7 +23,8 @@ CAPTIONS = [
 
 
 # every term weighs in; C2LIP's attribute-swap negatives too (local to their image: accumulated, never gathered)
-OPTIONS = {"c2lip": {"lambda_xac": 1.0, "npc_negatives": "swap_attributes"}, "hardneg": {"negatives": 2}, "negclip": {"negatives": 2}}
+OPTIONS = {"c2lip": {"lambda_xac": 1.0, "npc_negatives": "swap_attributes"}, "hardneg": {"negatives": 2}, "negclip": {"negatives": 2},
+           "svlc": {"negatives": 2}}
 
 
 def compute(env, accum: int = 1, method_name: str = "c2lip", device: str = "cpu"):

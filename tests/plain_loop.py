@@ -26,10 +26,12 @@ def step(method: str, rank: int = 0, world_size: int = 1):
         NegCLIPLoss,
         OCCLIPLoss,
         SigLIPLoss,
+        SVLCLoss,
         build_method,
         concept_inputs,
         keyword_negatives,
         relation_negative,
+        rule_based_negatives,
         swap_negatives,
     )
     from compclip.methods.c2lip import Options as C2LIPOptions
@@ -83,6 +85,9 @@ def step(method: str, rank: int = 0, world_size: int = 1):
         if method == "ceclip_margins":  # the next step's thresholds, the whole batch's mean margins, ranking this batch
             terms, _ = ceclip(image, text, swaps, mask, scale, margins)
         loss = sum(terms.values())
+    elif method == "svlc":  # each image's rule-based negatives, every rank's a column of every row
+        texts, owners = negatives(lambda c: rule_based_negatives(c, k=opts["negatives"]))
+        loss = sum(SVLCLoss(**ddp)(image, text, encode(texts), owners, scale).values())
     elif method == "occlip":
         batch = occlip.collate([{"image": im, "caption": c} for im, c in zip(images, captions, strict=True)], tokenizer)
         out = occlip.outputs(model, batch)  # the graphs' node and relation texts, encoded by the text tower

@@ -34,6 +34,12 @@ PAPERS = {  # what each source says, typed in again from the papers and the auth
     "ceclip-coco": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 1512, "batch_size": 378, "lr": 5e-6,
                     "epochs": 10, "warmup": 50, "weight_decay": 0.1, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp", "seed": 42,
                     "schedule": "cosine", "method_options": {"cmr_weight": 0.2, "imc_weight": 0.3, "upper_bound": 10.0}},
+    # SVLC-R: the released README's RB command (one process) and src/training/params.py's defaults for a ViT
+    "svlc-cc3m": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 128, "batch_size": 128, "lr": 5e-6,
+                  "epochs": 5, "warmup": 10000, "weight_decay": 0.1, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp", "seed": 0,
+                  "schedule": "cosine", "method_options": {"negatives": 1, "negative_weight": 1.0, "negatives_in_contrastive": True,
+                                                           "negative_types": "color,action,material,size,state",
+                                                           "replace": "substring"}},
     # Rösch et al. §3.2, its transformers v4.30 Trainer: AdamW (decoupled decay), gradients clipped at norm 1.0
     "hardneg-color": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "optimizer": "adamw", "weight_decay": 0.1,
                       "grad_clip_norm": 1.0, "lr": 5e-6,

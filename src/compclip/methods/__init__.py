@@ -15,6 +15,7 @@ here that ends with `register_method(...)`; `base.METHODS` imports them all, and
 | occlip | OC-CLIP's structured similarity | binding module | nothing |
 | attswap | InfoNCE + attribute swaps (the positive control) | | c2lip |
 | ceclip | InfoNCE + relation swaps | L_cmr, L_imc | c2lip (replacing SigLIP) |
+| svlc | InfoNCE + rule-based word swaps | the negatives' cross-entropy | c2lip (replacing SigLIP) |
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from .hardneg import HardNegativeLoss, keyword_negatives
 from .negclip import NegCLIPLoss, swap_negatives
 from .occlip import BindingModule, OCCLIPLoss
 from .siglip import SigLIPLoss
+from .svlc import SVLCLoss, rule_based_negatives
 
 
 def list_methods() -> list[str]:
@@ -63,6 +65,6 @@ def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> 
 
 
 __all__ = ["METHODS", "BindingModule", "C2LIPLoss", "CECLIPLoss", "CLICLoss", "CLIPLoss", "ConceptLoss", "HardNegativeLoss", "LossPart",
-           "Method", "MethodEntry", "NegCLIPLoss", "NoOptions", "OCCLIPLoss", "PairViews", "SigLIPLoss", "build_method", "concept_inputs",
-           "cross_sentence_swap", "join_pair", "keyword_negatives", "list_methods", "method_concept_fields", "method_options", "option",
-           "register_method", "relation_negative", "swap_negatives"]
+           "Method", "MethodEntry", "NegCLIPLoss", "NoOptions", "OCCLIPLoss", "PairViews", "SVLCLoss", "SigLIPLoss", "build_method",
+           "concept_inputs", "cross_sentence_swap", "join_pair", "keyword_negatives", "list_methods", "method_concept_fields",
+           "method_options", "option", "register_method", "relation_negative", "rule_based_negatives", "swap_negatives"]
