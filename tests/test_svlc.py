@@ -120,6 +120,8 @@ def test_svlc_part_trains_each_image_with_its_negatives_and_refuses_unknown_list
     assert torch.equal(batch["negative_text"], tokenizer(rule_based_negatives("a red car", 2) + rule_based_negatives("a dog on a bed", 2)))
     with pytest.raises(UsageError, match="negative_types must be some of color, action, material, size, state, not 'colour'"):
         build_method("svlc", negative_types="colour")
+    with pytest.raises(UsageError, match="negatives per caption must be 1 to 3, not 4"):
+        build_method("svlc", negatives=4)
     with pytest.raises(UsageError, match="replace must be one of substring, word"):
         build_method("svlc", replace="words")
 

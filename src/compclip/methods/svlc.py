@@ -142,6 +142,8 @@ class SVLCPart(HardNegativePart):
     outputs: ClassVar[Mapping[str, Output]] = {"negative_features": owned("negative_image")}
 
     def __init__(self, options: Options = Options(), seed: int = 0):
+        if not 1 <= options.negatives <= 3:
+            raise UsageError(f"negatives per caption must be 1 to 3, not {options.negatives}")
         super().__init__(HardNegativeOptions(negatives=options.negatives, negatives_as="extra", directions="mean"), seed)
         types = tuple(t.strip() for t in options.negative_types.split(",") if t.strip())
         unknown = [t for t in types if t not in TYPES]
