@@ -145,3 +145,18 @@ def test_dac_with_gradient_accumulation_trains_as_the_whole_batch():
     from test_train import assert_same
 
     assert_same(dist_grads.compute(DistEnv(), 2, "dac"), dist_grads.compute(DistEnv(), 1, "dac"))
+
+
+def test_an_image_array_reads_dense_captions_from_the_scenes_beside_it_and_a_stray_field_key_is_refused(tmp_path, capsys):
+    """What `compclip world generate` writes: `images.npy` with `scenes.jsonl`, whose records hold the field; a
+    `--field-key` of a field the method does not read is refused, naming the ones it does."""
+    import numpy as np
+
+    np.save(tmp_path / "images.npy", np.zeros((2, 8, 8, 3), dtype=np.uint8))
+    (tmp_path / "scenes.jsonl").write_text("".join(json.dumps({"caption": f"scene {i}", "dense_captions": [f"object {i}"]}) + "\n"
+                                                   for i in range(2)))
+    reader = open_reader(tmp_path / "images.npy", fields={"dense_captions": "dense_captions"})
+    assert [s["dense_captions"] for s in reader] == [["object 0"], ["object 1"]]
+    code, _, err = run_main(capsys, "train", "--method", "dac", "--model", "compclip-tiny-siglip", "--train-data",
+                            tmp_path / "images.npy", "--field-key", "dense=x", "--steps", "1", "--out", tmp_path / "run")
+    assert code == 2 and "error: --field-key dense: method dac reads dense_captions" in err, err

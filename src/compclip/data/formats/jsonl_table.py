@@ -43,7 +43,7 @@ class JsonlReader(TextTableReader):
             else:
                 rel = value.get(self.image_key)
                 yield where, image_path(self.image_root, rel.strip()) if isinstance(rel, str) and rel.strip() else None, \
-                    value.get(self.caption_key), None, {name: value[key] for name, key in self.fields.items() if key in value}
+                    value.get(self.caption_key), None, {name: value[key] for name, key in self.fields.items() if key in value} or None
 
 
 def captions(path: str, caption_key: str) -> Iterator[Any]:

@@ -182,7 +182,7 @@ class WebDatasetReader(ImageTextReader):
         extra = {name: meta[key] for name, key in self.fields.items() if isinstance(meta, dict) and key in meta}
         if CONCEPTS_MEMBER in sample:
             extra["concepts"] = sample[CONCEPTS_MEMBER]
-        return where, image, caption, extra
+        return where, image, caption, extra or None
 
     def concept_fields(self) -> tuple[str, ...] | None:
         """The concept fields the shards carry (`compclip concepts --into-shards`), judged by the first sample; None if none."""
