@@ -20,11 +20,15 @@ CAPTIONS = [
     "a small bird under a large umbrella near a tree",
     "a cup",
 ]
+# each caption's dense captions (DAC's data field), a method that reads none ignores them
+DENSE = [["the couch is red", "a white wooden table"], ["a man on a brown horse", "waves on a sandy beach"], [],
+         ["two small dogs sleeping", "a black cat", "a soft bed"], ["a blue car parked"], ["a bright light"],
+         ["a small yellow bird", "a large umbrella"], ["a cup on a table"]]
 
 
 # every term weighs in; C2LIP's attribute-swap negatives too (local to their image: accumulated, never gathered)
 OPTIONS = {"c2lip": {"lambda_xac": 1.0, "npc_negatives": "swap_attributes"}, "hardneg": {"negatives": 2}, "negclip": {"negatives": 2},
-           "svlc": {"negatives": 2}}
+           "svlc": {"negatives": 2}, "dac": {"mil_batch": 3}}
 
 
 def compute(env, accum: int = 1, method_name: str = "c2lip", device: str = "cpu"):
@@ -51,7 +55,8 @@ def compute(env, accum: int = 1, method_name: str = "c2lip", device: str = "cpu"
     rows = list(range(env.rank * per, (env.rank + 1) * per))
     size = per // accum
     micro = [
-        method.collate([{"image": images[i], "caption": CAPTIONS[i]} for i in rows[k * size : (k + 1) * size]], tokenizer)
+        method.collate([{"image": images[i], "caption": CAPTIONS[i], "dense_captions": DENSE[i]} for i in rows[k * size : (k + 1) * size]],
+                       tokenizer)
         for k in range(accum)
     ]
     micro = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()} for batch in micro]

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from dist_grads import CAPTIONS, OPTIONS
+from dist_grads import CAPTIONS, DENSE, OPTIONS
 
 
 def step(method: str, rank: int = 0, world_size: int = 1):
@@ -22,6 +22,7 @@ def step(method: str, rank: int = 0, world_size: int = 1):
         CECLIPLoss,
         CLICLoss,
         CLIPLoss,
+        DACLoss,
         HardNegativeLoss,
         NegCLIPLoss,
         OCCLIPLoss,
@@ -33,6 +34,7 @@ def step(method: str, rank: int = 0, world_size: int = 1):
         relation_negative,
         rule_based_negatives,
         swap_negatives,
+        word_list_negative,
     )
     from compclip.methods.c2lip import Options as C2LIPOptions
     from compclip.methods.text import caption_rng
@@ -88,6 +90,22 @@ def step(method: str, rank: int = 0, world_size: int = 1):
     elif method == "svlc":  # each image's rule-based negatives, every rank's a column of every row
         texts, owners = negatives(lambda c: rule_based_negatives(c, k=opts["negatives"]))
         loss = sum(SVLCLoss(**ddp)(image, text, encode(texts), owners, scale).values())
+    elif method == "dac":  # per caption, from one seeded generator: its negative, its dense texts drawn, their negatives
+        k, dense, drawn_negatives, made = opts["mil_batch"], [], [], []
+        for caption, own in zip(captions, DENSE[rank * per : (rank + 1) * per], strict=True):
+            rng = caption_rng(0, "dac", caption)
+            made.append(word_list_negative(caption, rng))
+            texts = rng.choices([*own, caption], k=k)
+            dense += texts
+            drawn_negatives += [word_list_negative(t, rng) for t in texts]
+        mask = torch.tensor([float(m is not None) for m in made])
+        caption_negatives = encode([m or c for m, c in zip(made, captions, strict=True)]) * mask[:, None]
+        tokens = tokenizer([n or "" for n in drawn_negatives])
+        exists = torch.tensor([n is not None for n in drawn_negatives])
+        zeroed = tokens * exists[:, None]  # the released all-zero token row where a text has no negative
+        dense_negatives = F.normalize(model.encode_text(zeroed), dim=-1).view(per, k, -1)
+        loss = sum(DACLoss(**ddp)(image, text, caption_negatives, mask, encode(dense).view(per, k, -1), dense_negatives,
+                                  exists.float().view(per, k), scale).values())
     elif method == "occlip":
         batch = occlip.collate([{"image": im, "caption": c} for im, c in zip(images, captions, strict=True)], tokenizer)
         out = occlip.outputs(model, batch)  # the graphs' node and relation texts, encoded by the text tower

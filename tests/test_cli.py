@@ -297,8 +297,8 @@ TRAIN_CASES = {
                                         ["--method-opt negatives=two: expected int"]),
     "method option without a value": (["--method-opt", "negatives"], ["--method-opt 'negatives': expected KEY=VALUE"]),
     "unknown method": (["--method", "c3lip"],
-                       ["unknown method 'c3lip' (did you mean clip or c2lip?); known: attswap, c2lip, ceclip, clic, clip, hardneg, "
-                        "negclip, occlip, siglip, svlc"]),
+                       ["unknown method 'c3lip' (did you mean clip or c2lip?); known: attswap, c2lip, ceclip, clic, clip, dac, "
+                        "hardneg, negclip, occlip, siglip, svlc"]),
     **({} if torch.cuda.is_available() else {"cuda without a GPU": (["--device", "cuda"], ["--device cuda: torch sees no GPU here"])}),
 }
 
@@ -577,11 +577,13 @@ def test_methods_lists_every_method_and_its_options(capsys):
     assert code == 0
     for name in list_methods():
         fields = dataclasses.fields(method_options(name))
-        assert re.search(rf"^{name}( \(reads concepts: --what [a-z,-]+\))?(: no options)?$", out, re.M)
+        assert re.search(rf"^{name}( \(reads concepts: --what [a-z,-]+\))?( \(reads data fields: [a-z_, ]+; --field-key NAME=KEY\))?"
+                         r"(: no options)?$", out, re.M)
         assert bool(fields) != bool(re.search(rf"^{name}.*: no options$", out, re.M))
         for f in fields:
             assert f"  {f.name}={f.default}: {f.metadata['help']}" in out
     assert "\nnegclip (reads concepts: --what noun-phrases,pos)\n" in out and "\nsiglip: no options" in out
+    assert "\ndac (reads data fields: dense_captions; --field-key NAME=KEY)\n" in out
 
 
 def test_eval_precision_is_recorded_and_bf16_scores_close_to_fp32(tmp_path):

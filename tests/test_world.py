@@ -76,6 +76,13 @@ def test_captions_are_true_of_their_images(world):
             else:
                 assert relation(first, second) == rel
         assert rec["phrases"] == [f"a {o.size} {o.color} {o.shape}" for o in scene.objects]
+        # DAC's dense captions: the phrases, then a true statement about each pair of horizontal neighbours
+        dense = rec["dense_captions"]
+        assert dense[: len(scene.objects)] == rec["phrases"] and len(dense) == 2 * len(scene.objects) - 1
+        for said in dense[len(scene.objects):]:
+            c1, s1, rel, c2, s2 = re.fullmatch(rf"a (\w+) (\w+) ({RELS}) a (\w+) (\w+)", said).groups()
+            assert any(relation(a, b) == rel for a in scene.objects for b in scene.objects
+                       if (a.color, a.shape, b.color, b.shape) == (c1, s1, c2, s2)), said
         image = np.load(world / "train" / "images.npy", mmap_mode="r")[rec["index"]]
         for o in scene.objects:  # the centre pixel of every shape has its colour
             assert tuple(image[int(o.y * CFG.size), int(o.x * CFG.size)]) == COLORS[o.color]

@@ -381,12 +381,14 @@ def methods() -> None:
     """
     import dataclasses
 
-    from .methods import list_methods, method_concept_fields, method_options
+    from .methods import build_method, list_methods, method_concept_fields, method_options
 
     for name in list_methods():
         fields = dataclasses.fields(method_options(name))
         needs = method_concept_fields(name)
         reads = f" (reads concepts: --what {','.join(f.replace('_', '-') for f in needs)})" if needs else ""
+        data = build_method(name).sample_fields  # what its parts declare: a list of texts per record, by these names
+        reads += f" (reads data fields: {', '.join(data)}; --field-key NAME=KEY)" if data else ""
         typer.echo(f"{name}{reads}" if fields else f"{name}{reads}: no options")
         for f in fields:
             typer.echo(f"  {f.name}={f.default}: {f.metadata['help']}")

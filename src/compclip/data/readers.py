@@ -138,6 +138,20 @@ def _bad_caption(caption: Any) -> str | None:
     return None
 
 
+def bad_texts(value: Any) -> str | None:
+    """What is wrong with a data field of texts a method declares (`LossPart.sample_fields`: DAC's dense captions), or None:
+    it must be a list of texts that are not empty, in UTF-8 (an empty list is a sample with none)."""
+    if value is _ABSENT:
+        return "absent"
+    if not isinstance(value, list):
+        return f"a {type(value).__name__}, not a list of texts"
+    bad = next((t for t in value if not isinstance(t, str) or not t.strip() or undecodable(t)), None)
+    return None if bad is None else f"holds {bad!r}, not a text"
+
+
+_ABSENT = object()  # a declared field the record does not have
+
+
 def part_of(items: Iterable[Any], index: int, count: int) -> Iterator[Any]:
     """Every `count`-th item from `index` on: a process's (and DataLoader worker's) part of the data, `shard_position`'s."""
     return itertools.islice(items, index, None, count)
@@ -182,6 +196,9 @@ class ImageTextReader(IterableDataset):
       some captions only, a keyword's subset).
     - `partners`: each sample also carries a `partner` drawn from the whole data (`record_at`; refused here for a
       reader that cannot draw one).
+    - `fields`: the data fields a method declares (`LossPart.sample_fields`), each by the record's key that holds it
+      (name: key): every sample carries each one under its name, a record whose value is not a list of texts (`bad_texts`)
+      is a bad record; only a format whose `DataFormat.fields` says so takes any (`open_reader` refuses the others).
     - `resampled` (webdataset shards): samples an epoch (yielded: a skipped record is none), drawn with replacement (0:
       each shard once, in order), each part's share rounded up to whole batches of `batch_size` (the DataLoader's, which
       drops a worker's last partial batch), as open_clip gives each worker `ceil(batches / workers)`: an epoch is never
@@ -193,8 +210,10 @@ class ImageTextReader(IterableDataset):
     """
 
     def __init__(self, name: str, transform: Callable | None = None, *, sample_seed: int | None = None, shuffle: int = 0,
-                 admit: Callable[[str], bool] | None = None, partners: bool = False, resampled: int = 0, batch_size: int = 1):
+                 admit: Callable[[str], bool] | None = None, partners: bool = False, resampled: int = 0, batch_size: int = 1,
+                 fields: dict[str, str] | None = None):
         super().__init__()
+        self.fields = dict(fields or {})
         self.name, self.transform = name, transform
         self.skips = SkipCounter(name)
         self.sample_seed, self.shuffle, self.admit, self.partners, self.resampled = sample_seed, shuffle, admit, partners, resampled
@@ -244,9 +263,9 @@ class ImageTextReader(IterableDataset):
         return type(self).record_at is not ImageTextReader.record_at
 
     def records(self) -> Iterator[tuple[str, Any, Any, Any]]:
-        """Yield `(where, image, caption, concepts)` for this process's part (`self.shard()`, taken by `part_of`): image a
-        path or bytes (None if absent), concepts the sample's own concept record as JSON bytes (`compclip concepts
-        --into-shards`) or None."""
+        """Yield `(where, image, caption, extra)` for this process's part (`self.shard()`, taken by `part_of`): image a
+        path or bytes (None if absent), extra None or what the record holds beside them, a dict: `concepts`, the sample's
+        own concept record as JSON bytes (`compclip concepts --into-shards`), and each of `fields` by its name."""
         raise NotImplementedError
 
     def shard(self) -> tuple[int, int]:
@@ -258,10 +277,10 @@ class ImageTextReader(IterableDataset):
         skip = self.resume_positions.get(shard, 0)
         part_seed = ((self.sample_seed or 0) + self.epoch) * 1_000_003 + shard  # this epoch's part of the data
         due = self.samples_due()
-        for pos, (where, image, caption, concepts) in self._numbered(part_seed, skip):
+        for pos, (where, image, caption, extra) in self._numbered(part_seed, skip):
             if self.sample_seed is not None:  # the CPU generator alone: torch.manual_seed also queues lazy CUDA/XPU
                 torch.default_generator.manual_seed((part_seed * 1_000_000_007 + pos) % SEED_SPAN)  # 0.14 ms a sample
-            sample = self._make(where, image, caption, concepts)
+            sample = self._make(where, image, caption, extra)
             if sample is not None and self.partners:
                 sample["partner"] = self._partner(sample, random.Random(part_seed * 1_000_000_009 + pos))
             if sample is not None:
@@ -313,7 +332,7 @@ class ImageTextReader(IterableDataset):
             raise DataError(f"{self.name}: {tries} records drawn as {sample['key']}'s partner, none of them a usable sample")
         return found
 
-    def _make(self, where: str, image: Any, caption: Any, concepts: bytes | None = None, skips: Any = None) -> Sample | None:
+    def _make(self, where: str, image: Any, caption: Any, extra: dict[str, Any] | None = None, skips: Any = None) -> Sample | None:
         skips = self.skips if skips is None else skips
         reason = _bad_caption(caption)
         if reason:
@@ -322,7 +341,14 @@ class ImageTextReader(IterableDataset):
         if self.admit is not None and not self.admit(caption.strip()):
             skips.skip("not_admitted", where, repr(caption)[:80])
             return None
-        record = None
+        extra = extra or {}
+        declared = {name: extra.get(name, _ABSENT) for name in self.fields}
+        for name, value in declared.items():
+            reason = bad_texts(value)
+            if reason:
+                skips.skip("bad_record", where, f"field {self.fields[name]!r}: {reason}")
+                return None
+        record, concepts = None, extra.get("concepts")
         if concepts is not None:
             try:
                 record = record_from_json(json.loads(concepts))
@@ -351,6 +377,7 @@ class ImageTextReader(IterableDataset):
         fields = view if isinstance(view, dict) else {"image": view}  # a transform may give several views
         if record is not None:
             fields["concepts"] = record
+        fields.update({name: [t.strip() for t in value] for name, value in declared.items()})
         return {**fields, "caption": caption.strip(), "key": where}
 
     def stats(self) -> dict[str, int]:
@@ -366,7 +393,8 @@ class ImageTextReader(IterableDataset):
 
 class TableReader(ImageTextReader):
     """A file of records a row each (a CSV, JSON lines): subclasses give `_rows_of`, every row as (where, image path or
-    None, caption, None), or for a malformed row (where, None, None, what is wrong with it). Its rows are held in memory
+    None, caption, None), or for a malformed row (where, None, None, what is wrong with it); a format that holds `fields`
+    gives a fifth, the record's fields by name (`records`' extra). Its rows are held in memory
     for `record_at` and the shuffled order once either reads one (`TextTableReader` holds where each starts instead)."""
 
     def _rows_of(self) -> Iterator[tuple[str, Any, Any, str | None]]:
@@ -385,22 +413,23 @@ class TableReader(ImageTextReader):
         return self._all_rows()[index]
 
     def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
-        return (*self._row_at(index)[:3], None)
+        row = self._row_at(index)
+        return (*row[:3], row[4] if len(row) > 4 else None)
 
     def records(self):
-        for where, image, caption, malformed in part_of(self._rows_of(), *self.shard()):
+        for where, image, caption, malformed, *extra in part_of(self._rows_of(), *self.shard()):
             if malformed:
                 self.skips.skip("bad_record", where, malformed)
                 continue
-            yield where, image, caption, None
+            yield where, image, caption, extra[0] if extra else None
 
     def records_in(self, order: np.ndarray, first: int = 0) -> Iterator[tuple[int, tuple[str, Any, Any, Any]]]:
         for pos in range(first, len(order)):
-            where, image, caption, malformed = self._row_at(int(order[pos]))
+            where, image, caption, malformed, *extra = self._row_at(int(order[pos]))
             if malformed:
                 self.skips.skip("bad_record", where, malformed)
                 continue
-            yield pos, (where, image, caption, None)
+            yield pos, (where, image, caption, extra[0] if extra else None)
 
 
 class TextTableReader(TableReader):
@@ -538,7 +567,9 @@ class DataFormat:
       shard that cannot be read is a bad record), the count of records is unknown, and `--dataset-resampled` may draw
       the shards with replacement;
     - `decoded`: its images arrive decoded (arrays), for a transform that takes a batch of them (`BatchedView`);
-    - `concept_fields(path, caption_key)`: the concept fields its samples carry themselves, or None.
+    - `concept_fields(path, caption_key)`: the concept fields its samples carry themselves, or None;
+    - `fields`: its records can hold the data fields a method declares (lists of texts: JSON lines, a shard's json), read by
+      its reader's `fields` (`open_reader` refuses them to the others).
     """
 
     name: str
@@ -553,6 +584,7 @@ class DataFormat:
     streamed: bool = False
     decoded: bool = False
     concept_fields: Callable[[str, str], tuple[str, ...] | None] = lambda path, caption_key: None
+    fields: bool = False
 
     def missing_file(self, path: str) -> str | None:
         """The first file `path` names that is not there (None for a streamed format, whose shards are read as met)."""
@@ -578,8 +610,15 @@ def data_format(path: str | os.PathLike) -> DataFormat:
 
 def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kwargs) -> ImageTextReader:
     """The reader of `path`'s format (`data_format`). `kwargs`: the format's own (its `options`: columns, caption key,
-    image root) and the stages' (`ImageTextReader`'s: sample_seed, shuffle, admit, partners, resampled, batch_size)."""
-    return data_format(path).reader(str(path), transform=transform, **kwargs)
+    image root) and the stages' (`ImageTextReader`'s: sample_seed, shuffle, admit, partners, resampled, batch_size,
+    fields). Data fields (`fields`) from a format that cannot hold them are refused, naming them and where they can be."""
+    found = data_format(path)
+    if kwargs.get("fields") and not found.fields:
+        name, key = next(iter(kwargs["fields"].items()))
+        raise UsageError(f"{path}: the method reads a field {name!r} per sample (a list of texts), which {found.describe} cannot "
+                         f"hold: write the data as JSON lines with a {key!r} list in each record ({{\"image\": ..., \"caption\": ..., "
+                         f"\"{key}\": [...]}}), or webdataset shards whose .json holds it")
+    return found.reader(str(path), transform=transform, **kwargs)
 
 
 def reader_options(path: str | os.PathLike, **given: Any) -> dict[str, Any]:

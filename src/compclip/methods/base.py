@@ -73,6 +73,9 @@ class LossPart(nn.Module):
     locks_image = False  # trains with the image tower frozen
     alone = False  # changes the inputs themselves (CLIC's image pairs): no other part may see them
     wants_partners = False  # each sample also carries a `partner` drawn by the reader from the whole data (its concepts too)
+    # data fields each sample carries beyond (image, caption), lists of texts the reader takes from the record by these
+    # names (`--field-key NAME=KEY` maps one to another key): DAC's dense captions; `prepare` finds them in `samples`
+    sample_fields: tuple[str, ...] = ()
     # A part may own modules (nn.Module attributes, made in `bind`), used in its loss terms (`forward`): the optimizer
     # trains them at these rates (None: the run's), DDP wraps them, checkpoints save them as `method.safetensors`
     # and a resumed run restores them.
@@ -144,6 +147,7 @@ class Method(nn.Module):
         self.reads_captions = any(p.reads_captions for p in kept)
         self.uses_concepts = any(p.uses_concepts for p in kept)
         self.wants_partners = any(p.wants_partners for p in kept)
+        self.sample_fields = tuple(dict.fromkeys(f for p in kept for f in p.sample_fields))
         self.token_fields = tuple(dict.fromkeys(("text", *(f for p in kept for f in p.token_fields))))
         self.concepts = concepts
         self._missing = 0  # captions without a concept record, counted per process

@@ -27,6 +27,7 @@ negatives after cutting them off the texts, so that its runs on several GPUs tra
 """
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,7 +54,11 @@ def rule_based_negatives(caption: str, k: int = 1, seed: int = 0, types: Sequenc
     """The released `Negatives.create_negs` on `caption`: up to `k` negatives, each one whole word of one drawn list
     replaced by another word of that list. `replace`: "substring" (the released `str.replace`, every occurrence, inside
     other words too) or "word" (whole-word occurrences only). The draws come from (seed, caption)."""
-    rng = caption_rng(seed, caption)
+    return list_negatives(caption, caption_rng(seed, caption), k, types, replace)
+
+
+def list_negatives(caption: str, rng: random.Random, k: int = 1, types: Sequence[str] = TYPES, replace: str = "substring") -> list[str]:
+    """`rule_based_negatives` drawing from `rng`: DAC draws a caption's negative and its dense texts' from one generator."""
     present = [t for t in types if any(w in caption for w in LISTS[t])]  # is_positive: a substring test
     words = LISTS[rng.choice(present) if present else types[0]]
     tokens = caption.split()

@@ -45,6 +45,9 @@ class TrainConfig:
     image_key: str = option("image", "CSV/TSV image column.", aliases=("--csv-img-key",))
     caption_key: str = option("caption", "CSV/TSV caption column, webdataset json field, or JSONL field (.npy).",
                               aliases=("--csv-caption-key",))
+    field_keys: dict[str, str] = option(help="NAME=KEY, repeatable: the record key (JSONL, a shard's json) holding the method's "
+                                             "data field NAME, e.g. dense_captions=llm_captions (`compclip methods` lists "
+                                             "each method's fields).  [default: NAME itself]", flag="--field-key", factory=dict)
     image_root: str | None = option(None, "Folder the CSV/JSON image paths are relative to.  [default: the data file's folder, "
                                           "or its images/]")
     batch_size: int = option(32, "Images per process and micro-batch.")
@@ -329,7 +332,7 @@ OPEN_CLIP_ELSEWHERE = {
 HELP_GROUPS = {
     "Model": ("model", "pretrained", "force_quick_gelu", "force_context_length", "force_image_size", "force_patch_dropout",
               "force_custom_text", "lock_image", "lock_image_unlocked_groups", "lock_text", "grad_checkpointing", "torchcompile"),
-    "Data": ("train_data", "concepts", "image_key", "caption_key", "image_root", "train_num_samples", "dataset_resampled",
+    "Data": ("train_data", "concepts", "image_key", "caption_key", "field_keys", "image_root", "train_num_samples", "dataset_resampled",
              "workers", "shuffle", "min_concept_coverage"),
     "Method": ("method", "recipe", "method_options"),
     "Optimisation": ("batch_size", "accum_freq", "global_batch_size", "steps", "epochs", "lr", "warmup", "warmup_fraction",
@@ -365,6 +368,16 @@ def reader_kwargs(cfg: TrainConfig, data: str, image_root: str | None) -> dict[s
     from ..data import reader_options
 
     return reader_options(data, image_key=cfg.image_key, caption_key=cfg.caption_key, image_root=image_root)
+
+
+def data_fields(cfg: TrainConfig, declared: tuple[str, ...]) -> dict[str, str]:
+    """The data fields the method declares, each with the record key that holds it (`--field-key NAME=KEY`, else its
+    name), for the reader's `fields`; a --field-key the method does not read is refused, naming those it does."""
+    unknown = sorted(set(cfg.field_keys) - set(declared))
+    if unknown:
+        reads = f"reads {', '.join(declared)}" if declared else "reads no data field"
+        raise UsageError(f"--field-key {unknown[0]}: method {cfg.method} {reads}")
+    return {name: cfg.field_keys.get(name, name) for name in declared}
 
 
 def check_device(device: str | None) -> None:

@@ -43,7 +43,7 @@ from ..models.checkpoint import (
 from ..models.tokens import TextWidth, text_width
 from ..precision import autocast, input_dtype, weights_precision
 from ..progress import progress
-from .config import TrainConfig, reader_kwargs
+from .config import TrainConfig, data_fields, reader_kwargs
 from .coverage import Coverage, check_coverage
 from .distributed import DistEnv, init_distributed, leave
 from .evaluation import RunEvaluation, keep_if_best
@@ -80,7 +80,9 @@ class Trainer:
         self.epoch_records: dict[str, int] = {}
         # one reader over the whole data for what set-up counts and hashes: a CSV parsed once for both, its rows let go
         # after set-up (the loader's own reader comes later, with the transform)
-        whole = open_reader(given.train_data, **reader_kwargs(given, given.train_data, given.image_root), admit=self.method.admits)
+        fields = data_fields(given, self.method.sample_fields)
+        whole = open_reader(given.train_data, **reader_kwargs(given, given.train_data, given.image_root), admit=self.method.admits,
+                            fields=fields)
         self.cfg = cfg = given.resolved(self.env.world_size, lambda: self._records_an_epoch(whole, given))
         self.out = Path(cfg.out)
         self.run_folder = RunFolder(self.out)  # its layout
@@ -131,7 +133,7 @@ class Trainer:
         self.reader = open_reader(cfg.train_data, transform=self.view or transform or train_preprocess(model),
                                   **reader_kwargs(cfg, cfg.train_data, cfg.image_root), sample_seed=cfg.seed * 1000,
                                   shuffle=cfg.shuffle, admit=self.method.admits,
-                                  partners=self.method.wants_partners,
+                                  partners=self.method.wants_partners, fields=fields,
                                   resampled=(cfg.train_num_samples or whole_run) if cfg.dataset_resampled else 0,
                                   batch_size=cfg.batch_size)
         self.reader.check_partners()  # the reader's own reason, before a DataLoader worker would meet it

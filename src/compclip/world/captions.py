@@ -36,6 +36,13 @@ def short_phrases(scene: Scene) -> list[str]:
     return [f"a {_name(o)}" for o in scene.objects]
 
 
+def dense_captions(scene: Scene) -> list[str]:
+    """A scene's dense captions (DAC's data field): one noun phrase per object and one statement per pair of horizontal
+    neighbours, left to right, as a segment captioner and an LLM's sentences describe parts of a photo."""
+    order = sorted(scene.objects, key=lambda o: o.x)
+    return [*short_phrases(scene), *(pair_statement(a, b).text() for a, b in itertools.pairwise(order))]
+
+
 def single_captions(scene: Scene, index: int) -> dict[str, str]:
     """A single object's short captions: `shape_caption` names only its shape; `caption` names its colour
     and shape, its shape or its colour, in turn by `index`."""

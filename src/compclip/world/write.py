@@ -2,7 +2,7 @@
 
 - `train/` and `val/`: `images.npy` (uint8, N × size × size × 3, read memory-mapped by
   `compclip.data.ArrayReader`: no image decoding while training) and `scenes.jsonl` (one record
-  per image: scene, caption, phrases);
+  per image: scene, caption, phrases, and `dense_captions`, the objects' phrases and the neighbours' statements, for DAC);
 - `singles/` (`n_singles` > 0): single objects of the seen pairings in the same format, with short
   captions for a base's curriculum: `shape_caption` names only the shape ("a star"), `caption` cycles
   through "a red star", "a star" and "something red". Colour alone finds a scene in a contrastive batch,
@@ -33,13 +33,13 @@ from ..eval.benchmarks.sugarcrepe import SPLITS as SC_SPLITS
 from ..eval.benchmarks.sugarcrepe_pp import SPLITS as SCPP_SPLITS
 from ..io import atomic_path, write_json
 from ..progress import progress
-from .captions import holds, long_caption, negatives, pair_statement, short_phrases, single_captions
+from .captions import dense_captions, holds, long_caption, negatives, pair_statement, short_phrases, single_captions
 from .config import WorldConfig, heldout_count
 from .scene import COLORS, SHAPES, Scene, place, render
 
 # of the benchmark files: 2 keeps the seen split's negatives to seen pairings, 3 links each zero-shot image's colour copy to its
-# shape copy; a world of another format is made again
-FORMAT = 3
+# shape copy, 4 adds each scene's dense captions; a world of another format is made again
+FORMAT = 4
 SPLIT_CODES = {"train": 1, "val": 2, "test_seen": 3, "test_unseen": 4, "zs_seen": 5, "zs_unseen": 6, "singles": 7}
 
 
@@ -79,7 +79,8 @@ def _work(task: tuple[WorldConfig, str, int, str | None, list]) -> tuple[dict[st
         record = {"index": index, "scene": scene.to_dict(), **single_captions(scene, index)}
     else:
         caption = caption_of(scene, cfg)
-        record = {"index": index, "scene": scene.to_dict(), "caption": caption, "phrases": short_phrases(scene)}
+        record = {"index": index, "scene": scene.to_dict(), "caption": caption, "phrases": short_phrases(scene),
+                  "dense_captions": dense_captions(scene)}
     return record, None if path is not None else image.tobytes()
 
 

@@ -1,4 +1,5 @@
-"""Decoded images in `.npy` arrays with their captions in a JSONL beside each: what `compclip world generate` writes."""
+"""Decoded images in `.npy` arrays with their captions in a JSONL beside each: what `compclip world generate` writes
+(its records hold a method's data fields too: the world's `dense_captions`)."""
 from __future__ import annotations
 
 import os
@@ -25,7 +26,7 @@ def captions_beside(array: Path) -> Path:
 class ArrayReader(ImageTextReader):
     """Decoded images in a `.npy` array (uint8, N × H × W × 3), read memory-mapped, and their captions: the
     `caption` field of each line of a JSONL beside it (default `scenes.jsonl`), line i for image i (blank lines are no
-    lines, as in every JSON lines file compclip reads).
+    lines, as in every JSON lines file compclip reads), and the data fields a method declares from the same line.
 
     What `compclip world generate` writes for training: nothing is decoded while training. Several arrays
     joined by `::` (open_clip's way of naming several sources) read as one, each with the JSONL beside it,
@@ -39,7 +40,7 @@ class ArrayReader(ImageTextReader):
         if captions and len(self.paths) > 1:
             raise UsageError(f"{path}: several arrays take their captions from the scenes.jsonl beside each, not from {captions}")
         caption_paths = [Path(captions)] if captions else [captions_beside(p) for p in self.paths]
-        self.images, self.captions = [], []
+        self.images, self.captions, self.extras = [], [], []
         for array, lines in zip(self.paths, caption_paths, strict=True):
             for p in (array, lines):
                 if not p.is_file():
@@ -51,11 +52,17 @@ class ArrayReader(ImageTextReader):
                                 "(N, H, W, 3), as `compclip world generate` writes them") from None
             if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
                 raise DataError(f"{array}: expected uint8 images of shape (N, H, W, 3), found {images.dtype} {images.shape}")
-            captions_ = [item.get(caption_key) if isinstance(item, dict) else None for _, item in json_lines(lines)]
+            items = [item if isinstance(item, dict) else {} for _, item in json_lines(lines)]
+            missing = [key for key in self.fields.values() if items and key not in items[0]]
+            if missing:  # judged by the first record, as a JSONL's: a wrong key would otherwise skip every record
+                raise DataError(f"{lines}: no field {missing} in its first record (fields: {list(items[0])}); set --field-key "
+                                "NAME=KEY")
+            captions_ = [item.get(caption_key) for item in items]
             if len(captions_) != len(images):
                 raise DataError(f"{lines}: {len(captions_)} captions for the {len(images)} images of {array}")
             self.images.append(images)
             self.captions.append(captions_)
+            self.extras.append([{name: item[key] for name, key in self.fields.items() if key in item} for item in items])
         sizes = [len(c) for c in self.captions]
         # record k of source s sits at (k + 0.5) / size: sorted together, the sources interleave evenly
         at = np.concatenate([(np.arange(n) + 0.5) / n for n in sizes])
@@ -78,7 +85,7 @@ class ArrayReader(ImageTextReader):
 
     def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
         source, i = self.order[index].tolist()
-        return f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], None
+        return f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], self.extras[source][i]
 
     def records(self):
         for k in part_of(range(len(self.order)), *self.shard()):
@@ -97,4 +104,4 @@ def _captions(path: str, caption_key: str) -> Iterator[Any]:
 
 FORMATS.register("image_array", DataFormat(
     "image_array", "an image .npy", is_image_array, ArrayReader, ("caption_key",), _captions,
-    count=lambda path: ArrayReader(path).num_records(), files=_files, joins=True, decoded=True))
+    count=lambda path: ArrayReader(path).num_records(), files=_files, joins=True, decoded=True, fields=True))

@@ -1,6 +1,7 @@
 """JSON lines of image paths and captions, a record a line (`{"image": "a.jpg", "caption": "a red couch"}`): what caption
 dumps and metadata exports often are. Images are found as a CSV's (relative to the file's folder or `--image-root`), and
-`--image-key` / `--caption-key` name the fields."""
+`--image-key` / `--caption-key` name the fields. A record may hold the data fields a method declares, lists of texts
+(DAC's `{"dense_captions": ["...", ...]}`), each under its name or the key `--field-key NAME=KEY` gives."""
 from __future__ import annotations
 
 import json
@@ -25,9 +26,10 @@ class JsonlReader(TextTableReader):
         self.image_key, self.caption_key = image_key, caption_key
         self.image_root = Path(image_root) if image_root else self.path.parent
         first = next((value for _, value in json_lines(self.path) if isinstance(value, dict)), None)
-        missing = [k for k in (image_key, caption_key) if first is not None and k not in first]
+        missing = [k for k in (image_key, caption_key, *self.fields.values()) if first is not None and k not in first]
         if missing:  # judged by the first record, as a CSV by its header: a wrong key would otherwise skip every record
-            raise DataError(f"{self.path}: no field {missing} in its first record (fields: {list(first)}); set --image-key / --caption-key")
+            raise DataError(f"{self.path}: no field {missing} in its first record (fields: {list(first)}); set --image-key / "
+                            "--caption-key / --field-key NAME=KEY")
 
     def _starts(self) -> np.ndarray:
         return json_line_starts(self.path)
@@ -41,7 +43,7 @@ class JsonlReader(TextTableReader):
             else:
                 rel = value.get(self.image_key)
                 yield where, image_path(self.image_root, rel.strip()) if isinstance(rel, str) and rel.strip() else None, \
-                    value.get(self.caption_key), None
+                    value.get(self.caption_key), None, {name: value[key] for name, key in self.fields.items() if key in value} or None
 
 
 def captions(path: str, caption_key: str) -> Iterator[Any]:
@@ -51,4 +53,4 @@ def captions(path: str, caption_key: str) -> Iterator[Any]:
 
 FORMATS.register("jsonl", DataFormat(
     "jsonl", ".jsonl", lambda path: Path(path).suffix.lower() == ".jsonl", JsonlReader, ("image_key", "caption_key", "image_root"),
-    captions, count=lambda path: sum(1 for _ in json_lines(Path(path)))))
+    captions, count=lambda path: sum(1 for _ in json_lines(Path(path))), fields=True))

@@ -1,5 +1,6 @@
 """webdataset tar shards (open_clip's `--dataset-type webdataset`): an image plus `txt`, or `json` with a caption field;
-brace patterns expand, and any URL webdataset opens (`pipe:` too) is read as a stream."""
+brace patterns expand, and any URL webdataset opens (`pipe:` too) is read as a stream. The `json` may hold the data
+fields a method declares (DAC's `dense_captions`), lists of texts."""
 from __future__ import annotations
 
 import json
@@ -174,10 +175,14 @@ class WebDatasetReader(ImageTextReader):
         image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
         try:
             caption = sample_caption(sample, self.caption_key)
-        except json.JSONDecodeError as e:
+            meta = json.loads(sample["json"]) if self.fields and "json" in sample else {}
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             self.skips.skip("bad_record", where, f"json: {e}")
             return None
-        return where, image, caption, sample.get(CONCEPTS_MEMBER)
+        extra = {name: meta[key] for name, key in self.fields.items() if isinstance(meta, dict) and key in meta}
+        if CONCEPTS_MEMBER in sample:
+            extra["concepts"] = sample[CONCEPTS_MEMBER]
+        return where, image, caption, extra or None
 
     def concept_fields(self) -> tuple[str, ...] | None:
         """The concept fields the shards carry (`compclip concepts --into-shards`), judged by the first sample; None if none."""
@@ -190,5 +195,5 @@ class WebDatasetReader(ImageTextReader):
 FORMATS.register("webdataset", DataFormat(
     "webdataset", ".tar shards (brace patterns expand)", is_tar_shards, WebDatasetReader, ("caption_key",),
     lambda path, caption_key: (caption for _, _, caption, _ in WebDatasetReader(path, caption_key=caption_key).records()),
-    files=shard_urls, joins=True, streamed=True,
+    files=shard_urls, joins=True, streamed=True, fields=True,
     concept_fields=lambda path, caption_key: WebDatasetReader(path, caption_key=caption_key).concept_fields()))
