@@ -445,11 +445,14 @@ class Trainer:
 
 
 def carried_concepts(cfg: TrainConfig) -> Any:
-    """Shards from `compclip concepts --into-shards` carry each sample's record: no store is needed."""
+    """Shards from `compclip concepts --into-shards` carry each sample's record: no store is needed. (Their reader, which
+    brings spaCy, is imported only for such shards: a run without them does not load it.)"""
+    fields = data_format(cfg.train_data).concept_fields(cfg.train_data, cfg.caption_key)
+    if not fields:
+        return None
     from ..concepts import SampleConcepts
 
-    fields = data_format(cfg.train_data).concept_fields(cfg.train_data, cfg.caption_key)
-    return SampleConcepts(fields, cfg.train_data) if fields else None
+    return SampleConcepts(fields, cfg.train_data)
 
 
 def compile_blocks(model: torch.nn.Module) -> None:
