@@ -495,6 +495,21 @@ def test_the_command_line_imports_nothing_heavy_for_help():
     assert result.returncode == 0, result.stderr
 
 
+def test_a_run_that_reads_no_concepts_loads_no_spacy(tmp_path):
+    """spaCy (0.4 s a process, and its memory in every DataLoader worker) is loaded by a run that reads concepts alone: a
+    CLIP run on a CSV trains without it."""
+    from test_train import make_dataset
+
+    data = make_dataset(tmp_path, n=8)
+    code = ("import sys\nfrom compclip.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as done:\n"
+            "    assert not done.code\nassert 'spacy' not in sys.modules, 'spacy imported'")
+    result = subprocess.run([sys.executable, "-c", code, "-q", "train", "--method", "clip", "--model", "compclip-tiny-clip", "--train-data",
+                             data, "--out", tmp_path / "run", "--steps", "1", "--batch-size", "4", "--workers", "0", "--device", "cpu"],
+                            capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "run" / "checkpoints" / "step_0000001" / "model.safetensors").is_file()
+
+
 def test_a_mistyped_name_or_number_is_refused_before_torch_is_imported(tmp_path):
     """A typo costs no 10-15 s of torch's import: a method, benchmark, precision or count is checked from its declaration
     (`compclip.names`, the options' own bounds) first; the error is the one line the full check gives."""
