@@ -118,6 +118,35 @@ def test_each_class_scores_a_pair_as_its_own_forward(made, kind, score):
                                             score or "").view(2, 3), atol=1e-5)
 
 
+def test_flavas_release_names_its_pretraining_class_and_scores_as_the_flava_model_inside_it(made, tmp_path):
+    """facebook/flava-full's config.json names `FlavaForPreTraining` (before, refused as a class compclip does not score):
+    its `flava`, the FlavaModel FLAVA's contrastive head scores with, is what compclip loads and scores."""
+    import transformers as t
+    from transformers import AutoProcessor
+
+    from compclip.eval.scorer import load_scorer
+
+    folders, data = made
+    layer = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    vision, text = {**layer, "image_size": 32, "patch_size": 16}, {**layer, "vocab_size": len(WORDS), "max_position_embeddings": 16}
+    torch.manual_seed(1)
+    pre = t.FlavaForPreTraining(t.FlavaConfig(image_config=vision, text_config=text, multimodal_config=layer, projection_dim=8,
+                                              hidden_size=16, init_codebook=False)).eval()
+    pre.save_pretrained(tmp_path / "flava-full")
+    AutoProcessor.from_pretrained(folders["flava"]).save_pretrained(tmp_path / "flava-full")
+    assert json.loads((tmp_path / "flava-full" / "config.json").read_text())["architectures"] == ["FlavaForPreTraining"]
+    images = [data / "coco" / "val2017" / r["filename"] for r in RECORDS.values()]
+    texts = [r["caption"] for r in RECORDS.values()]
+    ours = load_scorer(str(tmp_path / "flava-full"), workers=0, batch_size=2).pairs(images, texts)
+    inputs = AutoProcessor.from_pretrained(tmp_path / "flava-full")(text=texts, images=[Image.open(i).convert("RGB") for i in images],
+                                                                      return_tensors="pt", padding=True, max_length=16, truncation=True)
+    with torch.no_grad():  # the pretraining model's own FlavaModel, projected at the CLS token
+        out = pre.flava(**inputs, skip_multimodal_encoder=True)
+        theirs = (F.normalize(pre.flava.image_projection(out.image_embeddings[:, 0]), dim=-1)
+                  * F.normalize(pre.flava.text_projection(out.text_embeddings[:, 0]), dim=-1)).sum(-1)
+    assert torch.allclose(ours, theirs, atol=1e-5), (ours, theirs)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_eval_of_a_transformers_folder_scores_each_item_as_the_forward(made, kind, tmp_path, capsys):
     import pandas as pd

@@ -23,6 +23,10 @@ PREFIX = "hf:"
 CLASSES = {"CLIPModel": "clip", "SiglipModel": "siglip", "Siglip2Model": "siglip2", "BlipForImageTextRetrieval": "blip",
            "FlavaModel": "flava"}
 BY_TYPE = {"clip": "CLIPModel", "siglip": "SiglipModel", "siglip2": "Siglip2Model", "flava": "FlavaModel"}
+# A class a release names whose weights hold one of CLASSES whole: FLAVA's release (facebook/flava-full) names its
+# pretraining class, whose `flava` is the FlavaModel its contrastive head scores with (transformers loads it from those
+# weights, leaving the pretraining heads out).
+HOLDS = {"FlavaForPreTraining": "FlavaModel"}
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ def model_class(name: str, config_file: Path) -> str:
     if config.get("auto_map"):
         raise DataError(f"{name}: its config.json maps the model to the repository's own Python (auto_map, transformers' "
                         "trust_remote_code); compclip never runs code a downloaded or given file asks for")
-    named = [c for c in config.get("architectures") or [] if c in CLASSES]
+    named = [HOLDS.get(c, c) for c in config.get("architectures") or [] if c in CLASSES or c in HOLDS]
     cls = named[0] if named else None if config.get("architectures") else BY_TYPE.get(config.get("model_type"))
     if cls is None:
         known = ", ".join(f"{c} ({t})" for c, t in CLASSES.items())
