@@ -125,6 +125,23 @@ def test_a_released_id_scores_exactly_as_its_file_under_the_registered_architect
     pd.testing.assert_frame_equal(by_id, by_file, check_exact=True)
     record = json.loads((tmp_path / "by-id" / "sugarcrepe-swap_att.json").read_text())
     assert (record["model"], Path(record["pretrained"]).resolve()) == ("ViT-B-32-quickgelu", file.resolve())
+    # `report --paper`: the id's results beside its own row of the paper, the same weights by file beside the paper's method
+    from compclip.eval.report import paper_numbers
+
+    code, _, err = run_main(capsys, "report", tmp_path / "by-id", tmp_path / "by-file", "--label", "by-id", "--label", "by-file",
+                            "--paper", "c2lip", "--out", tmp_path / "report")
+    assert code == 0, err[-2000:]
+    row = {"ce-clip-b32": "CE-CLIP", "negclip-b32": "NegCLIP"}[name]
+    table = pd.read_csv(tmp_path / "report" / "paper.csv", index_col=0)
+    assert set(table["row"]) == {row, "C2LIP"} and table[table["row"] == "C2LIP"]["by-id"].isna().all()
+    mine, theirs = table[table["row"] == row].loc["SC swap att"], table[table["row"] == "C2LIP"].loc["SC swap att"]
+    published = {r["model"]: r["values"]["SC swap att"] for r in paper_numbers("c2lip")["rows"] if "SC swap att" in r["values"]}
+    acc = 100 * record["metrics"]["swap_att"]["acc"]
+    assert (mine["paper"], theirs["paper"]) == (published[row], published["C2LIP"])
+    assert mine["by-id"] == pytest.approx(acc, abs=0.01) and mine["by-id − paper"] == pytest.approx(acc - published[row], abs=0.01)
+    assert theirs["by-file"] == pytest.approx(acc, abs=0.01) and pd.isna(mine["by-file"])
+    text = (tmp_path / "report" / "paper.md").read_text()
+    assert f"row '{row}'" in text and "row 'C2LIP'" in text
     # the file's hash was recorded at its first load, and a byte changed since is refused naming both hashes
     recorded = (hub_cache / "compclip-released" / f"{name}.sha256").read_text().split()[0]
     assert recorded == record["weights_sha256"]

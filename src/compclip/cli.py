@@ -534,7 +534,9 @@ def report(
     out: Path = typer.Option(..., help="Folder for report.md, CSV tables and PNG plots."),
     paper: str = typer.Option(None, "--paper", help="Set the results beside a paper's published numbers: c2lip, clic, hardneg or "
                                                     "occlip (the report's paper.md and paper.csv; printed too)."),
-    paper_model: str = typer.Option(None, "--paper-model", help="The paper's row to compare with.  [default: its own method's]"),
+    paper_model: str = typer.Option(None, "--paper-model", help="The paper's row to compare every model with.  [default: a released "
+                                                                "checkpoint's (`compclip models`) its own row; the rest the paper's own "
+                                                                "method's]"),
     label: list[str] = typer.Option(None, "--label", metavar="NAME", help="A name for each model, in order (repeatable).  [default: the "
                                                                          "folder's name]"),
     html: bool = typer.Option(False, "--html", help="Also write report.html: every item a model got wrong, filterable by split, by "

@@ -229,10 +229,14 @@ def paper_numbers(name: str) -> dict[str, Any]:
 
 def metric_value(records: dict[str, dict[str, Any]], benchmark: str, paths: list[str]) -> float:
     """The mean, in %, of the metrics at `paths` ("flickr30k.image_retrieval_recall@5"; a dict read as its "acc") of one
-    model's `benchmark` result; NaN unless every one is there."""
+    model's `benchmark` result, or of the result of that one split (`--benchmark sugarcrepe/swap_att` writes
+    `sugarcrepe-swap_att.json`); NaN unless every one is there."""
     values = []
     for path in paths:
-        value = metric(records, benchmark, tuple(path.split(".")))
+        parts = tuple(path.split("."))
+        value = metric(records, benchmark, parts)
+        if value is None:
+            value = metric(records, f"{benchmark}-{parts[0]}", parts)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
             return float("nan")
         values.append(float(value) * 100)
@@ -325,6 +329,34 @@ def paper_comparison(results, paper: str, model: str | None = None,
                              for label, members in runs.items()}}, not_run
 
 
+def measured_rows(results: dict[str, dict[str, dict[str, Any]]], paper: str, runs: dict[str, list[str]]) -> dict[str, str]:
+    """{model: the `paper`'s row it is} for each model whose results scored one released checkpoint (`compclip eval --model
+    ID` records the id as `released`) that is a row of that paper: a sweep over the registry is set beside its rows."""
+    from ..models.released import get_released, is_released
+
+    found = {}
+    for label, members in runs.items():
+        ids = {record.get("released") for m in members for record in results[m].values()}
+        if len(ids) == 1 and (released := ids.pop()) and is_released(released):
+            rows = [row for on, row in get_released(released).rows if on == paper]
+            if rows:
+                found[label] = rows[0]
+    return found
+
+
+def paper_comparisons(results, paper: str, model: str | None,
+                      runs: dict[str, list[str]]) -> list[tuple[pd.DataFrame, dict[str, Any], list[str]]]:
+    """`paper_comparison`s of the report: with `model` (`--paper-model`), every result against that row; without, each
+    model that scored a released checkpoint of the paper's rows against its own row, and the others against the paper's
+    own method's row."""
+    if model:
+        return [paper_comparison(results, paper, model, runs)]
+    rows = measured_rows(results, paper, runs)
+    others = {label: members for label, members in runs.items() if label not in rows}
+    own = [paper_comparison({m: results[m] for m in runs[label]}, paper, row, {label: runs[label]}) for label, row in rows.items()]
+    return ([paper_comparison({m: results[m] for ms in others.values() for m in ms}, paper, None, others)] if others else []) + own
+
+
 def models_scored(records: dict[str, dict[str, Any]]) -> str:
     """The model a folder's results scored, as they record it (`model`, `pretrained`), and where it is one of the toy
     models compclip bundles (random weights at a few pixels a side), that it is: no paper's model."""
@@ -411,7 +443,7 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
     if html and items is None:
         raise UsageError("--html shows each item a model got wrong: these results have no per-item files (<benchmark>.items.parquet); "
                          "run `compclip eval` again for them")
-    comparison = paper_comparison(results, paper, paper_model, runs) if paper else None  # a wrong name stops before writing
+    comparisons = paper_comparisons(results, paper, paper_model, runs) if paper else []  # a wrong name stops before writing
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; the report writes a folder")
     out.mkdir(parents=True, exist_ok=True)
@@ -466,14 +498,14 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
                   "TOT) reads no image, so its image-grounded part is 0 by construction.", "", _markdown(blind), "",
                   "Image-grounded = accuracy − blind, in points (— where the benchmark scored one image: its blind score is "
                   "the real one by construction):", "", _markdown(grounded), ""]
-    if comparison is not None:
-        frame, about, not_run = comparison
-        with atomic_path(out / "paper.csv") as tmp:
-            frame.to_csv(tmp, float_format="%.2f")
-        text = paper_markdown(frame, about, not_run)
+    if comparisons:
+        rows = [frame.assign(row=about["model"]) for frame, about, _ in comparisons]
+        with atomic_path(out / "paper.csv") as tmp:  # one table: a line per column of each paper row compared
+            pd.concat(rows).to_csv(tmp, float_format="%.2f")
+        text = "\n\n".join(paper_markdown(*comparison) for comparison in comparisons)
         with atomic_path(out / "paper.md") as tmp:
             tmp.write_text(text + "\n", encoding="utf-8")
-        parts += [f"## Against the {about['paper']} paper", "", text, ""]
+        parts += [f"## Against the {comparisons[0][1]['paper']} paper", "", text, ""]
     with atomic_path(out / "report.md") as tmp:
         tmp.write_text("\n".join(parts), encoding="utf-8")
     if html:

@@ -210,6 +210,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
     # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
     head = {"model": model, "pretrained": pretrained or "", "weights_sha256": weights, "precision": precision}
+    if is_released(model_name(cfg.model)):  # the papers' rows it is (`report --paper` sets it beside them)
+        head["released"] = get_released(model_name(cfg.model)).id
     records = run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, out,
                        before_write=lambda: refuse_another_models(out, model, pretrained, weights, cfg.force))
     report(records, out, cfg)
@@ -309,7 +311,8 @@ def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: di
         record: dict[str, Any] = {"dataset": job.label, "model": head["model"], "pretrained": head["pretrained"],
                                   "weights_sha256": head["weights_sha256"], "task": bench.task, "ties": rule, "ties_option": ties,
                                   "precision": head["precision"], "compclip_version": __version__,
-                                  "options": dataclasses.asdict(made[job.name]), **({"name": head["name"]} if "name" in head else {})}
+                                  "options": dataclasses.asdict(made[job.name]),
+                                  **{key: head[key] for key in ("name", "released") if key in head}}
         lacks = bench.lacks(root, job.splits)
         if lacks:
             log.error("%s: cannot run: %s", job.label, lacks)
