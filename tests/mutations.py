@@ -774,6 +774,9 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_released.py -k scores_exactly"),
     ("eval/report.py", "        if value is None:\n            value = metric(records, f\"{benchmark}-{parts[0]}\", parts)", "",
      "tests/test_released.py -k scores_exactly"),
+    # reading results loads no model code
+    ("eval/base.py", "\nif TYPE_CHECKING:\n    from ..scoring import Image, Scorer\n", "from .scorer import Image, Scorer\n",
+     "tests/test_cli.py -k loads_no_model_code"),
 ]
 
 

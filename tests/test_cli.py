@@ -495,6 +495,14 @@ def test_the_command_line_imports_nothing_heavy_for_help():
     assert result.returncode == 0, result.stderr
 
 
+def test_reading_results_loads_no_model_code():
+    """`compclip report`, `compare` and `benchmarks` read result files and the benchmarks' declarations: open_clip (and
+    transformers through it, 3 to 4 s a process) is loaded by commands that build a model alone."""
+    code = "import sys, compclip.eval.report, compclip.eval.compare; assert 'open_clip' not in sys.modules, 'open_clip imported'"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 def test_a_run_that_reads_no_concepts_loads_no_spacy(tmp_path):
     """spaCy (0.4 s a process, and its memory in every DataLoader worker) is loaded by a run that reads concepts alone: a
     CLIP run on a CSV trains without it."""

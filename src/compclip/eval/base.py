@@ -14,14 +14,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..data.images import ImageRef, image_ref
 from ..errors import DataError, MissingFileError, UsageError
 from ..options import NoOptions
 from ..plugins import Registry
 from .download import COCO, Asset
-from .scorer import Image, Scorer
+
+if TYPE_CHECKING:
+    from ..scoring import Image, Scorer
 
 MISSING_EXAMPLES = 5
 NOT_APPLICABLE = "n/a"  # a metric the model has no score for (SugarCrepe++ TOT without a text-to-text score)
