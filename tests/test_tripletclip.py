@@ -166,6 +166,10 @@ def test_the_worlds_negatives_exchange_two_objects_colours_in_pixels_and_caption
             expected = expected.replace(f"\0{id(after)}\0", f"{after.size} {after.color} {after.shape}")
         assert record["negative_caption"] == expected != record["caption"]
     assert swapped > len(records) // 3  # a third of the scenes hold one object
+    reader = open_reader(root / "train" / "images.npy", fields=FIELDS)  # each sample's own row of negative_image.npy
+    for sample, record in zip(reader, records, strict=True):
+        assert np.array_equal(np.asarray(sample["negative_image"]), negatives[record["index"]])
+        assert sample["negative_caption"] == record["negative_caption"]
 
 
 def test_tripletclip_trains_on_the_worlds_array_through_compclip_train(world, tmp_path, capsys):
