@@ -613,8 +613,8 @@ class DataFormat:
       the shards with replacement;
     - `decoded`: its images arrive decoded (arrays), for a transform that takes a batch of them (`BatchedView`);
     - `concept_fields(path, caption_key)`: the concept fields its samples carry themselves, or None;
-    - `fields`: its records can hold the data fields a method declares (lists of texts: JSON lines, a shard's json), read by
-      its reader's `fields` (`open_reader` refuses them to the others).
+    - `fields`: its records can hold the data fields a method declares (texts and images: JSON lines, shards, an array's
+      scenes), read by its reader's `fields` (`open_reader` refuses them to the others).
     """
 
     name: str
