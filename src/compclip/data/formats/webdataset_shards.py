@@ -1,7 +1,7 @@
 """webdataset tar shards (open_clip's `--dataset-type webdataset`): an image plus `txt`, or `json` with a caption field;
 brace patterns expand, and any URL webdataset opens (`pipe:` too) is read as a stream. The `json` may hold the data
-fields a method declares (DAC's `dense_captions`), lists of texts, or a member of its own holds one, named by the field's
-key (TripletCLIP's released shards: `KEY.neg_image`, an image, and `KEY.neg_caption`, a text, with `--field-key
+fields a method declares (DAC's `dense_captions`), lists of texts, or a member of its own holds a text or an image, named
+by the field's key (TripletCLIP's released shards: `KEY.neg_image`, an image, and `KEY.neg_caption`, a text, with `--field-key
 negative_image=neg_image`); an image field is a member's."""
 from __future__ import annotations
 
@@ -186,7 +186,8 @@ class WebDatasetReader(ImageTextReader):
             return None
         extra = {name: meta[key] for name, key in self.fields.items()
                  if isinstance(meta, dict) and key in meta and field_kind(name) != "image"}
-        extra |= {name: self._member(name, sample[key.lower()]) for name, key in self.fields.items() if key.lower() in sample}
+        extra |= {name: self._member(name, sample[key.lower()]) for name, key in self.fields.items()
+                  if key.lower() in sample and field_kind(name) != "texts"}
         if CONCEPTS_MEMBER in sample:
             extra["concepts"] = sample[CONCEPTS_MEMBER]
         return where, image, caption, extra or None
@@ -194,17 +195,10 @@ class WebDatasetReader(ImageTextReader):
     @staticmethod
     def _member(name: str, data: bytes | None) -> Any:
         """A data field held as a member of its own (TripletCLIP's `.neg_image`, `.neg_caption`): an image's bytes as they
-        are, a text decoded (bytes that are not UTF-8 surrogate-escaped, for the reader to count), a list of texts from
-        its JSON (a member that is no JSON stays bytes: no list, a counted bad record)."""
+        are, a text decoded (bytes that are not UTF-8 surrogate-escaped, for the reader to count)."""
         if data is None or field_kind(name) == "image":
             return data
-        text = data.decode("utf-8", errors="surrogateescape")
-        if field_kind(name) == "text":
-            return text
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            return data
+        return data.decode("utf-8", errors="surrogateescape")
 
     def concept_fields(self) -> tuple[str, ...] | None:
         """The concept fields the shards carry (`compclip concepts --into-shards`), judged by the first sample; None if none."""
