@@ -24,6 +24,11 @@ CAPTIONS = [
 DENSE = [["the couch is red", "a white wooden table"], ["a man on a brown horse", "waves on a sandy beach"], [],
          ["two small dogs sleeping", "a black cat", "a soft bed"], ["a blue car parked"], ["a bright light"],
          ["a small yellow bird", "a large umbrella"], ["a cup on a table"]]
+# each sample's hard negative, TripletCLIP's data fields (its image: NEGATIVE_IMAGES[i]); a method that reads none ignores them
+NEGATIVE_CAPTIONS = ["a white couch next to a red table", "a horse riding a man on the beach", "something bad",
+                     "two cats and a dog on a bed", "a red car", "very dark", "a large bird under a small umbrella near a tree",
+                     "a plate"]
+NEGATIVE_IMAGES = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(2))
 
 
 # every term weighs in; C2LIP's attribute-swap negatives too (local to their image: accumulated, never gathered)
@@ -55,8 +60,8 @@ def compute(env, accum: int = 1, method_name: str = "c2lip", device: str = "cpu"
     rows = list(range(env.rank * per, (env.rank + 1) * per))
     size = per // accum
     micro = [
-        method.collate([{"image": images[i], "caption": CAPTIONS[i], "dense_captions": DENSE[i]} for i in rows[k * size : (k + 1) * size]],
-                       tokenizer)
+        method.collate([{"image": images[i], "caption": CAPTIONS[i], "dense_captions": DENSE[i], "negative_image": NEGATIVE_IMAGES[i],
+                         "negative_caption": NEGATIVE_CAPTIONS[i]} for i in rows[k * size : (k + 1) * size]], tokenizer)
         for k in range(accum)
     ]
     micro = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()} for batch in micro]

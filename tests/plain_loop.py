@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from dist_grads import CAPTIONS, DENSE, OPTIONS
+from dist_grads import CAPTIONS, DENSE, NEGATIVE_CAPTIONS, NEGATIVE_IMAGES, OPTIONS
 
 
 def step(method: str, rank: int = 0, world_size: int = 1):
@@ -28,6 +28,7 @@ def step(method: str, rank: int = 0, world_size: int = 1):
         OCCLIPLoss,
         SigLIPLoss,
         SVLCLoss,
+        TripletCLIPLoss,
         build_method,
         concept_inputs,
         keyword_negatives,
@@ -106,6 +107,10 @@ def step(method: str, rank: int = 0, world_size: int = 1):
         dense_negatives = F.normalize(model.encode_text(zeroed), dim=-1).view(per, k, -1)
         loss = sum(DACLoss(**ddp)(image, text, caption_negatives, mask, encode(dense).view(per, k, -1), dense_negatives,
                                   exists.float().view(per, k), scale).values())
+    elif method == "tripletclip":  # the released second forward pass: each sample's negative image and negative caption
+        negative_image = F.normalize(model.encode_image(NEGATIVE_IMAGES[rank * per : (rank + 1) * per]), dim=-1)
+        negative_text = encode(NEGATIVE_CAPTIONS[rank * per : (rank + 1) * per])
+        loss = sum(TripletCLIPLoss(**ddp)(image, text, negative_image, negative_text, scale).values())
     elif method == "occlip":
         batch = occlip.collate([{"image": im, "caption": c} for im, c in zip(images, captions, strict=True)], tokenizer)
         out = occlip.outputs(model, batch)  # the graphs' node and relation texts, encoded by the text tower

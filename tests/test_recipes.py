@@ -44,6 +44,12 @@ PAPERS = {  # what each source says, typed in again from the papers and the auth
     "dac-llm-cc3m": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 32, "batch_size": 32, "lr": 5e-6,
                      "epochs": 5, "warmup": 10000, "weight_decay": 0.1, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp", "seed": 0,
                      "method_options": {"mil_batch": 10, "dense_negatives": True, "caption_negatives": True, "neg_weight": 1.0}},
+    # TripletCLIP: the released src/openclip (parse_args.py, scripts/sample_train.sh, data.py); it trains from random weights
+    "tripletclip-hq": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 1024, "batch_size": 1024,
+                       "epochs": 10, "warmup": 1000, "weight_decay": 0.5, "betas": [0.9, 0.999], "eps": 1e-8, "precision": "bf16",
+                       "seed": 42, "schedule": "cosine", "optimizer": "adamw", "dataset_resampled": True, "train_num_samples": 1_000_000,
+                       "field_keys": {"negative_image": "neg_image", "negative_caption": "neg_caption"},
+                       "method_options": {"negative_weight": 1.0, "negative_columns": True}},
     # Rösch et al. §3.2, its transformers v4.30 Trainer: AdamW (decoupled decay), gradients clipped at norm 1.0
     "hardneg-color": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "optimizer": "adamw", "weight_decay": 0.1,
                       "grad_clip_norm": 1.0, "lr": 5e-6,
@@ -84,7 +90,9 @@ def test_every_recipe_is_train_options_each_cited_or_marked_compclips_choice(tmp
         declared = {f.name for f in dataclasses.fields(method_options(recipe.settings["method"]))}
         assert set(recipe.settings.get("method_options", {})) <= declared, name
         build_method(recipe.settings["method"], **recipe.settings.get("method_options", {}))  # every option parses
-        resampled = {"train_data": str(shard), "train_num_samples": 100} if recipe.settings.get("dataset_resampled") else {}
+        own = "train_num_samples" in recipe.settings  # an epoch's samples the recipe gives itself (TripletCLIP's 1,000,000)
+        resampled = ({"train_data": str(shard), **({} if own else {"train_num_samples": 100})}
+                     if recipe.settings.get("dataset_resampled") else {})
         cfg = TrainConfig.from_given({"recipe": name, "train_data": str(data), "out": str(tmp_path / name), **resampled})
         cfg.validate()
         assert cfg.recipe == name and not recipe.overrides(dataclasses.asdict(cfg))
@@ -373,8 +381,10 @@ def _stand_in_tokenizer(snapshot):
 @pytest.fixture(scope="module")
 def recipe_data(tmp_path_factory):
     """Eight photos whose captions hold every hard-negative class (colour, object, location, size), as a CSV, as JSON lines
-    with two dense captions each (DAC's data field), and as webdataset shards (jpg + txt) for a recipe that draws shards
-    with replacement, and their concepts (noun phrases, POS tags, scene graphs: what every recipe's method reads)."""
+    with two dense captions each (DAC's data field) and a negative image and caption (TripletCLIP's: the next photo and
+    its caption), and as webdataset shards for a recipe that draws shards with replacement (jpg + txt, and TripletCLIP's
+    released members neg_image + neg_caption), and their concepts (noun phrases, POS tags, scene graphs: what every
+    recipe's method reads)."""
     import io
     import tarfile
 
@@ -396,11 +406,14 @@ def recipe_data(tmp_path_factory):
     csv = root / "train.csv"
     csv.write_text("image,caption\n" + "".join(f"{image},{caption}\n" for image, caption in rows))
     (root / "train.jsonl").write_text("".join(json.dumps({"image": image, "caption": caption, "dense_captions": [
-        caption.split(" to the ")[0], f"a {caption.split()[-2]} cat"]}) + "\n" for image, caption in rows))
+        caption.split(" to the ")[0], f"a {caption.split()[-2]} cat"], "negative_image": rows[(i + 1) % 8][0],
+        "negative_caption": rows[(i + 1) % 8][1]}) + "\n" for i, (image, caption) in enumerate(rows)))
     for s in range(2):
         with tarfile.open(root / f"shard-{s:03d}.tar", "w") as tar:
             for i, (image, caption) in enumerate(rows[s * 4:(s + 1) * 4], s * 4):
-                for ext, payload in (("jpg", (root / image).read_bytes()), ("txt", caption.encode())):
+                negative, negative_caption = rows[(i + 1) % 8]
+                for ext, payload in (("jpg", (root / image).read_bytes()), ("txt", caption.encode()),
+                                     ("neg_image", (root / negative).read_bytes()), ("neg_caption", negative_caption.encode())):
                     info = tarfile.TarInfo(f"{i:05d}.{ext}")
                     info.size = len(payload)
                     tar.addfile(info, io.BytesIO(payload))
@@ -432,7 +445,7 @@ def test_every_recipe_trains_from_its_pretrained_weights_offline_and_is_compared
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(hub))
     csv, shards, store = recipe_data
     data = shards if recipe.settings.get("dataset_resampled") else csv
-    if build_method(recipe.settings["method"]).sample_fields:  # a method that reads a data field trains on records that hold it
+    if build_method(recipe.settings["method"]).sample_fields and data == csv:  # a method that reads data fields: records that hold them
         data = csv.with_suffix(".jsonl")
     code, _, err = run_main(capsys, "-q", "train", "--recipe", name, "--train-data", data, "--concepts", store, *precision,
                             "--steps", "1", "--batch-size", "2", "--accum-freq", "1", "--workers", "0", "--out", tmp_path / "run")

@@ -387,7 +387,7 @@ def methods() -> None:
         fields = dataclasses.fields(method_options(name))
         needs = method_concept_fields(name)
         reads = f" (reads concepts: --what {','.join(f.replace('_', '-') for f in needs)})" if needs else ""
-        data = build_method(name).sample_fields  # what its parts declare: a list of texts per record, by these names
+        data = build_method(name).sample_fields  # what its parts declare per record, by these names (`data.readers.field_kind`)
         reads += f" (reads data fields: {', '.join(data)}; --field-key NAME=KEY)" if data else ""
         typer.echo(f"{name}{reads}" if fields else f"{name}{reads}: no options")
         for f in fields:

@@ -149,7 +149,26 @@ def bad_texts(value: Any) -> str | None:
     return None if bad is None else f"holds {bad!r}, not a text"
 
 
+def bad_text(value: Any) -> str | None:
+    """What is wrong with a data field of one text (TripletCLIP's negative caption), or None: a text, not empty, in UTF-8."""
+    if value is _ABSENT:
+        return "absent"
+    if not isinstance(value, str) or undecodable(value) or not value.strip():
+        return f"{value!r} is not a text"
+    return None
+
+
 _ABSENT = object()  # a declared field the record does not have
+
+# What each data field a method may declare holds (`LossPart.sample_fields`), by its name: a list of texts (DAC's dense
+# captions, any name not listed), one text, or one image, which the reader decodes and views as the sample's own image
+# (TripletCLIP's negative image: a path in JSON lines, a member or the json's path in a shard, a row of an array)
+FIELD_KINDS = {"negative_caption": "text", "negative_image": "image"}
+
+
+def field_kind(name: str) -> str:
+    """"texts", "text" or "image": what the data field `name` holds (`FIELD_KINDS`)."""
+    return FIELD_KINDS.get(name, "texts")
 
 
 def part_of(items: Iterable[Any], index: int, count: int) -> Iterator[Any]:
@@ -197,8 +216,10 @@ class ImageTextReader(IterableDataset):
     - `partners`: each sample also carries a `partner` drawn from the whole data (`record_at`; refused here for a
       reader that cannot draw one).
     - `fields`: the data fields a method declares (`LossPart.sample_fields`), each by the record's key that holds it
-      (name: key): every sample carries each one under its name, a record whose value is not a list of texts (`bad_texts`)
-      is a bad record; only a format whose `DataFormat.fields` says so takes any (`open_reader` refuses the others).
+      (name: key): every sample carries each one under its name, a record whose value is not what its kind holds
+      (`field_kind`: a list of texts, a text) is a bad record, and an image field is decoded and viewed as the image is
+      (a missing or corrupt one skips its sample, counted as the image's would be); only a format whose
+      `DataFormat.fields` says so takes any (`open_reader` refuses the others).
     - `resampled` (webdataset shards): samples an epoch (yielded: a skipped record is none), drawn with replacement (0:
       each shard once, in order), each part's share rounded up to whole batches of `batch_size` (the DataLoader's, which
       drops a worker's last partial batch), as open_clip gives each worker `ceil(batches / workers)`: an epoch is never
@@ -344,7 +365,8 @@ class ImageTextReader(IterableDataset):
         extra = extra or {}
         declared = {name: extra.get(name, _ABSENT) for name in self.fields}
         for name, value in declared.items():
-            reason = bad_texts(value)
+            kind = field_kind(name)
+            reason = None if kind == "image" and value is not _ABSENT else (bad_text if kind == "text" else bad_texts)(value)
             if reason:
                 skips.skip("bad_record", where, f"field {self.fields[name]!r}: {reason}")
                 return None
@@ -355,30 +377,53 @@ class ImageTextReader(IterableDataset):
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
                 skips.skip("bad_record", where, f"concepts.json: {type(e).__name__}: {e}")
                 return None
+        img = self._decode(image, where, skips)
+        if img is None:
+            return None
+        images = {name: value for name, value in declared.items() if field_kind(name) == "image"}
+        for name, value in images.items():  # decoded before any view is drawn: a skipped one draws nothing
+            images[name] = self._decode(value, where, skips, f"field {self.fields[name]!r}: ")
+            if images[name] is None:
+                return None
+        fields = self._view(img, "image")
+        for name, decoded in images.items():  # viewed as the image is, each after it from the sample's seeded generator
+            fields.update(self._view(decoded, name))
+        if record is not None:
+            fields["concepts"] = record
+        fields.update({name: value.strip() if field_kind(name) == "text" else [t.strip() for t in value]
+                       for name, value in declared.items() if field_kind(name) != "image"})
+        return {**fields, "caption": caption.strip(), "key": where}
+
+    def _decode(self, image: Any, where: str, skips: Any, what: str = "") -> Any:
+        """A record's image (or an image field's, `what` naming it) decoded for the transform, or None where it is
+        skipped and counted: absent, missing, too large or corrupt."""
         if image is None:
-            skips.skip("missing_image", where, "no image in record")
+            skips.skip("missing_image", where, f"{what}no image in record")
             return None
         try:
             if isinstance(image, np.ndarray):  # a decoded array: as it is to a transform that reads arrays (`BatchedView`)
-                img = image if getattr(self.transform, "reads_arrays", False) else Image.fromarray(image)
-            else:
-                img = decode_image(image)
+                return image if getattr(self.transform, "reads_arrays", False) else Image.fromarray(image)
+            if not isinstance(image, (bytes, str, os.PathLike)):
+                raise ValueError(f"{image!r} is no image path")
+            return decode_image(image)
         except FileNotFoundError:
-            skips.skip("missing_image", where, str(image))
-            return None
+            skips.skip("missing_image", where, f"{what}{image}")
         except ImageTooLarge as e:
-            skips.skip("image_too_large", where, f"{'' if isinstance(image, bytes) else f'{image}: '}{e}")
-            return None
+            skips.skip("image_too_large", where, f"{what}{'' if isinstance(image, bytes) else f'{image}: '}{e}")
         except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
             name = "" if isinstance(image, bytes) else f"{image}: "
-            skips.skip("corrupt_image", where, f"{name}{type(e).__name__}: {e}")
-            return None
+            skips.skip("corrupt_image", where, f"{what}{name}{type(e).__name__}: {e}")
+        return None
+
+    def _view(self, img: Any, name: str) -> dict[str, Any]:
+        """The transform's view of `img` under `name`; a transform that gives several (a dict: `BatchedView`'s pixels and
+        crop box) gives each under `name`'s own key (its image) or `name_KEY`."""
         view = self.transform(img) if self.transform else img
-        fields = view if isinstance(view, dict) else {"image": view}  # a transform may give several views
-        if record is not None:
-            fields["concepts"] = record
-        fields.update({name: [t.strip() for t in value] for name, value in declared.items()})
-        return {**fields, "caption": caption.strip(), "key": where}
+        if not isinstance(view, dict):
+            return {name: view}
+        if name == "image":
+            return view
+        return {name if key == "image" else f"{name}_{key}": value for key, value in view.items()}
 
     def stats(self) -> dict[str, int]:
         return self.skips.stats()
@@ -568,8 +613,8 @@ class DataFormat:
       the shards with replacement;
     - `decoded`: its images arrive decoded (arrays), for a transform that takes a batch of them (`BatchedView`);
     - `concept_fields(path, caption_key)`: the concept fields its samples carry themselves, or None;
-    - `fields`: its records can hold the data fields a method declares (lists of texts: JSON lines, a shard's json), read by
-      its reader's `fields` (`open_reader` refuses them to the others).
+    - `fields`: its records can hold the data fields a method declares (texts and images: JSON lines, shards, an array's
+      scenes), read by its reader's `fields` (`open_reader` refuses them to the others).
     """
 
     name: str
@@ -615,9 +660,13 @@ def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kw
     found = data_format(path)
     if kwargs.get("fields") and not found.fields:
         name, key = next(iter(kwargs["fields"].items()))
-        raise UsageError(f"{path}: the method reads a field {name!r} per sample (a list of texts), which {found.describe} cannot "
-                         f"hold: write the data as JSON lines with a {key!r} list in each record ({{\"image\": ..., \"caption\": ..., "
-                         f"\"{key}\": [...]}}), or webdataset shards whose .json holds it")
+        kind = field_kind(name)
+        held = {"texts": ("a list of texts", "list", "[...]", "whose .json holds it"),
+                "text": ("a text", "text", '"..."', f"with a .{key} member or a .json that holds it"),
+                "image": ("an image", "image path", '"....jpg"', f"with a .{key} image member")}[kind]
+        raise UsageError(f"{path}: the method reads a field {name!r} per sample ({held[0]}), which {found.describe} cannot "
+                         f"hold: write the data as JSON lines with a {key!r} {held[1]} in each record ({{\"image\": ..., "
+                         f"\"caption\": ..., \"{key}\": {held[2]}}}), or webdataset shards {held[3]}")
     return found.reader(str(path), transform=transform, **kwargs)
 
 

@@ -17,6 +17,7 @@ here that ends with `register_method(...)`; `base.METHODS` imports them all, and
 | ceclip | InfoNCE + relation swaps | L_cmr, L_imc | c2lip (replacing SigLIP) |
 | svlc | InfoNCE + rule-based word swaps | the negatives' cross-entropy | c2lip (replacing SigLIP) |
 | dac | InfoNCE + word-list negatives | MIL over dense captions, negative term | c2lip (replacing SigLIP) |
+| tripletclip | InfoNCE + negative captions, over (image, caption) and (negative image, negative caption) | | c2lip (replacing SigLIP) |
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from .negclip import NegCLIPLoss, swap_negatives
 from .occlip import BindingModule, OCCLIPLoss
 from .siglip import SigLIPLoss
 from .svlc import SVLCLoss, rule_based_negatives
+from .tripletclip import TripletCLIPLoss
 
 
 def list_methods() -> list[str]:
@@ -68,6 +70,6 @@ def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> 
 
 __all__ = ["METHODS", "BindingModule", "C2LIPLoss", "CECLIPLoss", "CLICLoss", "CLIPLoss", "ConceptLoss", "DACLoss", "HardNegativeLoss",
            "LossPart", "Method", "MethodEntry", "NegCLIPLoss", "NoOptions", "OCCLIPLoss", "PairViews", "SVLCLoss", "SigLIPLoss",
-           "build_method", "concept_inputs", "cross_sentence_swap", "join_pair", "keyword_negatives", "list_methods",
+           "TripletCLIPLoss", "build_method", "concept_inputs", "cross_sentence_swap", "join_pair", "keyword_negatives", "list_methods",
            "method_concept_fields", "method_options", "option", "register_method", "relation_negative", "rule_based_negatives",
            "swap_negatives", "word_list_negative"]

@@ -73,8 +73,10 @@ class LossPart(nn.Module):
     locks_image = False  # trains with the image tower frozen
     alone = False  # changes the inputs themselves (CLIC's image pairs): no other part may see them
     wants_partners = False  # each sample also carries a `partner` drawn by the reader from the whole data (its concepts too)
-    # data fields each sample carries beyond (image, caption), lists of texts the reader takes from the record by these
-    # names (`--field-key NAME=KEY` maps one to another key): DAC's dense captions; `prepare` finds them in `samples`
+    # data fields each sample carries beyond (image, caption), which the reader takes from the record by these names
+    # (`--field-key NAME=KEY` maps one to another key), each of the kind its name holds (`data.readers.field_kind`): DAC's
+    # dense captions (a list of texts), TripletCLIP's negative caption (a text) and image (decoded and viewed as the image
+    # is); `prepare` finds them in `samples`
     sample_fields: tuple[str, ...] = ()
     # A part may own modules (nn.Module attributes, made in `bind`), used in its loss terms (`forward`): the optimizer
     # trains them at these rates (None: the run's), DDP wraps them, checkpoints save them as `method.safetensors`

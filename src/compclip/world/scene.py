@@ -5,9 +5,10 @@ can be checked against it, and rendered deterministically: the same seed gives t
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from PIL import Image, ImageDraw
 
@@ -86,6 +87,29 @@ def place(rng: random.Random, seed: int, chosen: list[tuple[str, str]]) -> Scene
                 break
         if len(objects) == len(chosen):
             return Scene(tuple(objects), tuple(rng.randrange(90, 170) for _ in range(3)), seed)
+
+
+def colour_swap(scene: Scene, rng: random.Random, allowed: set[tuple[str, str]], colors: tuple[str, ...]) -> Scene | None:
+    """TripletCLIP's hard negative of a scene: two of its objects with their colours exchanged, the pair drawn from `rng`
+    among those whose exchange makes no (colour, shape) pairing outside `allowed` (a held-out one would then be seen in
+    training) and none twice; where no pair can (one object, two of one colour), one object recoloured with another of
+    `colors` under the same rule; None where neither can. Everything else (places, sizes, background, seed) is the
+    scene's, so the rendering differs from the scene's in those objects' pixels alone."""
+    objects = scene.objects
+
+    def made(changed: dict[int, str]) -> Scene | None:
+        new = tuple(replace(o, color=changed.get(i, o.color)) for i, o in enumerate(objects))
+        pairings = [(o.color, o.shape) for o in new]
+        return Scene(new, scene.background, scene.seed) if set(pairings) <= allowed and len(set(pairings)) == len(new) else None
+
+    swaps = [made({i: objects[j].color, j: objects[i].color}) for i, j in itertools.combinations(range(len(objects)), 2)
+             if objects[i].color != objects[j].color]
+    swaps = [s for s in swaps if s is not None]
+    if swaps:
+        return rng.choice(swaps)
+    recoloured = [made({i: c}) for i, o in enumerate(objects) for c in colors if c != o.color]
+    recoloured = [s for s in recoloured if s is not None]
+    return rng.choice(recoloured) if recoloured else None
 
 
 def _polygon(shape: str, cx: float, cy: float, r: float) -> list[tuple[float, float]]:

@@ -3,6 +3,10 @@
 - `train/` and `val/`: `images.npy` (uint8, N × size × size × 3, read memory-mapped by
   `compclip.data.ArrayReader`: no image decoding while training) and `scenes.jsonl` (one record
   per image: scene, caption, phrases, and `dense_captions`, the objects' phrases and the neighbours' statements, for DAC);
+  `train/` also holds each scene's hard negative, for TripletCLIP: `negative_image.npy`, the scene rendered with two
+  objects' colours exchanged (`colour_swap`; one recoloured where no two can be), and in its record `negative_scene`,
+  `negative_caption` (its caption, drawn as the scene's is, so the same sentences with the colours exchanged) and
+  `negative_image` (its row; null for a scene with no negative, which TripletCLIP skips and counts);
 - `singles/` (`n_singles` > 0): single objects of the seen pairings in the same format, with short
   captions for a base's curriculum: `shape_caption` names only the shape ("a star"), `caption` cycles
   through "a red star", "a star" and "something red". Colour alone finds a scene in a contrastive batch,
@@ -35,11 +39,12 @@ from ..io import atomic_path, write_json
 from ..progress import progress
 from .captions import dense_captions, holds, long_caption, negatives, pair_statement, short_phrases, single_captions
 from .config import WorldConfig, heldout_count
-from .scene import COLORS, SHAPES, Scene, place, render
+from .scene import COLORS, SHAPES, Scene, colour_swap, place, render
 
 # of the benchmark files: 2 keeps the seen split's negatives to seen pairings, 3 links each zero-shot image's colour copy to its
-# shape copy, 4 adds each scene's dense captions; a world of another format is made again
-FORMAT = 4
+# shape copy, 4 adds each scene's dense captions, 5 each training scene's negative (TripletCLIP's); a world of another format
+# is made again
+FORMAT = 5
 SPLIT_CODES = {"train": 1, "val": 2, "test_seen": 3, "test_unseen": 4, "zs_seen": 5, "zs_unseen": 6, "singles": 7}
 
 
@@ -68,20 +73,28 @@ def _scene(cfg: WorldConfig, split: str, index: int, held: list[tuple[str, str]]
     return place(rng, seed, rng.sample(seen, n))
 
 
-def _work(task: tuple[WorldConfig, str, int, str | None, list]) -> tuple[dict[str, Any], bytes | None]:
-    """One scene: its record, and its pixels when they go to an array (else it is saved as `path`, a PNG)."""
+def _work(task: tuple[WorldConfig, str, int, str | None, list]) -> tuple[dict[str, Any], bytes | None, bytes | None]:
+    """One scene: its record, its pixels when they go to an array (else it is saved as `path`, a PNG), and a training
+    scene's negative's pixels (None where it has none)."""
     cfg, split, index, path, held = task
     scene = _scene(cfg, split, index, held)
     image = render(scene, cfg.size)
     if path is not None:
         image.save(path, format="PNG")
+    negative = None
     if split == "singles":
         record = {"index": index, "scene": scene.to_dict(), **single_captions(scene, index)}
     else:
         caption = caption_of(scene, cfg)
         record = {"index": index, "scene": scene.to_dict(), "caption": caption, "phrases": short_phrases(scene),
                   "dense_captions": dense_captions(scene)}
-    return record, None if path is not None else image.tobytes()
+    if split == "train":  # TripletCLIP's data fields: the negative image (a row of negative_image.npy) and its caption
+        colors, shapes = cfg.palette
+        allowed = {(c, s) for c in colors for s in shapes} - {tuple(p) for p in held}
+        negative = colour_swap(scene, random.Random(scene.seed + 4), allowed, colors)
+        record |= {"negative_scene": None, "negative_caption": None, "negative_image": None} if negative is None else {
+            "negative_scene": negative.to_dict(), "negative_caption": caption_of(negative, cfg), "negative_image": index}
+    return record, None if path is not None else image.tobytes(), None if negative is None else render(negative, cfg.size).tobytes()
 
 
 def caption_of(scene: Scene, cfg: WorldConfig) -> str:
@@ -101,15 +114,21 @@ def _render_all(cfg: WorldConfig, split: str, n: int, folder: Path, held, pool) 
     tasks = [(cfg, split, i, None if array else str(folder / f"{split}_{i:06d}.png"), held) for i in range(n)]
     jobs = pool.imap(_work, tasks, chunksize=64) if pool else map(_work, tasks)
     records = []
-    with atomic_path(folder) if array else nullcontext() as tmp:
+    negatives = folder.with_name("negative_image.npy") if split == "train" else None
+    with atomic_path(folder) if array else nullcontext() as tmp, atomic_path(negatives) if negatives else nullcontext() as neg:
         pixels = np.lib.format.open_memmap(tmp, "w+", np.uint8, (n, cfg.size, cfg.size, 3)) if array else None
-        for record, data in progress(jobs, f"world {split}", total=n, unit="image"):
+        # a scene without a negative keeps a row of zeros, which its record (negative_image null) never names
+        negative = np.lib.format.open_memmap(neg, "w+", np.uint8, (n, cfg.size, cfg.size, 3)) if negatives else None
+        for record, data, negative_data in progress(jobs, f"world {split}", total=n, unit="image"):
             if pixels is not None:
                 pixels[record["index"]] = np.frombuffer(data, np.uint8).reshape(cfg.size, cfg.size, 3)
+            if negative_data is not None:
+                negative[record["index"]] = np.frombuffer(negative_data, np.uint8).reshape(cfg.size, cfg.size, 3)
             records.append(record)
-        if pixels is not None:
-            pixels.flush()
-            del pixels
+        for written in (pixels, negative):
+            if written is not None:
+                written.flush()
+        del pixels, negative
     return records
 
 

@@ -1,5 +1,6 @@
 """Decoded images in `.npy` arrays with their captions in a JSONL beside each: what `compclip world generate` writes
-(its records hold a method's data fields too: the world's `dense_captions`)."""
+(its records hold a method's data fields too: the world's `dense_captions`, `negative_caption`, and `negative_image`, a
+row of the `negative_image.npy` beside the images)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError, UsageError
-from ..readers import FORMATS, DataFormat, ImageTextReader, json_lines, part_of
+from ..readers import FORMATS, DataFormat, ImageTextReader, field_kind, json_lines, part_of
 
 
 def is_image_array(path: str | os.PathLike) -> bool:
@@ -63,18 +64,40 @@ class ArrayReader(ImageTextReader):
             self.images.append(images)
             self.captions.append(captions_)
             self.extras.append([{name: item[key] for name, key in self.fields.items() if key in item} for item in items])
+        self.field_arrays = self._field_arrays()
         sizes = [len(c) for c in self.captions]
         # record k of source s sits at (k + 0.5) / size: sorted together, the sources interleave evenly
         at = np.concatenate([(np.arange(n) + 0.5) / n for n in sizes])
         self.order = np.stack([np.repeat(np.arange(len(sizes)), sizes), np.concatenate([np.arange(n) for n in sizes])], 1)[
             np.argsort(at, kind="stable")]
 
+    def _field_arrays(self) -> list[dict[str, np.ndarray]]:
+        """Each source's arrays of the image fields the method declares: `KEY.npy` beside its images (the world's
+        `negative_image.npy`), whose row the record's field names, memory-mapped as the images are."""
+        found = []
+        for array, images in zip(self.paths, self.images, strict=True):
+            arrays = {}
+            for name, key in self.fields.items():
+                if field_kind(name) != "image":
+                    continue
+                path = array.with_name(f"{key}.npy")
+                if not path.is_file():
+                    raise DataError(f"{path}: no such file: the method reads an image field {name!r}, each record's row of "
+                                    f"{key}.npy beside {array.name}")
+                arrays[name] = np.load(path, mmap_mode="r")
+                if arrays[name].dtype != np.uint8 or arrays[name].shape[1:] != images.shape[1:]:
+                    raise DataError(f"{path}: expected uint8 images of shape (N, {', '.join(map(str, images.shape[1:]))}) as "
+                                    f"{array.name}'s, found {arrays[name].dtype} {arrays[name].shape}")
+            found.append(arrays)
+        return found
+
     def __getstate__(self) -> dict[str, Any]:  # a DataLoader worker maps the arrays again
-        return {k: v for k, v in self.__dict__.items() if k != "images"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("images", "field_arrays")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.images = [np.load(p, mmap_mode="r") for p in self.paths]
+        self.field_arrays = self._field_arrays()
 
     def num_records(self) -> int:
         return len(self.order)
@@ -85,7 +108,19 @@ class ArrayReader(ImageTextReader):
 
     def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
         source, i = self.order[index].tolist()
-        return f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], self.extras[source][i]
+        extra = self.extras[source][i]
+        if self.field_arrays[source]:
+            extra = {**extra, **{name: self._row(self.field_arrays[source][name], extra[name])
+                                 for name in self.field_arrays[source] if name in extra}}
+        return f"{self.paths[source]}[{i}]", np.asarray(self.images[source][i]), self.captions[source][i], extra
+
+    @staticmethod
+    def _row(array: np.ndarray, row: Any) -> Any:
+        """Row `row` of an image field's array; a value that is no row of it (null: the record has none) as it is, for the
+        reader to skip and name."""
+        if isinstance(row, int) and not isinstance(row, bool) and 0 <= row < len(array):
+            return np.asarray(array[row])
+        return row
 
     def records(self):
         for k in part_of(range(len(self.order)), *self.shard()):

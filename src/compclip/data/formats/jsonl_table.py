@@ -1,7 +1,8 @@
 """JSON lines of image paths and captions, a record a line (`{"image": "a.jpg", "caption": "a red couch"}`): what caption
 dumps and metadata exports often are. Images are found as a CSV's (relative to the file's folder or `--image-root`), and
 `--image-key` / `--caption-key` name the fields. A record may hold the data fields a method declares, lists of texts
-(DAC's `{"dense_captions": ["...", ...]}`), each under its name or the key `--field-key NAME=KEY` gives."""
+(DAC's `{"dense_captions": ["...", ...]}`), a text or an image path found as the image's is (TripletCLIP's
+`{"negative_image": "neg/1.jpg", "negative_caption": "..."}`), each under its name or the key `--field-key NAME=KEY` gives."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from ..readers import FORMATS, DataFormat, TextTableReader, image_path, json_line_starts, json_lines, utf8_captions
+from ..readers import FORMATS, DataFormat, TextTableReader, field_kind, image_path, json_line_starts, json_lines, utf8_captions
 
 
 class JsonlReader(TextTableReader):
@@ -42,8 +43,16 @@ class JsonlReader(TextTableReader):
                 yield where, None, None, f"a JSON {type(value).__name__}, not a record"
             else:
                 rel = value.get(self.image_key)
-                yield where, image_path(self.image_root, rel.strip()) if isinstance(rel, str) and rel.strip() else None, \
-                    value.get(self.caption_key), None, {name: value[key] for name, key in self.fields.items() if key in value} or None
+                yield where, self._image(rel) if isinstance(rel, str) else None, value.get(self.caption_key), None, \
+                    {name: self._image(value[key]) if field_kind(name) == "image" else value[key]
+                     for name, key in self.fields.items() if key in value} or None
+
+    def _image(self, rel: Any) -> Path | None:
+        """An image path of a record (the image's, or an image field's) as found from the file's folder or `--image-root`;
+        None where there is none; a value that is no path as it is, for the reader to skip and name."""
+        if isinstance(rel, str):
+            return image_path(self.image_root, rel.strip()) if rel.strip() else None
+        return rel
 
 
 def captions(path: str, caption_key: str) -> Iterator[Any]:

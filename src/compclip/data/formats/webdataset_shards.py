@@ -1,6 +1,8 @@
 """webdataset tar shards (open_clip's `--dataset-type webdataset`): an image plus `txt`, or `json` with a caption field;
 brace patterns expand, and any URL webdataset opens (`pipe:` too) is read as a stream. The `json` may hold the data
-fields a method declares (DAC's `dense_captions`), lists of texts."""
+fields a method declares (DAC's `dense_captions`), lists of texts, or a member of its own holds a text or an image, named
+by the field's key (TripletCLIP's released shards: `KEY.neg_image`, an image, and `KEY.neg_caption`, a text, with `--field-key
+negative_image=neg_image`); an image field is a member's."""
 from __future__ import annotations
 
 import json
@@ -13,7 +15,7 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from ..readers import FORMATS, IMAGE_EXTS, DataFormat, ImageTextReader, part_of
+from ..readers import FORMATS, IMAGE_EXTS, DataFormat, ImageTextReader, field_kind, part_of
 
 
 def is_tar_shards(path: str | os.PathLike) -> bool:
@@ -69,16 +71,18 @@ def tar_members(url: str, damaged: Callable[[str], None]) -> Iterator[tuple[tarf
 
 
 def sample_caption(sample: dict[str, Any], caption_key: str = "caption") -> Any:
-    """A webdataset sample's caption: its `txt`, or its `json`'s caption field (None when absent; bytes that
-    are not UTF-8 come back surrogate-escaped, for the reader to count). Raises JSONDecodeError on bad json."""
-    raw = sample.get("txt", sample.get("json"))
+    """A webdataset sample's caption: its `txt`, a member named as the caption key (TripletCLIP's released `.caption`), or
+    its `json`'s caption field (None when absent; bytes that are not UTF-8 come back surrogate-escaped, for the reader to
+    count). Raises JSONDecodeError on bad json."""
+    member = next((m for m in ("txt", caption_key) if m in sample and m != "json"), None)
+    raw = sample.get(member or "json")
     if raw is None:
         return None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.decode("utf-8", errors="surrogateescape")
-    if "txt" in sample:
+    if member:
         return text
     meta = json.loads(text)
     return meta.get(caption_key) if isinstance(meta, dict) else None
@@ -92,7 +96,8 @@ def shard_urls(path: str) -> list[str]:
 
 
 class WebDatasetReader(ImageTextReader):
-    """webdataset tar shards: an image (jpg/jpeg/png/webp/gif/tif/tiff/bmp) plus `txt`, or `json` with a caption field."""
+    """webdataset tar shards: an image (jpg/jpeg/png/webp/gif/tif/tiff/bmp, or `image` as TripletCLIP's released shards
+    name it) plus `txt`, a member named as the caption key, or `json` with a caption field."""
 
     def __init__(self, urls: str | list[str], transform: Callable | None = None, caption_key: str = "caption", **stages: Any):
         self.urls = shard_urls(urls) if isinstance(urls, str) else list(urls)
@@ -172,17 +177,28 @@ class WebDatasetReader(ImageTextReader):
 
     def _record(self, url: str, sample: dict[str, Any]) -> tuple[str, Any, Any, Any] | None:
         where = f"{url} key {sample['__key__']}"
-        image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
+        image = next((sample[e] for e in (*IMAGE_EXTS, "image") if e in sample), None)  # TripletCLIP's shards: KEY.image
         try:
             caption = sample_caption(sample, self.caption_key)
             meta = json.loads(sample["json"]) if self.fields and "json" in sample else {}
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             self.skips.skip("bad_record", where, f"json: {e}")
             return None
-        extra = {name: meta[key] for name, key in self.fields.items() if isinstance(meta, dict) and key in meta}
+        extra = {name: meta[key] for name, key in self.fields.items()
+                 if isinstance(meta, dict) and key in meta and field_kind(name) != "image"}
+        extra |= {name: self._member(name, sample[key.lower()]) for name, key in self.fields.items()
+                  if key.lower() in sample and field_kind(name) != "texts"}
         if CONCEPTS_MEMBER in sample:
             extra["concepts"] = sample[CONCEPTS_MEMBER]
         return where, image, caption, extra or None
+
+    @staticmethod
+    def _member(name: str, data: bytes | None) -> Any:
+        """A data field held as a member of its own (TripletCLIP's `.neg_image`, `.neg_caption`): an image's bytes as they
+        are, a text decoded (bytes that are not UTF-8 surrogate-escaped, for the reader to count)."""
+        if data is None or field_kind(name) == "image":
+            return data
+        return data.decode("utf-8", errors="surrogateescape")
 
     def concept_fields(self) -> tuple[str, ...] | None:
         """The concept fields the shards carry (`compclip concepts --into-shards`), judged by the first sample; None if none."""
