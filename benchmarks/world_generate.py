@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = WorldConfig(n_train=args.n, n_val=0, n_test=0, size=64)
+        cfg = WorldConfig(n_train=args.n, n_val=1, n_test=1, size=64)  # a split needs at least one scene
         start = time.perf_counter()
         generate(Path(tmp) / "world", cfg, workers=2)
         ours = time.perf_counter() - start
