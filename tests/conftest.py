@@ -60,6 +60,18 @@ def image_bytes(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (40, 32)) 
     return buf.getvalue()
 
 
+def assert_same_terms(terms: dict, expected: dict, ours: list, theirs: list, atol: float = 1e-6) -> None:
+    """A loss's terms equal a reference formula's, term by term, and so do the gradients of their sums on the leaves each
+    was computed from (`ours`, `theirs`: the same values, separate leaves)."""
+    assert terms.keys() == expected.keys()
+    for key in terms:
+        assert torch.allclose(terms[key], expected[key], atol=atol, rtol=0), (key, terms[key], expected[key])
+    sum(terms.values()).backward()
+    sum(expected.values()).backward()
+    for x, y in zip(ours, theirs, strict=True):
+        assert torch.allclose(x.grad, y.grad, atol=atol, rtol=0)
+
+
 def run_main(capsys, *args) -> tuple[int, str, str]:
     """`compclip ARGS` in this process (option checks need no model): exit code, stdout, stderr."""
     from compclip.cli import main

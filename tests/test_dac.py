@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from compclip.data import open_reader
 from compclip.methods import DACLoss, word_list_negative
 from compclip.methods.text import caption_rng
-from conftest import run_main, shared_data
+from conftest import assert_same_terms, run_main, shared_data
 
 
 def released_formula(image, text, negatives, has_negative, dense, dense_negatives, dense_mask, scale, absent="zeros"):
@@ -59,13 +59,7 @@ def test_dac_loss_is_the_released_formula_with_its_gradients(absent):
     b = [F.normalize(x, dim=-1) for x in theirs]
     terms = DACLoss(absent=absent)(a[0], a[1], a[2] * has_negative[:, None], has_negative, a[3], a[4], dense_mask, scale)
     expected = released_formula(b[0], b[1], b[2], has_negative, b[3], b[4], dense_mask, scale, absent)
-    assert terms.keys() == expected.keys()
-    for key in terms:
-        assert torch.allclose(terms[key], expected[key], atol=1e-6, rtol=0), (key, terms[key], expected[key])
-    sum(terms.values()).backward()
-    sum(expected.values()).backward()
-    for x, y in zip(ours, theirs, strict=True):
-        assert torch.allclose(x.grad, y.grad, atol=1e-6, rtol=0)
+    assert_same_terms(terms, expected, ours, theirs)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from PIL import Image
 from compclip.data import open_reader
 from compclip.methods import TripletCLIPLoss
 from compclip.world import COLORS, Scene, WorldConfig, generate
-from conftest import run_main
+from conftest import assert_same_terms, run_main
 
 FIELDS = {"negative_image": "negative_image", "negative_caption": "negative_caption"}
 
@@ -47,13 +47,7 @@ def test_tripletclip_loss_is_the_released_formula_with_its_gradients(columns):
     scale = torch.tensor(12.0, dtype=torch.float64)
     terms = TripletCLIPLoss(negative_columns=columns)(*(F.normalize(x, dim=-1) for x in leaves), scale)
     expected = released_formula(*(F.normalize(x, dim=-1) for x in twins), scale, columns)
-    assert terms.keys() == expected.keys()
-    for key in terms:
-        assert torch.allclose(terms[key], expected[key], atol=1e-6, rtol=0), (key, terms[key], expected[key])
-    sum(terms.values()).backward()
-    sum(expected.values()).backward()
-    for x, y in zip(leaves, twins, strict=True):
-        assert torch.allclose(x.grad, y.grad, atol=1e-6, rtol=0)
+    assert_same_terms(terms, expected, leaves, twins)
 
 
 def write_images(root, n):
