@@ -29,6 +29,10 @@ NEGATIVE_CAPTIONS = ["a white couch next to a red table", "a horse riding a man 
                      "two cats and a dog on a bed", "a red car", "very dark", "a large bird under a small umbrella near a tree",
                      "a plate"]
 NEGATIVE_IMAGES = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+# each sample's negated caption and distractor image, CoN-CLIP's data fields (its image: DISTRACTOR_IMAGES[i])
+NEGATED_CAPTIONS = ["a white table but no red couch", "a beach but no man", "nothing nice", "a bed with no dogs", "no blue car",
+                    "not bright", "a tree but no bird", "no cup"]
+DISTRACTOR_IMAGES = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(3))
 
 
 # every term weighs in; C2LIP's attribute-swap negatives too (local to their image: accumulated, never gathered)
@@ -61,7 +65,8 @@ def compute(env, accum: int = 1, method_name: str = "c2lip", device: str = "cpu"
     size = per // accum
     micro = [
         method.collate([{"image": images[i], "caption": CAPTIONS[i], "dense_captions": DENSE[i], "negative_image": NEGATIVE_IMAGES[i],
-                         "negative_caption": NEGATIVE_CAPTIONS[i]} for i in rows[k * size : (k + 1) * size]], tokenizer)
+                         "negative_caption": NEGATIVE_CAPTIONS[i], "negated_caption": NEGATED_CAPTIONS[i],
+                         "distractor_image": DISTRACTOR_IMAGES[i]} for i in rows[k * size : (k + 1) * size]], tokenizer)
         for k in range(accum)
     ]
     micro = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()} for batch in micro]

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from dist_grads import CAPTIONS, DENSE, NEGATIVE_CAPTIONS, NEGATIVE_IMAGES, OPTIONS
+from dist_grads import CAPTIONS, DENSE, DISTRACTOR_IMAGES, NEGATED_CAPTIONS, NEGATIVE_CAPTIONS, NEGATIVE_IMAGES, OPTIONS
 
 
 def step(method: str, rank: int = 0, world_size: int = 1):
@@ -22,6 +22,7 @@ def step(method: str, rank: int = 0, world_size: int = 1):
         CECLIPLoss,
         CLICLoss,
         CLIPLoss,
+        CoNCLIPLoss,
         DACLoss,
         HardNegativeLoss,
         NegCLIPLoss,
@@ -111,6 +112,9 @@ def step(method: str, rank: int = 0, world_size: int = 1):
         negative_image = F.normalize(model.encode_image(NEGATIVE_IMAGES[rank * per : (rank + 1) * per]), dim=-1)
         negative_text = encode(NEGATIVE_CAPTIONS[rank * per : (rank + 1) * per])
         loss = sum(TripletCLIPLoss(**ddp)(image, text, negative_image, negative_text, scale).values())
+    elif method == "conclip":  # the released single forward pass over [images ; distractors] and [captions ; negated]
+        distractor = F.normalize(model.encode_image(DISTRACTOR_IMAGES[rank * per : (rank + 1) * per]), dim=-1)
+        loss = sum(CoNCLIPLoss(**ddp)(image, text, encode(NEGATED_CAPTIONS[rank * per : (rank + 1) * per]), distractor, scale).values())
     elif method == "occlip":
         batch = occlip.collate([{"image": im, "caption": c} for im, c in zip(images, captions, strict=True)], tokenizer)
         out = occlip.outputs(model, batch)  # the graphs' node and relation texts, encoded by the text tower

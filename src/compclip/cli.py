@@ -655,6 +655,35 @@ def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help
         typer.echo(f"{name}: ready" if not gone else f"{name}: {len(gone)} images missing, e.g. {shown}")
 
 
+@data_app.command("ccneg")
+def data_ccneg(
+    root: Path = typer.Option(..., help="CC-Neg's release folder: ccneg_preprocessed.pt, distractor_image_mapping.pt and "
+                                        "the images its paths name."),
+    out: Path = typer.Option(..., help="The JSON lines file to write."),
+    coco_images: Path = typer.Option(None, help="COCO train2017's image folder, where the distractors are (split train)."),
+    coco_captions: Path = typer.Option(None, help="COCO's captions_train2017.json, which orders them (split train)."),
+    split: str = typer.Option("train", help="train (with distractors) or eval (CC-Neg's last 40,000 records)."),
+) -> None:
+    """Write CC-Neg's release as JSON lines of image, caption, negated_caption and distractor_image, as CoN-CLIP reads it.
+
+    Example:
+
+    \b
+    compclip data ccneg --root ccneg_dataset --coco-images coco/train2017 \\
+        --coco-captions coco/annotations/captions_train2017.json --out ccneg_train.jsonl
+    compclip train --recipe conclip-ccneg --train-data ccneg_train.jsonl
+    """
+    from .data import ccneg
+    from .errors import UsageError
+
+    if split not in ("train", "eval"):
+        raise UsageError(f"--split {split!r}: train or eval")
+    if split == "train" and (coco_images is None or coco_captions is None):
+        raise UsageError("--split train reads the distractors from COCO train2017: give --coco-images and --coco-captions")
+    written, skipped = ccneg.write_jsonl(root, coco_images, coco_captions, out, split)
+    typer.echo(f"wrote {out}: {written} records" + (f"; skipped {dict(skipped)}" if skipped else ""))
+
+
 world_app = typer.Typer(help="The synthetic binding world: scenes, captions, held-out pairings, benchmarks.", no_args_is_help=True)
 app.add_typer(world_app, name="world")
 

@@ -17,7 +17,8 @@ PRECISIONS = ("fp32", "amp_bf16", "amp")  # a scoring run's: autocast over fp32 
 BLIP_SCORES = ("itm+itc", "itm", "itc")
 TRAIN_PRECISIONS = (*PRECISIONS, "amp_bfloat16", "bf16", "fp16", "pure_bf16", "pure_fp16")
 
-SHIPPED_METHODS = ("attswap", "c2lip", "ceclip", "clic", "clip", "dac", "hardneg", "negclip", "occlip", "siglip", "svlc", "tripletclip")
+SHIPPED_METHODS = ("attswap", "c2lip", "ceclip", "clic", "clip", "conclip", "dac",
+                   "hardneg", "negclip", "occlip", "siglip", "svlc", "tripletclip")
 SHIPPED_BENCHMARKS = ("aro_order", "aro_vg_attribution", "aro_vg_relation", "concept_ranking", "crepe", "eqben", "imagecode",
                       "inpaint_coco", "retrieval", "spec", "sugarcrepe", "sugarcrepe_pp", "svo_probes", "valse", "vl_checklist",
                       "whatsup", "winoground", "zeroshot")

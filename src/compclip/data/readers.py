@@ -163,7 +163,7 @@ _ABSENT = object()  # a declared field the record does not have
 # What each data field a method may declare holds (`LossPart.sample_fields`), by its name: a list of texts (DAC's dense
 # captions, any name not listed), one text, or one image, which the reader decodes and views as the sample's own image
 # (TripletCLIP's negative image: a path in JSON lines, a member or the json's path in a shard, a row of an array)
-FIELD_KINDS = {"negative_caption": "text", "negative_image": "image"}
+FIELD_KINDS = {"negative_caption": "text", "negative_image": "image", "negated_caption": "text", "distractor_image": "image"}
 
 
 def field_kind(name: str) -> str:

@@ -18,6 +18,7 @@ here that ends with `register_method(...)`; `base.METHODS` imports them all, and
 | svlc | InfoNCE + rule-based word swaps | the negatives' cross-entropy | c2lip (replacing SigLIP) |
 | dac | InfoNCE + word-list negatives | MIL over dense captions, negative term | c2lip (replacing SigLIP) |
 | tripletclip | InfoNCE + negative captions, over (image, caption) and (negative image, negative caption) | | c2lip (replacing SigLIP) |
+| conclip | InfoNCE + negated captions and distractor images (image tower frozen) | the distractors' term | c2lip (replacing SigLIP) |
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from .c2lip import C2LIPLoss, ConceptLoss, concept_inputs
 from .ceclip import CECLIPLoss, relation_negative
 from .clic import CLICLoss, PairViews, cross_sentence_swap, join_pair
 from .clip import CLIPLoss
+from .conclip import CoNCLIPLoss
 from .dac import DACLoss, word_list_negative
 from .hardneg import HardNegativeLoss, keyword_negatives
 from .negclip import NegCLIPLoss, swap_negatives
@@ -68,8 +70,8 @@ def build_method(spec: str, *, concepts=None, seed: int = 0, **options: Any) -> 
     return Method(spec, parts, concepts)
 
 
-__all__ = ["METHODS", "BindingModule", "C2LIPLoss", "CECLIPLoss", "CLICLoss", "CLIPLoss", "ConceptLoss", "DACLoss", "HardNegativeLoss",
-           "LossPart", "Method", "MethodEntry", "NegCLIPLoss", "NoOptions", "OCCLIPLoss", "PairViews", "SVLCLoss", "SigLIPLoss",
-           "TripletCLIPLoss", "build_method", "concept_inputs", "cross_sentence_swap", "join_pair", "keyword_negatives", "list_methods",
-           "method_concept_fields", "method_options", "option", "register_method", "relation_negative", "rule_based_negatives",
-           "swap_negatives", "word_list_negative"]
+__all__ = ["METHODS", "BindingModule", "C2LIPLoss", "CECLIPLoss", "CLICLoss", "CLIPLoss", "CoNCLIPLoss", "ConceptLoss", "DACLoss",
+           "HardNegativeLoss", "LossPart", "Method", "MethodEntry", "NegCLIPLoss", "NoOptions", "OCCLIPLoss", "PairViews", "SVLCLoss",
+           "SigLIPLoss", "TripletCLIPLoss", "build_method", "concept_inputs", "cross_sentence_swap", "join_pair", "keyword_negatives",
+           "list_methods", "method_concept_fields", "method_options", "option", "register_method", "relation_negative",
+           "rule_based_negatives", "swap_negatives", "word_list_negative"]

@@ -43,6 +43,14 @@ def dense_captions(scene: Scene) -> list[str]:
     return [*short_phrases(scene), *(pair_statement(a, b).text() for a, b in itertools.pairwise(order))]
 
 
+def negated_caption(kept: Scene, gone: Obj) -> str:
+    """CoN-CLIP's negated caption of a scene with `gone` taken out (`scene.remove_one`): the objects left, then `gone` named
+    as absent ("There is a small red square, but no large blue circle."; "There is no large blue circle." where none is
+    left). A scene's pairings are its own (no two objects share a colour and shape), so it holds for `kept` alone."""
+    absent = f"no {_name(gone)}"
+    return f"There is {_list([_name(o) for o in kept.objects])}, but {absent}." if kept.objects else f"There is {absent}."
+
+
 def single_captions(scene: Scene, index: int) -> dict[str, str]:
     """A single object's short captions: `shape_caption` names only its shape; `caption` names its colour
     and shape, its shape or its colour, in turn by `index`."""

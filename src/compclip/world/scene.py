@@ -112,6 +112,14 @@ def colour_swap(scene: Scene, rng: random.Random, allowed: set[tuple[str, str]],
     return rng.choice(recoloured) if recoloured else None
 
 
+def remove_one(scene: Scene, rng: random.Random) -> tuple[Scene, Obj]:
+    """CoN-CLIP's distractor of a scene: the scene with one of its objects, drawn from `rng`, taken out (places, sizes,
+    background and seed kept), and that object. The scene's negated caption, which names it as absent, holds for the
+    distractor and not for the scene (`captions.negated_caption`)."""
+    gone = rng.randrange(len(scene.objects))
+    return Scene(tuple(o for i, o in enumerate(scene.objects) if i != gone), scene.background, scene.seed), scene.objects[gone]
+
+
 def _polygon(shape: str, cx: float, cy: float, r: float) -> list[tuple[float, float]]:
     if shape == "square":
         k = r * 0.85

@@ -6,7 +6,10 @@
   `train/` also holds each scene's hard negative, for TripletCLIP: `negative_image.npy`, the scene rendered with two
   objects' colours exchanged (`colour_swap`; one recoloured where no two can be), and in its record `negative_scene`,
   `negative_caption` (its caption, drawn as the scene's is, so the same sentences with the colours exchanged) and
-  `negative_image` (its row; null for a scene with no negative, which TripletCLIP skips and counts);
+  `negative_image` (its row; null for a scene with no negative, which TripletCLIP skips and counts); and its distractor,
+  for CoN-CLIP: `distractor_image.npy`, the scene with one object taken out (`remove_one`), and in its record
+  `distractor_scene`, `distractor_image` (its row) and `negated_caption`, the objects left and the one taken out named as
+  absent (`negated_caption`: false for the scene, true for its distractor);
 - `singles/` (`n_singles` > 0): single objects of the seen pairings in the same format, with short
   captions for a base's curriculum: `shape_caption` names only the shape ("a star"), `caption` cycles
   through "a red star", "a star" and "something red". Colour alone finds a scene in a contrastive batch,
@@ -25,7 +28,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -37,14 +40,15 @@ from ..eval.benchmarks.sugarcrepe import SPLITS as SC_SPLITS
 from ..eval.benchmarks.sugarcrepe_pp import SPLITS as SCPP_SPLITS
 from ..io import atomic_path, write_json
 from ..progress import progress
-from .captions import dense_captions, holds, long_caption, negatives, pair_statement, short_phrases, single_captions
+from .captions import dense_captions, holds, long_caption, negated_caption, negatives, pair_statement, short_phrases, single_captions
 from .config import WorldConfig, heldout_count
-from .scene import COLORS, SHAPES, Scene, colour_swap, place, render
+from .scene import COLORS, SHAPES, Scene, colour_swap, place, remove_one, render
 
 # of the benchmark files: 2 keeps the seen split's negatives to seen pairings, 3 links each zero-shot image's colour copy to its
-# shape copy, 4 adds each scene's dense captions, 5 each training scene's negative (TripletCLIP's); a world of another format
-# is made again
-FORMAT = 5
+# shape copy, 4 adds each scene's dense captions, 5 each training scene's negative (TripletCLIP's), 6 its distractor and
+# negated caption (CoN-CLIP's); a world of another format is made again
+FORMAT = 6
+TRAIN_IMAGE_FIELDS = ("negative_image", "distractor_image")  # the training scenes' image fields, each an array beside images.npy
 SPLIT_CODES = {"train": 1, "val": 2, "test_seen": 3, "test_unseen": 4, "zs_seen": 5, "zs_unseen": 6, "singles": 7}
 
 
@@ -73,15 +77,15 @@ def _scene(cfg: WorldConfig, split: str, index: int, held: list[tuple[str, str]]
     return place(rng, seed, rng.sample(seen, n))
 
 
-def _work(task: tuple[WorldConfig, str, int, str | None, list]) -> tuple[dict[str, Any], bytes | None, bytes | None]:
+def _work(task: tuple[WorldConfig, str, int, str | None, list]) -> tuple[dict[str, Any], bytes | None, dict[str, bytes]]:
     """One scene: its record, its pixels when they go to an array (else it is saved as `path`, a PNG), and a training
-    scene's negative's pixels (None where it has none)."""
+    scene's image fields' pixels by field (`TRAIN_IMAGE_FIELDS`; a field it has none of is absent)."""
     cfg, split, index, path, held = task
     scene = _scene(cfg, split, index, held)
     image = render(scene, cfg.size)
     if path is not None:
         image.save(path, format="PNG")
-    negative = None
+    fields: dict[str, bytes] = {}
     if split == "singles":
         record = {"index": index, "scene": scene.to_dict(), **single_captions(scene, index)}
     else:
@@ -94,7 +98,13 @@ def _work(task: tuple[WorldConfig, str, int, str | None, list]) -> tuple[dict[st
         negative = colour_swap(scene, random.Random(scene.seed + 4), allowed, colors)
         record |= {"negative_scene": None, "negative_caption": None, "negative_image": None} if negative is None else {
             "negative_scene": negative.to_dict(), "negative_caption": caption_of(negative, cfg), "negative_image": index}
-    return record, None if path is not None else image.tobytes(), None if negative is None else render(negative, cfg.size).tobytes()
+        if negative is not None:
+            fields["negative_image"] = render(negative, cfg.size).tobytes()
+        # CoN-CLIP's: the distractor (a row of distractor_image.npy) and the negated caption that holds for it alone
+        kept, gone = remove_one(scene, random.Random(scene.seed + 5))
+        record |= {"distractor_scene": kept.to_dict(), "negated_caption": negated_caption(kept, gone), "distractor_image": index}
+        fields["distractor_image"] = render(kept, cfg.size).tobytes()
+    return record, None if path is not None else image.tobytes(), fields
 
 
 def caption_of(scene: Scene, cfg: WorldConfig) -> str:
@@ -114,21 +124,18 @@ def _render_all(cfg: WorldConfig, split: str, n: int, folder: Path, held, pool) 
     tasks = [(cfg, split, i, None if array else str(folder / f"{split}_{i:06d}.png"), held) for i in range(n)]
     jobs = pool.imap(_work, tasks, chunksize=64) if pool else map(_work, tasks)
     records = []
-    negatives = folder.with_name("negative_image.npy") if split == "train" else None
-    with atomic_path(folder) if array else nullcontext() as tmp, atomic_path(negatives) if negatives else nullcontext() as neg:
-        pixels = np.lib.format.open_memmap(tmp, "w+", np.uint8, (n, cfg.size, cfg.size, 3)) if array else None
+    names = TRAIN_IMAGE_FIELDS if split == "train" else ()
+    shape = (n, cfg.size, cfg.size, 3)
+    with ExitStack() as stack:
+        arrays = {name: np.lib.format.open_memmap(stack.enter_context(atomic_path(path)), "w+", np.uint8, shape)
+                  for name, path in (({"images": folder} if array else {}) | {f: folder.with_name(f"{f}.npy") for f in names}).items()}
         # a scene without a negative keeps a row of zeros, which its record (negative_image null) never names
-        negative = np.lib.format.open_memmap(neg, "w+", np.uint8, (n, cfg.size, cfg.size, 3)) if negatives else None
-        for record, data, negative_data in progress(jobs, f"world {split}", total=n, unit="image"):
-            if pixels is not None:
-                pixels[record["index"]] = np.frombuffer(data, np.uint8).reshape(cfg.size, cfg.size, 3)
-            if negative_data is not None:
-                negative[record["index"]] = np.frombuffer(negative_data, np.uint8).reshape(cfg.size, cfg.size, 3)
+        for record, data, fields in progress(jobs, f"world {split}", total=n, unit="image"):
+            for name, pixels in (({"images": data} if array else {}) | fields).items():
+                arrays[name][record["index"]] = np.frombuffer(pixels, np.uint8).reshape(cfg.size, cfg.size, 3)
             records.append(record)
-        for written in (pixels, negative):
-            if written is not None:
-                written.flush()
-        del pixels, negative
+        for name in list(arrays):  # flushed and closed before each is moved into place
+            arrays.pop(name).flush()
     return records
 
 
