@@ -4,7 +4,7 @@ another in one process each, and the median `batch_time` of the steps after the 
 the DataLoader's start and the allocator's growth). What a method adds to a step is its negatives' or dense texts'
 encoding and its loss terms: the ratio to SigLIP is that cost.
 Run after `compclip demo --out DEMO` (any --methods): .venv/bin/python benchmarks/method_step_time.py DEMO
-[--methods siglip,attswap,ceclip,svlc,dac] [--steps 40] [--skip 10]
+[--methods siglip,attswap,ceclip,svlc,dac,conclip,tripletclip] [--steps 40] [--skip 10]
 """
 import argparse
 import json
@@ -35,7 +35,7 @@ def step_times(demo: Path, method: str, steps: int, work: Path) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("demo", type=Path)
-    parser.add_argument("--methods", default="siglip,attswap,ceclip,svlc,dac")
+    parser.add_argument("--methods", default="siglip,attswap,ceclip,svlc,dac,conclip,tripletclip")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--skip", type=int, default=10)
     args = parser.parse_args()

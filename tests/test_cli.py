@@ -297,7 +297,7 @@ TRAIN_CASES = {
                                         ["--method-opt negatives=two: expected int"]),
     "method option without a value": (["--method-opt", "negatives"], ["--method-opt 'negatives': expected KEY=VALUE"]),
     "unknown method": (["--method", "c3lip"],
-                       ["unknown method 'c3lip' (did you mean clip or c2lip?); known: attswap, c2lip, ceclip, clic, clip, dac, "
+                       ["unknown method 'c3lip' (did you mean clip or c2lip?); known: attswap, c2lip, ceclip, clic, clip, conclip, dac, "
                         "hardneg, negclip, occlip, siglip, svlc, tripletclip"]),
     **({} if torch.cuda.is_available() else {"cuda without a GPU": (["--device", "cuda"], ["--device cuda: torch sees no GPU here"])}),
 }

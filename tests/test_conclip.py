@@ -182,7 +182,8 @@ def test_compclip_data_ccneg_reads_the_release_as_its_training_dataset_does(tmp_
     expected = []
     for idx, top in ((0, 2), (1, 0), (2, 1)):
         expected.append({"image": f"{root}/subset/{idx:05d}.jpg", "caption": f"a dog number {idx}",
-                         "negated_caption": f"a park but no dog {idx} no cat", "distractor_image": str(tmp_path / "train2017" / names[ids[top]])})
+                         "negated_caption": f"a park but no dog {idx} no cat",
+                         "distractor_image": str(tmp_path / "train2017" / names[ids[top]])})
     assert [json.loads(line) for line in out.read_text().splitlines()] == expected
     assert f"wrote {out}: 3 records; skipped {{'no caption or negated caption': 1, 'no distractor': 1}}" in said
     code, said, _ = run_main(capsys, "data", "ccneg", "--root", root, "--split", "eval", "--out", tmp_path / "eval.jsonl")

@@ -50,6 +50,11 @@ PAPERS = {  # what each source says, typed in again from the papers and the auth
                        "seed": 42, "schedule": "cosine", "optimizer": "adamw", "dataset_resampled": True, "train_num_samples": 1_000_000,
                        "field_keys": {"negative_image": "neg_image", "negative_caption": "neg_caption"},
                        "method_options": {"negative_weight": 1.0, "negative_columns": True}},
+    # CoN-CLIP: the released src/training_utils/helpers.py's setup_args, src/run_finetuning.sh, conclip_fine_tuning.py
+    "conclip-ccneg": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 200, "batch_size": 200, "lr": 1e-6,
+                      "epochs": 5, "warmup": 50, "weight_decay": 0.2, "betas": [0.9, 0.999], "eps": 1e-8, "precision": "amp",
+                      "schedule": "cosine", "optimizer": "adamw", "shuffle": 0,
+                      "method_options": {"distractor_images": True, "lock_image_encoder": True}},
     # Rösch et al. §3.2, its transformers v4.30 Trainer: AdamW (decoupled decay), gradients clipped at norm 1.0
     "hardneg-color": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "optimizer": "adamw", "weight_decay": 0.1,
                       "grad_clip_norm": 1.0, "lr": 5e-6,
@@ -381,10 +386,10 @@ def _stand_in_tokenizer(snapshot):
 @pytest.fixture(scope="module")
 def recipe_data(tmp_path_factory):
     """Eight photos whose captions hold every hard-negative class (colour, object, location, size), as a CSV, as JSON lines
-    with two dense captions each (DAC's data field) and a negative image and caption (TripletCLIP's: the next photo and
-    its caption), and as webdataset shards for a recipe that draws shards with replacement (jpg + txt, and TripletCLIP's
-    released members neg_image + neg_caption), and their concepts (noun phrases, POS tags, scene graphs: what every
-    recipe's method reads)."""
+    with two dense captions each (DAC's data field), a negative image and caption (TripletCLIP's: the next photo and its
+    caption) and a negated caption and distractor (CoN-CLIP's), and as webdataset shards for a recipe that draws shards
+    with replacement (jpg + txt, and TripletCLIP's released members neg_image + neg_caption), and their concepts (noun
+    phrases, POS tags, scene graphs: what every recipe's method reads)."""
     import io
     import tarfile
 
@@ -407,7 +412,8 @@ def recipe_data(tmp_path_factory):
     csv.write_text("image,caption\n" + "".join(f"{image},{caption}\n" for image, caption in rows))
     (root / "train.jsonl").write_text("".join(json.dumps({"image": image, "caption": caption, "dense_captions": [
         caption.split(" to the ")[0], f"a {caption.split()[-2]} cat"], "negative_image": rows[(i + 1) % 8][0],
-        "negative_caption": rows[(i + 1) % 8][1]}) + "\n" for i, (image, caption) in enumerate(rows)))
+        "negative_caption": rows[(i + 1) % 8][1], "negated_caption": caption.split(" to the ")[0].replace(" a ", " no ", 1),
+        "distractor_image": rows[(i + 2) % 8][0]}) + "\n" for i, (image, caption) in enumerate(rows)))
     for s in range(2):
         with tarfile.open(root / f"shard-{s:03d}.tar", "w") as tar:
             for i, (image, caption) in enumerate(rows[s * 4:(s + 1) * 4], s * 4):
