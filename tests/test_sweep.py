@@ -2,18 +2,16 @@
 scored alone, a finished model skipped when the sweep runs again, the list split into parts as a SLURM array splits it."""
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import sys
 
 import pandas as pd
 import pytest
 from PIL import Image
 
 from compclip.eval.sweep import folder_name
-from conftest import run_main
+from conftest import opened, run_main
 
 MODELS = ("compclip-tiny-clip", "compclip-tiny-siglip", "compclip-tiny-world")
 
@@ -92,29 +90,6 @@ def test_a_sweep_that_cannot_run_is_one_line_before_any_model_loads(tmp_path, ro
     code, _, err = evaluate(capsys, root, tmp_path / "out", "--model", models, *extra)
     assert code == 2 and err.startswith(said) and len(err.strip().splitlines()) == 1, err
     assert not any((tmp_path / "out").glob("*/*.json"))
-
-
-OPENED: list[str] | None = None  # every file this process opens while `opened` counts them
-
-
-def _count_open(event: str, args: tuple) -> None:
-    if OPENED is not None and event == "open" and isinstance(args[0], (str, os.PathLike)):
-        OPENED.append(os.fspath(args[0]))
-
-
-@contextlib.contextmanager
-def opened():
-    """The files opened inside the block, as Python's audit hook `open` reports each (PIL's own opening of an image
-    included); an audit hook cannot be removed, so it counts only while a block runs."""
-    global OPENED
-    if not getattr(sys, "_compclip_counts_opens", False):
-        sys.addaudithook(_count_open)
-        sys._compclip_counts_opens = True
-    OPENED = []
-    try:
-        yield OPENED
-    finally:
-        OPENED = None
 
 
 @pytest.fixture
