@@ -85,8 +85,8 @@ class _Images(Dataset):
 def _collate_images(items: list[tuple[int, torch.Tensor | None, str | None]]):
     good = [(i, t) for i, t, _ in items if t is not None]
     batch = default_collate([t for _, t in good]) if good else None  # a tensor, or a dict of them (`_on`)
-    return batch, [i for i, _ in good], [(i, why) for i, t, why in items if t is None and why is not None], \
-        [i for i, _, why in items if why is None]
+    failed = [(i, why) for i, t, why in items if t is None and why is not None]
+    return batch, [i for i, _ in good], failed, [i for i, _, why in items if why is None]  # the last: `_Images.shared`'s
 
 
 def _row(batch: torch.Tensor | dict[str, torch.Tensor], j: int):
