@@ -2,11 +2,13 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # hub calls fail fast instead of retrying for 30 s
 
+import contextlib
 import io
 import json
 import random
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,27 @@ def two_models(swap_root, tmp_path_factory):
         compclip.evaluate(model, preprocess, tokenizer, "sugarcrepe/swap_att,sugarcrepe_pp/swap_att", data_root=swap_root,
                           out=folder / name, workers=0)
     return folder
+
+
+OPENED: list[str] | None = None  # every file this process opens while `opened` counts them
+_HOOKED = False
+
+
+def _count_open(event: str, args: tuple) -> None:
+    if OPENED is not None and event == "open" and isinstance(args[0], (str, os.PathLike)):
+        OPENED.append(os.fspath(args[0]))
+
+
+@contextlib.contextmanager
+def opened():
+    """The files opened inside the block, as Python's audit hook `open` reports each (PIL's own opening of an image
+    included); an audit hook cannot be removed, so it counts only while a block runs."""
+    global OPENED, _HOOKED
+    if not _HOOKED:
+        sys.addaudithook(_count_open)
+        _HOOKED = True
+    OPENED = []
+    try:
+        yield OPENED
+    finally:
+        OPENED = None

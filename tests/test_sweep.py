@@ -3,11 +3,15 @@ scored alone, a finished model skipped when the sweep runs again, the list split
 from __future__ import annotations
 
 import json
+import logging
+import os
 
+import pandas as pd
 import pytest
 from PIL import Image
 
-from conftest import run_main
+from compclip.eval.sweep import folder_name
+from conftest import opened, run_main
 
 MODELS = ("compclip-tiny-clip", "compclip-tiny-siglip", "compclip-tiny-world")
 
@@ -86,3 +90,86 @@ def test_a_sweep_that_cannot_run_is_one_line_before_any_model_loads(tmp_path, ro
     code, _, err = evaluate(capsys, root, tmp_path / "out", "--model", models, *extra)
     assert code == 2 and err.startswith(said) and len(err.strip().splitlines()) == 1, err
     assert not any((tmp_path / "out").glob("*/*.json"))
+
+
+@pytest.fixture
+def five(tmp_path):
+    """Five SugarCrepe swap-att items, the fourth's image a file that does not decode."""
+    (tmp_path / "data" / "coco" / "val2017").mkdir(parents=True)
+    (tmp_path / "data" / "sugarcrepe").mkdir()
+    records = {}
+    for k in range(5):
+        name = f"{k + 1:012d}.jpg"
+        if k == 3:
+            (tmp_path / "data" / "coco" / "val2017" / name).write_bytes(b"\xff\xd8 not a JPEG")
+        else:
+            Image.new("RGB", (48 + 8 * k, 40), (50 * k, 120, 200 - 40 * k)).save(tmp_path / "data" / "coco" / "val2017" / name)
+        records[str(k)] = {"filename": name, "caption": f"a red cup beside {k} blue plates",
+                           "negative_caption": f"a blue cup beside {k} red plates"}
+    (tmp_path / "data" / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))
+    return tmp_path / "data"
+
+
+def checkpoint(folder, **how):
+    """compclip-tiny-clip saved as a checkpoint folder: other weights (`init_seed`) or another image size."""
+    from compclip.models import load_model
+    from compclip.models.checkpoint import save_checkpoint
+
+    return save_checkpoint(load_model("compclip-tiny-clip", **how)[0], folder)
+
+
+def image_opens(files: list[str], root) -> dict[str, int]:
+    images = root / "coco" / "val2017"
+    return {name: sum(os.path.realpath(f) == os.path.realpath(images / name) for f in files) for name in sorted(os.listdir(images))}
+
+
+def scores(folder):
+    items = pd.read_parquet(folder / "sugarcrepe-swap_att.items.parquet")
+    return items[["item", "image", "score_true", "score_false", "correct"]].to_dict("records")
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_models_of_one_preprocessing_decode_each_image_once_and_score_as_alone(tmp_path, five, capsys, caplog, where):
+    """compclip-tiny-clip and the same architecture's other weights in a checkpoint folder (its preprocessing read back
+    from JSON, lists where the other has tuples: the same parameters): every image file is opened by the first model
+    alone, the undecodable one too, and each model's per-item scores are its own run's to the bit, the decoded images
+    kept in memory or (none fitting there) in a scratch folder under --out that is gone when the sweep ends."""
+    from compclip.eval.config import EvalConfig
+    from compclip.eval.sweep import sweep
+
+    other = checkpoint(tmp_path / "seed1", init_seed=1)
+    models = ("compclip-tiny-clip", str(other))
+    args = ("--benchmark", "sugarcrepe/swap_att", "--data-root", five, "--workers", "0", "--batch-size", "2")
+    with opened() as files, caplog.at_level(logging.INFO, logger="compclip.eval"):
+        if where == "memory":  # the command as a user runs it, its log on stderr
+            code, _, said = run_main(capsys, "eval", "--model", ",".join(models), "--out", tmp_path / "sweep", *args)
+            assert code == 0, said
+        else:  # the library's sweep, with no memory for the images
+            sweep(EvalConfig(model=",".join(models), benchmark="sugarcrepe/swap_att", data_root=str(five), workers=0,
+                             batch_size=2, out=str(tmp_path / "sweep")), memory_bytes=0)
+            said = caplog.text
+    assert image_opens(files, five) == {f"{k:012d}.jpg": 1 for k in range(1, 6)}
+    kept = "4 in memory (0 MiB), 0 on disk" if where == "memory" else "0 in memory (0 MiB), 4 on disk"
+    assert f"decoded images kept for the sweep's models: {kept} (0 MiB), 1 that do not decode" in said
+    assert "decoded 0 images, took 5 more as the sweep's models of the same preprocessing decoded them" in said
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == sorted(folder_name(m) for m in models)
+    for model in models:
+        code, _, err = run_main(capsys, "-q", "eval", "--model", model, "--out", tmp_path / "alone" / folder_name(model), *args)
+        assert code == 0, err
+        alone, swept = tmp_path / "alone" / folder_name(model), tmp_path / "sweep" / folder_name(model)
+        assert scores(swept) == scores(alone) and len(scores(alone)) == 4
+        assert metrics(swept) == metrics(alone) and metrics(swept)["swap_att"]["n_missing"] == 1
+
+
+def test_models_of_two_image_sizes_each_decode_their_own(tmp_path, five, capsys):
+    """compclip-tiny-clip at 64 px, at 32 px, and at 64 px with other weights: the 32 px model decodes every image
+    itself and scores as alone, the second 64 px model (after it) takes the first's: each image opened twice."""
+    small, other = checkpoint(tmp_path / "small", force_image_size=32), checkpoint(tmp_path / "seed1", init_seed=1)
+    args = ("--benchmark", "sugarcrepe/swap_att", "--data-root", five, "--workers", "0", "--batch-size", "2")
+    with opened() as files:
+        code, _, err = run_main(capsys, "-q", "eval", "--model", f"compclip-tiny-clip,{small},{other}", "--out", tmp_path / "sweep", *args)
+    assert code == 0, err
+    assert image_opens(files, five) == {f"{k:012d}.jpg": 2 for k in range(1, 6)}
+    code, _, err = run_main(capsys, "-q", "eval", "--model", str(small), "--out", tmp_path / "alone", *args)
+    assert code == 0, err
+    assert scores(tmp_path / "sweep" / folder_name(str(small))) == scores(tmp_path / "alone")

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from conftest import plant_hub_repo, run_main
+from conftest import opened, plant_hub_repo, run_main
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "dog", "cat", "red", "blue", "on", "the", "mat", "is", "of",
          "photo", "green", "under", "big", "small"]
@@ -164,6 +164,32 @@ def test_eval_of_a_transformers_folder_scores_each_item_as_the_forward(made, kin
     assert torch.allclose(torch.tensor(items["score_false"].tolist()), false, atol=1e-5)
     record = json.loads((tmp_path / "out" / "sugarcrepe-swap_att.json").read_text())
     assert record["metrics"]["swap_att"]["acc"] == pytest.approx(float((true > false).float().mean()))
+
+
+def test_a_sweep_of_transformers_models_decodes_each_image_once_per_processor(made, tmp_path, capsys):
+    """SigLIP 2 (its pixels a dict of patches, mask and grid), BLIP (itm+itc: its image tokens and embeddings from one
+    decode), then SigLIP 2 with other weights, no memory for the decoded images: each image opened once for the two
+    SigLIP 2 models (the second reading the first's from the scratch files) and once for BLIP; each scored as alone."""
+    import pandas as pd
+
+    from compclip.eval.config import EvalConfig
+    from compclip.eval.sweep import folder_name, sweep
+
+    folders, data = made
+    models = (str(folders["siglip2"]), str(folders["blip"]), str(tiny_model("siglip2", tmp_path / "siglip2-seed1", seed=1)))
+    with opened() as files:
+        sweep(EvalConfig(model=",".join(models), benchmark="sugarcrepe/swap_att", data_root=str(data), workers=0, batch_size=2,
+                         device="cpu", out=str(tmp_path / "sweep")), memory_bytes=0)
+    images = sorted((data / "coco" / "val2017").iterdir())
+    assert [sum(f == str(image) for f in files) for image in images] == [2] * len(RECORDS)
+    for model in models[1:]:
+        code, _, err = run_main(capsys, "-q", "eval", "--model", model, "--benchmark", "sugarcrepe/swap_att", "--data-root", data,
+                                "--out", tmp_path / "alone" / folder_name(model), "--workers", "0", "--batch-size", "2",
+                                "--device", "cpu")
+        assert code == 0, err
+        swept, alone = (pd.read_parquet(tmp_path / where / folder_name(model) / "sugarcrepe-swap_att.items.parquet")
+                        for where in ("sweep", "alone"))
+        assert swept.equals(alone)
 
 
 def test_an_open_clip_model_exported_for_transformers_scores_as_its_checkpoint(made, tmp_path, capsys):

@@ -198,6 +198,24 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
                 shutil.rmtree(tmp)
 
 
+@contextmanager
+def scratch_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """A working folder beside `path`, named for this process and removed when the block ends: what a command keeps on
+    disk only while it runs. One that a killed process of this host left (SIGKILL runs no `finally`) is removed when the
+    next is made. Its mode is `mkdir()`'s under the umask."""
+    path = Path(path)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_left_behind(path)
+        with stops.held():  # as in `atomic_path`
+            tmp = Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent))
+        _as_open_would(tmp)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _planted(path: Path) -> DataError:
     return DataError(f"{path}: a symbolic link (to {os.readlink(path)}) where compclip writes its own file; compclip does not "
                      "write through links it did not make (in a shared folder anyone with write access can plant one): remove it")

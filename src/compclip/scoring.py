@@ -63,14 +63,17 @@ class UnreadableImagesError(DataError):
 
 
 class _Images(Dataset):
-    def __init__(self, items: Sequence[tuple[ImageRef, Box | None]], preprocess: Callable):
-        self.items, self.preprocess = list(items), preprocess
+    def __init__(self, items: Sequence[tuple[ImageRef, Box | None]], preprocess: Callable, shared: frozenset[int] = frozenset()):
+        self.items, self.preprocess, self.shared = list(items), preprocess, shared
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, i: int) -> tuple[int, torch.Tensor | None, str]:
-        """(i, the preprocessed image, "") or (i, None, why it does not decode): a bad file is reported, not raised."""
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor | None, str | None]:
+        """(i, the preprocessed image, "") or (i, None, why it does not decode): a bad file is reported, not raised.
+        (i, None, None) for an image in `shared`, which a sweep's earlier model decoded: it is not opened again."""
+        if i in self.shared:
+            return i, None, None
         ref, box = self.items[i]
         try:
             image = ref.decode()
@@ -79,10 +82,16 @@ class _Images(Dataset):
         return i, self.preprocess(image.crop(box) if box else image), ""
 
 
-def _collate_images(items: list[tuple[int, torch.Tensor | None, str]]):
+def _collate_images(items: list[tuple[int, torch.Tensor | None, str | None]]):
     good = [(i, t) for i, t, _ in items if t is not None]
     batch = default_collate([t for _, t in good]) if good else None  # a tensor, or a dict of them (`_on`)
-    return batch, [i for i, _ in good], [(i, why) for i, t, why in items if t is None]
+    failed = [(i, why) for i, t, why in items if t is None and why is not None]
+    return batch, [i for i, _ in good], failed, [i for i, _, why in items if why is None]  # the last: `_Images.shared`'s
+
+
+def _row(batch: torch.Tensor | dict[str, torch.Tensor], j: int):
+    """Row `j` of a batch: one image's tensors, as the preprocessing made them before they were stacked."""
+    return {k: v[j] for k, v in batch.items()} if isinstance(batch, dict) else batch[j]
 
 
 def _on(batch: torch.Tensor | dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype):
@@ -179,6 +188,10 @@ class DualEncoderScorer(Scorer):
         self.encoded = {"images": 0, "texts": 0}  # how many this scorer actually computed
         self._asked: set[str] = set()  # image keys scored (`asked`)
         self._blind: torch.Tensor | None = None  # the one image embedding of a blind run (`blind`)
+        # a sweep's preprocessed images, shared by the models of one preprocessing (`compclip.eval.pixels.SharedPixels`):
+        # `in`, `keep([(key, tensors or why)])` and `take(keys)`; None when scored alone
+        self.pixels = None
+        self.decoded = {"decoded": 0, "shared": 0}  # images this scorer decoded, and those it took from `pixels`
 
     # -- scores -----------------------------------------------------------------------
     def pairs(self, images, texts, boxes=None):
@@ -323,14 +336,19 @@ class DualEncoderScorer(Scorer):
     def _over_images(self, keys: list[str], desc: str, encode: Callable[[torch.Tensor], torch.Tensor]) -> tuple[list[str], torch.Tensor]:
         """`encode` over the images of `keys`, decoded and preprocessed in DataLoader workers, in batches: the keys of
         the images that decoded and their rows; the others are recorded in `unreadable`."""
-        images = _Images([self._sources[k] for k in keys], self.preprocess)
-        check_shared_memory(self.workers, min(self.batch_size, len(keys)) * image_bytes(self.model), f"batches of {desc}")
-        loader = DataLoader(images, batch_size=self.batch_size, num_workers=self.workers, collate_fn=_collate_images,
+        shared = frozenset(i for i, k in enumerate(keys) if self.pixels is not None and k in self.pixels)
+        images = _Images([self._sources[k] for k in keys], self.preprocess, shared)
+        workers = self.workers if len(shared) < len(keys) else 0  # every image shared: no worker to start
+        check_shared_memory(workers, min(self.batch_size, len(keys)) * image_bytes(self.model), f"batches of {desc}")
+        loader = DataLoader(images, batch_size=self.batch_size, num_workers=workers, collate_fn=_collate_images,
                             worker_init_fn=stops.worker_init)
         done, rows = [], []
         with stops.held():
             batches = iter(loader)
-        for batch, indices, failed in self._bar(batches, desc, len(loader)):
+        for batch, indices, failed, held in self._bar(batches, desc, len(loader)):
+            self.decoded["decoded"] += len(indices) + len(failed)
+            if self.pixels is not None:
+                batch, indices, failed = self._share(keys, batch, indices, failed, held)
             for i, why in failed:
                 self.unreadable[self._sources[keys[i]][0].key] = why
             if batch is not None:
@@ -338,6 +356,22 @@ class DualEncoderScorer(Scorer):
                     rows.append(encode(_on(batch, self.device, self.image_dtype)).float().cpu())
                 done += [keys[i] for i in indices]
         return done, torch.cat(rows) if rows else torch.empty(0)
+
+    def _share(self, keys: list[str], batch, indices: list[int], failed: list[tuple[int, str]], held: list[int]):
+        """A batch as this model alone would have made it: the images it decoded, kept for the sweep's next models of
+        its preprocessing, and those `held` (decoded by an earlier one) taken, in the batch's own order."""
+        fresh = {i: _row(batch, j) for j, i in enumerate(indices)}
+        self.pixels.keep([(keys[i], row) for i, row in fresh.items()] + [(keys[i], why) for i, why in failed])
+        if not held:
+            return batch, indices, failed
+        self.decoded["shared"] += len(held)
+        for i, value in zip(held, self.pixels.take([keys[i] for i in held]), strict=True):
+            if isinstance(value, str):
+                failed.append((i, value))
+            else:
+                fresh[i] = value
+        indices = sorted(fresh)
+        return (default_collate([fresh[i] for i in indices]) if indices else None), indices, sorted(failed)
 
     @torch.no_grad()
     def _encode_texts(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:

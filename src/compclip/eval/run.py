@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..errors import DataError, MissingFileError, StorageError, UsageError
@@ -28,6 +28,9 @@ from .config import EvalConfig
 from .items import SUFFIX as ITEMS_SUFFIX
 from .items import write_items
 from .scorer import UnreadableImagesError, load_scorer, model_scorer
+
+if TYPE_CHECKING:
+    from .pixels import SweepPixels
 
 log = logging.getLogger("compclip.eval")
 
@@ -189,13 +192,14 @@ def run_skipping_unreadable(bench, label: str, scorer, root: Path, ties: str, sp
             log.warning("%s: %s; scoring again without them", label, e)
 
 
-def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
+def evaluate(cfg: EvalConfig, pixels: SweepPixels | None = None) -> dict[str, dict[str, Any]]:
     """Run benchmarks and write `OUT/<benchmark>.json` (CLIP_benchmark's keys plus compclip's), one per `--benchmark` item.
 
     `ties`: official (each benchmark's own rule), strict or clip_benchmark for all. `device`: by default a GPU
     where torch sees one. `precision` fp32, amp_bf16 or amp (fp16); by default amp on a GPU, as CLIP_benchmark,
     and fp32 on the CPU, where autocast is only faster on CPUs with bf16 units and moves the scores.
-    `bench_options`: `{benchmark: {key: value}}`, each benchmark's declared options.
+    `bench_options`: `{benchmark: {key: value}}`, each benchmark's declared options. `pixels`: a sweep's decoded
+    images (`compclip.eval.pixels`), shared with its other models of this model's preprocessing.
     """
     device = resolve_device(cfg.device)
     jobs, root, made = check_options(cfg)
@@ -206,7 +210,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     file = weights_file(model, pretrained)  # refused before the model loads; checked again with the weights as loaded
     refuse_another_models(out, model, pretrained, sha256_of(file) if file else None, cfg.force)
     precision = cfg.precision or default_precision(device)
-    scorer = load_scorer(model, pretrained, device=device, precision=precision, blip_score=blip_score, **cfg.scorer_settings)
+    scorer = load_scorer(model, pretrained, device=device, precision=precision, blip_score=blip_score, pixels=pixels,
+                         **cfg.scorer_settings)
     weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
     # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
     head = {"model": model, "pretrained": pretrained or "", "weights_sha256": weights, "precision": precision}
@@ -325,6 +330,9 @@ def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: di
             write_result(out, job, record, None if lacks else items)
         records[job.label] = record
     log.info("encoded %d images and %d captions", scorer.encoded["images"], scorer.encoded["texts"])
+    if getattr(scorer, "pixels", None) is not None:
+        log.info("decoded %d images, took %d more as the sweep's models of the same preprocessing decoded them",
+                 scorer.decoded["decoded"], scorer.decoded["shared"])
     return records
 
 

@@ -2,7 +2,8 @@
 comment) scores each model into its own folder, `OUT/<name>/`, which `compclip report` and `compare` take as they take
 any results folder. A model whose folder already holds a complete result of every benchmark asked is skipped, so a
 sweep stopped part-way goes on where it stopped; and the list splits across the tasks of a SLURM job array (or
-`--part i/n`), model k going to part k mod n, as `compclip concepts` splits its captions."""
+`--part i/n`), model k going to part k mod n, as `compclip concepts` splits its captions. Each benchmark's images are
+decoded once for the models of one preprocessing (`pixels`), their scores the same as each model's alone."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..io import scratch_dir
 from ..parts import parse_part
 from .config import EvalConfig
+from .pixels import MEMORY_BYTES, SweepPixels
 from .run import Job, check_options, evaluate
 
 log = logging.getLogger("compclip.eval")
@@ -62,9 +65,10 @@ def finished(folder: Path, jobs: list[Job]) -> bool:
     return True
 
 
-def sweep(cfg: EvalConfig) -> dict[str, dict[str, dict[str, Any]]]:
-    """Score this part's models one after another, each into OUT/<folder_name>/, those finished skipped; returns
-    `{model: {benchmark: record}}` for the models scored here."""
+def sweep(cfg: EvalConfig, memory_bytes: int = MEMORY_BYTES) -> dict[str, dict[str, dict[str, Any]]]:
+    """Score this part's models one after another, each into OUT/<folder_name>/, those finished skipped, the images
+    each decodes kept for the next ones (`memory_bytes` of them in memory, the rest in a scratch folder under OUT);
+    returns `{model: {benchmark: record}}` for the models scored here."""
     names = model_names(cfg.model)
     if cfg.pretrained is not None:
         raise UsageError(f"--pretrained names one model's weights, and --model names {len(names)}: give each as a name that "
@@ -77,10 +81,18 @@ def sweep(cfg: EvalConfig) -> dict[str, dict[str, dict[str, Any]]]:
     i, n = parse_part(cfg.part, what="the models")
     mine = [name for k, name in enumerate(names) if k % n == i]
     log.info("scoring %d of the %d models (part %d/%d) into %s", len(mine), len(names), i, n, cfg.out)
-    done = {}
+    todo = []
     for name in mine:
         if finished(folders[name], jobs):
             log.warning("%s: every benchmark's result is in %s already: skipped", name, folders[name])
-            continue
-        done[name] = evaluate(dataclasses.replace(cfg, model=name, out=str(folders[name]), part=None))
+        else:
+            todo.append(name)
+    done = {}
+    with scratch_dir(Path(cfg.out) / "pixels") as folder:
+        pixels = SweepPixels(folder, memory_bytes)
+        for k, name in enumerate(todo):
+            pixels.keeping = k < len(todo) - 1  # the last model keeps nothing: none follows it
+            done[name] = evaluate(dataclasses.replace(cfg, model=name, out=str(folders[name]), part=None), pixels)
+        if len(todo) > 1:
+            log.info("decoded images kept for the sweep's models: %s", pixels.summary())
     return done

@@ -26,6 +26,11 @@ class ProcessorPixels:
     def __init__(self, processor: Any):
         self.processor = processor
 
+    def settings(self) -> dict[str, Any]:
+        """What makes its pixels: two processors of the same class and image settings make the same tensors of an
+        image (a processor's own defaults, SigLIP 2's patches, are its class's)."""
+        return {"transformers": type(self.processor).__name__, "images": self.processor.image_processor.to_dict()}
+
     def __call__(self, image) -> torch.Tensor | dict[str, torch.Tensor]:
         made = self.processor(images=image, return_tensors="pt")
         return made["pixel_values"][0] if set(made) == {"pixel_values"} else {k: v[0] for k, v in made.items()}
