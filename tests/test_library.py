@@ -91,8 +91,8 @@ def test_the_benchmark_registry_is_full_wherever_it_is_imported_from():
     assert out.stdout.split() == ["18", "True", "aro_order"], out.stderr[-2000:]
 
 
-LOOP_METHODS = ("siglip", "clip", "c2lip", "hardneg", "negclip", "ceclip", "svlc", "occlip", "dac", "tripletclip", "ceclip_margins",
-                "clic")
+LOOP_METHODS = ("siglip", "clip", "c2lip", "hardneg", "negclip", "ceclip", "svlc", "occlip", "dac", "tripletclip", "negclip_images",
+                "ceclip_margins", "clic")
 
 
 def test_loss_modules_in_a_plain_loop_equal_compclip_train_on_one_and_two_processes(tmp_path):
