@@ -5,6 +5,7 @@ the binding world's negative images through `compclip train`. Two processes agai
 loop (`negclip_images`)."""
 import json
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -71,6 +72,13 @@ def test_the_batch_holds_the_hard_images_their_captions_and_both_swaps():
     assert torch.equal(batch["negative_text"], tokenize(swaps + hard_swaps))
 
 
+def test_hard_images_need_negclips_batch_form():
+    with pytest.raises(ValueError, match=re.escape("hard_images=neighbours puts more samples in the batch, whose swaps are "
+                                                   "columns of every image's row (NegCLIP's released batch): it needs "
+                                                   "negatives_in=batch, not row")):
+        build_method("negclip", hard_images="neighbours", negatives_in="row")
+
+
 def write_data(root, neighbours, images=4):
     """JSON lines of `images` records, record i's image a colour of its own, its `neg_image` the lists given."""
     (root / "img").mkdir(parents=True, exist_ok=True)
@@ -121,10 +129,10 @@ def test_a_neighbour_without_its_image_skips_the_sample_counted_and_a_bad_list_i
     assert f"{data}:3 (field 'neg_image': 'two' is not a list of record indices)" in caplog.text
 
 
-def test_a_neighbour_index_outside_the_data_is_one_error_naming_the_file_the_record_and_both_numbers(tmp_path, capsys):
-    data = write_data(tmp_path, [[1], [7], [0], [1]])
+def test_a_neighbour_index_outside_the_data_is_one_error_naming_the_file_the_record_and_both_numbers(tmp_path):
+    data = write_data(tmp_path, [[1], [4], [0], [1]])
     reader = open_reader(data, sample_seed=0, fields={"neighbours": "neg_image"})
-    with pytest.raises(DataError, match=rf"{data}:2: field 'neg_image' holds record index 7, and {data} has 4 records \(indices "
+    with pytest.raises(DataError, match=rf"{data}:2: field 'neg_image' holds record index 4, and {data} has 4 records \(indices "
                                         r"0 to 3\): its neighbours were computed for other data"):
         list(reader)
 
@@ -168,3 +176,64 @@ def test_negclip_trains_on_the_worlds_negative_images_through_compclip_train(wor
                             "--steps", "1", "--batch-size", "4", "--workers", "0", "--out", tmp_path / "run")
     assert code == 0, err[-3000:]
     assert "Negclip: " in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_negclip_trains_on_neighbours_in_an_arrays_scenes_through_compclip_train(world, tmp_path, capsys):
+    """An image array whose scenes.jsonl lists each scene's neighbours (the next two scenes): the neighbour's row is
+    viewed by the batched training view as the scene's is, one step."""
+    root, store = world
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "images.npy").write_bytes((root / "train" / "images.npy").read_bytes())
+    records = [json.loads(line) for line in (root / "train" / "scenes.jsonl").read_text().splitlines()]
+    (tmp_path / "data" / "scenes.jsonl").write_text("".join(
+        json.dumps({"caption": r["caption"], "nn": [(i + 1) % len(records), (i + 2) % len(records)]}) + "\n"
+        for i, r in enumerate(records)))
+    code, _, err = run_main(capsys, "-q", "train", "--method", "negclip", "--method-opt", "hard_images=neighbours", "--field-key",
+                            "neighbours=nn", "--model", "compclip-tiny-siglip", "--train-data", tmp_path / "data" / "images.npy",
+                            "--concepts", store, "--steps", "1", "--batch-size", "4", "--workers", "0", "--out", tmp_path / "run")
+    assert code == 0, err[-3000:]
+    assert "Negclip: " in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_compclip_neighbours_writes_each_records_nearest_images_and_negclip_trains_on_them(tmp_path, capsys):
+    """Seven records of seeded noise images: each record's two neighbours are the two others of highest cosine similarity
+    of the model's embeddings (here ranked by a full sort); a line that is no JSON is kept as it was, and a record whose
+    image is gone lists none and is no one's neighbour; the file written trains negclip on its neighbours."""
+    from compclip.models import load_model
+
+    (tmp_path / "img").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(7):
+        Image.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(tmp_path / "img" / f"{i}.png")
+    lines = [json.dumps({"image": f"img/{i}.png", "caption": f"a photo number {i}"}) for i in range(7)]
+    lines.insert(3, "{not json")
+    (tmp_path / "data.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "img" / "5.png").unlink()  # record 6 (the line after the broken one counts)
+    code, out, err = run_main(capsys, "neighbours", tmp_path / "data.jsonl", "--model", "compclip-tiny-siglip", "--k", "2", "--out",
+                              tmp_path / "nn.jsonl")
+    assert code == 0, err
+    assert "8 records, 2 neighbours each; 2 without a readable image list none" in out
+    written = (tmp_path / "nn.jsonl").read_text().splitlines()
+    assert written[3] == "{not json"
+    model, preprocess, _ = load_model("compclip-tiny-siglip")
+    readable = [i for i in range(8) if i not in (3, 6)]
+    with torch.no_grad():
+        x = F.normalize(model.encode_image(torch.stack([preprocess(Image.open(tmp_path / "img" / f"{n}.png").convert("RGB"))
+                                                        for n in range(7) if n != 5])), dim=-1).numpy()
+    sims = x @ x.T
+    for row, i in enumerate(readable):
+        order = [readable[j] for j in np.argsort(-sims[row], kind="stable") if j != row]
+        assert json.loads(written[i])["neighbours"] == order[:2], (i, sims[row])
+    assert json.loads(written[6])["neighbours"] == []
+    code, _, err = run_main(capsys, "-q", "train", "--method", "negclip", "--method-opt", "hard_images=neighbours", "--model",
+                            "compclip-tiny-siglip", "--train-data", tmp_path / "nn.jsonl", "--steps", "1", "--batch-size", "2",
+                            "--workers", "0", "--out", tmp_path / "run", "--concepts", store_of(tmp_path, lines))
+    assert code == 0, err[-3000:]
+
+
+def store_of(root, lines):
+    from compclip.concepts import build_store
+
+    captions = [json.loads(line)["caption"] for line in lines if line.startswith('{"')]
+    build_store(captions, root / "store", ("noun_phrases", "pos"))
+    return root / "store"
