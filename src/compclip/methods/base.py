@@ -77,7 +77,8 @@ class LossPart(nn.Module):
     # data fields each sample carries beyond (image, caption), which the reader takes from the record by these names
     # (`--field-key NAME=KEY` maps one to another key), each of the kind its name holds (`data.readers.field_kind`): DAC's
     # dense captions (a list of texts), TripletCLIP's negative caption (a text) and image (decoded and viewed as the image
-    # is); `prepare` finds them in `samples`
+    # is), NegCLIP's neighbours (record indices: the reader draws one and gives its image and caption as the sample's
+    # negative_image and negative_caption); `prepare` finds them in `samples`
     sample_fields: tuple[str, ...] = ()
     # A part may own modules (nn.Module attributes, made in `bind`), used in its loss terms (`forward`): the optimizer
     # trains them at these rates (None: the run's), DDP wraps them, checkpoints save them as `method.safetensors`
