@@ -38,6 +38,9 @@ DISTRACTOR_IMAGES = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual
 # every term weighs in; C2LIP's attribute-swap negatives too (local to their image: accumulated, never gathered)
 OPTIONS = {"c2lip": {"lambda_xac": 1.0, "npc_negatives": "swap_attributes"}, "hardneg": {"negatives": 2}, "negclip": {"negatives": 2},
            "svlc": {"negatives": 2}, "dac": {"mil_batch": 3}}
+# a case of a method with other options: (method, options); NegCLIP with each sample's negative image, caption and its swaps
+# as more samples of the batch, as its released train.py puts a neighbour's
+CASES = {"negclip_images": ("negclip", {"negatives": 2, "hard_images": "negative_image"})}
 
 
 def compute(env, accum: int = 1, method_name: str = "c2lip", device: str = "cpu"):
@@ -54,8 +57,9 @@ def compute(env, accum: int = 1, method_name: str = "c2lip", device: str = "cpu"
     model, _, tokenizer = load_model("compclip-tiny-siglip")
     model.to(device)
     model.train()
-    options = {k: v for part in method_name.split("+") for k, v in OPTIONS.get(part, {}).items()}
-    records = {r["caption"]: r for r in extract(CAPTIONS, "noun-phrases,pos,graph")}
+    method_name, options = CASES.get(method_name, (method_name, None))
+    options = options or {k: v for part in method_name.split("+") for k, v in OPTIONS.get(part, {}).items()}
+    records = {r["caption"]: r for r in extract(CAPTIONS + NEGATIVE_CAPTIONS, "noun-phrases,pos,graph")}
     method = build_method(method_name, concepts=records, **options).bind(model)
     if not method.uses_logit_bias:  # as the trainer does: DDP wants every trained parameter used
         model.logit_bias.requires_grad_(False)

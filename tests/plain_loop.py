@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from dist_grads import CAPTIONS, DENSE, DISTRACTOR_IMAGES, NEGATED_CAPTIONS, NEGATIVE_CAPTIONS, NEGATIVE_IMAGES, OPTIONS
+from dist_grads import CAPTIONS, CASES, DENSE, DISTRACTOR_IMAGES, NEGATED_CAPTIONS, NEGATIVE_CAPTIONS, NEGATIVE_IMAGES, OPTIONS
 
 
 def step(method: str, rank: int = 0, world_size: int = 1):
@@ -44,8 +44,8 @@ def step(method: str, rank: int = 0, world_size: int = 1):
     torch.manual_seed(0)
     model, _, tokenizer = load_model("compclip-tiny-siglip")
     model.train()
-    records = {r["caption"]: r for r in extract(CAPTIONS, "noun-phrases,pos,graph")}
-    opts = OPTIONS.get(method, {})
+    records = {r["caption"]: r for r in extract(CAPTIONS + NEGATIVE_CAPTIONS, "noun-phrases,pos,graph")}
+    opts = CASES[method][1] if method in CASES else OPTIONS.get(method, {})
     trained = dict(model.named_parameters())
     if method == "occlip":  # the binding module is made (and seeded) right after the model, as compclip train makes it
         occlip = build_method("occlip", concepts=records).bind(model)
@@ -80,6 +80,12 @@ def step(method: str, rank: int = 0, world_size: int = 1):
     elif method == "negclip":
         texts, _ = negatives(lambda c: swap_negatives(c, records[c], k=opts["negatives"]))
         loss = NegCLIPLoss(**ddp)(image, text, encode(texts), scale)
+    elif method == "negclip_images":  # each sample's negative image a row and its caption a text, their swaps columns too
+        negative_captions = NEGATIVE_CAPTIONS[rank * per : (rank + 1) * per]
+        both = captions + negative_captions
+        texts = [t for c in both for t in swap_negatives(c, records[c], k=opts["negatives"])]
+        hard = F.normalize(model.encode_image(NEGATIVE_IMAGES[rank * per : (rank + 1) * per]), dim=-1)
+        loss = NegCLIPLoss(**ddp)(torch.cat([image, hard]), torch.cat([text, encode(negative_captions)]), encode(texts), scale)
     elif method.startswith("ceclip"):  # each caption's relation swap in its image's one slot, a caption without one masked
         made = [relation_negative(c, records[c]) for c in captions]
         mask = torch.tensor([[float(m is not None)] for m in made])

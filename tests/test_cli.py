@@ -634,8 +634,8 @@ def test_eval_precision_is_recorded_and_bf16_scores_close_to_fp32(tmp_path):
     assert torch.allclose(scores["fp32"], scores["amp_bf16"], atol=0.05)
 
 
-COMMANDS = ("version", "export", "concepts", "train", "recipes", "methods", "attention", "eval", "benchmarks", "report",
-            "data download", "data check", "world generate", "demo")
+COMMANDS = ("version", "export", "concepts", "train", "recipes", "methods", "attention", "neighbours", "eval", "benchmarks",
+            "report", "data download", "data check", "world generate", "demo")
 
 
 def test_every_commands_help_opens_with_an_example_that_parses(capsys):

@@ -92,7 +92,7 @@ def test_the_benchmark_registry_is_full_wherever_it_is_imported_from():
 
 
 LOOP_METHODS = ("siglip", "clip", "c2lip", "hardneg", "negclip", "ceclip", "svlc", "occlip", "dac", "tripletclip", "conclip",
-                "ceclip_margins", "clic")
+                "negclip_images", "ceclip_margins", "clic")
 
 
 def test_loss_modules_in_a_plain_loop_equal_compclip_train_on_one_and_two_processes(tmp_path):

@@ -29,7 +29,8 @@ PAPERS = {  # what each source says, typed in again from the papers and the auth
     "clic-laion": {"model": "ViT-B-32-quickgelu", "epochs": 1, "global_batch_size": 800, "lr": 1e-6, "precision": "amp"},
     # NegCLIP: the ARO README's command on the vinid/open_clip fork, and the fork's params.py defaults
     "negclip-coco": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 256, "batch_size": 256, "lr": 1e-6,
-                     "epochs": 5, "warmup": 50, "weight_decay": 0.2, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp"},
+                     "epochs": 5, "warmup": 50, "weight_decay": 0.2, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp",
+                     "field_keys": {"neighbours": "neg_image"}, "method_options": {"hard_images": "neighbours"}},
     # CE-CLIP: the released scripts/run_multiple_nodes.sh (4 processes of 378) and src/training/params.py
     "ceclip-coco": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 1512, "batch_size": 378, "lr": 5e-6,
                     "epochs": 10, "warmup": 50, "weight_decay": 0.1, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp", "seed": 42,
@@ -136,7 +137,8 @@ def test_compclip_recipes_lists_every_recipe_with_its_citation_and_choices(capsy
     assert "  departs: scene graphs come from spaCy" in occlip and "  departs: the contrastive loss takes tau * S(x, G)" in occlip
     assert "  departs: 100 epochs are counted over the records of the file you give" in occlip
     negclip = out.split("negclip-coco: ")[1].split("occlip-coco: ")[0]
-    assert "  departs: no hard-negative images" in negclip and "where NegCLIP swaps six kinds (CLIC Appendix D.1" in negclip
+    assert "  departs: a caption's swap is compclip's, fixed by (seed, caption)" in negclip
+    assert "where NegCLIP swaps six kinds (CLIC Appendix D.1" in negclip and "no hard-negative images" not in negclip
     assert all(get_recipe(n).departures for n in list_recipes())  # every recipe states at least one
     code, _, err = run_main(capsys, "train", "--recipe", "c2lip-cc4m", "--train-data", "x.csv", "--out", "o")
     assert code == 2 and err.startswith("error: --recipe c2lip-cc4m: no such recipe (did you mean c2lip-cc3m?)")
@@ -413,7 +415,8 @@ def recipe_data(tmp_path_factory):
     (root / "train.jsonl").write_text("".join(json.dumps({"image": image, "caption": caption, "dense_captions": [
         caption.split(" to the ")[0], f"a {caption.split()[-2]} cat"], "negative_image": rows[(i + 1) % 8][0],
         "negative_caption": rows[(i + 1) % 8][1], "negated_caption": caption.split(" to the ")[0].replace(" a ", " no ", 1),
-        "distractor_image": rows[(i + 2) % 8][0]}) + "\n" for i, (image, caption) in enumerate(rows)))
+        "distractor_image": rows[(i + 2) % 8][0], "neg_image": [(i + 1) % 8, (i + 2) % 8]}) + "\n"
+        for i, (image, caption) in enumerate(rows)))
     for s in range(2):
         with tarfile.open(root / f"shard-{s:03d}.tar", "w") as tar:
             for i, (image, caption) in enumerate(rows[s * 4:(s + 1) * 4], s * 4):
@@ -451,7 +454,8 @@ def test_every_recipe_trains_from_its_pretrained_weights_offline_and_is_compared
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(hub))
     csv, shards, store = recipe_data
     data = shards if recipe.settings.get("dataset_resampled") else csv
-    if build_method(recipe.settings["method"]).sample_fields and data == csv:  # a method that reads data fields: records that hold them
+    method = build_method(recipe.settings["method"], **recipe.settings.get("method_options", {}))
+    if method.sample_fields and data == csv:  # a method that reads data fields: records that hold them
         data = csv.with_suffix(".jsonl")
     code, _, err = run_main(capsys, "-q", "train", "--recipe", name, "--train-data", data, "--concepts", store, *precision,
                             "--steps", "1", "--batch-size", "2", "--accum-freq", "1", "--workers", "0", "--out", tmp_path / "run")

@@ -427,6 +427,37 @@ def attention(
     typer.echo(f"wrote {attention_comparison(image, concept, models, out, temperature)}")
 
 
+@app.command()
+def neighbours(
+    data: Path = typer.Argument(..., metavar="DATA", help="JSON lines of image paths and captions (.jsonl)."),
+    model: str = typer.Option(..., help=MODEL_HELP),
+    out: Path = typer.Option(..., help="The JSON lines to write: DATA's records, each with its neighbours."),
+    pretrained: str = typer.Option(None, help="Pretrained tag or weights file for --model."),
+    k: int = typer.Option(3, "--k", help="Neighbours a record (NegCLIP's released file lists three)."),
+    key: str = typer.Option("neighbours", help="The field that holds them (train with --field-key neighbours=KEY)."),
+    image_key: str = typer.Option("image", help="The field of each record's image path."),
+    caption_key: str = typer.Option("caption", help="The field of each record's caption."),
+    image_root: Path = typer.Option(None, help="The folder image paths are relative to (default: DATA's own)."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+) -> None:
+    """Write each record's nearest neighbours by image embedding, NegCLIP's hard-negative images (`negclip --method-opt
+    hard_images=neighbours`).
+
+    Example:
+
+    \b
+    compclip neighbours coco_train.jsonl --model ViT-B-32-quickgelu --pretrained openai --out coco_train_nn.jsonl
+    """
+    from .neighbours import write_neighbours
+    from .train.config import check_device
+
+    check_device(device)
+    counts = write_neighbours(data, out, model, pretrained, k=k, key=key, image_key=image_key, caption_key=caption_key,
+                              image_root=image_root, device=device)
+    without = f"; {counts['without_image']} without a readable image list none" if counts["without_image"] else ""
+    typer.echo(f"wrote {out}: {counts['records']} records, {k} neighbours each{without}")
+
+
 @app.command("eval")
 @declared(EvalConfig)
 def eval_(**options: Any) -> None:

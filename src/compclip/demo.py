@@ -28,6 +28,7 @@ Every stage is skipped when its output exists, so a re-run reuses what was done.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import typing
@@ -345,8 +346,10 @@ def compare_methods(
     images = world_dir / "train" / "images.npy"
     # every registered method's fields, so that one store serves any --methods (and a re-run with others)
     fields = {f for m in list_methods() for f in method_concept_fields(m)}
-    build_store(iter_captions(world_dir / "train" / "scenes.jsonl"), out / "concepts", fields, workers=workers)
-    console.print(f"[2/5] concepts of the training captions in {out / 'concepts'}")
+    scenes = world_dir / "train" / "scenes.jsonl"  # and its negatives' captions, whose swaps NegCLIP's hard images bring
+    build_store(itertools.chain(iter_captions(scenes), iter_captions(scenes, "negative_caption")), out / "concepts", fields,
+                workers=workers)
+    console.print(f"[2/5] concepts of the training captions and their negatives' in {out / 'concepts'}")
     common = {"train_data": str(images), "batch_size": batch_size, "seed": seed, "workers": workers, "device": device, **RUN_OPTIONS}
     base, how = pretrain_base(out / "train", world_dir, cfg, pretrain_steps, dict(common, batch_size=pretrain_batch_size), rebuild_base)
     console.print(f"[3/5] base {how}: {base}")

@@ -158,17 +158,40 @@ def bad_text(value: Any) -> str | None:
     return None
 
 
+def bad_records(value: Any) -> str | None:
+    """What is wrong with a data field of record indices (NegCLIP's nearest neighbours), or None: a list of one or more
+    integers (whether each names a record of the data is the reader's to judge, `ImageTextReader._neighbour`)."""
+    if value is _ABSENT:
+        return "absent"
+    if not isinstance(value, list) or not value:
+        return f"{value!r} is not a list of record indices"
+    bad = next((i for i in value if not isinstance(i, int) or isinstance(i, bool)), None)
+    return None if bad is None else f"holds {bad!r}, not a record index"
+
+
 _ABSENT = object()  # a declared field the record does not have
 
 # What each data field a method may declare holds (`LossPart.sample_fields`), by its name: a list of texts (DAC's dense
-# captions, any name not listed), one text, or one image, which the reader decodes and views as the sample's own image
-# (TripletCLIP's negative image: a path in JSON lines, a member or the json's path in a shard, a row of an array)
-FIELD_KINDS = {"negative_caption": "text", "negative_image": "image", "negated_caption": "text", "distractor_image": "image"}
+# captions, any name not listed), one text, one image, which the reader decodes and views as the sample's own image
+# (TripletCLIP's negative image, CoN-CLIP's distractor: a path in JSON lines, a member or the json's path in a shard, a row
+# of an array), or record indices of the same data (NegCLIP's nearest neighbours: the reader draws one and gives its image
+# and caption as the sample's `negative_image` and `negative_caption`, `ImageTextReader._neighbour`)
+FIELD_KINDS = {"negative_caption": "text", "negative_image": "image", "negated_caption": "text", "distractor_image": "image",
+               "neighbours": "records"}
+NEIGHBOUR_FIELDS = ("negative_image", "negative_caption")  # what a drawn neighbour gives its sample: its image, its caption
 
 
 def field_kind(name: str) -> str:
-    """"texts", "text" or "image": what the data field `name` holds (`FIELD_KINDS`)."""
+    """"texts", "text", "image" or "records": what the data field `name` holds (`FIELD_KINDS`)."""
     return FIELD_KINDS.get(name, "texts")
+
+
+def image_fields(declared: Iterable[str]) -> tuple[str, ...]:
+    """The images a sample carries beside its own, for the data fields `declared`: each image field, and a drawn
+    neighbour's (`NEIGHBOUR_FIELDS`) where a field of record indices is declared."""
+    kinds = {name: field_kind(name) for name in declared}
+    return tuple(dict.fromkeys([*(n for n, k in kinds.items() if k == "image"),
+                                *(NEIGHBOUR_FIELDS[:1] if "records" in kinds.values() else ())]))
 
 
 def part_of(items: Iterable[Any], index: int, count: int) -> Iterator[Any]:
@@ -249,8 +272,9 @@ class ImageTextReader(IterableDataset):
         self.resume_batches = batches
 
     def check_partners(self) -> None:
-        """Partners are drawn from the whole data: a reader that cannot reach any record says so now, not in a worker."""
-        if self.partners and not self.random_access:
+        """Partners and neighbours are drawn from the whole data: a reader that cannot reach any record says so now, not
+        in a worker."""
+        if (self.partners or "records" in map(field_kind, self.fields)) and not self.random_access:
             self.record_at(0)
 
     def num_records(self) -> int:
@@ -276,6 +300,10 @@ class ImageTextReader(IterableDataset):
 
     def record_at(self, index: int) -> tuple[str, Any, Any, Any]:
         """Record `index` of the whole data (every process's part), as `records` yields it: what a partner is drawn from."""
+        key = next((k for n, k in self.fields.items() if field_kind(n) == "records"), None)
+        if key is not None:
+            raise UsageError(f"{self.name}: webdataset shards are read in order, so a neighbour (a record index of {key!r}) "
+                             "cannot be drawn from the whole data; train on JSON lines or a .npy")
         raise UsageError(f"{self.name}: webdataset shards are read in order, so a partner cannot be drawn from the whole data; "
                          "train on a CSV, captions JSON or .npy, or draw partners from the batch (CLIC: --method-opt partner=batch)")
 
@@ -302,6 +330,8 @@ class ImageTextReader(IterableDataset):
             if self.sample_seed is not None:  # the CPU generator alone: torch.manual_seed also queues lazy CUDA/XPU
                 torch.default_generator.manual_seed((part_seed * 1_000_000_007 + pos) % SEED_SPAN)  # 0.14 ms a sample
             sample = self._make(where, image, caption, extra)
+            if sample is not None and "neighbours" in sample:
+                sample = self._neighbour(sample, random.Random(part_seed * 1_000_000_011 + pos))
             if sample is not None and self.partners:
                 sample["partner"] = self._partner(sample, random.Random(part_seed * 1_000_000_009 + pos))
             if sample is not None:
@@ -353,6 +383,27 @@ class ImageTextReader(IterableDataset):
             raise DataError(f"{self.name}: {tries} records drawn as {sample['key']}'s partner, none of them a usable sample")
         return found
 
+    def _neighbour(self, sample: Sample, rng: random.Random) -> Sample | None:
+        """`sample` with one of its `neighbours` (record indices of the whole data, `record_at`'s), drawn by `rng` as
+        NegCLIP's released `CsvDataset.__getitem__` draws one (`random.choice(self.hard_images[idx])`), giving its image
+        viewed as the sample's is and its caption as the sample's `negative_image` and `negative_caption`. A neighbour
+        whose record is no usable sample (its image missing or corrupt, its caption empty) skips the sample, counted
+        under the neighbour's reason and named by both records; an index outside the data is an error naming the file,
+        the record and both numbers: the neighbours were computed for other data."""
+        neighbours, total = sample.pop("neighbours"), self.num_records()
+        index = rng.choice(neighbours)
+        if not 0 <= index < total:
+            key = self.fields["neighbours"]
+            raise DataError(f"{sample['key']}: field {key!r} holds record index {index}, and {self.name} has {total:,} records "
+                            f"(indices 0 to {total - 1}): its neighbours were computed for other data")
+        where, image, caption, extra = self.record_at(index)
+        found = self._make(where, image, caption, extra, _Relabelled(self.skips, sample["key"], f"field {self.fields['neighbours']!r}: "))
+        if found is None:
+            return None
+        view = {k: v for k, v in found.items() if k not in ("caption", "key", "concepts", *self.fields)}  # its image's view
+        return {**sample, **{NEIGHBOUR_FIELDS[0] if k == "image" else f"{NEIGHBOUR_FIELDS[0]}_{k}": v for k, v in view.items()},
+                NEIGHBOUR_FIELDS[1]: found["caption"]}
+
     def _make(self, where: str, image: Any, caption: Any, extra: dict[str, Any] | None = None, skips: Any = None) -> Sample | None:
         skips = self.skips if skips is None else skips
         reason = _bad_caption(caption)
@@ -366,7 +417,8 @@ class ImageTextReader(IterableDataset):
         declared = {name: extra.get(name, _ABSENT) for name in self.fields}
         for name, value in declared.items():
             kind = field_kind(name)
-            reason = None if kind == "image" and value is not _ABSENT else (bad_text if kind == "text" else bad_texts)(value)
+            judge = {"text": bad_text, "records": bad_records}.get(kind, bad_texts)
+            reason = None if kind == "image" and value is not _ABSENT else judge(value)
             if reason:
                 skips.skip("bad_record", where, f"field {self.fields[name]!r}: {reason}")
                 return None
@@ -390,7 +442,8 @@ class ImageTextReader(IterableDataset):
             fields.update(self._view(decoded, name))
         if record is not None:
             fields["concepts"] = record
-        fields.update({name: value.strip() if field_kind(name) == "text" else [t.strip() for t in value]
+        strip = {"text": str.strip, "records": list}
+        fields.update({name: strip.get(field_kind(name), lambda v: [t.strip() for t in v])(value)
                        for name, value in declared.items() if field_kind(name) != "image"})
         return {**fields, "caption": caption.strip(), "key": where}
 
@@ -429,11 +482,17 @@ class ImageTextReader(IterableDataset):
         return self.skips.stats()
 
     def first_missing_image(self, limit: int = 10_000) -> tuple[str, Path] | None:
-        """(record, path) of the first image file that is not there among the first `limit` records."""
-        for where, image, _, _ in itertools.islice(self.records(), limit):
-            if isinstance(image, Path) and not image.exists():
-                return where, image
+        """(record, path) of the first image file that is not there among the first `limit` records: its image's, or an
+        image field's (TripletCLIP's negative image)."""
+        for where, image, _, extra in itertools.islice(self.records(), limit):
+            for path in (image, *self.field_images(extra)):
+                if isinstance(path, Path) and not path.exists():
+                    return where, path
         return None
+
+    def field_images(self, extra: dict[str, Any] | None) -> list[Any]:
+        """The image fields' values of a record's `extra` (paths of JSON lines, a shard's bytes, an array's rows)."""
+        return [extra[name] for name in self.fields if field_kind(name) == "image" and name in (extra or {})]
 
 
 class TableReader(ImageTextReader):
@@ -504,6 +563,17 @@ class TextTableReader(TableReader):
         return (caption for _, _, caption, _ in self._rows_of())
 
 
+class _Relabelled:
+    """A skip counter that counts a drawn neighbour's fault as its sample's: under the neighbour's reason, named by the
+    sample's record, then the field and the neighbour's own record."""
+
+    def __init__(self, skips: Any, where: str, what: str):
+        self.skips, self.where, self.what = skips, where, what
+
+    def skip(self, reason: str, where: str, detail: str = "") -> None:
+        self.skips.skip(reason, self.where, f"{self.what}{where}: {detail}")
+
+
 class _Uncounted:
     """A skip counter that counts nothing: a partner drawn and passed over is no skipped sample."""
 
@@ -570,9 +640,10 @@ def _hash_image(digest: Any, image: Any) -> str | None:
 
 
 def image_files(reader: ImageTextReader) -> dict[str, Any]:
-    """What `data_files` cannot see of a CSV or a captions JSON: the image files it names, which a resume compares too
-    (images replaced under the same names, re-extracted at another size). A SHA-256 over `IMAGES_HASHED` of them, spread
-    evenly through the records, each hashed whole (of one over `IMAGE_WHOLE_UP_TO`, its first and last MiB: every image
+    """What `data_files` cannot see of a CSV, JSON lines or a captions JSON: the image files it names (a record's image
+    and its image fields', TripletCLIP's negative image), which a resume compares too (images replaced under the same
+    names, re-extracted at another size). A SHA-256 over the images of `IMAGES_HASHED` records, spread evenly through
+    them, each hashed whole (of one over `IMAGE_WHOLE_UP_TO`, its first and last MiB: every image
     would cost a corpus' reading at each start); a missing one counts as missing, and so does one that is no regular
     file, unopened (`_hash_image`), which a warning names: training skips its sample. Empty where the images are inside
     the data files (shards, arrays)."""
@@ -583,11 +654,12 @@ def image_files(reader: ImageTextReader) -> dict[str, Any]:
     picks = [k * total // count for k in range(count)]
     digest, special = hashlib.sha256(), []
     for k in picks:
-        where, image = reader.record_at(k)[:2]
+        where, image, _, extra = reader.record_at(k)
         digest.update(f"{k}\n".encode())  # by position and contents: the same images by another path are the same data
-        kind = _hash_image(digest, image)
-        if kind:
-            special.append(f"{where} ({image}: not a regular file ({kind}))")
+        for path in (image, *reader.field_images(extra)):  # its own, then its image fields' (TripletCLIP's negative image)
+            kind = _hash_image(digest, path)
+            if kind:
+                special.append(f"{where} ({path}: not a regular file ({kind}))")
     if special:
         more = f" and {len(special) - 3} more" if len(special) > 3 else ""
         log.warning("%s: not read for a resume's check, and skipped in training as corrupt images: %s%s", reader.name,
@@ -661,12 +733,14 @@ def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kw
     if kwargs.get("fields") and not found.fields:
         name, key = next(iter(kwargs["fields"].items()))
         kind = field_kind(name)
-        held = {"texts": ("a list of texts", "list", "[...]", "whose .json holds it"),
-                "text": ("a text", "text", '"..."', f"with a .{key} member or a .json that holds it"),
-                "image": ("an image", "image path", '"....jpg"', f"with a .{key} image member")}[kind]
+        held = {"texts": ("a list of texts", "list", "[...]", ", or webdataset shards whose .json holds it"),
+                "text": ("a text", "text", '"..."', f", or webdataset shards with a .{key} member or a .json that holds it"),
+                "image": ("an image", "image path", '"....jpg"', f", or webdataset shards with a .{key} image member"),
+                # shards are read in order: no record of the whole data can be drawn
+                "records": ("record indices of the same data", "list of record indices", "[3, 17, 42]", "")}[kind]
         raise UsageError(f"{path}: the method reads a field {name!r} per sample ({held[0]}), which {found.describe} cannot "
                          f"hold: write the data as JSON lines with a {key!r} {held[1]} in each record ({{\"image\": ..., "
-                         f"\"caption\": ..., \"{key}\": {held[2]}}}), or webdataset shards {held[3]}")
+                         f"\"caption\": ..., \"{key}\": {held[2]}}}){held[3]}")
     return found.reader(str(path), transform=transform, **kwargs)
 
 

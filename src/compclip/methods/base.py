@@ -65,6 +65,7 @@ class LossPart(nn.Module):
     needs: frozenset[str] = frozenset()
     visual_layer = -1  # the vision block whose patch tokens "visual_tokens" maps (negative: from the last)
     uses_concepts = False  # reads concept records: the batch transform finds them in batch["concepts"], one per caption (or None)
+    negative_concepts = False  # and each sample's negative caption's (a data field), in batch["negative_concepts"]
     uses_logit_bias = False  # a sigmoid loss; otherwise the trainer freezes an unused logit bias (DDP needs every parameter used)
     reads_captions = True  # reads the captions' own features (`text_features`); OC-CLIP encodes graph texts only
     # the token-id fields `prepare` adds and `extend` encodes: `Method.collate` measures each one's `TextWidth` on the host,
@@ -76,7 +77,8 @@ class LossPart(nn.Module):
     # data fields each sample carries beyond (image, caption), which the reader takes from the record by these names
     # (`--field-key NAME=KEY` maps one to another key), each of the kind its name holds (`data.readers.field_kind`): DAC's
     # dense captions (a list of texts), TripletCLIP's negative caption (a text) and image (decoded and viewed as the image
-    # is); `prepare` finds them in `samples`
+    # is), NegCLIP's neighbours (record indices: the reader draws one and gives its image and caption as the sample's
+    # negative_image and negative_caption); `prepare` finds them in `samples`
     sample_fields: tuple[str, ...] = ()
     # A part may own modules (nn.Module attributes, made in `bind`), used in its loss terms (`forward`): the optimizer
     # trains them at these rates (None: the run's), DDP wraps them, checkpoints save them as `method.safetensors`
@@ -209,6 +211,8 @@ class Method(nn.Module):
             batch["covered"] = [r is not None for r in batch["concepts"]]
             if "partner" in samples[0]:
                 batch["partner_concepts"] = self.concept_records([s["partner"] for s in samples])
+            if any(p.negative_concepts for p in self.parts):  # "negative_caption": TripletCLIP's data field, or a neighbour's
+                batch["negative_concepts"] = self.concept_records([{"caption": s["negative_caption"]} for s in samples])
         for part in self.parts:
             part.prepare(batch, samples, tokenizer)
         if self.uses_concepts:  # what the trainer counts and reports: the captions the concept terms could use

@@ -172,16 +172,20 @@ class HardNegativePart(LossPart):
         return not self.keyword_captions_only or bool(find_keywords(caption, self.classes, self.objects))
 
     def prepare(self, batch, samples, tokenizer):
+        self.add_negatives(batch, batch["caption"], batch.get("concepts") or [None] * len(batch["caption"]), batch["text"], tokenizer)
+
+    def add_negatives(self, batch, captions: list[str], records: list, text: torch.Tensor, tokenizer) -> None:
+        """`batch`'s `negative_text`, `negative_image` (each one's caption's index in `captions`) and `negative_draw`:
+        the negatives of `captions` (with their concept `records` and their tokens, `text`)."""
         owners, texts, draws = [], [], []
-        records = batch.get("concepts") or [None] * len(batch["caption"])
-        for i, (caption, record) in enumerate(zip(batch["caption"], records, strict=True)):
+        for i, (caption, record) in enumerate(zip(captions, records, strict=True)):
             made = self.negatives(caption, record)
             texts += made
             owners += [i] * len(made)
             draws += [caption_rng(self.seed, "column", caption).random()] * len(made)  # which columns they replace
-        tokens, owners = tokenizer(texts) if texts else batch["text"][:0], torch.tensor(owners, dtype=torch.long)
+        tokens, owners = tokenizer(texts) if texts else text[:0], torch.tensor(owners, dtype=torch.long)
         # a change past the context's end leaves the caption's own tokens: that would be the positive, trained as a negative
-        seen = (tokens != batch["text"][owners]).any(dim=1)
+        seen = (tokens != text[owners]).any(dim=1)
         batch["negative_text"], batch["negative_image"] = tokens[seen], owners[seen]
         batch["negative_draw"] = torch.tensor(draws, dtype=torch.float64)[seen]
 

@@ -6,6 +6,16 @@ noun-phrases,pos`), so no spaCy runs in the data loader. As NegCLIP's loss (CLIC
 so), every swapped caption of the global batch is one more text of the batch: an extra column of
 every image's image→text row; `negatives_in=row` gives each image its own negatives alone, as
 `hardneg` does.
+
+Hard-negative images (option `hard_images`), as NegCLIP's released trainer (github.com/vinid/neg_clip@e680f8e) puts
+them in the batch: each sample brings a second image with its own caption, and that caption's swap too
+(`src/training/data.py`, `CsvDataset.__getitem__`: `new_images`, `new_texts`, `new_hard`); `src/training/train.py`,
+`train_one_epoch`, encodes the images [X; X̃] and the texts [Y; Ỹ; Y'; Ỹ'], and open_clip's `ClipLoss` (`loss.py`)
+takes every image's row over all the texts and every caption's row (Y and Ỹ: `logits_per_text[:len(logits_per_image)]`)
+over all the images, the targets on the diagonal: NegCLIP's loss over a batch of twice the samples. The second image is
+a nearest neighbour of the sample's (`neighbours`: a record index drawn from the record's list, the released
+`random.choice(self.hard_images[idx])`) or the sample's own negative image and caption (`negative_image`: TripletCLIP's
+data fields, the binding world's colour-swapped scene).
 """
 from __future__ import annotations
 
@@ -14,15 +24,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+import torch.nn.functional as F
+
 from ..concepts.keywords import with_case_of
 from ..errors import UsageError
 from ..gather import GatheredLoss
+from ..models.tokens import encode_short_texts
 from ..text import sentences
-from .base import LossPart, option, owned, register_method
+from .base import ROWS, LossPart, option, owned, register_method, text_width_of
 from .clip import clip_loss
 from .hardneg import HardNegativePart
 from .hardneg import Options as HardNegativeOptions
 from .text import caption_rng, recase
+from .tripletclip import NEGATIVE_CAPTION, NEGATIVE_IMAGE
 
 Span = tuple[int, int]
 
@@ -148,6 +163,7 @@ def swap_negatives(caption: str, record: dict[str, Any] | None, k: int = 1, seed
 
 
 NEGATIVES_IN = ("batch", "row")
+HARD_IMAGES = ("none", "neighbours", "negative_image")
 
 
 class NegCLIPLoss(GatheredLoss):
@@ -168,13 +184,14 @@ class NegCLIPLoss(GatheredLoss):
 
 class SwapNegativePart(HardNegativePart):
     """The InfoNCE with noun-phrase and adjective swaps as negatives: texts of the whole batch (NegCLIP's) or of their
-    own image's row."""
+    own image's row; with `hard_images`, each sample's hard-negative image, its caption and that caption's swaps are more
+    samples of the batch (NegCLIP's released batch)."""
 
     name = "negclip"
     uses_concepts = True
 
     def __init__(self, k: int = 1, seed: int = 0, negatives_in: str = "batch", swaps: Sequence[str] = SWAPS[:2],
-                 name: str = "negclip", everywhere: bool = False):
+                 name: str = "negclip", everywhere: bool = False, hard_images: str = "none"):
         super().__init__(HardNegativeOptions(negatives=k, negatives_as="extra", directions="mean"), seed)  # §2.1's row form
         self.name = name
         if negatives_in not in NEGATIVES_IN:
@@ -182,18 +199,48 @@ class SwapNegativePart(HardNegativePart):
         unknown = [k for k in swaps if k not in SWAPS]
         if unknown or not swaps:
             raise UsageError(f"swaps must be some of {', '.join(SWAPS)}, not {','.join(swaps)!r}")
-        self.negatives_in, self.swaps, self.everywhere = negatives_in, tuple(swaps), everywhere
+        if hard_images not in HARD_IMAGES:
+            raise UsageError(f"hard_images must be one of {', '.join(HARD_IMAGES)}, not {hard_images!r}")
+        if hard_images != "none" and negatives_in != "batch":
+            raise UsageError(f"hard_images={hard_images} puts more samples in the batch, whose swaps are columns of every "
+                             "image's row (NegCLIP's released batch): it needs negatives_in=batch, not row")
+        self.negatives_in, self.swaps, self.everywhere, self.hard_images = negatives_in, tuple(swaps), everywhere, hard_images
         if negatives_in == "batch":  # every rank's negatives are columns of every image's row
             self.outputs = {"negative_features": owned("negative_image")}
             self.loss = NegCLIPLoss()
+        if hard_images != "none":  # the records' neighbours, drawn by the reader, or each sample's own negative
+            self.sample_fields = ("neighbours",) if hard_images == "neighbours" else (NEGATIVE_IMAGE, NEGATIVE_CAPTION)
+            self.token_fields = ("negative_text", "hard_text")
+            self.negative_concepts = True
+            # the negatives' owners index the doubled batch, which no loss of the batch form reads
+            self.outputs = {"negative_features": ROWS, "hard_image_features": ROWS, "hard_text_features": ROWS}
 
     def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
         return swap_negatives(caption, record, self.k, self.seed, self.swaps, self.everywhere)
 
+    def prepare(self, batch, samples, tokenizer):
+        if self.hard_images == "none":
+            return super().prepare(batch, samples, tokenizer)
+        captions = [s[NEGATIVE_CAPTION] for s in samples]
+        batch["hard_image"], batch["hard_text"] = torch.stack([s[NEGATIVE_IMAGE] for s in samples]), tokenizer(captions)
+        records = batch.get("concepts") or [None] * len(samples)
+        self.add_negatives(batch, batch["caption"] + captions, records + batch["negative_concepts"],
+                           torch.cat([batch["text"], batch["hard_text"]]), tokenizer)
+
+    def extend(self, model, batch, out):
+        super().extend(model, batch, out)
+        if self.hard_images != "none":  # the released forward pass: the hard images and their captions by the same towers
+            out["hard_image_features"] = F.normalize(model.encode_image(batch["hard_image"]), dim=-1)
+            out["hard_text_features"] = F.normalize(encode_short_texts(model, batch["hard_text"], text_width_of(batch, "hard_text")),
+                                                    dim=-1)
+
     def forward(self, out):
         if self.negatives_in == "row":
             return super().forward(out)
-        return {self.name: self.loss(out["image_features"], out["text_features"], out["negative_features"], out["logit_scale"])}
+        image, text = out["image_features"], out["text_features"]
+        if self.hard_images != "none":  # [X; X̃] and [Y; Ỹ]: every rank's rows gathered alike, so each keeps its pair
+            image, text = torch.cat([image, out["hard_image_features"]]), torch.cat([text, out["hard_text_features"]])
+        return {self.name: self.loss(image, text, out["negative_features"], out["logit_scale"])}
 
 
 @dataclass(frozen=True)
@@ -201,10 +248,14 @@ class Options:
     negatives: int = option(1, "swapped negatives per caption, 1 to 3")
     negatives_in: str = option("batch", "batch: every swapped caption is a text of the batch, a column of every image's row "
                                          "(NegCLIP's loss); row: only its own image's row (as hardneg)")
+    hard_images: str = option("none", "none; neighbours: each record's data field 'neighbours' (record indices of the same "
+                                      "data, NegCLIP's neg_image column) gives a hard-negative image, drawn one per sample, "
+                                      "whose caption and swap join the batch as NegCLIP's released train.py puts them; "
+                                      "negative_image: each sample's negative_image and negative_caption fields do")
 
 
 def build(options: Options, *, concepts=None, seed: int = 0) -> Sequence[LossPart]:
-    return [SwapNegativePart(options.negatives, seed, options.negatives_in)]
+    return [SwapNegativePart(options.negatives, seed, options.negatives_in, hard_images=options.hard_images)]
 
 
 register_method("negclip", build, Options, ("noun_phrases", "pos"))

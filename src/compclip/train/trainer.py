@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..data import data_files, data_format, image_files, open_reader
 from ..data.augment import BatchedView
-from ..data.readers import field_kind
+from ..data.readers import image_fields
 from ..data.shared_memory import check_shared_memory
 from ..errors import DataError, MissingFileError, NonFiniteError, PeerLost, Preempted, StorageError, UsageError
 from ..io import atomic_path, open_own, write_json
@@ -488,7 +488,7 @@ class _Collate:
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         if self.view is not None:  # the image's, and each image field's (TripletCLIP's negative image, its box `NAME_crop`)
-            for name in ("image", *(f for f in self.method.sample_fields if field_kind(f) == "image")):
+            for name in ("image", *image_fields(self.method.sample_fields)):
                 crop = "crop" if name == "image" else f"{name}_crop"
                 views = self.view.batch(torch.stack([s[name] for s in samples]), torch.tensor([s[crop] for s in samples]))
                 samples = [{**s, name: v} for s, v in zip(samples, views, strict=True)]
