@@ -61,6 +61,8 @@ def test_a_broken_entry_file_is_refused_naming_what_its_route_lacks():
         _check(dataclasses.replace(get_released("openai-clip-b32"), id="open_clip", pretrained=None), "open_clip.json")
     with pytest.raises(ValueError, match=r"other\.json: .*or the file is not named by its id"):
         _check(negclip, "other.json")
+    with pytest.raises(ValueError, match=r"dac-llm-b32\.json: lacks state_dict_key \(a LoRA checkpoint is converted from where"):
+        _check(dataclasses.replace(get_released("dac-llm-b32"), state_dict_key=None), "dac-llm-b32.json")
 
 
 def test_an_entry_is_found_by_its_name_whatever_the_case_and_a_typo_names_the_closest_ids():
@@ -190,16 +192,14 @@ def test_a_release_keeping_its_weights_under_another_key_loads_them_from_there(h
     assert all(torch.equal(loaded[k], v) for k, v in state.items())
 
 
-def _lora_halves(rank=4):
-    """Random LoRA halves of every layer DAC's fork trains them in (`--lora 4`), in the shapes its loralib gives them:
+def _lora_shapes(rank=4):
+    """The LoRA halves of every layer DAC's fork trains them in (`--lora 4`), in the shapes its loralib gives them:
     Linear A (r, in) and B (out, r) beside the module's weight, the attention's packed projection its own
     `in_proj_weight_lora_A`/`_B`, the patch embedding's Conv2d A (r·k, in·k) and B (out·k, r·k) for its kernel k = 32."""
-    g = torch.Generator().manual_seed(2)
-    halves = {}
+    shapes = {}
 
     def put(prefix, out_dim, in_dim, k=1):
-        halves[prefix + "lora_A"] = 0.05 * torch.randn(rank * k, in_dim * k, generator=g)
-        halves[prefix + "lora_B"] = 0.05 * torch.randn(out_dim * k, rank * k, generator=g)
+        shapes[prefix + "lora_A"], shapes[prefix + "lora_B"] = (rank * k, in_dim * k), (out_dim * k, rank * k)
 
     put("visual.conv1.", 768, 3, 32)
     for tower, width in (("visual.", 768), ("", 512)):
@@ -209,7 +209,12 @@ def _lora_halves(rank=4):
             put(block + "attn.out_proj.", width, width)
             put(block + "mlp.c_fc.", 4 * width, width)
             put(block + "mlp.c_proj.", width, 4 * width)
-    return halves
+    return shapes
+
+
+def _lora_halves():
+    g = torch.Generator().manual_seed(2)
+    return {k: 0.05 * torch.randn(shape, generator=g) for k, shape in _lora_shapes().items()}
 
 
 def _unmerged(sd, lora, images, tokens, s=0.25):
@@ -274,7 +279,7 @@ def test_a_lora_checkpoint_loads_merged_and_embeds_as_its_layers_unmerged(hub_ca
     torch.testing.assert_close(text, want_text, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("halves,said", [
+@pytest.mark.parametrize("keys,said", [
     ({"visual.transformer.resblocks.3.mlp.c_fc.lora_A": (4, 768)},
      "visual.transformer.resblocks.3.mlp.c_fc.lora_A is there but visual.transformer.resblocks.3.mlp.c_fc.lora_B is not, the other "
      "half of visual.transformer.resblocks.3.mlp.c_fc.weight's LoRA"),
@@ -285,13 +290,17 @@ def test_a_lora_checkpoint_loads_merged_and_embeds_as_its_layers_unmerged(hub_ca
      "token_embedding.lora_A is a LoRA half the merge cannot place: no layer of ViT-B-32-quickgelu the release trains LoRA in"),
     ({}, "lacks transformer.resblocks.0.attn.in_proj_weight_lora_A and transformer.resblocks.0.attn.in_proj_weight_lora_B, the LoRA "
          "of transformer.resblocks.0.attn.in_proj_weight that the release trains"),
-], ids=["half", "rank", "unplaced", "none"])
-def test_a_lora_checkpoint_missing_a_half_or_of_another_rank_is_one_line_naming_the_key(halves, said, hub_cache, swap_att, tmp_path,
-                                                                                      capsys):
+    (_lora_shapes() | {"visual.transformer.resblocks.0.attn.bias_k": (1, 1, 768)},
+     "visual.transformer.resblocks.0.attn.bias_k is no weight of open_clip's ViT-B-32-quickgelu: the merge cannot place it"),
+    (_lora_shapes() | {"visual.proj": (512, 768)}, "visual.proj has shape (512, 768), but open_clip's ViT-B-32-quickgelu has (768, 512)"),
+    (_lora_shapes(), "lacks positional_embedding, a weight of open_clip's ViT-B-32-quickgelu (and 300 more)"),
+], ids=["half", "rank", "unplaced", "none", "unknown", "shape", "lacking"])
+def test_a_lora_checkpoint_missing_a_half_of_another_rank_or_with_a_key_it_cannot_place_is_one_line_naming_the_key(
+        keys, said, hub_cache, swap_att, tmp_path, capsys):
     path = hand_path(get_released("dac-sam-b32"))
     path.parent.mkdir(parents=True)
     torch.save({"epoch": 5, "state_dict": {"module.logit_scale": torch.tensor(4.6)} | {f"module.{k}": torch.zeros(v)
-                                                                                        for k, v in halves.items()}}, path)
+                                                                                        for k, v in keys.items()}}, path)
     code, _, err = run_main(capsys, "-q", "eval", "--model", "dac-sam-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
                             swap_att, "--out", tmp_path / "out")
     assert code == 2 and err.count("\n") == 1, err
