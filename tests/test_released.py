@@ -294,7 +294,7 @@ def test_a_lora_checkpoint_loads_merged_and_embeds_as_its_layers_unmerged(hub_ca
      "visual.transformer.resblocks.0.attn.bias_k is no weight of open_clip's ViT-B-32-quickgelu: the merge cannot place it"),
     (_lora_shapes() | {"visual.proj": (512, 768)}, "visual.proj has shape (512, 768), but open_clip's ViT-B-32-quickgelu has (768, 512)"),
     (_lora_shapes(), "lacks positional_embedding, a weight of open_clip's ViT-B-32-quickgelu (and 300 more)"),
-], ids=["half", "rank", "unplaced", "none", "unknown", "shape", "lacking"])
+], ids=["half_only", "rank8", "unplaced", "no_lora", "unknown_key", "transposed", "lacking"])
 def test_a_lora_checkpoint_missing_a_half_of_another_rank_or_with_a_key_it_cannot_place_is_one_line_naming_the_key(
         keys, said, hub_cache, swap_att, tmp_path, capsys):
     path = hand_path(get_released("dac-sam-b32"))
