@@ -21,7 +21,10 @@ How an entry loads (`loads_as`):
 - `open_clip_file`: an open_clip architecture and a weights file. A file on the Hugging Face Hub is downloaded into the
   Hugging Face cache (resumable). A file behind a Google Drive or Proton Drive link is downloaded by hand: compclip
   looks for it at `$HF_HUB_CACHE/compclip-released/<id>/<file>`, and where it is not there says where to get it and
-  that path. `--model ID --pretrained FILE` loads a copy you have elsewhere.
+  that path. `--model ID --pretrained FILE` loads a copy you have elsewhere. A file that open_clip cannot read as it stands
+  is converted once into a safetensors file beside it: CoN-CLIP's weights taken from under their key, and DAC's and
+  SVLC's LoRA checkpoints merged (W + (B A)·alpha/r for each LoRA layer, the file's other keys open_clip's own), a
+  LoRA half without its other half, of another rank or of no LoRA layer refused in one line naming the key.
 - `transformers`: an `hf:ORG/NAME` model that compclip's transformers scorers load (BLIP with the score the row used).
 
 A weights file is checked against the SHA-256 its release publishes; none of these releases publishes one, so the
@@ -45,6 +48,7 @@ def how(entry) -> str:
         said = f"`{entry.model}`, `{entry.pretrained}`"
     elif entry.loads_as == "open_clip_file":
         said = f"`{entry.model}` + " + (f"Hub `{entry.hub_repo}/{entry.hub_file}`" if entry.hub_repo else f"`{entry.file}` by hand")
+        said += f", its rank-{entry.lora['rank']} LoRA merged" if entry.lora else ""
     else:
         said = f"`{entry.model}`" + (f" (score {entry.blip_score})" if entry.blip_score else "")
     doubt = " (candidate: see `verified`)" if "CANDIDATE" in entry.verified else ""

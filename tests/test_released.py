@@ -61,6 +61,8 @@ def test_a_broken_entry_file_is_refused_naming_what_its_route_lacks():
         _check(dataclasses.replace(get_released("openai-clip-b32"), id="open_clip", pretrained=None), "open_clip.json")
     with pytest.raises(ValueError, match=r"other\.json: .*or the file is not named by its id"):
         _check(negclip, "other.json")
+    with pytest.raises(ValueError, match=r"dac-llm-b32\.json: lacks state_dict_key \(a LoRA checkpoint is converted from where"):
+        _check(dataclasses.replace(get_released("dac-llm-b32"), state_dict_key=None), "dac-llm-b32.json")
 
 
 def test_an_entry_is_found_by_its_name_whatever_the_case_and_a_typo_names_the_closest_ids():
@@ -190,6 +192,121 @@ def test_a_release_keeping_its_weights_under_another_key_loads_them_from_there(h
     assert all(torch.equal(loaded[k], v) for k, v in state.items())
 
 
+def _lora_shapes(rank=4):
+    """The LoRA halves of every layer DAC's fork trains them in (`--lora 4`), in the shapes its loralib gives them:
+    Linear A (r, in) and B (out, r) beside the module's weight, the attention's packed projection its own
+    `in_proj_weight_lora_A`/`_B`, the patch embedding's Conv2d A (r·k, in·k) and B (out·k, r·k) for its kernel k = 32."""
+    shapes = {}
+
+    def put(prefix, out_dim, in_dim, k=1):
+        shapes[prefix + "lora_A"], shapes[prefix + "lora_B"] = (rank * k, in_dim * k), (out_dim * k, rank * k)
+
+    put("visual.conv1.", 768, 3, 32)
+    for tower, width in (("visual.", 768), ("", 512)):
+        for i in range(12):
+            block = f"{tower}transformer.resblocks.{i}."
+            put(block + "attn.in_proj_weight_", 3 * width, width)
+            put(block + "attn.out_proj.", width, width)
+            put(block + "mlp.c_fc.", 4 * width, width)
+            put(block + "mlp.c_proj.", width, 4 * width)
+    return shapes
+
+
+def _lora_halves():
+    g = torch.Generator().manual_seed(2)
+    return {k: 0.05 * torch.randn(shape, generator=g) for k, shape in _lora_shapes().items()}
+
+
+def _unmerged(sd, lora, images, tokens, s=0.25):
+    """The embeddings of DAC's model with its LoRA unmerged, written out: each LoRA layer x Wᵀ + b + s·(x Aᵀ) Bᵀ (loralib's
+    Linear, the fork's multi_head_attention_forward for q, k, v), the patches convolved with W + s·(B A).view(W.shape)
+    (loralib's Conv2d), s = lora_alpha / r = 1/4; QuickGELU, pre-norm blocks, the text's causal mask and its EOT token."""
+    import torch.nn.functional as F
+
+    def ln(x, name):
+        return F.layer_norm(x, x.shape[-1:], sd[name + ".weight"], sd[name + ".bias"])
+
+    def linear(x, name):
+        return x @ sd[name + ".weight"].T + sd[name + ".bias"] + s * (x @ lora[name + ".lora_A"].T) @ lora[name + ".lora_B"].T
+
+    def block(x, p, heads, mask):
+        n, length, d = x.shape
+        h = ln(x, p + "ln_1")
+        qkv = (h @ sd[p + "attn.in_proj_weight"].T + sd[p + "attn.in_proj_bias"]
+               + s * (h @ lora[p + "attn.in_proj_weight_lora_A"].T) @ lora[p + "attn.in_proj_weight_lora_B"].T)
+        q, k, v = (t.reshape(n, length, heads, d // heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
+        att = ((q @ k.transpose(-1, -2)) / (d // heads) ** 0.5 + mask).softmax(-1) @ v
+        x = x + linear(att.transpose(1, 2).reshape(n, length, d), p + "attn.out_proj")
+        h = linear(ln(x, p + "ln_2"), p + "mlp.c_fc")
+        return x + linear(h * torch.sigmoid(1.702 * h), p + "mlp.c_proj")
+
+    conv = sd["visual.conv1.weight"] + s * (lora["visual.conv1.lora_B"] @ lora["visual.conv1.lora_A"]).view(768, 3, 32, 32)
+    x = F.conv2d(images, conv, stride=32).flatten(2).transpose(1, 2)
+    x = torch.cat([sd["visual.class_embedding"].expand(len(x), 1, -1), x], dim=1) + sd["visual.positional_embedding"]
+    x = ln(x, "visual.ln_pre")
+    for i in range(12):
+        x = block(x, f"visual.transformer.resblocks.{i}.", 12, 0.0)
+    image = ln(x[:, 0], "visual.ln_post") @ sd["visual.proj"]
+    x = sd["token_embedding.weight"][tokens] + sd["positional_embedding"]
+    causal = torch.full((77, 77), float("-inf")).triu(1)
+    for i in range(12):
+        x = block(x, f"transformer.resblocks.{i}.", 8, causal)
+    text = ln(x, "ln_final")[torch.arange(len(tokens)), tokens.argmax(dim=-1)] @ sd["text_projection"]
+    return image, text
+
+
+def test_a_lora_checkpoint_loads_merged_and_embeds_as_its_layers_unmerged(hub_cache):
+    """DAC-LLM's checkpoint as DAC's training/main.py saves it (the weights and LoRA halves under "state_dict", a
+    distributed run's `module.` before each key, the optimizer beside them), loaded by the id: its image and text
+    embeddings are the unmerged LoRA model's."""
+    import open_clip
+
+    from compclip.models import load_model
+
+    state, lora = _state(), _lora_halves()
+    path = hand_path(get_released("dac-llm-b32"))
+    path.parent.mkdir(parents=True)
+    torch.save({"epoch": 5, "name": "dac-llm", "state_dict": {f"module.{k}": v for k, v in {**state, **lora}.items()},
+                "optimizer": {"state": {}, "param_groups": [{"lr": 5e-6, "params": list(range(len(lora)))}]}}, path)
+    model, _, _ = load_model("dac-llm-b32")
+    assert model.compclip_spec["model_name"] == "ViT-B-32-quickgelu"
+    images = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(3))
+    tokens = open_clip.tokenize(["a red dog beside a blue cat", "a blue dog beside a red cat"])
+    with torch.no_grad():
+        image, text = model.encode_image(images), model.encode_text(tokens)
+        want_image, want_text = _unmerged(state, lora, images, tokens)
+    torch.testing.assert_close(image, want_image, atol=1e-5, rtol=0)
+    torch.testing.assert_close(text, want_text, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("keys,said", [
+    ({"visual.transformer.resblocks.3.mlp.c_fc.lora_A": (4, 768)},
+     "visual.transformer.resblocks.3.mlp.c_fc.lora_A is there but visual.transformer.resblocks.3.mlp.c_fc.lora_B is not, the other "
+     "half of visual.transformer.resblocks.3.mlp.c_fc.weight's LoRA"),
+    ({"transformer.resblocks.0.attn.in_proj_weight_lora_A": (8, 512), "transformer.resblocks.0.attn.in_proj_weight_lora_B": (1536, 8)},
+     "transformer.resblocks.0.attn.in_proj_weight_lora_A has shape (8, 512), but a rank-4 LoRA of "
+     "transformer.resblocks.0.attn.in_proj_weight (1536, 512) has (4, 512)"),
+    ({"token_embedding.lora_A": (4, 49408), "token_embedding.lora_B": (512, 4)},
+     "token_embedding.lora_A is a LoRA half the merge cannot place: no layer of ViT-B-32-quickgelu the release trains LoRA in"),
+    ({}, "lacks transformer.resblocks.0.attn.in_proj_weight_lora_A and transformer.resblocks.0.attn.in_proj_weight_lora_B, the LoRA "
+         "of transformer.resblocks.0.attn.in_proj_weight that the release trains"),
+    (_lora_shapes() | {"visual.transformer.resblocks.0.attn.bias_k": (1, 1, 768)},
+     "visual.transformer.resblocks.0.attn.bias_k is no weight of open_clip's ViT-B-32-quickgelu: the merge cannot place it"),
+    (_lora_shapes() | {"visual.proj": (512, 768)}, "visual.proj has shape (512, 768), but open_clip's ViT-B-32-quickgelu has (768, 512)"),
+    (_lora_shapes(), "lacks positional_embedding, a weight of open_clip's ViT-B-32-quickgelu (and 300 more)"),
+], ids=["half_only", "rank8", "unplaced", "no_lora", "unknown_key", "transposed", "lacking"])
+def test_a_lora_checkpoint_missing_a_half_of_another_rank_or_with_a_key_it_cannot_place_is_one_line_naming_the_key(
+        keys, said, hub_cache, swap_att, tmp_path, capsys):
+    path = hand_path(get_released("dac-sam-b32"))
+    path.parent.mkdir(parents=True)
+    torch.save({"epoch": 5, "state_dict": {"module.logit_scale": torch.tensor(4.6)} | {f"module.{k}": torch.zeros(v)
+                                                                                        for k, v in keys.items()}}, path)
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "dac-sam-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--out", tmp_path / "out")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {path}: {said}"), err
+
+
 def test_a_hand_downloaded_file_not_there_is_one_line_saying_where_to_get_it_and_where_to_put_it(hub_cache, swap_att, tmp_path,
                                                                                                   capsys):
     code, _, err = run_main(capsys, "-q", "eval", "--model", "negclip-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
@@ -215,10 +332,10 @@ def test_a_hub_file_not_in_the_cache_offline_is_one_line_naming_the_repository_f
 
 
 def test_an_entry_that_cannot_load_is_one_line_with_its_reason(hub_cache, swap_att, tmp_path, capsys):
-    code, _, err = run_main(capsys, "-q", "eval", "--model", "dac-llm-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "svlc-r-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
                             swap_att, "--out", tmp_path / "out")
     assert code == 2
-    assert err == f"error: dac-llm-b32 ({get_released('dac-llm-b32').name}) cannot be loaded: {get_released('dac-llm-b32').unavailable}\n"
+    assert err == f"error: svlc-r-b32 ({get_released('svlc-r-b32').name}) cannot be loaded: {get_released('svlc-r-b32').unavailable}\n"
 
 
 def test_compclip_models_lists_every_entry_and_whether_its_weights_are_here(hub_cache, capsys):
@@ -230,7 +347,7 @@ def test_compclip_models_lists_every_entry_and_whether_its_weights_are_here(hub_
     assert sorted(said) == list_released()
     assert said["ce-clip-b32"] == said["openai-clip-b32"] == "cached"
     assert said["negclip-b32"] == said["openai-clip-b16"] == said["clic-laion-b32"] == said["flava-full"] == "not cached"
-    assert said["dac-llm-b32"] == f"unavailable: {get_released('dac-llm-b32').unavailable}"
+    assert said["svlc-r-b32"] == f"unavailable: {get_released('svlc-r-b32').unavailable}"
     code, out, _ = run_main(capsys, "models", "--ids")
     assert out.split() == [e.id for e in ENTRIES if e.loads_as is not None]
 

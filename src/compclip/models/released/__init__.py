@@ -5,6 +5,8 @@ compclip loads its weights (`loads_as`): an open_clip architecture and pretraine
 (`open_clip`), an `hf-hub:` repository (`open_clip_hub`), an open_clip architecture and a weights file from a Hub
 repository (`hub_repo`, `hub_file`) or from a link no library downloads reliably (`url`, saved by hand as `file`, `get`
 saying where) (`open_clip_file`), a transformers model `hf:ORG/NAME` (`transformers`), or none, `unavailable` saying why.
+A file open_clip's loader cannot read as it is, its weights under another key (`state_dict_key`) or LoRA halves beside
+them (`lora`, merged by `compclip.models.released.lora`), is converted once into a safetensors file beside it.
 Each entry cites the release it was read from (`source`) and says what was read and what inferred (`verified`).
 
 `resolve` turns an entry into what `load_model` and the transformers scorers already take, so `--model negclip-b32`
@@ -47,6 +49,7 @@ class Released:
     get: str | None = None
     sha256: str | None = None  # only where the release publishes one
     state_dict_key: str | None = None  # where the file keeps the state dict under another key than open_clip's "state_dict"
+    lora: dict | None = None  # {"rank", "alpha", "layers": patterns of the weights with LoRA}: merged when converted
     blip_score: str | None = None
     unavailable: str | None = None
 
@@ -60,6 +63,8 @@ def _check(entry: Released, file: str) -> Released:
     lacking = [k for k in needs[entry.loads_as] if not getattr(entry, k)]
     if entry.loads_as == "open_clip_file" and not (entry.hub_repo and entry.hub_file) and not (entry.url and entry.file and entry.get):
         lacking.append("hub_repo and hub_file, or url, file and get")
+    if entry.lora and not entry.state_dict_key:
+        lacking.append("state_dict_key (a LoRA checkpoint is converted from where it keeps its weights)")
     if lacking or (entry.loads_as is not None and entry.unavailable):
         raise ValueError(f"released {file}: lacks {', '.join(lacking)}" if lacking else f"released {file}: loadable and unavailable")
     return entry
@@ -174,20 +179,25 @@ def _check_hash(entry: Released, file: Path) -> None:
 
 
 def _state_dict_file(entry: Released, file: Path) -> Path:
-    """A file whose state dict sits under another key (CoN-CLIP's "model") as a safetensors file open_clip's loader reads,
-    written once beside the hand-downloaded one."""
+    """A file whose state dict sits under another key (CoN-CLIP's "model"), or whose LoRA halves are to be merged (DAC's,
+    SVLC's), as a safetensors file open_clip's loader reads, written once beside the hand-downloaded one."""
     if not entry.state_dict_key:
         return file
     import torch
     from safetensors.torch import save_file
 
-    out = cache_root() / entry.id / f"{file.stem}.{entry.state_dict_key}.safetensors"
+    out = cache_root() / entry.id / f"{file.stem}.{entry.state_dict_key}{'.merged' if entry.lora else ''}.safetensors"
     if not out.is_file() or out.stat().st_mtime < file.stat().st_mtime:
         held = torch.load(str(file), map_location="cpu", weights_only=True)
         if not isinstance(held, dict) or not isinstance(held.get(entry.state_dict_key), dict):
             raise DataError(f"{file}: no state dict under {entry.state_dict_key!r}, where {entry.id}'s release keeps it")
+        state = held[entry.state_dict_key]
+        if entry.lora:
+            from .lora import merge
+
+            state = merge(state, entry.lora, entry.model, file)
         out.parent.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in held[entry.state_dict_key].items()}, str(out) + ".part")
+        save_file({k: v.contiguous() for k, v in state.items()}, str(out) + ".part")
         os.replace(str(out) + ".part", out)
     return out
 
