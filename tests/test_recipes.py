@@ -41,6 +41,9 @@ PAPERS = {  # what each source says, typed in again from the papers and the auth
                   "schedule": "cosine", "method_options": {"negatives": 1, "negative_weight": 1.0, "negatives_in_contrastive": True,
                                                            "negative_types": "color,action,material,size,state",
                                                            "replace": "substring"}},
+    # SVLC-R+L: the released README's RB+LLM command, the rest as SVLC-R's
+    "svlc-rl-cc3m": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 128, "lr": 5e-6, "epochs": 5,
+                     "method_options": {"llm_negatives": True, "negatives": 1, "negative_types": "color,action,material,size,state"}},
     # DAC: the released README's LLM-density command (one process of 32) and src/training/params.py
     "dac-llm-cc3m": {"model": "ViT-B-32-quickgelu", "pretrained": "openai", "global_batch_size": 32, "batch_size": 32, "lr": 5e-6,
                      "epochs": 5, "warmup": 10000, "weight_decay": 0.1, "betas": [0.9, 0.98], "eps": 1e-6, "precision": "amp", "seed": 0,
@@ -389,9 +392,9 @@ def _stand_in_tokenizer(snapshot):
 def recipe_data(tmp_path_factory):
     """Eight photos whose captions hold every hard-negative class (colour, object, location, size), as a CSV, as JSON lines
     with two dense captions each (DAC's data field), a negative image and caption (TripletCLIP's: the next photo and its
-    caption) and a negated caption and distractor (CoN-CLIP's), and as webdataset shards for a recipe that draws shards
-    with replacement (jpg + txt, and TripletCLIP's released members neg_image + neg_caption), and their concepts (noun
-    phrases, POS tags, scene graphs: what every recipe's method reads)."""
+    caption), a negated caption and distractor (CoN-CLIP's) and language-model negatives (SVLC-R+L's), and as webdataset
+    shards for a recipe that draws shards with replacement (jpg + txt, and TripletCLIP's released members neg_image +
+    neg_caption), and their concepts (noun phrases, POS tags, scene graphs: what every recipe's method reads)."""
     import io
     import tarfile
 
@@ -415,7 +418,8 @@ def recipe_data(tmp_path_factory):
     (root / "train.jsonl").write_text("".join(json.dumps({"image": image, "caption": caption, "dense_captions": [
         caption.split(" to the ")[0], f"a {caption.split()[-2]} cat"], "negative_image": rows[(i + 1) % 8][0],
         "negative_caption": rows[(i + 1) % 8][1], "negated_caption": caption.split(" to the ")[0].replace(" a ", " no ", 1),
-        "distractor_image": rows[(i + 2) % 8][0], "neg_image": [(i + 1) % 8, (i + 2) % 8]}) + "\n"
+        "distractor_image": rows[(i + 2) % 8][0], "neg_image": [(i + 1) % 8, (i + 2) % 8],
+        "llm_negatives": [caption.replace(" dog ", " horse "), caption.replace(" of ", " under ")]}) + "\n"
         for i, (image, caption) in enumerate(rows)))
     for s in range(2):
         with tarfile.open(root / f"shard-{s:03d}.tar", "w") as tar:

@@ -134,3 +134,62 @@ def test_svlc_with_gradient_accumulation_trains_as_the_whole_batch():
     from test_train import assert_same
 
     assert_same(dist_grads.compute(DistEnv(), 2, "svlc"), dist_grads.compute(DistEnv(), 1, "svlc"))
+
+
+def test_svlc_rl_draws_the_language_models_negatives_or_the_rule_based_ones_evenly(coco):
+    """SVLC-R+L (`llm_negatives=true`, the released BothNegatives): on 1,000 COCO captions each given two language-model
+    negatives of its own, each caption's negatives are either all from its list or exactly SVLC-R's rule drawn from the
+    same generator after the coin, about half each (binomial: 1,000 draws at ½ fall within 440–560 with certainty
+    beyond 99.98 %); none equals its caption; an empty list gives no negative where the draw falls on it. The batch
+    transform reads the list from each sample's data field."""
+    from compclip.methods.svlc import list_negatives
+    from compclip.methods.text import caption_rng
+    from compclip.models import load_model
+
+    captions = list(dict.fromkeys(coco))[:1000]
+    given = {c: [f"{c} indeed", f"not quite {c}", c] for c in captions}  # the caption itself among them: never a negative
+    method = build_method("svlc", llm_negatives=True, negatives=2)
+    assert method.sample_fields == ("llm_negatives",) and build_method("svlc").sample_fields == ()
+    part = method.parts[0]
+    from_list = 0
+    for c in captions:
+        made = part.negatives(c, {"llm_negatives": given[c]})
+        rng = caption_rng(0, c)  # BothNegatives' coin, then the drawn rule's own draws, from one generator
+        if rng.choice([0, 1]) == 0:
+            assert made == list_negatives(c, rng, 2), c
+        else:
+            assert len(made) == 2 and set(made) <= set(given[c][:2]), (c, made)
+            from_list += 1
+        assert c not in made
+    assert 440 <= from_list <= 560, from_list
+    assert [part.negatives(c, {"llm_negatives": []}) for c in captions[:200]].count([]) >= 80
+    model, _, tokenizer = load_model("compclip-tiny-siglip")
+    batch = method.bind(model).collate([{"image": torch.zeros(3, 64, 64), "caption": c, "llm_negatives": given[c]}
+                                        for c in captions[:4]], tokenizer)
+    expected = [t for c in captions[:4] for t in part.negatives(c, {"llm_negatives": given[c]})]
+    assert torch.equal(batch["negative_text"], tokenizer(expected))
+
+
+def test_svlc_rl_reads_its_negatives_from_json_lines_and_refuses_a_csv(tmp_path, capsys):
+    """`compclip train --method svlc --method-opt llm_negatives=true` trains on JSON lines holding `llm_negatives`; a
+    CSV, which cannot hold a list, is refused naming the field."""
+    from PIL import Image
+
+    from conftest import run_main
+
+    (tmp_path / "img").mkdir()
+    lines = []
+    for i in range(4):
+        Image.new("RGB", (16, 16), (40 * i, 80, 120)).save(tmp_path / "img" / f"{i}.png")
+        lines.append({"image": f"img/{i}.png", "caption": f"a red car number {i}", "llm_negatives": [f"a red bus number {i}"]})
+    data = tmp_path / "t.jsonl"
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["train", "--method", "svlc", "--method-opt", "llm_negatives=true", "--model", "compclip-tiny-siglip", "--steps", "1",
+            "--batch-size", "4", "--workers", "0"]
+    code, _, err = run_main(capsys, "-q", *args, "--train-data", data, "--out", tmp_path / "run")
+    assert code == 0, err[-3000:]
+    assert "Svlc_negative: " in (tmp_path / "run" / "train.log").read_text()
+    csv = tmp_path / "t.csv"
+    csv.write_text("image,caption\n" + "".join(f"img/{i}.png,a red car\n" for i in range(4)))
+    code, _, err = run_main(capsys, *args, "--train-data", csv, "--out", tmp_path / "run2")
+    assert code == 2 and f"{csv}: the method reads a field 'llm_negatives' per sample" in err, err[-2000:]

@@ -17,8 +17,9 @@ The loss, `src/open_clip/loss.py`, `ClipLoss.forward` with `--vl_negs` (`svlc_lo
 - plus `--neg_w` (1) × `get_loss_neg_only`: for each image with negatives, the cross-entropy over its caption and its
   own negatives with the caption the class, averaged over those images; a batch without any trains the InfoNCE alone.
 
-Departures: the LLM negatives of SVLC-R+L (`NegativesLLM`: a fill-mask pipeline's word in place of a spaCy-tagged one,
-`BothNegatives` drawing it or the rule-based one per caption) are not made, as compclip runs no language model; the
+SVLC-R+L (`llm_negatives`): `BothNegatives` draws, per caption, the rule-based negatives or the language model's
+(`NegativesLLM`: a fill-mask pipeline's word in place of a spaCy-tagged one), which compclip reads from a data field the
+user fills (`both_negatives`), as compclip runs no language model. Departures: the
 released code fine-tunes LoRA adapters (`--lora 4`), compclip every weight; the draws come from (seed, caption)
 (`text.caption_rng`), not the process's `random` state; a negative cut back to its caption by the context length is
 dropped. Across ranks the loss is the whole batch's, as on one process: the released `gather_features` slices the
@@ -47,6 +48,7 @@ from .text import caption_rng
 
 TYPES = tuple(LISTS)
 REPLACE = ("substring", "word")
+LLM_NEGATIVES = "llm_negatives"  # SVLC-R+L's data field: a record's language-model negatives of its caption
 
 
 def rule_based_negatives(caption: str, k: int = 1, seed: int = 0, types: Sequence[str] = TYPES,
@@ -75,6 +77,20 @@ def list_negatives(caption: str, rng: random.Random, k: int = 1, types: Sequence
         else:
             made.append(re.sub(rf"(?<!\S){re.escape(old)}(?!\S)", new.replace("\\", r"\\"), caption))
     return made
+
+
+def both_negatives(caption: str, given: Sequence[str], k: int = 1, seed: int = 0, types: Sequence[str] = TYPES,
+                   replace: str = "substring") -> list[str]:
+    """SVLC-R+L's negatives (the released `BothNegatives.create_negs`): a fair draw between the rule-based negatives
+    (`list_negatives`) and `k` drawn from `given`, the caption's language-model negatives (`NegativesLLM.create_negs`
+    draws one fill-mask sentence a negative, with replacement; those equal to the caption left out), none where the draw
+    falls on an empty list, as the released code returns none for a caption without a word to mask. The draws come from
+    (seed, caption)."""
+    rng = caption_rng(seed, caption)
+    if rng.choice([0, 1]) == 0:
+        return list_negatives(caption, rng, k, types, replace)
+    given = [t for t in given if t != caption]
+    return [given[rng.randrange(len(given))] for _ in range(k)] if given else []
 
 
 def svlc_loss(image: torch.Tensor, text: torch.Tensor, negatives: torch.Tensor, negative_image: torch.Tensor,
@@ -138,6 +154,10 @@ class Options:
                                                   "several GPUs trains)")
     replace: str = option("substring", "substring: the word is replaced wherever it occurs, inside other words too (the "
                                        "released str.replace); word: whole-word occurrences only")
+    llm_negatives: bool = option(False, "SVLC-R+L: each record also holds its caption's language-model negatives, a data field "
+                                        "llm_negatives (the released NegativesLLM's fill-mask sentences, made by the user), and "
+                                        "each caption draws those or the rule-based ones evenly (negs_and_pos.py, BothNegatives; "
+                                        "--neg_type both); off: SVLC-R (--neg_type rule_based)")
 
 
 class SVLCPart(HardNegativePart):
@@ -156,11 +176,21 @@ class SVLCPart(HardNegativePart):
             raise UsageError(f"negative_types must be some of {', '.join(TYPES)}, not {options.negative_types!r}")
         if options.replace not in REPLACE:
             raise UsageError(f"replace must be one of {', '.join(REPLACE)}, not {options.replace!r}")
-        self.types, self.replace = types, options.replace
+        self.types, self.replace, self.llm = types, options.replace, options.llm_negatives
+        self.sample_fields = (LLM_NEGATIVES,) if self.llm else ()
         self.loss = SVLCLoss(options.negative_weight, options.negatives_in_contrastive)
 
+    def prepare(self, batch, samples, tokenizer):
+        if not self.llm:
+            return super().prepare(batch, samples, tokenizer)
+        records = [{**(r or {}), LLM_NEGATIVES: s[LLM_NEGATIVES]} for r, s in
+                   zip(batch.get("concepts") or [None] * len(samples), samples, strict=True)]
+        self.add_negatives(batch, batch["caption"], records, batch["text"], tokenizer)
+
     def negatives(self, caption: str, record: dict[str, Any] | None) -> list[str]:
-        return rule_based_negatives(caption, self.k, self.seed, self.types, self.replace)
+        if not self.llm:
+            return rule_based_negatives(caption, self.k, self.seed, self.types, self.replace)
+        return both_negatives(caption, record[LLM_NEGATIVES], self.k, self.seed, self.types, self.replace)
 
     def forward(self, out):
         return self.loss(out["image_features"], out["text_features"], out["negative_features"], out["negative_image"],
