@@ -1,9 +1,10 @@
 """The table over worlds of worlds run apart: each on its own machine or in its own session, as
 `compclip demo --methods M --seeds S --world-seeds W --out OUT_W` (the study's worlds are `--world-seeds 0`, `1`
-and `2` of `--methods siglip,attswap,c2lip,hardneg,clic,occlip --seeds 0,1,2`, each world the same there as in one
-`compclip demo --study`). Each world's numbers, seed by seed, come from its `OUT_W/report/seeds.json`; they are
-tabulated as one `compclip demo --world-seeds` run tabulates them (`compclip.demo.tabulate`): the table over worlds,
-each world's own table, the reading and `seeds.png`, written to --out with a `seeds.json` of the worlds together.
+and `2` of `--methods siglip,attswap,c2lip,hardneg,clic,occlip,ceclip,svlc,dac,conclip,tripletclip --seeds 0,1,2`,
+each world the same there as in one `compclip demo --study`). Each world's numbers, seed by seed, come from its
+`OUT_W/report/seeds.json`; they are tabulated as one `compclip demo --world-seeds` run tabulates them
+(`compclip.demo.tabulate`): the table over worlds, each world's own table, the reading and `seeds.png`, written to
+--out with a `seeds.json` of the worlds together.
 
 Run: .venv/bin/python research/study_table.py docs/study/world-0.json docs/study/world-1.json docs/study/world-2.json \\
          --out runs/study-table

@@ -63,7 +63,7 @@ def test_the_study_is_one_flag(capsys):
     given = inspect.signature(demo).parameters  # the command line's defaults are the ones --study compares against
     assert (given["methods"].default.default, given["seeds"].default.default) == (METHODS, SEEDS)
     assert study_protocol(METHODS, SEEDS, None) == (STUDY["methods"], "0,1,2", "0,1,2")
-    assert {"hardneg", "clic", "occlip", "attswap"} <= set(STUDY["methods"].split(","))
+    assert {"hardneg", "clic", "occlip", "attswap", "ceclip", "svlc", "dac", "conclip", "tripletclip"} <= set(STUDY["methods"].split(","))
     code, _, err = run_main(capsys, "demo", "--study", "--seeds", "4")
     assert code == 2 and err.strip() == "error: --study sets the methods, seeds and worlds itself: drop --seeds"
 
