@@ -25,8 +25,8 @@ compclip does not run. A text without a negative has, in the released MIL term, 
 tower encodes (`absent_negative=zeros`); its caption term leaves it out.
 
 Declaring a data field (`LossPart.sample_fields`) is how any method reads more per sample than (image, caption): the
-readers carry it, a format that cannot hold it is refused; CoN-CLIP's negated captions and SVLC-R+L's given negatives
-fit the same kind of field (a list of texts).
+readers carry it, a format that cannot hold it is refused; CoN-CLIP's negated captions (a text) and SVLC-R+L's
+language-model negatives (a list of texts, as the dense captions) are such fields.
 """
 from __future__ import annotations
 
