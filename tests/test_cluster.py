@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from compclip.io import atomic_dir, atomic_path, write_json
-from conftest import run_tree
+from conftest import run_main, run_tree
 
 
 @contextlib.contextmanager
@@ -760,7 +760,7 @@ def test_weights_of_another_model_are_refused_naming_what_does_not_fit(tmp_path,
         assert "Traceback" not in err
 
 
-def test_a_damaged_concept_shard_is_named_with_its_repair_and_the_repair_works(tmp_path):
+def test_a_damaged_concept_shard_is_named_with_its_repair_and_the_repair_works(tmp_path, capsys):
     """A shard cut short: `train` (two DataLoader workers) stops in one line naming the file and the command that repairs
     it, and exits (it hung: the workers ignored the loader's own SIGTERM); that command removes the shard, parses its
     captions again and indexes them all; training then runs."""
@@ -771,7 +771,7 @@ def test_a_damaged_concept_shard_is_named_with_its_repair_and_the_repair_works(t
     data = make_dataset(tmp_path, n=24)
     env = env_for_children()
     store = tmp_path / "store"
-    assert subprocess.run(compclip("concepts", str(data), "--out", str(store), "--what", "noun-phrases"), env=env).returncode == 0
+    assert run_main(capsys, "-q", "concepts", data, "--out", store, "--what", "noun-phrases")[0] == 0
     shard = next((store / "parts").glob("*/shard-*.arrow"))
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     train = compclip("train", "--method", "c2lip", "--model", "compclip-tiny-siglip", "--train-data", str(data), "--concepts", str(store),
@@ -781,10 +781,9 @@ def test_a_damaged_concept_shard_is_named_with_its_repair_and_the_repair_works(t
     assert stopped.stderr.strip().splitlines()[-1] == (
         f"error: {shard}: a damaged concept shard (ArrowInvalid: Not an Arrow file); run `compclip concepts CAPTIONS --out {store}` "
         "again with the same options: it removes the shard and parses its captions again, keeping the rest")
-    repaired = subprocess.run(compclip("concepts", str(data), "--out", str(store), "--what", "noun-phrases"), env=env,
-                              capture_output=True, text=True, timeout=120)
-    assert repaired.returncode == 0 and "removed it, its captions are parsed again" in repaired.stderr
-    assert repaired.stdout.strip().splitlines()[-1] == "indexed 16 records"  # the distinct captions, as the first build
+    code, out, err = run_main(capsys, "-q", "concepts", data, "--out", store, "--what", "noun-phrases")
+    assert code == 0 and "removed it, its captions are parsed again" in err
+    assert out.strip().splitlines()[-1] == "indexed 16 records"  # the distinct captions, as the first build
     resumed = subprocess.run(train, env=env, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
