@@ -133,10 +133,12 @@ def test_a_locale_that_cannot_spell_file_names_is_said_once(tmp_path):
                                    "cannot be opened; run with a UTF-8 locale (export LC_ALL=C.UTF-8)") == said, result.stderr
 
 
-def test_demo_runs_end_to_end(tmp_path):
+def test_demo_runs_end_to_end(tmp_path, capsys):
     """`make demo`'s pipeline at toy size: world, concepts, pretraining, two methods over two seeds, evaluation, report
     with intervals and paired differences computed again here from the per-seed result files. (OC-CLIP's checkpoints
-    score every world benchmark through its binding module in tests/test_occlip.py.)"""
+    score every world benchmark through its binding module in tests/test_occlip.py.) The two runs that train go through
+    compclip's entry point in this process; the two that reuse everything are fresh processes, whose whole stderr is
+    read."""
     from compclip.eval.report import column_value
     from compclip.stats import fmt_difference, paired
 
@@ -144,11 +146,11 @@ def test_demo_runs_end_to_end(tmp_path):
             "--pretrain-steps", "3", "--pretrain-batch-size", "24", "--steps", "2", "--batch-size", "16",
             "--methods", "siglip,c2lip", "--seeds", "5,6",
             "--device", "cpu"]
-    result = compclip(*args)
-    assert result.returncode == 0, result.stderr[-2000:]
-    # stdout is a pipe here, as in a log: the table comes as Markdown, not drawn in box characters 80 columns wide
-    assert re.search(r"^\| c2lip-ft \| unseen \| [^|]+ \|", result.stdout, re.M) and "| SC swap-att |" in result.stdout
-    assert "│" not in result.stdout
+    code, out, err = run_main(capsys, *args)
+    assert code == 0, err[-2000:]
+    # stdout is no terminal here, as in a log: the table comes as Markdown, not drawn in box characters 80 columns wide
+    assert re.search(r"^\| c2lip-ft \| unseen \| [^|]+ \|", out, re.M) and "| SC swap-att |" in out
+    assert "│" not in out
     for model in ("base", "siglip-ft", "c2lip-ft"):
         for split in ("seen", "unseen"):
             record = json.loads((tmp_path / "demo" / "results" / model / split / "sugarcrepe.json").read_text())
@@ -185,8 +187,8 @@ def test_demo_runs_end_to_end(tmp_path):
     assert Image.open(tmp_path / "demo" / "report" / "seeds.png").size[0] > 800
 
     # a second world (seed 7) with its own base; the first world (seed 5, the first of --seeds) is this folder's
-    two = compclip(*args[:-6], "--methods", "siglip,c2lip", "--seeds", "5,6", "--world-seeds", "5,7", "--device", "cpu")
-    assert two.returncode == 0, two.stderr[-2000:]
+    code, _, err = run_main(capsys, *args[:-6], "--methods", "siglip,c2lip", "--seeds", "5,6", "--world-seeds", "5,7", "--device", "cpu")
+    assert code == 0, err[-2000:]
     other = tmp_path / "demo" / "worlds" / "seed-7"
     assert json.loads((other / "world" / "manifest.json").read_text())["config"]["seed"] == 7
     differences = []  # per world: the mean over seeds of C2LIP minus the mean of SigLIP
