@@ -33,10 +33,16 @@ ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
 @pytest.fixture
 def cli(capsys, monkeypatch):
     """`compclip -q ARGS` through the command line's entry point in this process, with `ENV` set: exit code, stdout and
-    stderr as a `CompletedProcess`."""
+    stderr as a `CompletedProcess`, the command's alone, as a process of its own would give them (what the test printed
+    before, e.g. open_clip's warning as it built a model, is read off first)."""
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
-    return lambda *args: subprocess.CompletedProcess(args, *run_main(capsys, "-q", *args))
+
+    def cli(*args):
+        capsys.readouterr()
+        return subprocess.CompletedProcess(args, *run_main(capsys, "-q", *args))
+
+    return cli
 
 
 # ---- open_clip -----------------------------------------------------------------------------------------------------
