@@ -242,22 +242,18 @@ def test_concept_attention_is_the_xac_softmax():
             assert torch.allclose(attn[i], scores.softmax(0), atol=1e-6)
 
 
-def test_attention_command_draws_two_models_and_their_difference(tmp_path):
-    import subprocess
-    import sys
-
+def test_attention_command_draws_two_models_and_their_difference(tmp_path, capsys):
     from PIL import Image
 
     from compclip.models import save_checkpoint
-    from conftest import shared_data
+    from conftest import run_main, shared_data
 
     image = sorted(shared_data("flickr8k_1k", "images").glob("*.jpg"))[0]
     model, _, _ = load_model("compclip-tiny-siglip")
     save_checkpoint(model, tmp_path / "ckpt")
-    cmd = [sys.executable, "-m", "compclip", "-q", "attention", "--model", "compclip-tiny-siglip", "--compare", str(tmp_path / "ckpt"),
-           "--image", str(image), "--concept", "a child in a pink dress", "--out", str(tmp_path / "map.png")]
-    result = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
-    assert result.returncode == 0, result.stderr[-2000:]
+    code, _, err = run_main(capsys, "-q", "attention", "--model", "compclip-tiny-siglip", "--compare", tmp_path / "ckpt", "--image", image,
+                            "--concept", "a child in a pink dress", "--out", tmp_path / "map.png")
+    assert code == 0, err[-2000:]
     with Image.open(tmp_path / "map.png") as png:
         assert png.width > 3 * png.height  # four panels side by side
 

@@ -29,12 +29,12 @@ def test_help_lists_the_commands():
         assert command in result.stdout
 
 
-def test_version():
+def test_version(capsys):
     import compclip as pkg
 
-    result = compclip("version")
-    assert result.returncode == 0 and result.stdout.startswith(f"compclip {pkg.__version__}\n")
-    assert f"open-clip-torch {open_clip.__version__}" in result.stdout
+    code, out, _ = run_main(capsys, "version")
+    assert code == 0 and out.startswith(f"compclip {pkg.__version__}\n")
+    assert f"open-clip-torch {open_clip.__version__}" in out
 
 
 def test_progress_writes_lines_not_bars_where_stderr_is_a_file(capsys, monkeypatch):
@@ -99,22 +99,22 @@ def test_the_demo_reads_its_table_in_one_line():
     assert "cannot show binding" in reading(table([79.9, 79.9], [50.0, 51.0]))
 
 
-def test_export_writes_a_file_open_clip_loads(tmp_path):
+def test_export_writes_a_file_open_clip_loads(tmp_path, capsys):
     model, _, tokenizer = load_model("compclip-tiny-clip")
     save_checkpoint(model, tmp_path / "ckpt")
-    result = compclip("export", str(tmp_path / "ckpt"), str(tmp_path / "out.safetensors"))
-    assert result.returncode == 0, result.stderr
-    assert "open_clip.create_model_and_transforms('compclip-tiny-clip'" in result.stdout
+    code, out, err = run_main(capsys, "export", tmp_path / "ckpt", tmp_path / "out.safetensors")
+    assert code == 0, err
+    assert "open_clip.create_model_and_transforms('compclip-tiny-clip'" in out
     plain = open_clip.create_model("compclip-tiny-clip", pretrained=str(tmp_path / "out.safetensors")).eval()
     with torch.no_grad():
         tokens = tokenizer(["a red couch"])
         assert torch.equal(plain.encode_text(tokens), model.encode_text(tokens))
 
 
-def test_user_errors_are_one_line_not_a_traceback(tmp_path):
-    result = compclip("export", str(tmp_path / "nothing"), str(tmp_path / "out.safetensors"))
-    assert result.returncode == 2
-    assert result.stderr.strip() == f"error: {tmp_path / 'nothing'}: no such folder (a compclip checkpoint is a folder)"
+def test_user_errors_are_one_line_not_a_traceback(tmp_path, capsys):
+    code, _, err = run_main(capsys, "export", tmp_path / "nothing", tmp_path / "out.safetensors")
+    assert code == 2
+    assert err.strip() == f"error: {tmp_path / 'nothing'}: no such folder (a compclip checkpoint is a folder)"
 
 
 def test_a_locale_that_cannot_spell_file_names_is_said_once(tmp_path):
@@ -133,10 +133,12 @@ def test_a_locale_that_cannot_spell_file_names_is_said_once(tmp_path):
                                    "cannot be opened; run with a UTF-8 locale (export LC_ALL=C.UTF-8)") == said, result.stderr
 
 
-def test_demo_runs_end_to_end(tmp_path):
+def test_demo_runs_end_to_end(tmp_path, capsys):
     """`make demo`'s pipeline at toy size: world, concepts, pretraining, two methods over two seeds, evaluation, report
     with intervals and paired differences computed again here from the per-seed result files. (OC-CLIP's checkpoints
-    score every world benchmark through its binding module in tests/test_occlip.py.)"""
+    score every world benchmark through its binding module in tests/test_occlip.py.) The two runs that train go through
+    compclip's entry point in this process; the two that reuse everything are fresh processes, whose whole stderr is
+    read."""
     from compclip.eval.report import column_value
     from compclip.stats import fmt_difference, paired
 
@@ -144,11 +146,11 @@ def test_demo_runs_end_to_end(tmp_path):
             "--pretrain-steps", "3", "--pretrain-batch-size", "24", "--steps", "2", "--batch-size", "16",
             "--methods", "siglip,c2lip", "--seeds", "5,6",
             "--device", "cpu"]
-    result = compclip(*args)
-    assert result.returncode == 0, result.stderr[-2000:]
-    # stdout is a pipe here, as in a log: the table comes as Markdown, not drawn in box characters 80 columns wide
-    assert re.search(r"^\| c2lip-ft \| unseen \| [^|]+ \|", result.stdout, re.M) and "| SC swap-att |" in result.stdout
-    assert "│" not in result.stdout
+    code, out, err = run_main(capsys, *args)
+    assert code == 0, err[-2000:]
+    # stdout is no terminal here, as in a log: the table comes as Markdown, not drawn in box characters 80 columns wide
+    assert re.search(r"^\| c2lip-ft \| unseen \| [^|]+ \|", out, re.M) and "| SC swap-att |" in out
+    assert "│" not in out
     for model in ("base", "siglip-ft", "c2lip-ft"):
         for split in ("seen", "unseen"):
             record = json.loads((tmp_path / "demo" / "results" / model / split / "sugarcrepe.json").read_text())
@@ -185,8 +187,8 @@ def test_demo_runs_end_to_end(tmp_path):
     assert Image.open(tmp_path / "demo" / "report" / "seeds.png").size[0] > 800
 
     # a second world (seed 7) with its own base; the first world (seed 5, the first of --seeds) is this folder's
-    two = compclip(*args[:-6], "--methods", "siglip,c2lip", "--seeds", "5,6", "--world-seeds", "5,7", "--device", "cpu")
-    assert two.returncode == 0, two.stderr[-2000:]
+    code, _, err = run_main(capsys, *args[:-6], "--methods", "siglip,c2lip", "--seeds", "5,6", "--world-seeds", "5,7", "--device", "cpu")
+    assert code == 0, err[-2000:]
     other = tmp_path / "demo" / "worlds" / "seed-7"
     assert json.loads((other / "world" / "manifest.json").read_text())["config"]["seed"] == 7
     differences = []  # per world: the mean over seeds of C2LIP minus the mean of SigLIP
@@ -367,7 +369,9 @@ def test_eval_checks_options_before_loading_anything(capsys, tmp_path, args, fra
     assert not (tmp_path / "out").exists()
 
 
-def test_a_bundled_model_gives_the_same_results_in_every_process(tmp_path):
+def test_a_bundled_model_gives_the_same_results_in_every_process(tmp_path, capsys):
+    """A bundled model's random weights are its seed's, whatever else a process did first: a fresh `compclip eval`
+    process scores as this one does after the tests before it."""
     folder = tmp_path / "data" / "retrieval" / "three"
     folder.mkdir(parents=True)
     for i, colour in enumerate(("red", "green", "blue")):
@@ -375,9 +379,14 @@ def test_a_bundled_model_gives_the_same_results_in_every_process(tmp_path):
     (folder / "captions.csv").write_text("image,caption\n0.png,a red square\n1.png,a green square\n2.png,a blue square\n")
     records = []
     for run in ("a", "b"):
-        result = compclip("-q", "eval", "--model", "compclip-tiny-siglip", "--benchmark", "retrieval", "--out", str(tmp_path / run),
-                          "--data-root", str(tmp_path / "data"), "--device", "cpu", "--workers", "0")
-        assert result.returncode == 0, result.stderr
+        args = ("-q", "eval", "--model", "compclip-tiny-siglip", "--benchmark", "retrieval", "--out", str(tmp_path / run),
+                "--data-root", str(tmp_path / "data"), "--device", "cpu", "--workers", "0")
+        if run == "a":
+            result = compclip(*args)
+            assert result.returncode == 0, result.stderr
+        else:
+            code, _, err = run_main(capsys, *args)
+            assert code == 0, err
         record = json.loads((tmp_path / run / "retrieval.json").read_text())
         records.append({k: v for k, v in record.items() if k != "seconds"})
     assert records[0] == records[1] and records[0]["metrics"]["three"]["captions"] == 3
@@ -405,7 +414,7 @@ def test_quiet_and_verbose_work_after_the_command(capsys, tmp_path):
     assert_one_error(*run_main(capsys, "export", tmp_path / "none", tmp_path / "x", "-v")[::2], "no such folder")
 
 
-def test_eval_with_every_image_missing_exits_1_and_writes_strict_json(tmp_path):
+def test_eval_with_every_image_missing_exits_1_and_writes_strict_json(tmp_path, capsys, monkeypatch):
     data = tmp_path / "data"
     (data / "sugarcrepe_pp").mkdir(parents=True)
     for split in ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att"):
@@ -414,11 +423,12 @@ def test_eval_with_every_image_missing_exits_1_and_writes_strict_json(tmp_path):
         (data / "sugarcrepe_pp" / f"{split}.json").write_text(json.dumps(rows))
     (data / "retrieval" / "tiny").mkdir(parents=True)
     (data / "retrieval" / "tiny" / "captions.csv").write_text("image,caption\ngone.jpg,a dog\n")
-    result = compclip("eval", "--model", "compclip-tiny-clip", "--benchmark", "sugarcrepe_pp,retrieval", "--data-root", str(data),
-                      "--out", str(tmp_path / "out"), "--workers", "0")
-    assert result.returncode == 1, result.stderr[-2000:]
-    assert "retrieval: nothing evaluated (all 1 images missing, e.g." in result.stdout
-    assert "sugarcrepe_pp: " in result.stdout and "overall_itt n/a" in result.stdout  # TOT is text only: still scored
+    monkeypatch.setenv("COLUMNS", "200")  # rich wraps tables at 80
+    code, out, err = run_main(capsys, "eval", "--model", "compclip-tiny-clip", "--benchmark", "sugarcrepe_pp,retrieval", "--data-root",
+                              data, "--out", tmp_path / "out", "--workers", "0")
+    assert code == 1, err[-2000:]
+    assert "retrieval: nothing evaluated (all 1 images missing, e.g." in out
+    assert "sugarcrepe_pp: " in out and "overall_itt n/a" in out  # TOT is text only: still scored
 
     def no_constants(name):
         raise AssertionError(f"bare {name} in JSON")

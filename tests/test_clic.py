@@ -2,10 +2,8 @@
 losses against brute-force loops, and a real `compclip train --method clic` with the vision tower frozen."""
 import json
 import math
-import os
 import random
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -18,6 +16,7 @@ from compclip.methods.clic import CLICPart, Options, cross_sentence_swap
 from compclip.methods.text import join_sentences
 from compclip.models import load_model
 from compclip.text import sentences
+from conftest import run_main
 
 TAGGED = {r["caption"]: r["pos"] for r in extract(["a red car", "a blue bus", "a red bus"], "pos")}  # spaCy, once
 
@@ -209,7 +208,7 @@ def test_odd_steps_are_plain_clip_steps_on_single_images(setup):
     assert pair.keys() == {"cont", "sneg", "uni"}
 
 
-def test_train_clic_freezes_the_vision_tower_and_alternates(tmp_path):
+def test_train_clic_freezes_the_vision_tower_and_alternates(tmp_path, capsys):
     (tmp_path / "img").mkdir()
     rows = []
     for i in range(16):
@@ -218,8 +217,7 @@ def test_train_clic_freezes_the_vision_tower_and_alternates(tmp_path):
         rows.append(f'img/{i}.png,"A {a} {b} lies on the floor. It is small. The light is dim."')
     data = tmp_path / "train.csv"
     data.write_text("image,caption\n" + "\n".join(rows) + "\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    run = lambda *args: subprocess.run([sys.executable, "-m", "compclip", "-q", *args], capture_output=True, text=True, env=env)  # noqa: E731
+    run = lambda *args: subprocess.CompletedProcess(args, *run_main(capsys, "-q", *args))  # noqa: E731
     made = run("concepts", str(data), "--out", str(tmp_path / "concepts"), "--what", "noun-phrases,pos")
     assert made.returncode == 0, made.stderr[-2000:]
     trained = run("train", "--method", "clic", "--model", "compclip-tiny-siglip", "--train-data", str(data),

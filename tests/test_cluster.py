@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from compclip.io import atomic_dir, atomic_path, write_json
-from conftest import run_tree
+from conftest import run_main, run_tree
 
 
 @contextlib.contextmanager
@@ -197,10 +197,11 @@ def wait_for_steps(log, steps, proc, timeout=120):
     raise AssertionError(f"no step {steps} within {timeout} s")
 
 
-def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_path):
+def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_path, capsys):
     """SLURM's --signal=USR1@120 and scancel's SIGTERM reach the whole process group, DataLoader workers included: the run
     writes a checkpoint at the next step boundary, says so in one line, exits 75 (EX_TEMPFAIL), and the same command
-    resumes it to the same losses as a run never stopped."""
+    resumes it to the same losses as a run never stopped. (The stopped runs are processes of their own; the run never
+    stopped and the resumes go through compclip's entry point in this process.)"""
     import json
     import signal
     import subprocess
@@ -211,8 +212,8 @@ def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_pa
     cmd = lambda out: compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),  # noqa: E731
                                "--out", str(tmp_path / out), "--steps", "40", "--batch-size", "8", "--lr", "1e-3",
                                "--save-every", "1000", "--workers", "2", "--log-every", "1")
-    straight = run_tree(cmd("straight"), env=env_for_children(), timeout=300)
-    assert straight.returncode == 0, straight.stderr[-2000:]
+    code, _, err = run_main(capsys, *cmd("straight")[3:])
+    assert code == 0, err[-2000:]
     for sig in ("SIGTERM", "SIGUSR1"):
         proc = subprocess.Popen(cmd(sig), env=env_for_children(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
@@ -225,8 +226,8 @@ def test_a_preempted_run_checkpoints_at_the_next_step_and_resumes_exactly(tmp_pa
         assert last == (f"preempted: {sig} at step {step} of 40: checkpoint {tmp_path / sig / 'checkpoints' / f'step_{step:07d}'} "
                         "written; run the same command to resume") and "Traceback" not in err
         assert (tmp_path / sig / "checkpoints" / "latest").read_text() == f"step_{step:07d}" and 3 <= step < 40
-        resumed = run_tree(cmd(sig), env=env_for_children(), timeout=300)
-        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        code, _, err = run_main(capsys, *cmd(sig)[3:])
+        assert code == 0, err[-2000:]
         assert losses(tmp_path / sig) == pytest.approx(losses(tmp_path / "straight"), rel=1e-6), sig
         assert json.loads((tmp_path / sig / "log.jsonl").read_text().splitlines()[-1])["step"] == 40
 
@@ -250,11 +251,11 @@ def wait_until(ready, proc, timeout=120):
         time.sleep(0.01)
 
 
-def test_a_stopped_world_or_eval_ends_in_one_line_keeping_what_it_finished(tmp_path):
+def test_a_stopped_world_or_eval_ends_in_one_line_keeping_what_it_finished(tmp_path, capsys):
     """A cluster's stop to the whole process group, pool and DataLoader workers included: `world generate` (SIGTERM, while
     its training images are being written) and `eval` (SIGUSR1, while a later benchmark's images load) end in one
     `stopped:` line, exit 128 + the signal's number, leave no temporary file and keep every result they finished; the same
-    commands then finish, to the same figures."""
+    commands then finish, to the same figures (run through compclip's entry point in this process)."""
     import json
     import signal
     import subprocess
@@ -271,7 +272,7 @@ def test_a_stopped_world_or_eval_ends_in_one_line_keeping_what_it_finished(tmp_p
     assert err.strip().splitlines() == ["stopped: SIGTERM: the files it finished are kept, and no half-written file is left; "
                                         "run the same command again to finish"]
     assert not any(world.rglob("*.tmp")) and not (world / "manifest.json").exists()
-    assert subprocess.run(make, env=env_for_children(), timeout=300).returncode == 0
+    assert run_main(capsys, *make[3:])[0] == 0
 
     out = tmp_path / "results"
     evaluate = compclip("-q", "eval", "--model", "compclip-tiny-clip", "--benchmark", "sugarcrepe,zeroshot,retrieval",
@@ -285,7 +286,7 @@ def test_a_stopped_world_or_eval_ends_in_one_line_keeping_what_it_finished(tmp_p
     assert err.strip().splitlines()[-1].startswith("stopped: SIGUSR1: the files it finished are kept") and "Traceback" not in err
     assert "Exception ignored" not in err and not any(out.rglob("*.tmp")) and not (out / "retrieval.json").exists()
     finished = json.loads((out / "sugarcrepe.json").read_text())
-    assert subprocess.run(evaluate, env=env_for_children(), timeout=300).returncode == 0
+    assert run_main(capsys, *evaluate[3:])[0] == 0
     assert json.loads((out / "sugarcrepe.json").read_text())["metrics"] == finished["metrics"]
     assert json.loads((out / "retrieval.json").read_text())["metrics"]
 
@@ -448,9 +449,10 @@ def small_disk(path, size="2m", readonly=False):
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
-def test_a_disk_that_fills_while_a_checkpoint_is_written_stops_in_one_line(tmp_path):
+def test_a_disk_that_fills_while_a_checkpoint_is_written_stops_in_one_line(tmp_path, capsys):
     """ENOSPC in safetensors' writer and in torch.save ("unexpected pos") and in a result JSON: one line naming the file
-    and that the earlier checkpoint is as it was, exit 2, no traceback; the run resumes once there is room."""
+    and that the earlier checkpoint is as it was, exit 2, no traceback; the run resumes once there is room. (The run the
+    disk stops is a process of its own; the first two steps and the resume run in this process.)"""
     import shutil
     import subprocess
 
@@ -461,7 +463,7 @@ def test_a_disk_that_fills_while_a_checkpoint_is_written_stops_in_one_line(tmp_p
         cmd = lambda steps: compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),  # noqa: E731
                                      "--out", str(disk / "run"), "--steps", str(steps), "--batch-size", "8", "--save-every", "2",
                                      "--workers", "0", "--schedule", "const", "--keep", "5")
-        assert subprocess.run(cmd(2), env=env_for_children(), capture_output=True).returncode == 0
+        assert run_main(capsys, *cmd(2)[3:])[0] == 0
         used = sum(f.stat().st_size for f in (disk / "run").rglob("*") if f.is_file())
         free = shutil.disk_usage(disk).free
         (disk / "filler").write_bytes(b"\0" * (free - used // 3))  # room for a third of a checkpoint
@@ -474,8 +476,8 @@ def test_a_disk_that_fills_while_a_checkpoint_is_written_stops_in_one_line(tmp_p
         assert (disk / "run" / "checkpoints" / "latest").read_text() == "step_0000002"
         assert not [p for p in (disk / "run" / "checkpoints").iterdir() if p.name.startswith(".")]  # no half-written folder
         (disk / "filler").unlink()
-        resumed = subprocess.run(cmd(4), env=env_for_children(), capture_output=True, text=True)
-        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        code, _, err = run_main(capsys, *cmd(4)[3:])
+        assert code == 0, err[-2000:]
 
 
 def test_a_read_only_out_is_one_line(tmp_path, capsys):
@@ -566,20 +568,19 @@ def test_a_bundled_model_is_said_random_once_not_warned_at_every_load(monkeypatc
     assert warned == ["No pretrained weights loaded for model 'ViT-B-32'. Model initialized randomly."]
 
 
-def test_skips_are_said_once_a_run_not_every_epoch_in_every_worker(tmp_path):
+def test_skips_are_said_once_a_run_not_every_epoch_in_every_worker(tmp_path, capsys):
     """Two rows without an image, three epochs (12 steps, 4 batches an epoch), two DataLoader workers: each row named once,
     the count once as a warning (it was 12 lines for 2 bad rows in 3 steps); the totals of the later epochs are INFO."""
-    import subprocess
 
-    from test_train import compclip, env_for_children, make_dataset
+    from test_train import compclip, make_dataset
 
     data = make_dataset(tmp_path, n=16)
     data.write_text(data.read_text() + "img/gone-1.jpg,a red square to the left of a red circle\n"
                     "img/gone-2.jpg,a blue square to the left of a red circle\n")
-    run = subprocess.run(compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data), "--out",
-                                  str(tmp_path / "run"), "--steps", "12", "--batch-size", "4", "--workers", "2", "--shuffle", "0"),
-                         env=env_for_children(), capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
+    code, _, err = run_main(capsys, *compclip("train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data,
+                                              "--out", tmp_path / "run", "--steps", "12", "--batch-size", "4", "--workers", "2",
+                                              "--shuffle", "0")[3:])
+    assert code == 0, err[-2000:]
     lines = (tmp_path / "run" / "train.log").read_text().splitlines()
     warnings = [line for line in lines if " WARNING " in line and "skipped" in line]
     assert sum("gone-1.jpg" in line for line in warnings) == 1 and sum("gone-2.jpg" in line for line in warnings) == 1
@@ -760,7 +761,7 @@ def test_weights_of_another_model_are_refused_naming_what_does_not_fit(tmp_path,
         assert "Traceback" not in err
 
 
-def test_a_damaged_concept_shard_is_named_with_its_repair_and_the_repair_works(tmp_path):
+def test_a_damaged_concept_shard_is_named_with_its_repair_and_the_repair_works(tmp_path, capsys):
     """A shard cut short: `train` (two DataLoader workers) stops in one line naming the file and the command that repairs
     it, and exits (it hung: the workers ignored the loader's own SIGTERM); that command removes the shard, parses its
     captions again and indexes them all; training then runs."""
@@ -771,7 +772,7 @@ def test_a_damaged_concept_shard_is_named_with_its_repair_and_the_repair_works(t
     data = make_dataset(tmp_path, n=24)
     env = env_for_children()
     store = tmp_path / "store"
-    assert subprocess.run(compclip("concepts", str(data), "--out", str(store), "--what", "noun-phrases"), env=env).returncode == 0
+    assert run_main(capsys, "-q", "concepts", data, "--out", store, "--what", "noun-phrases")[0] == 0
     shard = next((store / "parts").glob("*/shard-*.arrow"))
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     train = compclip("train", "--method", "c2lip", "--model", "compclip-tiny-siglip", "--train-data", str(data), "--concepts", str(store),
@@ -781,12 +782,11 @@ def test_a_damaged_concept_shard_is_named_with_its_repair_and_the_repair_works(t
     assert stopped.stderr.strip().splitlines()[-1] == (
         f"error: {shard}: a damaged concept shard (ArrowInvalid: Not an Arrow file); run `compclip concepts CAPTIONS --out {store}` "
         "again with the same options: it removes the shard and parses its captions again, keeping the rest")
-    repaired = subprocess.run(compclip("concepts", str(data), "--out", str(store), "--what", "noun-phrases"), env=env,
-                              capture_output=True, text=True, timeout=120)
-    assert repaired.returncode == 0 and "removed it, its captions are parsed again" in repaired.stderr
-    assert repaired.stdout.strip().splitlines()[-1] == "indexed 16 records"  # the distinct captions, as the first build
-    resumed = subprocess.run(train, env=env, capture_output=True, text=True, timeout=120)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    code, out, err = run_main(capsys, "-q", "concepts", data, "--out", store, "--what", "noun-phrases")
+    assert code == 0 and "removed it, its captions are parsed again" in err
+    assert out.strip().splitlines()[-1] == "indexed 16 records"  # the distinct captions, as the first build
+    code, _, err = run_main(capsys, *train[3:])
+    assert code == 0, err[-2000:]
 
 
 def test_a_full_disk_reads_as_such_in_every_form_safetensors_words_it():

@@ -248,13 +248,16 @@ def test_flickr8k_retrieval_against_brute_force(data_root, tiny):
         assert_within(m[f"text_retrieval_recall@{k}"], recall_bounds(sims.T, positive.T, k))
 
 
-def test_cli_eval_writes_clip_benchmark_records_and_report(data_root, tmp_path):
+def test_cli_eval_writes_clip_benchmark_records_and_report(data_root, tmp_path, capsys, monkeypatch):
+    """`compclip eval`, `report` and `data check` through the command line's entry point (in this process: what they print
+    and write is what the test reads), the data root from COMPCLIP_DATA."""
     from compclip.models import load_model, save_checkpoint
+    from conftest import run_main
 
     model, _, _ = load_model("compclip-tiny-siglip")
     save_checkpoint(model, tmp_path / "ckpt")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COMPCLIP_DATA": str(data_root)}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "compclip", "-q", *a], capture_output=True, text=True, env=env)  # noqa: E731
+    monkeypatch.setenv("COMPCLIP_DATA", str(data_root))
+    run = lambda *a: subprocess.CompletedProcess(a, *run_main(capsys, "-q", *a))  # noqa: E731
     for label, ties in (("a", "official"), ("b", "clip_benchmark")):
         result = run("eval", "--model", str(tmp_path / "ckpt"), "--benchmark", "sugarcrepe,sugarcrepe_pp,winoground,sugarcrepe/swap_att",
                      "--out", str(tmp_path / label), "--ties", ties, "--cache", str(tmp_path / "cache"), "--device", "cpu")

@@ -30,11 +30,19 @@ CAPTIONS = ["a red couch next to a white table.", "A white couch, next to a red 
 ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
 
 
-def run(*args):
-    import os
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """`compclip -q ARGS` through the command line's entry point in this process, with `ENV` set: exit code, stdout and
+    stderr as a `CompletedProcess`, the command's alone, as a process of its own would give them (what the test printed
+    before, e.g. open_clip's warning as it built a model, is read off first)."""
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
 
-    return subprocess.run([sys.executable, "-m", "compclip", "-q", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **ENV}, timeout=300)
+    def cli(*args):
+        capsys.readouterr()
+        return subprocess.CompletedProcess(args, *run_main(capsys, "-q", *args))
+
+    return cli
 
 
 # ---- open_clip -----------------------------------------------------------------------------------------------------
@@ -160,10 +168,10 @@ def test_every_open_clip_vit_config_converts_to_equal_embeddings_or_names_what_d
 
 
 @pytest.mark.parametrize("name, part", [("RN50", "ModifiedResNet is not a ViT"), ("compclip-tiny-siglip-conv", "patch embedding ConvStem")])
-def test_an_architecture_transformers_cannot_hold_is_one_error_line_naming_the_part(tmp_path, name, part):
+def test_an_architecture_transformers_cannot_hold_is_one_error_line_naming_the_part(tmp_path, cli, name, part):
     model, _, _ = load_model(name)
     ckpt = save_checkpoint(model, tmp_path / "ckpt")
-    result = run("export", ckpt, tmp_path / "hf", "--format", "hf")
+    result = cli("export", ckpt, tmp_path / "hf", "--format", "hf")
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert result.returncode == 2 and len(errors) == 1 and part in errors[0] and "Traceback" not in result.stderr
     assert not (tmp_path / "hf").exists()
@@ -354,23 +362,23 @@ def test_siglip_model_embeds_as_open_clip_through_its_tokenizer_and_processor(tm
 # ---- a fine-tuned checkpoint, end to end on the command line -----------------------------------------------------------
 
 
-def test_a_fine_tuned_checkpoint_goes_through_the_cli_into_transformers_with_its_scores_in_the_card(tmp_path):
+def test_a_fine_tuned_checkpoint_goes_through_the_cli_into_transformers_with_its_scores_in_the_card(tmp_path, cli):
     from huggingface_hub import ModelCard
     from transformers import CLIPModel
 
     data = make_dataset(tmp_path, n=16)
-    trained = run("train", "--method", "clip", "--model", "compclip-tiny-clip", "--train-data", data, "--out", tmp_path / "run",
+    trained = cli("train", "--method", "clip", "--model", "compclip-tiny-clip", "--train-data", data, "--out", tmp_path / "run",
                   "--batch-size", 8, "--steps", 2, "--save-every", 1, "--workers", 0, "--lr", "1e-3")
     assert trained.returncode == 0, trained.stderr[-2000:]
     ckpt = tmp_path / "run" / "checkpoints" / "step_0000002"
-    world = run("world", "generate", "--out", tmp_path / "world", "--n-train", 8, "--n-val", 2, "--n-test", 8, "--size", 64, "--workers", 1)
+    world = cli("world", "generate", "--out", tmp_path / "world", "--n-train", 8, "--n-val", 2, "--n-test", 8, "--size", 64, "--workers", 1)
     assert world.returncode == 0, world.stderr[-2000:]
-    evaluated = run("eval", "--model", ckpt, "--benchmark", "zeroshot", "--data-root", tmp_path / "world" / "test_seen",
+    evaluated = cli("eval", "--model", ckpt, "--benchmark", "zeroshot", "--data-root", tmp_path / "world" / "test_seen",
                     "--out", tmp_path / "run" / "eval", "--workers", 0, "--device", "cpu")
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     record = json.loads((tmp_path / "run" / "eval" / "zeroshot.json").read_text())
 
-    exported = run("export", ckpt, tmp_path / "hf", "--format", "hf", "--license", "mit")
+    exported = cli("export", ckpt, tmp_path / "hf", "--format", "hf", "--license", "mit")
     assert exported.returncode == 0, exported.stderr[-2000:]
     assert "CLIPModel.from_pretrained" in exported.stdout and "note: tokenizer:" in exported.stdout
     card = (tmp_path / "hf" / "README.md").read_text()
@@ -394,7 +402,7 @@ def test_a_fine_tuned_checkpoint_goes_through_the_cli_into_transformers_with_its
     for a, b in zip(ours, theirs, strict=True):
         assert (a - F.normalize(getattr(b, "pooler_output", b), dim=-1)).abs().max() < 1e-5
     # other weights, other card: nothing evaluated the first step's
-    assert run("export", ckpt.parent / "step_0000001", tmp_path / "first", "--format", "hf").returncode == 0
+    assert cli("export", ckpt.parent / "step_0000001", tmp_path / "first", "--format", "hf").returncode == 0
     assert "No `compclip eval` result was found" in (tmp_path / "first" / "README.md").read_text()
 
 

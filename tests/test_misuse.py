@@ -26,8 +26,8 @@ def compclip(*args, **kwargs):
 
 
 def in_process(capsys, *args) -> subprocess.CompletedProcess:
-    """`compclip -q ARGS` through the same entry point in this process: for misuse refused before anything trains, where
-    a fresh interpreter (its imports cost seconds) would add nothing that the assertions read."""
+    """`compclip -q ARGS` through the same entry point in this process: for a command whose assertions read its exit code,
+    its output and the files it writes, where a fresh interpreter (its imports cost seconds) would add nothing to them."""
     return subprocess.CompletedProcess(args, *run_main(capsys, "-q", *args))
 
 
@@ -62,17 +62,18 @@ def copy_run(work, name):
 # ---- training ------------------------------------------------------------------------------------------------------
 
 
-def test_a_diverging_run_stops_and_never_saves_a_nan(work):
+def test_a_diverging_run_stops_and_never_saves_a_nan(work, capsys):
     root, data = work
     out = root / "diverged"
-    result = compclip(*TRAIN[:-2], "--lr", "1e6", "--train-data", data, "--out", out, "--steps", 6, "--save-every", 1)
+    result = in_process(capsys, *TRAIN[:-2], "--lr", "1e6", "--train-data", data, "--out", out, "--steps", 6, "--save-every", 1)
     text = one_line(result, 2, "training stopped")
     assert "nan" in text.lower() or "inf" in text.lower() or "not finite" in text
     for folder in sorted((out / "checkpoints").glob("step_*")) if (out / "checkpoints").exists() else []:
         weights = load_file(folder / "model.safetensors")
         assert all(torch.isfinite(t).all() for t in weights.values() if t.is_floating_point()), folder
     # asked to skip such steps, the run goes on without updating on them, and says so at each
-    skipping = compclip(*TRAIN[:-2], "--lr", "1e6", "--train-data", data, "--out", root / "skipping", "--steps", 6, "--skip-nonfinite", 6)
+    skipping = in_process(capsys, *TRAIN[:-2], "--lr", "1e6", "--train-data", data, "--out", root / "skipping", "--steps", 6,
+                          "--skip-nonfinite", 6)
     text = one_line(skipping, 0)
     assert "skipped, no update (1 of --skip-nonfinite 6)" in text
 
@@ -195,11 +196,11 @@ def test_workers_that_each_get_too_few_rows_are_named_and_nothing_is_written(wor
     assert not out.exists()
 
 
-def test_a_csv_with_a_bom_trains(work, tmp_path):
+def test_a_csv_with_a_bom_trains(work, tmp_path, capsys):
     _, data = work
     bommed = tmp_path / "bom.csv"
     bommed.write_bytes(b"\xef\xbb\xbf" + data.read_bytes().replace(b"img/", str(data.parent / "img").encode() + b"/"))
-    one_line(compclip(*TRAIN, "--train-data", bommed, "--out", tmp_path / "run", "--steps", 1), 0)
+    one_line(in_process(capsys, *TRAIN, "--train-data", bommed, "--out", tmp_path / "run", "--steps", 1), 0)
 
 
 def test_an_oversized_image_is_a_named_skip_not_a_bomb_warning(work, tmp_path):
@@ -222,7 +223,7 @@ def test_an_oversized_image_is_a_named_skip_not_a_bomb_warning(work, tmp_path):
 # ---- evaluation ----------------------------------------------------------------------------------------------------
 
 
-def test_an_undecodable_image_is_counted_and_named_and_the_rest_is_scored(work, tmp_path):
+def test_an_undecodable_image_is_counted_and_named_and_the_rest_is_scored(work, tmp_path, capsys):
     root, _ = work
     folder = tmp_path / "data" / "retrieval" / "three"
     folder.mkdir(parents=True)
@@ -237,8 +238,8 @@ def test_an_undecodable_image_is_counted_and_named_and_the_rest_is_scored(work, 
     (tmp_path / "data" / "coco" / "val2017" / "2.jpg").write_bytes(b"\xff\xd8 truncated")
     (sc / "swap_att.json").write_text(json.dumps({"0": {"filename": "1.jpg", "caption": "a", "negative_caption": "b"},
                                                   "1": {"filename": "2.jpg", "caption": "c", "negative_caption": "d"}}))
-    result = compclip("eval", "--model", root / "run" / "checkpoints" / "step_0000002", "--benchmark", "sugarcrepe,retrieval",
-                      "--data-root", tmp_path / "data", "--out", tmp_path / "out", "--device", "cpu")
+    result = in_process(capsys, "eval", "--model", root / "run" / "checkpoints" / "step_0000002", "--benchmark", "sugarcrepe,retrieval",
+                        "--data-root", tmp_path / "data", "--out", tmp_path / "out", "--device", "cpu")
     one_line(result, 0)
     retrieval = json.loads((tmp_path / "out" / "retrieval.json").read_text())
     assert retrieval["metrics"]["three"]["images"] == 3 and retrieval["complete"] is False
@@ -286,26 +287,26 @@ def test_eval_on_a_gpu_that_is_not_there_is_one_line(work, tmp_path, capsys):
 # ---- export and checkpoint folders ---------------------------------------------------------------------------------
 
 
-def test_export_never_overwrites_unasked_or_replaces_what_it_did_not_write(work, tmp_path):
+def test_export_never_overwrites_unasked_or_replaces_what_it_did_not_write(work, tmp_path, capsys):
     root, _ = work
     ckpt = root / "run" / "checkpoints" / "step_0000002"
     (tmp_path / "taken.safetensors").write_text("keep me")
-    one_line(compclip("export", ckpt, tmp_path / "taken.safetensors"), 2, "exists: pass --force to overwrite it")
+    one_line(in_process(capsys, "export", ckpt, tmp_path / "taken.safetensors"), 2, "exists: pass --force to overwrite it")
     assert (tmp_path / "taken.safetensors").read_text() == "keep me"
-    one_line(compclip("export", ckpt, tmp_path / "taken.safetensors", "--force"), 0)
+    one_line(in_process(capsys, "export", ckpt, tmp_path / "taken.safetensors", "--force"), 0)
     (tmp_path / "empty").mkdir()
-    one_line(compclip("export", ckpt, tmp_path / "empty"), 0)
+    one_line(in_process(capsys, "export", ckpt, tmp_path / "empty"), 0)
     assert (tmp_path / "empty" / "open_clip_model.safetensors").is_file()
-    one_line(compclip("export", ckpt, tmp_path / "empty"), 2, "holds an earlier export: pass --force to replace it")
-    one_line(compclip("export", ckpt, tmp_path / "empty", "--format", "hf", "--force"), 0)
+    one_line(in_process(capsys, "export", ckpt, tmp_path / "empty"), 2, "holds an earlier export: pass --force to replace it")
+    one_line(in_process(capsys, "export", ckpt, tmp_path / "empty", "--format", "hf", "--force"), 0)
     assert (tmp_path / "empty" / "model.safetensors").is_file() and not (tmp_path / "empty" / "open_clip_model.safetensors").exists()
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     for force in ((), ("--force",)):
-        one_line(compclip("export", ckpt, tmp_path / "mine", *force), 2, "holds files that no compclip export wrote")
+        one_line(in_process(capsys, "export", ckpt, tmp_path / "mine", *force), 2, "holds files that no compclip export wrote")
     assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
-    one_line(compclip("export", ckpt, tmp_path / "x.safetensors", "--format", "hf"), 2, "--format hf writes a folder")
-    one_line(compclip("export", ckpt, tmp_path / "x", "--format", "onnx"), 2, "unknown export format 'onnx'")
+    one_line(in_process(capsys, "export", ckpt, tmp_path / "x.safetensors", "--format", "hf"), 2, "--format hf writes a folder")
+    one_line(in_process(capsys, "export", ckpt, tmp_path / "x", "--format", "onnx"), 2, "unknown export format 'onnx'")
 
 
 @pytest.mark.parametrize("damage, fragment", [
@@ -332,9 +333,9 @@ def test_a_damaged_checkpoint_folder_is_named(work, tmp_path, capsys, damage, fr
 # ---- concepts: the trainer's rule for bytes that are not UTF-8 ------------------------------------------------------
 
 
-def test_concepts_skip_a_caption_that_is_not_utf8_as_training_does(tmp_path):
+def test_concepts_skip_a_caption_that_is_not_utf8_as_training_does(tmp_path, capsys):
     (tmp_path / "c.csv").write_bytes(b"\xef\xbb\xbfimage,caption\na.jpg,a red couch\nb.jpg,caf\xe9 chairs\n")
-    result = compclip("concepts", tmp_path / "c.csv", "--out", tmp_path / "store", "--workers", 1)
+    result = in_process(capsys, "concepts", tmp_path / "c.csv", "--out", tmp_path / "store", "--workers", 1)
     text = one_line(result, 0)
     from compclip.concepts import ConceptStore
 

@@ -248,3 +248,25 @@ def test_the_tokenizer_cache_returns_what_the_bpe_returns():
     many = [f"caption {i}" for i in range(5)]
     assert torch.equal(tokenizer(many), reference(many)) and len(tokenizer._rows) == 2
     assert torch.equal(tokenizer([*many[-2:], CAPTIONS[0]]), reference([*many[-2:], CAPTIONS[0]]))
+
+
+def test_a_load_whose_weights_overwrite_every_parameter_draws_no_random_ones(tmp_path, monkeypatch):
+    """A checkpoint folder or a weights file is loaded strictly: the model it goes into is built without torch.nn.init's
+    random fills (seconds of a ViT-B's load), to the same weights, and torch.nn.init is as it was afterwards. A model
+    without weights is still drawn from its seed."""
+    drawn = []
+    for name in ("normal_", "kaiming_uniform_"):
+        fill = getattr(torch.nn.init, name)
+        monkeypatch.setattr(torch.nn.init, name,
+                            lambda tensor, *a, _fill=fill, _name=name, **k: drawn.append(_name) or _fill(tensor, *a, **k))
+    spies = (torch.nn.init.normal_, torch.nn.init.kaiming_uniform_)
+    model, _, _ = load_model("compclip-tiny-clip", init_seed=3)
+    assert drawn, "a model without weights draws them"
+    save_checkpoint(model, tmp_path / "ckpt")
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp_path / "weights.safetensors")
+    drawn.clear()
+    loaded = [load_model(str(tmp_path / "ckpt"))[0], load_model("compclip-tiny-clip", str(tmp_path / "weights.safetensors"))[0]]
+    assert drawn == [] and (torch.nn.init.normal_, torch.nn.init.kaiming_uniform_) == spies
+    for other in loaded:
+        assert other.state_dict().keys() == model.state_dict().keys()
+        assert all(torch.equal(other.state_dict()[k], v) for k, v in model.state_dict().items())

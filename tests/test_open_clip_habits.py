@@ -351,7 +351,7 @@ def sugarcrepe_root(tmp_path, items: int | None = None):
     return root
 
 
-def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(tmp_path):
+def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from compclip.train.config import VALIDATION_FIGURES
@@ -379,10 +379,9 @@ def test_two_processes_evaluate_sugarcrepe_log_it_everywhere_and_keep_the_best(t
     best = json.loads((out / "checkpoints" / "best" / "best.json").read_text())
     assert best["value"] == max(evaluated.values()) and evaluated[best["step"]] == best["value"]
     # the kept weights, evaluated afresh by `compclip eval`, give the figure logged at that step
-    again = subprocess.run(compclip("eval", "--model", str(out / "checkpoints" / "best"), "--benchmark", "sugarcrepe/swap_att",
-                                    "--data-root", str(root), "--out", str(tmp_path / "eval"), "--workers", "0", "--device", "cpu"),
-                           capture_output=True, text=True, env=env)
-    assert again.returncode == 0, again.stderr[-2000:]
+    code, _, err = run_main(capsys, "-q", "eval", "--model", out / "checkpoints" / "best", "--benchmark", "sugarcrepe/swap_att",
+                            "--data-root", root, "--out", tmp_path / "eval", "--workers", "0", "--device", "cpu")
+    assert code == 0, err[-2000:]
     record = json.loads((tmp_path / "eval" / "sugarcrepe-swap_att.json").read_text())
     assert record["metrics"]["swap_att"]["acc"] == pytest.approx(best["value"], abs=1e-9)
 

@@ -164,10 +164,10 @@ def losses(out: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())}
 
 
-def test_a_killed_run_resumes_exactly(tmp_path):
+def test_a_killed_run_resumes_exactly(tmp_path, capsys):
     data = make_dataset(tmp_path)
     env = env_for_children()
-    assert subprocess.run(compclip("concepts", str(data), "--out", str(tmp_path / "concepts")), env=env).returncode == 0
+    assert run_main(capsys, "-q", "concepts", data, "--out", tmp_path / "concepts")[0] == 0
     straight = subprocess.run(train_cmd(data, tmp_path / "concepts", tmp_path / "a", 26), env=env, capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr[-3000:]
     # a clean epoch is one line of the log (the pass's total), not one a worker: 26 steps of 6 batches make 4 epochs
@@ -308,12 +308,12 @@ def test_c2lip_without_a_concept_store_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("method", ["c2lip", "clic"])
-def test_torchrun_compclip_train_end_to_end(tmp_path, method):
+def test_torchrun_compclip_train_end_to_end(tmp_path, capsys, method):
     """`torchrun -m compclip train` as the README shows it, two gloo processes on the CPU; CLIC too,
     whose frozen tower, unused logit bias and alternating steps DDP must accept."""
     data = make_dataset(tmp_path, n=32)
     env = env_for_children()
-    assert subprocess.run(compclip("concepts", str(data), "--out", str(tmp_path / "concepts")), env=env).returncode == 0
+    assert run_main(capsys, "-q", "concepts", data, "--out", tmp_path / "concepts")[0] == 0
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            "-m", "compclip", "-q", "train", "--method", method, "--model", "compclip-tiny-siglip", "--train-data", str(data),
            "--concepts", str(tmp_path / "concepts"), "--out", str(tmp_path / "run"), "--steps", "4", "--batch-size", "4",

@@ -258,12 +258,12 @@ def test_palette_and_objects_per_scene(tmp_path):
     assert len(json.loads((world / "manifest.json").read_text())["heldout"]) == round(0.2 * 6)
 
 
-def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
-    """research/world_sweep.py at toy size: one world, base and fine-tune per knob value, each world made with
-    its value and the world seed asked for; a demo folder (or one of its worlds) whose world matches a value is
-    reused, not trained again; a folder whose models were trained on another world is refused."""
-    import os
-    import subprocess
+def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path, capsys, monkeypatch):
+    """research/world_sweep.py at toy size, run as its own `__main__` in this process (runpy, its arguments in sys.argv):
+    one world, base and fine-tune per knob value, each world made with its value and the world seed asked for; a demo
+    folder (or one of its worlds) whose world matches a value is reused, not trained again; a folder whose models were
+    trained on another world is refused."""
+    import runpy
     import sys
     from pathlib import Path
 
@@ -273,12 +273,11 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     script = Path(__file__).parents[1] / "research" / "world_sweep.py"
     toy = ["--knob", "completeness", "--methods", "siglip", "--seeds", "4", "--world-seed", "7", "--n-train", "200", "--n-test", "30",
            "--pretrain-steps", "2", "--pretrain-batch-size", "16", "--steps", "2", "--batch-size", "16"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
     def sweep(*args):
-        result = subprocess.run([sys.executable, str(script), *toy, *args], capture_output=True, text=True, env=env, timeout=300)
-        assert result.returncode == 0, result.stderr[-2000:]
-        return result
+        monkeypatch.setattr(sys, "argv", [str(script), *toy, *args])
+        runpy.run_path(str(script), run_name="__main__")
+        return capsys.readouterr()
 
     sweep("--values", "1", "--out", str(tmp_path / "a"))
     result = sweep("--values", "0.5,1", "--out", str(tmp_path / "b"), "--demo", str(tmp_path / "a" / "completeness-1"))
@@ -289,7 +288,7 @@ def test_world_sweep_draws_a_point_per_value_and_reuses_a_demo(tmp_path):
     points = json.loads((tmp_path / "b" / "sweep.json").read_text())["points"]
     assert [p["value"] for p in points] == [0.5, 1.0] and set(points[0]["per_seed"]) == {"base", "siglip-ft"}
     assert points[1]["per_seed"]["siglip-ft"] == [100 * reused["metrics"]["swap_att"]["acc"]]
-    assert "| 0.5 |" in result.stdout and "| 1 |" in result.stdout
+    assert "| 0.5 |" in result.out and "| 1 |" in result.out
     assert Image.open(tmp_path / "b" / "binding_curve_completeness.png").size[0] > 400
     assert (tmp_path / "a" / "completeness-1" / "report" / "binding_curve_completeness.png").is_file()  # for the demo's report
     (tmp_path / "c" / "worlds").mkdir(parents=True)  # a demo whose second world (`--world-seeds 0,7`) is that point

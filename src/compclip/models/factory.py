@@ -193,6 +193,30 @@ def _weights_follow(really: bool = True):
         root.removeFilter(quiet)
 
 
+# torch.nn.init's in-place fills, which a module's constructor reaches through the module (`init.kaiming_uniform_(...)`)
+_INIT_FILLS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "xavier_uniform_",
+               "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")
+
+
+@contextlib.contextmanager
+def _every_weight_loaded(really: bool = True):
+    """Build a model without torch.nn.init's random fills, where every weight is loaded strictly right after (a checkpoint
+    folder, a weights file, an open_clip tag): a ViT-B's fills take seconds of each load, and a strict load overwrites
+    each one. The fills are torch's module-wide functions, swapped for the block: a model built at the same time in
+    another thread of the process would be left unfilled too (compclip builds its models in one thread)."""
+    if not really:
+        yield
+        return
+    kept = {name: getattr(torch.nn.init, name) for name in _INIT_FILLS}
+    for name in _INIT_FILLS:
+        setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for name, fill in kept.items():
+            setattr(torch.nn.init, name, fill)
+
+
 def _model_config(name: str) -> dict[str, Any]:
     try:
         cfg = open_clip.get_model_config(name if ":" in name else name.replace("/", "-"))
@@ -291,7 +315,8 @@ def load_model(
         _SAID_RANDOM.add(name)
         log.info("%s: a model compclip bundles, initialised randomly (it has no pretrained weights)", name)
     try:
-        with _weights_follow(weights_file is not None or random_by_design or weights_follow), _seeded(init_seed if seeded else None):
+        with _weights_follow(weights_file is not None or random_by_design or weights_follow), _seeded(init_seed if seeded else None), \
+                _every_weight_loaded(weights_file is not None or tag is not None):
             model = open_clip.create_model(
                 name,
                 pretrained=tag,
@@ -355,7 +380,7 @@ def _load_checkpoint_folder(folder: Path, device, precision: str):
     named = open_clip.get_model_config(config["model_name"]) if ":" not in config["model_name"] else None
     forced = named is not None and "timm_model_name" in named.get("vision_cfg", {}) and named["vision_cfg"].get("image_size") != size
     resized = {"force_image_size": size} if forced else {}
-    with _weights_follow():
+    with _weights_follow(), _every_weight_loaded():
         model = open_clip.create_model(f"local-dir:{folder}", load_weights=False, device=device, precision=precision, **resized)
     setattr(model, DIGEST_ATTR, load_weights(model, folder / WEIGHTS_NAME))
     tokenizer = LazyTokenizer(**config["tokenizer"])
