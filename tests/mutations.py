@@ -1051,6 +1051,22 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      '"llm_negatives": true',
      '"llm_negatives": false',
      'tests/test_recipes.py -k every_recipe_is_train'),
+    ('models/factory.py',
+     '    with _weights_follow(), _every_weight_loaded():',
+     '    with _weights_follow(), _every_weight_loaded(False):',
+     'tests/test_models.py -k draws_no_random'),
+    ('models/factory.py',
+     '_every_weight_loaded(weights_file is not None or tag is not None)',
+     '_every_weight_loaded(tag is not None)',
+     'tests/test_models.py -k draws_no_random'),
+    ('models/factory.py',
+     '_every_weight_loaded(weights_file is not None or tag is not None)',
+     '_every_weight_loaded(True)',
+     'tests/test_models.py -k draws_no_random'),
+    ('models/factory.py',
+     '            setattr(torch.nn.init, name, fill)',
+     '            pass',
+     'tests/test_models.py -k draws_no_random'),
 ]
 
 
