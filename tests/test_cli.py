@@ -566,7 +566,7 @@ def test_shell_completion_offers_method_and_benchmark_names():
         assert done.returncode == 0, done.stderr
         return done.stdout.split()
 
-    assert complete("train", "--method", "c") == ["c2lip", "ceclip", "clic", "clip"]
+    assert complete("train", "--method", "c") == ["c2lip", "ceclip", "clic", "clip", "conclip"]
     assert complete("train", "--method", "c2lip+hard") == ["c2lip+hardneg"]
     assert complete("eval", "--benchmark", "sugarcrepe,w") == ["sugarcrepe,whatsup", "sugarcrepe,winoground"]
     assert complete("train", "--eval-benchmarks", "aro_v") == ["aro_vg_attribution", "aro_vg_relation"]

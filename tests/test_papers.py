@@ -218,4 +218,4 @@ def test_a_model_of_several_seeds_stands_as_its_mean_and_interval_beside_a_paper
     assert code == 0 and "The paper's row is a mean" not in out  # NegCLIP's row: one number each, as released
     code, out, _ = run_main(capsys, "report", seeds[1], "--out", tmp_path / "r3", "--paper", "clic", "--paper-model", "NegCLIP")
     said = out.split("`compclip train --recipe negclip-coco` reproduces this row and departs from its training: ")[1]
-    assert said.startswith("no hard-negative images") and "where NegCLIP swaps six kinds" in said
+    assert said.startswith("swaps only noun phrases and adjectives") and "where NegCLIP swaps six kinds" in said
