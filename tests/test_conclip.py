@@ -204,3 +204,15 @@ def test_compclip_data_ccneg_runs_no_pickled_code(tmp_path, capsys):
                                tmp_path / "t.jsonl")
     assert code == 2 and "pickled code ran" not in said + err and not (tmp_path / "t.jsonl").exists()
     assert f"error: {root / 'distractor_image_mapping.pt'}: not a torch file of tensors, lists and strings" in err
+
+
+def test_compclip_data_ccneg_refuses_a_coco_id_given_two_files(tmp_path, capsys):
+    """The distractors' COCO file, as every COCO captions file compclip reads: an image id naming two files is one line."""
+    root = tmp_path / "ccneg"
+    coco = write_ccneg(root, torch.tensor([[0, 1]] * 5), held=0)
+    listed = json.loads(coco.read_text())
+    listed["images"].append({"id": 10, "file_name": "z.jpg"})
+    coco.write_text(json.dumps(listed))
+    code, _, err = run_main(capsys, "data", "ccneg", "--root", root, "--coco-images", tmp_path, "--coco-captions", coco, "--out",
+                            tmp_path / "t.jsonl")
+    assert code == 2 and f"error: {coco}: images[3] names image id 10 'z.jpg', an earlier record 'a.jpg'" in err, err

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import DataError
 from ..io import atomic_path
+from .formats.captions_json import coco_files
 
 log = logging.getLogger("compclip.data")
 
@@ -47,11 +48,12 @@ def _load(path: Path) -> Any:
                         "compclip runs no pickled code") from None
 
 
-def coco_files(captions: Path, images: Path) -> list[Path]:
+def coco_order(captions: Path, images: Path) -> list[Path]:
     """COCO's image files in torchvision `CocoCaptions`' order: the annotation file's image ids, sorted."""
     try:
-        listed = json.loads(captions.read_text(encoding="utf-8"))["images"]
-        by_id = {int(im["id"]): im["file_name"] for im in listed}
+        by_id = {int(i): name for i, name in coco_files(captions, json.loads(captions.read_text(encoding="utf-8"))["images"]).items()}
+    except DataError:  # an id given two files: coco_files' own line
+        raise
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DataError(f"{captions}: not a COCO captions file with an 'images' list of id and file_name "
                         f"({type(e).__name__}: {e})") from None
@@ -64,7 +66,7 @@ def records(root: Path, coco_images: Path, coco_captions: Path, split: str = "tr
     distractor image), in the release's order; `skipped` counts the records left out, by reason."""
     skipped = Counter() if skipped is None else skipped
     mapping = _load(root / MAPPING) if split == "train" else None
-    coco = coco_files(coco_captions, coco_images) if split == "train" else []
+    coco = coco_order(coco_captions, coco_images) if split == "train" else []
     data = _load(root / ANNOTATIONS)
     try:
         paths, notes = data["image_paths"], data["annotations"]

@@ -11,6 +11,20 @@ from ...errors import DataError
 from ..readers import FORMATS, DataFormat, ImageTextReader, image_path, part_of
 
 
+def coco_files(path: str | os.PathLike, images: list[Any]) -> dict[Any, Any]:
+    """COCO's image id to file name, from the `images` list of the captions file `path`. An id given two files is
+    refused: its captions would all be paired with the later file, and the other's dropped, without a word."""
+    files: dict[Any, Any] = {}
+    for k, im in enumerate(images):
+        if not isinstance(im, dict):
+            continue
+        id_, name = im.get("id"), im.get("file_name")
+        if files.setdefault(id_, name) != name:
+            raise DataError(f"{path}: images[{k}] names image id {id_!r} {name!r}, an earlier record "
+                            f"{files[id_]!r}: its captions cannot say which file they describe")
+    return files
+
+
 class FolderReader(ImageTextReader):
     """An image folder with a captions JSON.
 
@@ -36,7 +50,7 @@ class FolderReader(ImageTextReader):
             if bad:
                 raise DataError(f"{self.captions_path}: COCO captions whose \"{bad[0]}\" is {type(data[bad[0]]).__name__}, not a "
                                 "list of records")
-            files = self._coco_files(data["images"])
+            files = coco_files(self.captions_path, data["images"])
             for i, ann in enumerate(data["annotations"]):
                 ann = ann if isinstance(ann, dict) else {}
                 yield f"annotations[{i}]", files.get(ann.get("image_id")), ann.get("caption")
@@ -49,19 +63,6 @@ class FolderReader(ImageTextReader):
                 yield from self._expand(f"[{i}]", rec.get("image"), rec.get("captions", rec.get("caption")))
         else:
             raise DataError(f"{self.captions_path}: expected COCO captions, a list of records or a filename-to-caption map")
-
-    def _coco_files(self, images: list[Any]) -> dict[Any, Any]:
-        """COCO's image id to file name. An id given two files is refused: its captions would all be paired with the
-        later file, and the other's dropped, without a word."""
-        files: dict[Any, Any] = {}
-        for k, im in enumerate(images):
-            if not isinstance(im, dict):
-                continue
-            id_, name = im.get("id"), im.get("file_name")
-            if files.setdefault(id_, name) != name:
-                raise DataError(f"{self.captions_path}: images[{k}] names image id {id_!r} {name!r}, an earlier record "
-                                f"{files[id_]!r}: its captions cannot say which file they describe")
-        return files
 
     @staticmethod
     def _expand(where: str, name: Any, captions: Any) -> Iterator[tuple[str, Any, Any]]:
