@@ -1071,6 +1071,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      '    except DataError:  # an id given two files: coco_files\' own line\n        raise\n',
      '',
      'tests/test_conclip.py -k two_files'),
+    ("demo.py", "    torch.set_num_threads(threads)\n", "", "tests/test_world.py -k share_the_cores"),
 ]
 
 

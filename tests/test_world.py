@@ -326,6 +326,19 @@ def test_the_demo_fine_tunes_at_once_as_it_does_one_after_another(tmp_path):
         compare_methods(tmp_path / "none", *args, **toy, jobs=0)
     assert not (tmp_path / "none").exists()
 
+
+def test_the_fine_tunes_at_once_share_the_cores_instead_of_each_taking_all(monkeypatch):
+    """Each spawned fine-tune runs torch on its share of the cores this process may use (theirs and this one's), not
+    on as many as it would take by itself (OMP_NUM_THREADS, here more than the share): several processes each spinning
+    every core's thread starve each other's steps."""
+    import os
+
+    from compclip.demo import at_once
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    assert at_once(torch.get_num_threads, [{}, {}], 2) == [max(1, len(os.sched_getaffinity(0)) // 3)] * 2
+
+
 def test_a_demo_run_again_after_a_stop_scores_every_benchmark_of_every_model(tmp_path):
     """A stop while the demo scores leaves each folder's earlier benchmarks written (each result with its items) and the
     later ones not, the one under way at most its items (they are written before the result). Run again in the same

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 import typing
 from collections.abc import Callable
@@ -105,14 +106,30 @@ def at_once(fn: Callable[..., Any], calls: list[dict[str, Any]], jobs: int, mean
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from .progress import configure
-
-    with ProcessPoolExecutor(min(jobs, len(calls)), mp_context=multiprocessing.get_context("spawn"), initializer=configure,
-                             initargs=(True,)) as pool:
+    jobs = min(jobs, len(calls))
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_job_start,
+                             initargs=(job_threads(jobs),)) as pool:
         futures = [pool.submit(fn, **call) for call in calls]
         if meanwhile is not None:
             meanwhile()
         return [future.result() for future in futures]
+
+
+def job_threads(jobs: int) -> int:
+    """The CPU threads each of `jobs` processes at once gets: this machine's cores (those this process may run on, as
+    SLURM or taskset allow) shared between them and this one, as torchrun does for its ranks. Each would otherwise take
+    every core for torch's intra-op threads, and on a GPU, where a tiny model's step waits on the CPU, the processes'
+    spinning threads starve each other."""
+    return max(1, len(os.sched_getaffinity(0)) // (jobs + 1))
+
+
+def _job_start(threads: int) -> None:
+    import torch
+
+    from .progress import configure
+
+    configure(True)
+    torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True)
