@@ -53,9 +53,9 @@ chromium:
 
 # Two workers on two cores, one thread each: torch's threads in both workers (and in the processes they start) would
 # otherwise ask for twice the cores there are. Work stealing: a worker left idle takes tests queued on the other, so the
-# minute-long end-to-end tests do not end the run on one worker alone.
+# minute-long end-to-end tests do not end the run on one worker alone. The 25 slowest tests are named at the end.
 test: lint chromium $(TF_FLOOR)/.done $(BENCH)/.done
-	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 COMPCLIP_TRANSFORMERS_FLOOR_PATH=$(TF_FLOOR) COMPCLIP_BENCH_PATH=$(BENCH) $(PY) -m pytest -n 2 --dist worksteal -q
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 COMPCLIP_TRANSFORMERS_FLOOR_PATH=$(TF_FLOOR) COMPCLIP_BENCH_PATH=$(BENCH) $(PY) -m pytest -n 2 --dist worksteal -q --durations=25
 
 lock: $(STAMP)
 	printf '%s\n' $(LOCK_PINS) > $(VENV)/lock-pins.txt
