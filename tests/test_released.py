@@ -9,6 +9,7 @@ import re
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -333,6 +334,22 @@ def test_a_hub_file_not_in_the_cache_offline_is_one_line_naming_the_repository_f
                           "HF_HUB_OFFLINE forbids downloading it")
 
 
+def test_a_hub_repository_in_the_cache_without_its_weights_is_one_line_not_a_random_model(hub_cache, swap_att, tmp_path, capsys):
+    """A cache holding CLIC's open_clip_config.json but not its weights (a download cut short, or only the tokenizer's
+    config fetched): open_clip would build the architecture randomly initialised after a logged warning and score it."""
+    import open_clip
+
+    config = {"model_cfg": open_clip.get_model_config("ViT-B-32-quickgelu"), "preprocess_cfg": {}}
+    plant_hub_repo(hub_cache, "nmndeep/CLIC-ViT-B-32-224-CogVLM", {"open_clip_config.json": json.dumps(config).encode()})
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "clic-laion-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--workers", "0", "--out", tmp_path / "out")
+    assert (code, err.count("\n")) == (2, 1), err
+    assert err == (f"error: hf-hub:nmndeep/CLIC-ViT-B-32-224-CogVLM: its weights (open_clip_model.safetensors or "
+                   f"open_clip_pytorch_model.bin) are not in the Hugging Face cache {hub_cache}, and HF_HUB_OFFLINE forbids "
+                   "downloading them: run once online, or set HF_HUB_CACHE to a cache that holds them\n")
+    assert not (tmp_path / "out" / "sugarcrepe-swap_att.json").exists()
+
+
 def test_an_entry_that_cannot_load_is_one_line_with_its_reason(hub_cache, swap_att, tmp_path, capsys):
     code, _, err = run_main(capsys, "-q", "eval", "--model", "svlc-r-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
                             swap_att, "--out", tmp_path / "out")
@@ -449,7 +466,8 @@ def two_items(tmp_path_factory):
     for i in range(2):
         name = f"{i + 1:012d}.jpg"
         (root / "coco" / "val2017" / name).write_bytes(image_bytes(i))
-        records[str(i)] = {"filename": name, "caption": f"a red dog beside a blue cat {i}", "negative_caption": f"a blue dog beside a red cat {i}"}
+        records[str(i)] = {"filename": name, "caption": f"a red dog beside a blue cat {i}",
+                           "negative_caption": f"a blue dog beside a red cat {i}"}
     (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))
     return root
 
@@ -483,14 +501,26 @@ def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[
             for key in [k.removesuffix("lora_A") for k in lora if k.endswith("lora_A")]:
                 weight = key + "weight" if key.endswith(".") else key.removesuffix("_")
                 state[weight] = state[weight] + scaling * (lora[key + "lora_B"] @ lora[key + "lora_A"]).view(state[weight].shape)
-    if cfg["text_cfg"].get("hf_tokenizer_name"):
-        plant_hub_repo(hub, cfg["text_cfg"]["hf_tokenizer_name"], {"tokenizer": _stand_in_tokenizer})
+    tokenizer = cfg["text_cfg"].get("hf_tokenizer_name")
+    if tokenizer:
+        plant_hub_repo(hub, tokenizer, {"tokenizer": _bert_tokenizer if tokenizer.startswith("bert-") else _stand_in_tokenizer})
     return cfg, preprocess, state, path
+
+
+def _bert_tokenizer(snapshot: Path) -> None:
+    """A WordPiece tokenizer as bert-base-uncased's repository serves one (CLIPA's and CLIPS's text tower strips its
+    [SEP]), of a few words."""
+    from transformers import BertTokenizerFast
+
+    from test_transformers_models import WORDS
+
+    (snapshot / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    BertTokenizerFast(str(snapshot / "vocab.txt")).save_pretrained(snapshot)
 
 
 def _finite_scores(items: Path) -> None:
     scores = pd.read_parquet(items)[["score_true", "score_false"]].to_numpy()
-    assert scores.shape == (2, 2) and torch.isfinite(torch.from_numpy(scores)).all(), scores
+    assert scores.shape == (2, 2) and np.isfinite(scores).all(), scores
 
 
 @pytest.mark.parametrize("name", list(_loadable_params()))
@@ -505,8 +535,9 @@ def test_every_loadable_entry_loads_a_stand_in_at_its_real_path_by_its_id_and_sc
     entry = get_released(name)
     arch = _architecture(entry)
     if entry.loads_as == "transformers":
-        from compclip.eval.scorer import load_scorer
         from safetensors.torch import load_file
+
+        from compclip.eval.scorer import load_scorer
         from test_transformers_models import KINDS, tiny_model
 
         repo = entry.model.removeprefix("hf:")
