@@ -476,12 +476,13 @@ def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[
     """The entry's weights where its route looks for them: an open_clip tag's at the repository and file open_clip's
     registry names, a hub repository with its open_clip_config.json and weights, a weights file in its release's layout
     at its Hub path or where it is saved by hand; a Hugging Face tokenizer the config names at its repository. Returns the
-    model config and preprocessing the load must take, the weights it must hold (fp32) and the file planted."""
+    model config and preprocessing the load must take, the weights it must hold (the stand-in's, LoRA's merged in fp32)
+    and the file planted."""
     import open_clip
 
     from test_recipes import _stand_in_tokenizer
 
-    cfg, state = open_clip.get_model_config(arch), {k: v.float() for k, v in stand_ins.state(arch).items()}
+    cfg, state = open_clip.get_model_config(arch), dict(stand_ins.state(arch))
     if entry.loads_as == "open_clip":
         preprocess = open_clip.get_pretrained_cfg(entry.model, entry.pretrained)
         path = plant_hub_repo(hub, preprocess["hf_hub"].strip("/"), {}) / "open_clip_model.safetensors"
@@ -500,7 +501,7 @@ def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[
             lora, scaling = _lora_halves(), entry.lora["alpha"] / entry.lora["rank"]
             for key in [k.removesuffix("lora_A") for k in lora if k.endswith("lora_A")]:
                 weight = key + "weight" if key.endswith(".") else key.removesuffix("_")
-                state[weight] = state[weight] + scaling * (lora[key + "lora_B"] @ lora[key + "lora_A"]).view(state[weight].shape)
+                state[weight] = state[weight].float() + scaling * (lora[key + "lora_B"] @ lora[key + "lora_A"]).view(state[weight].shape)
     tokenizer = cfg["text_cfg"].get("hf_tokenizer_name")
     if tokenizer:
         plant_hub_repo(hub, tokenizer, {"tokenizer": _bert_tokenizer if tokenizer.startswith("bert-") else _stand_in_tokenizer})
@@ -569,7 +570,7 @@ def test_every_loadable_entry_loads_a_stand_in_at_its_real_path_by_its_id_and_sc
     assert tokenizer.context_length == cfg["text_cfg"]["context_length"] == tokenizer(["a red dog"]).shape[1]
     loaded = model.state_dict()
     assert loaded.keys() == state.keys()
-    wrong = [k for k, v in state.items() if not torch.allclose(loaded[k], v, rtol=0, atol=1e-4 if entry.lora else 0)]
+    wrong = [k for k, v in state.items() if not torch.allclose(loaded[k], v.float(), rtol=0, atol=1e-4 if entry.lora else 0)]
     assert not wrong, wrong[:5]
     compclip.evaluate(model, transform, tokenizer, "sugarcrepe/swap_att", data_root=two_items, out=tmp_path / "out", workers=0)
     _finite_scores(tmp_path / "out" / "sugarcrepe-swap_att.items.parquet")
