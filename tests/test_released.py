@@ -472,7 +472,7 @@ def two_items(tmp_path_factory):
     return root
 
 
-def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[dict, dict, str | None]:
+def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[dict, dict, dict, Path]:
     """The entry's weights where its route looks for them: an open_clip tag's at the repository and file open_clip's
     registry names, a hub repository with its open_clip_config.json and weights, a weights file in its release's layout
     at its Hub path or where it is saved by hand; a Hugging Face tokenizer the config names at its repository. Returns the
