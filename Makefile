@@ -58,7 +58,7 @@ test: lint chromium $(TF_FLOOR)/.done $(BENCH)/.done
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 COMPCLIP_TRANSFORMERS_FLOOR_PATH=$(TF_FLOOR) COMPCLIP_BENCH_PATH=$(BENCH) $(PY) -m pytest -n 2 --dist worksteal -q
 
 # The released checkpoints' ViT-L entries that `make test` leaves out (tests/test_released.py, marked slow): each loads
-# a real-size stand-in by its id and scores (CLIPA's, CLIPS's, SigLIP-L's, the second CLIC ViT-L's); about 75 s.
+# a real-size stand-in by its id and scores (CLIPA's, CLIPS's, SigLIP-L's, the second CLIC ViT-L's); 75 to 85 s.
 test-released: $(STAMP)
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -m slow tests/test_released.py
 
