@@ -12,7 +12,7 @@ LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
 # them from there in seconds, where a newer release is a 3 GB download on every fresh machine.
 LOCK_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test lint install lock test-compat test-lowest clean chromium
+.PHONY: demo test lint install lock test-compat test-lowest test-released clean chromium
 
 install: $(STAMP)
 
@@ -56,6 +56,11 @@ chromium:
 # minute-long end-to-end tests do not end the run on one worker alone. The 25 slowest tests are named at the end.
 test: lint chromium $(TF_FLOOR)/.done $(BENCH)/.done
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 COMPCLIP_TRANSFORMERS_FLOOR_PATH=$(TF_FLOOR) COMPCLIP_BENCH_PATH=$(BENCH) $(PY) -m pytest -n 2 --dist worksteal -q --durations=25
+
+# The released checkpoints' ViT-L entries that `make test` leaves out (tests/test_released.py, marked slow): each loads
+# a real-size stand-in by its id and scores (CLIPA's, CLIPS's, SigLIP-L's, the second CLIC ViT-L's); 75 to 85 s.
+test-released: $(STAMP)
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -m slow tests/test_released.py
 
 lock: $(STAMP)
 	printf '%s\n' $(LOCK_PINS) > $(VENV)/lock-pins.txt

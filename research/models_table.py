@@ -30,7 +30,12 @@ How an entry loads (`loads_as`):
 A weights file is checked against the SHA-256 its release publishes; none of these releases publishes one, so the
 first load records the file's SHA-256 in `$HF_HUB_CACHE/compclip-released/<id>.sha256` and every later load is
 checked against it: a changed file is refused, naming both hashes. Offline (`HF_HUB_OFFLINE=1`), a Hub file that is
-not in the cache is one `error:` line naming the repository, the file and the cache.
+not in the cache is one `error:` line naming the repository, the file and the cache; so is an `hf-hub:` repository
+cached without its weights (its `open_clip_config.json` alone), which open_clip would build randomly initialised.
+
+The test suite loads every loadable entry by its id, offline, from a stand-in of random weights of its architecture at
+the path your copy would be at, checks the architecture, settings and weights it loaded, and scores it (`make test`
+loads one ViT-L entry of each route, `make test-released` the other ViT-L ones).
 
 Score every loadable one on SugarCrepe, each into `results/<id>/` (a SLURM job array splits the list by itself):
 

@@ -250,10 +250,12 @@ def test_the_tokenizer_cache_returns_what_the_bpe_returns():
     assert torch.equal(tokenizer([*many[-2:], CAPTIONS[0]]), reference([*many[-2:], CAPTIONS[0]]))
 
 
-def test_a_load_whose_weights_overwrite_every_parameter_draws_no_random_ones(tmp_path, monkeypatch):
-    """A checkpoint folder or a weights file is loaded strictly: the model it goes into is built without torch.nn.init's
-    random fills (seconds of a ViT-B's load), to the same weights, and torch.nn.init is as it was afterwards. A model
-    without weights is still drawn from its seed."""
+def test_a_load_whose_weights_overwrite_every_parameter_draws_no_random_ones(tmp_path, monkeypatch, hub_cache):
+    """A checkpoint folder, a weights file or an `hf-hub:` repository is loaded strictly: the model it goes into is built
+    without torch.nn.init's random fills (seconds of a ViT-B's load), to the same weights, and torch.nn.init is as it was
+    afterwards. A model without weights is still drawn from its seed."""
+    from conftest import plant_hub_repo
+
     drawn = []
     for name in ("normal_", "kaiming_uniform_"):
         fill = getattr(torch.nn.init, name)
@@ -264,8 +266,12 @@ def test_a_load_whose_weights_overwrite_every_parameter_draws_no_random_ones(tmp
     assert drawn, "a model without weights draws them"
     save_checkpoint(model, tmp_path / "ckpt")
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp_path / "weights.safetensors")
+    plant_hub_repo(hub_cache, "someone/tiny-clip", {
+        "open_clip_config.json": json.dumps({"model_cfg": open_clip.get_model_config("compclip-tiny-clip")}).encode(),
+        "open_clip_model.safetensors": (tmp_path / "weights.safetensors").read_bytes()})
     drawn.clear()
-    loaded = [load_model(str(tmp_path / "ckpt"))[0], load_model("compclip-tiny-clip", str(tmp_path / "weights.safetensors"))[0]]
+    loaded = [load_model(str(tmp_path / "ckpt"))[0], load_model("compclip-tiny-clip", str(tmp_path / "weights.safetensors"))[0],
+              load_model("hf-hub:someone/tiny-clip")[0]]
     assert drawn == [] and (torch.nn.init.normal_, torch.nn.init.kaiming_uniform_) == spies
     for other in loaded:
         assert other.state_dict().keys() == model.state_dict().keys()

@@ -4,15 +4,18 @@ exactly one entry, each loadable entry naming what open_clip's own registry know
 --pretrained FILE`; a file that changed after its first load, one not there and an entry that cannot load are each one
 `error:` line."""
 import json
+import os
 import re
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from compclip.eval.report import list_papers, paper_numbers
-from compclip.models.released import get_released, hand_path, list_released
+from compclip.models.released import cache_root, get_released, hand_path, list_released
 from conftest import image_bytes, plant_hub_repo, run_main
 
 ENTRIES = [get_released(i) for i in list_released()]
@@ -331,6 +334,22 @@ def test_a_hub_file_not_in_the_cache_offline_is_one_line_naming_the_repository_f
                           "HF_HUB_OFFLINE forbids downloading it")
 
 
+def test_a_hub_repository_in_the_cache_without_its_weights_is_one_line_not_a_random_model(hub_cache, swap_att, tmp_path, capsys):
+    """A cache holding CLIC's open_clip_config.json but not its weights (a download cut short, or only the tokenizer's
+    config fetched): open_clip would build the architecture randomly initialised after a logged warning and score it."""
+    import open_clip
+
+    config = {"model_cfg": open_clip.get_model_config("ViT-B-32-quickgelu"), "preprocess_cfg": {}}
+    plant_hub_repo(hub_cache, "nmndeep/CLIC-ViT-B-32-224-CogVLM", {"open_clip_config.json": json.dumps(config).encode()})
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "clic-laion-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--workers", "0", "--out", tmp_path / "out")
+    assert (code, err.count("\n")) == (2, 1), err
+    assert err == (f"error: hf-hub:nmndeep/CLIC-ViT-B-32-224-CogVLM: its weights (open_clip_model.safetensors or "
+                   f"open_clip_pytorch_model.bin) are not in the Hugging Face cache {hub_cache}, and HF_HUB_OFFLINE forbids "
+                   "downloading them: run once online, or set HF_HUB_CACHE to a cache that holds them\n")
+    assert not (tmp_path / "out" / "sugarcrepe-swap_att.json").exists()
+
+
 def test_an_entry_that_cannot_load_is_one_line_with_its_reason(hub_cache, swap_att, tmp_path, capsys):
     code, _, err = run_main(capsys, "-q", "eval", "--model", "svlc-r-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
                             swap_att, "--out", tmp_path / "out")
@@ -356,3 +375,202 @@ def test_the_models_page_lists_every_entry():
     page = DOCS.read_text()
     for e in ENTRIES:
         assert f"`{e.id}`" in page, e.id
+
+
+# Every loadable entry, loaded by its id from a stand-in at the path a user's copy would be at (issue #84). The stand-ins'
+# weights are random, of the registered architecture, made once per architecture and kept in fp16 (each loader casts to
+# the model's fp32); a file is written once per architecture and format and hard-linked into each test's cache.
+LOADABLE = [e for e in ENTRIES if e.loads_as is not None]
+# the ViT-L entries of the default run: one per route that has any, all three of ViT-L-14's weights (made once); the
+# others (CLIPA's, CLIPS's, SigLIP-L's, the second CLIC) run in `make test-released`
+DEFAULT_LARGE = {"openai-clip-l14", "clic-laion-l14", "conclip-l14"}
+
+
+def _architecture(entry) -> str | None:
+    """The open_clip architecture of the entry's weights: its own `model`, or for a hub repository the one its
+    open_clip_config.json is taken to hold (CLIC's ViTs fine-tune OpenAI's CLIP, so QuickGELU; open_clip has no CLIPS
+    config, so CLIPS's repositories stand in with CLIPA's, the same group's ViT-L-14 with the same BERT tokenizer)."""
+    if entry.loads_as in ("open_clip", "open_clip_file"):
+        return entry.model
+    if entry.loads_as == "open_clip_hub":
+        repo = entry.model.removeprefix("hf-hub:")
+        if "CLIPA" in repo or "CLIPS" in repo:
+            return "ViT-L-14-CLIPA"
+        return re.search(r"ViT-[BL]-\d+", repo).group() + "-quickgelu"
+    return None
+
+
+def _loadable_params():
+    for e in sorted(LOADABLE, key=lambda e: (_architecture(e) or "", e.id)):  # each architecture's entries together
+        large = "-L-" in (_architecture(e) or "") and e.id not in DEFAULT_LARGE
+        yield pytest.param(e.id, marks=[pytest.mark.slow] if large else [], id=e.id)
+
+
+def test_the_default_run_loads_a_vit_l_entry_of_every_route_that_has_one():
+    routes = {e.loads_as for e in LOADABLE if "-L-" in (_architecture(e) or "")}
+    assert {get_released(i).loads_as for i in DEFAULT_LARGE} == routes
+    assert all("-L-" in _architecture(get_released(i)) for i in DEFAULT_LARGE)
+
+
+class StandIns:
+    """Random weights per open_clip architecture (seeded, fp16, in memory while its entries run) and each file written
+    once per architecture and format, hard-linked to wherever an entry's cache wants it."""
+
+    def __init__(self, root: Path):
+        self.root, self.states, self.files = root, {}, {}
+
+    def state(self, arch: str) -> dict:
+        if arch not in self.states:
+            import open_clip
+
+            self.states.clear()  # one architecture's weights in memory at a time (a ViT-L's are 0.9 GB)
+            with torch.device("meta"):
+                shapes = open_clip.create_model(arch, device="meta").state_dict()
+            g = torch.Generator().manual_seed(zlib.crc32(arch.encode()))
+            self.states[arch] = {k: (0.02 * torch.randn(v.shape, generator=g)).half() for k, v in shapes.items()}
+        return self.states[arch]
+
+    def link(self, arch: str, how: str, to: Path) -> None:
+        """The architecture's weights saved `how` (safetensors, a plain state dict, under a key), linked at `to`."""
+        if (arch, how) not in self.files:
+            from safetensors.torch import save_file
+
+            state, file = self.state(arch), self.root / f"{arch}.{how}"
+            if how == "safetensors":
+                save_file(state, str(file))
+            elif how == "lora":  # as DAC's training/main.py saves it: a distributed run's keys, the LoRA halves beside
+                torch.save({"epoch": 5, "state_dict": {f"module.{k}": v for k, v in {**state, **_lora_halves()}.items()}}, file)
+            else:  # a plain state dict, or under the key its release keeps it under (open_clip's training: "state_dict")
+                torch.save(state if how == "plain" else {"epoch": 5, how: state}, file)
+            self.files[(arch, how)] = file
+        to.parent.mkdir(parents=True, exist_ok=True)
+        os.link(self.files[(arch, how)], to)
+
+
+@pytest.fixture(scope="module")
+def stand_ins(tmp_path_factory):
+    import shutil
+
+    made = StandIns(tmp_path_factory.mktemp("released-stand-ins"))
+    yield made
+    shutil.rmtree(made.root, ignore_errors=True)  # several GB
+
+
+@pytest.fixture(scope="module")
+def two_items(tmp_path_factory):
+    """SugarCrepe's swap_att split of two items, their images under their COCO names."""
+    root = tmp_path_factory.mktemp("bench")
+    (root / "coco" / "val2017").mkdir(parents=True)
+    (root / "sugarcrepe").mkdir()
+    records = {}
+    for i in range(2):
+        name = f"{i + 1:012d}.jpg"
+        (root / "coco" / "val2017" / name).write_bytes(image_bytes(i))
+        records[str(i)] = {"filename": name, "caption": f"a red dog beside a blue cat {i}",
+                           "negative_caption": f"a blue dog beside a red cat {i}"}
+    (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))
+    return root
+
+
+def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[dict, dict, dict, Path]:
+    """The entry's weights where its route looks for them: an open_clip tag's at the repository and file open_clip's
+    registry names, a hub repository with its open_clip_config.json and weights, a weights file in its release's layout
+    at its Hub path or where it is saved by hand; a Hugging Face tokenizer the config names at its repository. Returns the
+    model config and preprocessing the load must take, the weights it must hold (the stand-in's, LoRA's merged in fp32)
+    and the file planted."""
+    import open_clip
+
+    from test_recipes import _stand_in_tokenizer
+
+    cfg, state = open_clip.get_model_config(arch), dict(stand_ins.state(arch))
+    if entry.loads_as == "open_clip":
+        preprocess = open_clip.get_pretrained_cfg(entry.model, entry.pretrained)
+        path = plant_hub_repo(hub, preprocess["hf_hub"].strip("/"), {}) / "open_clip_model.safetensors"
+        stand_ins.link(arch, "safetensors", path)
+    elif entry.loads_as == "open_clip_hub":  # as open_clip's push_to_hf_hub writes a repository
+        base = open_clip.get_pretrained_cfg(arch, open_clip.list_pretrained_tags_by_model(arch)[0])
+        preprocess = {k: base[k] for k in ("mean", "std", "interpolation", "resize_mode")}
+        config = json.dumps({"model_cfg": cfg, "preprocess_cfg": preprocess}).encode()
+        path = plant_hub_repo(hub, entry.model.removeprefix("hf-hub:"), {"open_clip_config.json": config}) / "open_clip_model.safetensors"
+        stand_ins.link(arch, "safetensors", path)
+    else:
+        preprocess = {"mean": open_clip.OPENAI_DATASET_MEAN}
+        path = hand_path(entry) if entry.url else plant_hub_repo(hub, entry.hub_repo, {}) / entry.hub_file
+        stand_ins.link(arch, "lora" if entry.lora else entry.state_dict_key or ("state_dict" if entry.url else "plain"), path)
+        if entry.lora:  # W + (B A)·alpha/r, written out: loralib's merge
+            lora, scaling = _lora_halves(), entry.lora["alpha"] / entry.lora["rank"]
+            for key in [k.removesuffix("lora_A") for k in lora if k.endswith("lora_A")]:
+                weight = key + "weight" if key.endswith(".") else key.removesuffix("_")
+                state[weight] = state[weight].float() + scaling * (lora[key + "lora_B"] @ lora[key + "lora_A"]).view(state[weight].shape)
+    tokenizer = cfg["text_cfg"].get("hf_tokenizer_name")
+    if tokenizer:
+        plant_hub_repo(hub, tokenizer, {"tokenizer": _bert_tokenizer if tokenizer.startswith("bert-") else _stand_in_tokenizer})
+    return cfg, preprocess, state, path
+
+
+def _bert_tokenizer(snapshot: Path) -> None:
+    """A WordPiece tokenizer as bert-base-uncased's repository serves one (CLIPA's and CLIPS's text tower strips its
+    [SEP]), of a few words."""
+    from transformers import BertTokenizerFast
+
+    from test_transformers_models import WORDS
+
+    (snapshot / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    BertTokenizerFast(str(snapshot / "vocab.txt")).save_pretrained(snapshot)
+
+
+def _finite_scores(items: Path) -> None:
+    scores = pd.read_parquet(items)[["score_true", "score_false"]].to_numpy()
+    assert scores.shape == (2, 2) and np.isfinite(scores).all(), scores
+
+
+@pytest.mark.parametrize("name", list(_loadable_params()))
+def test_every_loadable_entry_loads_a_stand_in_at_its_real_path_by_its_id_and_scores(name, stand_ins, hub_cache, two_items, tmp_path,
+                                                                                    capsys):
+    """Issue #84: offline, each entry's stand-in (random weights of its architecture) where a user's copy would be; the id
+    loads it with the registered architecture and settings (QuickGELU, image size, context length, preprocessing), its
+    weights the stand-in's, and scores two SugarCrepe items."""
+    import compclip
+    from compclip.models import load_model
+
+    entry = get_released(name)
+    arch = _architecture(entry)
+    if entry.loads_as == "transformers":
+        from safetensors.torch import load_file
+
+        from compclip.eval.scorer import load_scorer
+        from test_transformers_models import KINDS, tiny_model
+
+        repo = entry.model.removeprefix("hf:")
+        kind = max((k for k in KINDS if k in repo.lower()), key=len)
+        folder = tiny_model(kind, tmp_path / kind)
+        plant_hub_repo(hub_cache, repo, {f.name: f.read_bytes() for f in folder.iterdir()}, absent=())
+        model = load_scorer(entry.model, blip_score=entry.blip_score).model
+        assert type(model).__name__ == json.loads((folder / "config.json").read_text())["architectures"][0]
+        saved, loaded = load_file(folder / "model.safetensors"), model.state_dict()
+        assert all(torch.equal(loaded[k], v) for k, v in saved.items())
+        code, _, err = run_main(capsys, "-q", "eval", "--model", name, "--benchmark", "sugarcrepe/swap_att", "--data-root", two_items,
+                                "--workers", "0", "--out", tmp_path / "out")
+        assert code == 0, err[-3000:]
+        _finite_scores(tmp_path / "out" / "sugarcrepe-swap_att.items.parquet")
+        return
+    import open_clip
+
+    cfg, preprocess, state, path = _plant_open_clip(entry, arch, stand_ins, hub_cache)
+    model, transform, tokenizer = load_model(name)
+    spec = model.compclip_spec
+    assert (spec["model_name"], spec["model_cfg"]) == (entry.model, cfg)
+    if entry.loads_as == "open_clip_file":  # the file itself, or where it is converted once when its weights sit under a key
+        assert Path(spec["pretrained"]) == path if not entry.state_dict_key else Path(spec["pretrained"]).parent == cache_root() / entry.id
+    else:
+        assert spec["pretrained"] == entry.pretrained
+    assert any(isinstance(m, open_clip.transformer.QuickGELU) for m in model.modules()) == cfg.get("quick_gelu", False)
+    size = cfg["vision_cfg"]["image_size"]
+    assert spec["preprocess_cfg"]["size"] in (size, [size, size]) and spec["preprocess_cfg"]["mean"] == list(preprocess["mean"])
+    assert tokenizer.context_length == cfg["text_cfg"]["context_length"] == tokenizer(["a red dog"]).shape[1]
+    loaded = model.state_dict()
+    assert loaded.keys() == state.keys()
+    wrong = [k for k, v in state.items() if not torch.allclose(loaded[k], v.float(), rtol=0, atol=1e-4 if entry.lora else 0)]
+    assert not wrong, wrong[:5]
+    compclip.evaluate(model, transform, tokenizer, "sugarcrepe/swap_att", data_root=two_items, out=tmp_path / "out", workers=0)
+    _finite_scores(tmp_path / "out" / "sugarcrepe-swap_att.items.parquet")

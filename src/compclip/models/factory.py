@@ -131,6 +131,24 @@ def _refuse_remote_code(source: str) -> None:
                         "(tokenizer_kwargs.trust_remote_code); compclip never runs code a downloaded or given file asks for")
 
 
+def _refuse_absent_hub_weights(name: str) -> None:
+    """An `hf-hub:` repository's weights, found in the Hugging Face cache (or downloaded) before the model is built: where
+    they cannot be had, open_clip builds the repository's architecture from its config alone, randomly initialised, after a
+    logged warning, and every score would be a random model's."""
+    from huggingface_hub import constants
+    from open_clip.pretrained import download_pretrained_from_hf
+
+    try:
+        download_pretrained_from_hf(name.removeprefix("hf-hub:"))
+    except Exception as e:
+        if constants.HF_HUB_OFFLINE:
+            raise MissingFileError(f"{name}: its weights (open_clip_model.safetensors or open_clip_pytorch_model.bin) are not in the "
+                                   f"Hugging Face cache {constants.HF_HUB_CACHE}, and HF_HUB_OFFLINE forbids downloading them: run "
+                                   "once online, or set HF_HUB_CACHE to a cache that holds them") from None
+        said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DownloadError(f"could not fetch the weights of {name} ({said}); running again resumes it") from None
+
+
 def _refuse_absent_tokenizer(config: Path, source: str) -> None:
     """A checkpoint's tokenizer that is not there, refused when the checkpoint loads: open_clip tokenizes a model name it
     does not know with its default CLIP BPE after a generic warning, and reports a missing folder or repository only at
@@ -201,9 +219,10 @@ _INIT_FILLS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "ze
 @contextlib.contextmanager
 def _every_weight_loaded(really: bool = True):
     """Build a model without torch.nn.init's random fills, where every weight is loaded strictly right after (a checkpoint
-    folder, a weights file, an open_clip tag): a ViT-B's fills take seconds of each load, and a strict load overwrites
-    each one. The fills are torch's module-wide functions, swapped for the block: a model built at the same time in
-    another thread of the process would be left unfilled too (compclip builds its models in one thread)."""
+    folder, a weights file, an open_clip tag, an `hf-hub:` repository's weights, found first): a ViT-B's fills take
+    seconds of each load, and a strict load overwrites each one. The fills are torch's module-wide functions, swapped for
+    the block: a model built at the same time in another thread of the process would be left unfilled too (compclip
+    builds its models in one thread)."""
     if not really:
         yield
         return
@@ -309,14 +328,17 @@ def load_model(
             tags = open_clip.list_pretrained_tags_by_model(name)
             raise UsageError(f"pretrained={pretrained!r} is neither a file nor a tag of {name} (tags: {tags})")
         _check_activation(name, cfg, weights_file, tag)
-    seeded = init_seed is not None and tag is None and not name.startswith("hf-hub:")
+    hub = name.startswith("hf-hub:")
+    if hub:
+        _refuse_absent_hub_weights(name)
+    seeded = init_seed is not None and tag is None and not hub
     random_by_design = name in bundled.BUNDLED_MODELS and weights_file is None and tag is None
     if random_by_design and not weights_follow and name not in _SAID_RANDOM:  # open_clip warns at every load; once a process is enough
         _SAID_RANDOM.add(name)
         log.info("%s: a model compclip bundles, initialised randomly (it has no pretrained weights)", name)
     try:
         with _weights_follow(weights_file is not None or random_by_design or weights_follow), _seeded(init_seed if seeded else None), \
-                _every_weight_loaded(weights_file is not None or tag is not None):
+                _every_weight_loaded(weights_file is not None or tag is not None or hub):
             model = open_clip.create_model(
                 name,
                 pretrained=tag,
@@ -325,7 +347,7 @@ def load_model(
                 **forced,
             )
     except RuntimeError as e:
-        if tag or name.startswith("hf-hub:"):
+        if tag or hub:
             raise DownloadError(
                 f"could not fetch the weights of {name} {tag or ''} ({e}); offline, download the file "
                 "once and pass it as pretrained=PATH"
