@@ -497,6 +497,34 @@ def test_a_method_from_another_package_reaches_the_command_line(tmp_path):
     assert run.returncode == 2 and "--method-opt margin=x: expected float" in run.stderr, run.stderr
 
 
+def test_logging_writes_to_the_stderr_of_the_moment_not_the_one_it_was_set_up_with(monkeypatch):
+    """A caller that swaps stderr after `configure` (pytest's capture, a notebook's cell) gets compclip's warnings in the
+    new stream, formatted as ever, and no "--- Logging error ---" from a handler still bound to the closed one."""
+    import io
+    import logging
+
+    from compclip.progress import configure
+
+    root = logging.getLogger()
+    handlers, levels = root.handlers[:], (root.level, logging.getLogger("compclip").level)
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    try:
+        configure()
+        logging.getLogger("compclip.models").warning("said while %s", "first")
+        logging.getLogger("compclip.models").info("an INFO line")
+        assert first.getvalue() == "WARNING compclip.models: said while first\nINFO compclip.models: an INFO line\n"
+        first.close()
+        monkeypatch.setattr(sys, "stderr", second)
+        logging.getLogger("compclip.models").warning("said while %s", "second")
+        logging.getLogger("open_clip").info("a model build's step")  # the root's level: WARNING, as before
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(levels[0])
+        logging.getLogger("compclip").setLevel(levels[1])
+    assert second.getvalue() == "WARNING compclip.models: said while second\n"
+
+
 HEAVY = "heavy = {'torch', 'open_clip', 'spacy', 'pandas'} & set(sys.modules); assert not heavy, heavy"
 
 
