@@ -541,6 +541,20 @@ def test_reading_results_loads_no_model_code():
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+@pytest.mark.parametrize("listing", [["methods"], ["models"], ["models", "--ids"]])
+def test_the_listing_commands_load_no_model_code(listing):
+    """`compclip methods` and `compclip models` print declarations, options and whether files are cached: open_clip,
+    transformers and wandb (which open_clip's and timm's imports bring, 3 s of a 6 s listing) are loaded by the
+    commands that build a model alone. Run through the command line's entry point in a process of its own."""
+    code = ("import sys\nfrom compclip.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as done:\n"
+            "    assert not done.code, done.code\n"
+            "print(sorted({'open_clip', 'transformers', 'wandb'} & set(sys.modules)), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code, *listing], capture_output=True, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    assert result.returncode == 0 and result.stderr.splitlines()[-1] == "[]", result.stderr[-2000:]
+    assert "siglip: no options" in result.stdout if listing == ["methods"] else "openai-clip-b32" in result.stdout
+
+
 def test_a_run_that_reads_no_concepts_loads_no_spacy(tmp_path):
     """spaCy (0.4 s a process, and its memory in every DataLoader worker) is loaded by a run that reads concepts alone: a
     CLIP run on a CSV trains without it."""
