@@ -499,18 +499,23 @@ def test_a_method_from_another_package_reaches_the_command_line(tmp_path):
 
 def test_logging_writes_to_the_stderr_of_the_moment_not_the_one_it_was_set_up_with(monkeypatch):
     """A caller that swaps stderr after `configure` (pytest's capture, a notebook's cell) gets compclip's warnings in the
-    new stream, formatted as ever, and no "--- Logging error ---" from a handler still bound to the closed one."""
+    new stream, formatted as ever, and no "--- Logging error ---" from a handler still bound to the closed one; where
+    the new one is a terminal, a warning during a progress bar is written on a line of its own above the bar."""
     import io
     import logging
 
-    from compclip.progress import configure
+    from compclip import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
 
     root = logging.getLogger()
     handlers, levels = root.handlers[:], (root.level, logging.getLogger("compclip").level)
-    first, second = io.StringIO(), io.StringIO()
+    first, second = io.StringIO(), Terminal()
     monkeypatch.setattr(sys, "stderr", first)
     try:
-        configure()
+        progress.configure()
         logging.getLogger("compclip.models").warning("said while %s", "first")
         logging.getLogger("compclip.models").info("an INFO line")
         assert first.getvalue() == "WARNING compclip.models: said while first\nINFO compclip.models: an INFO line\n"
@@ -518,11 +523,17 @@ def test_logging_writes_to_the_stderr_of_the_moment_not_the_one_it_was_set_up_wi
         monkeypatch.setattr(sys, "stderr", second)
         logging.getLogger("compclip.models").warning("said while %s", "second")
         logging.getLogger("open_clip").info("a model build's step")  # the root's level: WARNING, as before
+        said = second.getvalue()
+        for step in progress.progress(range(2), "scoring", unit="batch"):
+            if step == 1:
+                logging.getLogger("compclip.eval").warning("during the bar")
     finally:
         root.handlers[:] = handlers
         root.setLevel(levels[0])
         logging.getLogger("compclip").setLevel(levels[1])
-    assert second.getvalue() == "WARNING compclip.models: said while second\n"
+    assert said == "WARNING compclip.models: said while second\n"
+    during = second.getvalue()[len(said):]
+    assert "WARNING compclip.eval: during the bar" in re.split(r"[\r\n]", during) and "scoring: 100%" in during, repr(during)
 
 
 HEAVY = "heavy = {'torch', 'open_clip', 'spacy', 'pandas'} & set(sys.modules); assert not heavy, heavy"
