@@ -497,6 +497,45 @@ def test_a_method_from_another_package_reaches_the_command_line(tmp_path):
     assert run.returncode == 2 and "--method-opt margin=x: expected float" in run.stderr, run.stderr
 
 
+def test_logging_writes_to_the_stderr_of_the_moment_not_the_one_it_was_set_up_with(monkeypatch):
+    """A caller that swaps stderr after `configure` (pytest's capture, a notebook's cell) gets compclip's warnings in the
+    new stream, formatted as ever, and no "--- Logging error ---" from a handler still bound to the closed one; where
+    the new one is a terminal, a warning during a progress bar is written on a line of its own above the bar."""
+    import io
+    import logging
+
+    from compclip import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    root = logging.getLogger()
+    handlers, levels = root.handlers[:], (root.level, logging.getLogger("compclip").level)
+    first, second = io.StringIO(), Terminal()
+    monkeypatch.setattr(sys, "stderr", first)
+    try:
+        progress.configure()
+        logging.getLogger("compclip.models").warning("said while %s", "first")
+        logging.getLogger("compclip.models").info("an INFO line")
+        assert first.getvalue() == "WARNING compclip.models: said while first\nINFO compclip.models: an INFO line\n"
+        first.close()
+        monkeypatch.setattr(sys, "stderr", second)
+        logging.getLogger("compclip.models").warning("said while %s", "second")
+        logging.getLogger("open_clip").info("a model build's step")  # the root's level: WARNING, as before
+        said = second.getvalue()
+        for step in progress.progress(range(2), "scoring", unit="batch"):
+            if step == 1:
+                logging.getLogger("compclip.eval").warning("during the bar")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(levels[0])
+        logging.getLogger("compclip").setLevel(levels[1])
+    assert said == "WARNING compclip.models: said while second\n"
+    during = second.getvalue()[len(said):]
+    assert "WARNING compclip.eval: during the bar" in re.split(r"[\r\n]", during) and "scoring: 100%" in during, repr(during)
+
+
 HEAVY = "heavy = {'torch', 'open_clip', 'spacy', 'pandas'} & set(sys.modules); assert not heavy, heavy"
 
 
@@ -511,6 +550,20 @@ def test_reading_results_loads_no_model_code():
     code = "import sys, compclip.eval.report, compclip.eval.compare; assert 'open_clip' not in sys.modules, 'open_clip imported'"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("listing", [["methods"], ["models"], ["models", "--ids"]])
+def test_the_listing_commands_load_no_model_code(listing):
+    """`compclip methods` and `compclip models` print declarations, options and whether files are cached: open_clip,
+    transformers and wandb (which open_clip's and timm's imports bring, 3 s of a 6 s listing) are loaded by the
+    commands that build a model alone. Run through the command line's entry point in a process of its own."""
+    code = ("import sys\nfrom compclip.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as done:\n"
+            "    assert not done.code, done.code\n"
+            "print(sorted({'open_clip', 'transformers', 'wandb'} & set(sys.modules)), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code, *listing], capture_output=True, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    assert result.returncode == 0 and result.stderr.splitlines()[-1] == "[]", result.stderr[-2000:]
+    assert "siglip: no options" in result.stdout if listing == ["methods"] else "openai-clip-b32" in result.stdout
 
 
 def test_a_run_that_reads_no_concepts_loads_no_spacy(tmp_path):

@@ -85,6 +85,38 @@ def test_checkpoint_rotation_removes_only_what_the_trainer_wrote(tmp_path, caplo
     assert kept == [f"--keep 2: removed the checkpoint files of {old}, kept the folder for what else it holds (hf, sugarcrepe.json)"]
 
 
+def test_a_checkpoint_is_on_disk_before_its_folder_is_renamed_into_place(tmp_path, monkeypatch):
+    """A power loss right after a checkpoint leaves the previous one or this one whole, never a folder named but empty:
+    every file the trainer writes (the weights and training state that safetensors and torch.save leave unsynced, the
+    JSON files) and the folder itself reach `fsync` before the rename that names the folder, and its parent after it.
+    `os.fsync` and `os.replace` are wrapped only to record what they were called on."""
+    from compclip.train import train
+    from test_train import settings_config
+
+    calls = []
+    fsync, replace = os.fsync, os.replace
+
+    def recorded_fsync(fd):
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def recorded_replace(src, dst, **kwargs):
+        calls.append(("replace", str(src), str(dst)))
+        replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+    monkeypatch.setattr(os, "replace", recorded_replace)
+    train(settings_config(tmp_path, "run", steps=2, save_every=2, schedule="const"))
+    folder = tmp_path / "run" / "checkpoints" / "step_0000002"
+    named = next(i for i, call in enumerate(calls) if call[0] == "replace" and call[2] == str(folder))
+    tmp = Path(calls[named][1])
+    synced = {Path(call[1]) for call in calls[:named] if call[0] == "fsync"}
+    files = sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
+    assert {"model.safetensors", "training_state.pt", "config.json"} <= {f.name for f in files}
+    assert [f for f in files if tmp / f not in synced] == [] and tmp in synced
+    assert ("fsync", str(folder.parent)) in calls[named + 1:]
+
+
 def retrieval_data(root):
     """A data root with one small retrieval set: four coloured squares and their captions."""
     from PIL import Image

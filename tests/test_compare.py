@@ -281,6 +281,25 @@ def test_a_split_scored_exactly_zero_reads_back_as_zero_everywhere(tmp_path, cap
     assert (saved["n"], saved["acc_a"], saved["acc_b"], saved["acc_a_all"]) == (2, 0.0, 0.5, 0.0)
 
 
+def test_a_benchmark_no_model_has_a_number_for_is_reported_without_numpys_all_nan_warning(tmp_path, capsys):
+    """Model a lacks vl_checklist, model b ran it without a number for its one split: the benchmark's table and figure
+    have no value at all. `report` writes them (b's cell "—", a figure without a bar) with warnings raised as errors:
+    numpy's "All-NaN axis encountered" is not printed at the user."""
+    import warnings
+
+    for name, result in (("a", {"dataset": "sugarcrepe", "metrics": {"add_att": {"acc": 0.75, "n": 4}}}),
+                         ("b", {"dataset": "vl_checklist", "metrics": {"adj": {"acc": None, "n": 4}}})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{result['dataset']}.json").write_text(json.dumps({**result, "ties": "strict"}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, _, err = run_main(capsys, "report", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "report")
+    assert code in (0, None) and err == "", err
+    section = (tmp_path / "report" / "report.md").read_text().split("## vl_checklist", 1)[1]
+    assert "| model | adj |\n| --- | --- |\n| b | — |\n" in section and "| a |" not in section, section
+    assert all((tmp_path / "report" / f"vl_checklist.{kind}").stat().st_size for kind in ("png", "pdf", "svg"))
+
+
 def test_a_score_of_exactly_zero_or_one_is_shown_and_one_just_outside_is_refused(tmp_path, capsys):
     """[0, 1] is closed: a split all wrong (0.0) and one all right (1.0) are scores `report` shows (0.0 and 100.0); -0.01
     and 1.01 are not fractions, each refused in one line naming the file, the metric and the value."""

@@ -37,6 +37,7 @@ def test_each_loadable_entry_names_what_open_clip_or_transformers_loads():
         assert e.loads_as is None or e.unavailable is None, e.id
         if e.loads_as == "open_clip":
             assert e.model in models and e.pretrained in open_clip.list_pretrained_tags_by_model(e.model), e.id
+            assert e.hf_hub == open_clip.get_pretrained_cfg(e.model, e.pretrained)["hf_hub"].strip("/"), e.id  # what `models` reads
         elif e.loads_as == "open_clip_file":
             assert e.model in models, e.id
             assert (e.hub_repo and e.hub_file) or (e.url and e.file and e.get), e.id
@@ -62,6 +63,8 @@ def test_a_broken_entry_file_is_refused_naming_what_its_route_lacks():
         _check(dataclasses.replace(negclip, unavailable="gone."), "negclip-b32.json")
     with pytest.raises(ValueError, match=r"open_clip\.json: lacks pretrained"):
         _check(dataclasses.replace(get_released("openai-clip-b32"), id="open_clip", pretrained=None), "open_clip.json")
+    with pytest.raises(ValueError, match=r"open_clip\.json: lacks hf_hub"):
+        _check(dataclasses.replace(get_released("openai-clip-b32"), id="open_clip", hf_hub=None), "open_clip.json")
     with pytest.raises(ValueError, match=r"other\.json: .*or the file is not named by its id"):
         _check(negclip, "other.json")
     with pytest.raises(ValueError, match=r"dac-llm-b32\.json: lacks state_dict_key \(a LoRA checkpoint is converted from where"):

@@ -93,6 +93,18 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _fsync_tree(folder: Path) -> None:
+    """Put every regular file under `folder` on disk, then each folder below it and `folder` itself: what torch and
+    safetensors write into a checkpoint's temporary folder (its weights, its training state) is not synced by them, and a
+    rename made durable before its contents would leave, after a power loss, a checkpoint named but empty."""
+    for root, _, files in os.walk(folder, topdown=False):
+        for name in files:
+            file = Path(root, name)
+            if file.is_file() and not file.is_symlink():
+                _fsync(file)
+        _fsync(Path(root))
+
+
 def _owned_prefix(path: Path) -> str:
     """The start of a temporary sibling's name: it names the process that made it, so a later writer of the same path
     on this host can tell one left by a killed process (SIGKILL runs no `finally`) from one still being written."""
@@ -174,7 +186,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling folder that becomes `path` once everything in it is written.
 
     An existing `path` is swapped out and removed only after the new folder is in place,
-    so readers see either the old folder or the new one, never a mix.
+    so readers see either the old folder or the new one, never a mix. Everything in the folder is on disk before the
+    rename, and the rename after it, so a power loss leaves the old folder or the whole new one.
     """
     path = Path(path)
     with storage_errors(path):
@@ -186,11 +199,13 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
                 tmp = Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent))
             yield tmp
             _as_open_would(tmp)
+            _fsync_tree(tmp)
             old = None
             if path.exists():
                 old = Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".old", dir=path.parent))
                 os.replace(path, old / path.name)
             os.replace(tmp, path)
+            _fsync(path.parent)  # the rename itself
             if old is not None:
                 shutil.rmtree(old)
         finally:

@@ -117,7 +117,10 @@ def split_bars(values, low, high, counts: dict[str, str], chance: dict[str, floa
     ax.set_xticklabels([f"{s}\nn={counts[s]}" if s in counts else s for s in splits], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("% (95 % interval)")
     lines = [100 * chance[s] for s in values.columns if s in chance]
-    ax.set_ylim(0, axis_top(np.nanmax([values.max().max(), high.max().max(), *lines])))
+    # a benchmark whose every cell is empty (no split has a number) draws no bar: the axis to 100, as `axis_top` gives for
+    # no value, without numpy's "All-NaN axis" warning that `nanmax` of nothing but NaN prints
+    tops = [top for top in (values.max().max(), high.max().max(), *lines) if np.isfinite(top)]
+    ax.set_ylim(0, axis_top(max(tops, default=math.nan)))
     ax.set_title(title)
     _legend_below(fig, models + bool(chance))
     return _save(fig, out, FIGURE_FORMATS)

@@ -14,6 +14,20 @@ T = TypeVar("T")
 _QUIET = os.environ.get("COMPCLIP_QUIET", "") not in ("", "0")
 
 
+class _Console(logging.StreamHandler):
+    """The console's log handler: it writes to `sys.stderr` as it is at each record, not as it was when logging was set
+    up. A caller that replaces stderr after `configure` (pytest's capture, a notebook's cell, `contextlib.redirect_stderr`)
+    gets the lines; a handler bound to the stream of that moment wrote to it after it was closed ("--- Logging error ---
+    ValueError: I/O operation on closed file") and the line was lost."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)  # (StreamHandler's would set a stream of its own)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+
 def configure(quiet: bool = False, verbose: bool = False) -> None:
     """Set up logging once for the CLI; `quiet` also hides progress bars."""
     global _QUIET
@@ -21,7 +35,8 @@ def configure(quiet: bool = False, verbose: bool = False) -> None:
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     # open_clip logs every step of a model build at INFO on the root logger: keep that at
     # WARNING unless --verbose, and give compclip's own loggers the chosen level.
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s",
+                        handlers=[_Console()], force=True)
     for handler in logging.getLogger().handlers:  # the console shows the chosen level, whatever a run's log file records
         handler.setLevel(level)
     logging.getLogger("compclip").setLevel(level)
@@ -87,7 +102,7 @@ class _LoggingAbove(Iterator[T]):
     def _iterate(self) -> Iterator[T]:
         root = logging.getLogger()
         before = root.handlers
-        during = root.handlers = [_AboveTheBar(h) if type(h) is logging.StreamHandler and h.stream in (sys.stderr, sys.stdout)
+        during = root.handlers = [_AboveTheBar(h) if type(h) in (_Console, logging.StreamHandler) and h.stream in (sys.stderr, sys.stdout)
                                   else h for h in before]
         try:
             yield from self._bar

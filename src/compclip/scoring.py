@@ -34,7 +34,6 @@ from .data.images import ImageRef, image_ref
 from .data.shared_memory import check_shared_memory
 from .errors import DataError, NonFiniteError, StorageError
 from .io import atomic_path
-from .models import image_bytes
 from .models.tokens import short_text_encoder, text_width
 from .precision import autocast, image_dtype
 from .progress import progress
@@ -336,6 +335,8 @@ class DualEncoderScorer(Scorer):
     def _over_images(self, keys: list[str], desc: str, encode: Callable[[torch.Tensor], torch.Tensor]) -> tuple[list[str], torch.Tensor]:
         """`encode` over the images of `keys`, decoded and preprocessed in DataLoader workers, in batches: the keys of
         the images that decoded and their rows; the others are recorded in `unreadable`."""
+        from .models import image_bytes
+
         shared = frozenset(i for i, k in enumerate(keys) if self.pixels is not None and k in self.pixels)
         images = _Images([self._sources[k] for k in keys], self.preprocess, shared)
         workers = self.workers if len(shared) < len(keys) else 0  # every image shared: no worker to start

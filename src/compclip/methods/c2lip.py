@@ -12,15 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-import open_clip
 import torch
 import torch.nn.functional as F
-from open_clip.tokenizer import basic_clean, canonicalize_text
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import UsageError
 from ..gather import GatheredLoss
-from ..models.factory import LazyTokenizer
 from ..models.tokens import encode_short_texts, visual_token_embeddings
 from .base import LossPart, Method, Output, option, owned, register_method, require_concept_fields, sigmoid_pairs_loss, text_width_of
 from .siglip import SigLIPLoss, SigLIPPart
@@ -141,6 +138,11 @@ def concept_attention(model, tokenizer, images: torch.Tensor, concept: str, temp
 def _content_ids(tokenizer, text: str) -> list[int]:
     """Token ids of `text` without special tokens, after the cleaning the tokenizer applies to a caption (CLIP's
     lower-casing, SigLIP's canonicalisation: lower case and punctuation removed), so they are the caption's ids."""
+    import open_clip
+    from open_clip.tokenizer import basic_clean, canonicalize_text
+
+    from ..models.factory import LazyTokenizer
+
     inner = tokenizer._build() if isinstance(tokenizer, LazyTokenizer) else tokenizer
     if isinstance(inner, open_clip.SimpleTokenizer):
         return inner.encode(text)  # cleans as __call__ does

@@ -21,12 +21,9 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from open_clip.transform import PreprocessCfg
-from torchvision import transforms as T
 
 from ..errors import UsageError
 from ..gather import GatheredLoss
-from ..models.factory import train_preprocess
 from ..models.tokens import encode_short_texts
 from ..text import sentences
 from .base import ROWS, LossPart, Output, option, owned, register_method, text_width_of, with_text
@@ -44,6 +41,11 @@ class PairViews:
     """The reader transform CLIC needs: the model's training view, plus the half-size view for pairing."""
 
     def __init__(self, model: torch.nn.Module):
+        from open_clip.transform import PreprocessCfg
+        from torchvision import transforms as T
+
+        from ..models.factory import train_preprocess
+
         cfg = PreprocessCfg(**model.visual.preprocess_cfg)
         h, w = (cfg.size, cfg.size) if isinstance(cfg.size, int) else tuple(cfg.size)
         if h % 2 or w % 2:

@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from .. import __version__
 from ..errors import CompclipError, DataError, MissingFileError, NonFiniteError, UsageError
 from ..io import atomic_dir, sha256_of, write_json
+from . import bundled  # noqa: F401  (registers the bundled configs with open_clip and timm: a checkpoint's model_name may name one)
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"

@@ -3,6 +3,9 @@
 C2LIP needs what global pooling throws away: every visual token mapped the way the pooled
 vector is (through SigLIP's attention-pool value path), and the text encoder's per-token
 states so a concept can be pooled over its own span of the caption.
+
+open_clip's classes are imported by the functions that meet its models (a model in hand has loaded it): every
+method's module imports this one, and `compclip methods` lists them without loading open_clip.
 """
 from __future__ import annotations
 
@@ -11,9 +14,6 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from open_clip.model import CLIP
-from open_clip.timm_model import TimmModel
-from open_clip.transformer import TextTransformer, VisionTransformer, text_global_pool
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import UsageError
@@ -33,6 +33,9 @@ def visual_token_embeddings(model: torch.nn.Module, images: torch.Tensor, layer:
     last): an earlier block's tokens take the same final norm and mapping as the last block's
     (our choice; OC-CLIP reads earlier layers). Prefix tokens are left out there.
     """
+    from open_clip.timm_model import TimmModel
+    from open_clip.transformer import VisionTransformer
+
     visual = model.visual
     if isinstance(visual, TimmModel) and hasattr(visual.trunk, "num_prefix_tokens"):  # the timm ViT family
         trunk = visual.trunk
@@ -62,7 +65,7 @@ def visual_token_embeddings(model: torch.nn.Module, images: torch.Tensor, layer:
     )
 
 
-def _timm_tokens(visual: TimmModel, x: torch.Tensor) -> torch.Tensor:
+def _timm_tokens(visual: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A timm ViT's patch tokens `x` (B, M, width) mapped as its pooled vector is (`visual_token_embeddings`).
 
     Training recomputes this in the backward pass rather than keep its activations: through a MAP head every token
@@ -97,6 +100,9 @@ def text_token_states(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch
     are the final-layer token states (after the final layer norm) and `project` maps pooled
     states into the joint space as the text projection does.
     """
+    from open_clip.model import CLIP
+    from open_clip.transformer import TextTransformer, text_global_pool
+
     if isinstance(model, CLIP):  # open_clip's built-in text tower lives on the model itself
         cast_dtype = model.transformer.get_cast_dtype()
         x = model.token_embedding(text).to(cast_dtype) + model.positional_embedding.to(cast_dtype)
@@ -144,6 +150,9 @@ def text_width(model: torch.nn.Module) -> TextWidth | None:
 
 def _causal_tower(model: torch.nn.Module):
     """`(tower, pool, eos, positional, mask, projection)` of a causal text tower pooled at the end-of-text token, or None."""
+    from open_clip.model import CLIP
+    from open_clip.transformer import TextTransformer
+
     if isinstance(model, CLIP):
         tower, pool, eos = model, model.text_pool_type, getattr(model, "text_eos_id", None)
         positional, mask, projection = model.positional_embedding, model.attn_mask, model.text_projection
@@ -176,6 +185,8 @@ class ShortTextEncoder:
 
     def cut(self, text: torch.Tensor, n: int) -> torch.Tensor:
         """The features of `text` read over its first `n` positions alone."""
+        from open_clip.transformer import text_global_pool
+
         text = text[:, :n]
         cast_dtype = self.tower.transformer.get_cast_dtype()
         x = self.tower.token_embedding(text).to(cast_dtype) + self.positional[:n].to(cast_dtype)

@@ -1,10 +1,11 @@
 """The papers' released checkpoints as data: one JSON file each in this folder, named by its id, like the recipes.
 
 An entry names a row (or several) of the four papers' tables (`rows`, as `compclip.eval.papers` spells them) and how
-compclip loads its weights (`loads_as`): an open_clip architecture and pretrained tag of open_clip's own registry
-(`open_clip`), an `hf-hub:` repository (`open_clip_hub`), an open_clip architecture and a weights file from a Hub
-repository (`hub_repo`, `hub_file`) or from a link no library downloads reliably (`url`, saved by hand as `file`, `get`
-saying where) (`open_clip_file`), a transformers model `hf:ORG/NAME` (`transformers`), or none, `unavailable` saying why.
+compclip loads its weights (`loads_as`): an open_clip architecture and pretrained tag of open_clip's own registry, with
+the Hub repository the registry downloads it from (`open_clip`; `hf_hub`), an `hf-hub:` repository (`open_clip_hub`), an
+open_clip architecture and a weights file from a Hub repository (`hub_repo`, `hub_file`) or from a link no library
+downloads reliably (`url`, saved by hand as `file`, `get` saying where) (`open_clip_file`), a transformers model
+`hf:ORG/NAME` (`transformers`), or none, `unavailable` saying why.
 A file open_clip's loader cannot read as it is, its weights under another key (`state_dict_key`) or LoRA halves beside
 them (`lora`, merged by `compclip.models.released.lora`), is converted once into a safetensors file beside it.
 Each entry cites the release it was read from (`source`) and says what was read and what inferred (`verified`).
@@ -42,6 +43,9 @@ class Released:
     verified: str
     model: str | None = None  # open_clip architecture, hf-hub:ORG/NAME, hf:ORG/NAME; for an unavailable one, its class if known
     pretrained: str | None = None
+    # an `open_clip` entry's: the Hub repository open_clip's registry downloads the tag from (its `hf_hub`), so that
+    # `compclip models` says whether it is cached without loading open_clip (3 s); a test holds it to the registry's
+    hf_hub: str | None = None
     hub_repo: str | None = None
     hub_file: str | None = None
     url: str | None = None
@@ -56,7 +60,7 @@ class Released:
 
 def _check(entry: Released, file: str) -> Released:
     """An entry is one route's, with what that route needs: a broken file is a bug of the package, said by name."""
-    needs = {"open_clip": ("model", "pretrained"), "open_clip_hub": ("model",), "transformers": ("model",),
+    needs = {"open_clip": ("model", "pretrained", "hf_hub"), "open_clip_hub": ("model",), "transformers": ("model",),
              "open_clip_file": ("model",), None: ("unavailable",)}
     if entry.loads_as not in needs or file != f"{entry.id}.json":
         raise ValueError(f"released {file}: loads_as {entry.loads_as!r} is none of {ROUTES} or null, or the file is not named by its id")
@@ -210,9 +214,7 @@ def cached(entry: Released) -> bool:
     if entry.loads_as == "open_clip_file":
         return hand_path(entry).is_file() if entry.url else isinstance(try_to_load_from_cache(entry.hub_repo, entry.hub_file), str)
     if entry.loads_as == "open_clip":
-        import open_clip
-
-        repo = open_clip.get_pretrained_cfg(entry.model, entry.pretrained).get("hf_hub", "").strip("/")
+        repo = entry.hf_hub
         files = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
     else:
         repo = entry.model.partition(":")[2]
