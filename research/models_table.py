@@ -16,7 +16,9 @@ one as `--model ARCHITECTURE --pretrained FILE` would (the same loader, the same
 
 How an entry loads (`loads_as`):
 
-- `open_clip`: an architecture and pretrained tag of open_clip's own registry, downloaded by open_clip.
+- `open_clip`: an architecture and pretrained tag of open_clip's own registry, downloaded by open_clip. The entry also
+  records the Hub repository open_clip's registry names for that tag (`hf_hub`, checked against the registry by the
+  suite), which `compclip models` reads to say whether the weights are cached without loading open_clip.
 - `open_clip_hub`: an `hf-hub:ORG/NAME` repository, downloaded by open_clip.
 - `open_clip_file`: an open_clip architecture and a weights file. A file on the Hugging Face Hub is downloaded into the
   Hugging Face cache (resumable). A file behind a Google Drive or Proton Drive link is downloaded by hand: compclip
