@@ -215,7 +215,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("methods/hardneg.py", "owners.new_zeros(image.shape[0]).index_add_(0, owners, torch.ones_like(owners))",
      "torch.bincount(owners, minlength=image.shape[0])", D),
     ("methods/hardneg.py", "(image.shape[0], owners.shape[0])", "(image.shape[0], int(counts.max()))", D),
-    ("methods/occlip.py", "padded(relation_ends, relation_image, g, edge_mask.shape[1])", "padded(relation_ends, relation_image, g)", D),
+    ("methods/occlip.py", "own_ends[:, k : k + 2]", "own_ends[:, :2]", "tests/test_occlip.py -k brute_force"),
     ("methods/clic.py", 'return with_text(batch, batch["first_text"], "first_text")', 'return {**batch, "text": batch["first_text"]}', D),
     ("train/trainer.py", "self.view, text_width(self.model))", "self.view, None)", "tests/test_device_reads.py tests/test_train.py"),
     ("scoring.py", "encode(chunk.to(self.device), width(chunk))", "encode(chunk.to(self.device))", "tests/test_device_reads.py"),
@@ -1146,6 +1146,13 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      'import torch\nimport torch.nn.functional as F\n',
      'import torch\nimport torch.nn.functional as F\nfrom open_clip.transform import PreprocessCfg  # noqa: F401\n',
      'tests/test_cli.py -k listing_commands'),
+    ("methods/occlip.py", 'torch.where(live, F.cross_entropy(logits.T[mine], mine, reduction="none"), 0).sum()',
+     'F.cross_entropy(logits.T[mine], mine, reduction="none").sum()', "tests/test_occlip.py -k brute_force"),
+    ("methods/occlip.py", "dead[:, None] | dead[None, :]", "dead[None, :]", "tests/test_occlip.py -k brute_force"),
+    ("methods/occlip.py", "edges = relation_image.new_zeros(g).index_add_(0, relation_image, torch.ones_like(relation_image))",
+     "edges = relation_image.new_zeros(g)", "tests/test_occlip.py -k brute_force"),
+    ("methods/occlip.py", "loss = torch.where(edges[mine] > 0, F.cross_entropy(", "loss = torch.where(edges[mine] >= 0, F.cross_entropy(",
+     "tests/test_occlip.py -k brute_force"),
 ]
 
 
