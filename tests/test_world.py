@@ -318,6 +318,8 @@ def test_the_demo_fine_tunes_at_once_as_it_does_one_after_another(tmp_path):
     together, together_runs, _ = compare_methods(tmp_path / "together", *args, **toy, console=Console(file=said["together"]), jobs=2)
     assert "at once" not in said["apart"].getvalue()  # a CPU's default: one after another
     assert "fine-tuning 2 runs, 2 at once" in said["together"].getvalue()
+    for name in ("siglip-ft", "attswap-ft"):  # each said as it ends: minutes would pass on a GPU without a line
+        assert re.search(rf"^  {name} \(seed 0\) fine-tuned, \d+ s$", said["together"].getvalue(), re.M), said["together"].getvalue()
     assert together == apart
     for name in ("siglip-ft", "attswap-ft"):
         a, b = (load_file(runs[name][0] / "model.safetensors") for runs in (apart_runs, together_runs))

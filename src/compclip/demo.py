@@ -95,23 +95,28 @@ def _score(checkpoint: str, folder: Path, **kwargs) -> None:
         evaluate(EvalConfig(checkpoint, BENCHMARKS, str(folder), **kwargs))
 
 
-def at_once(fn: Callable[..., Any], calls: list[dict[str, Any]], jobs: int, meanwhile: Callable[[], None] | None = None) -> list[Any]:
+def at_once(fn: Callable[..., Any], calls: list[dict[str, Any]], jobs: int, meanwhile: Callable[[], None] | None = None,
+            done: Callable[[int], None] | None = None) -> list[Any]:
     """`fn(**call)` for each of `calls`, in order: one after another here, or with `jobs` > 1 that many at once, each in a
-    spawned process (CUDA cannot be forked) whose progress bars are hidden; `meanwhile()` runs here while they do (before
-    them where they run here). A failure is raised here once the others have ended."""
+    spawned process (CUDA cannot be forked) whose progress bars are hidden, `done(i)` said here as call i ends (after
+    `meanwhile`) so that minutes do not pass without a line; `meanwhile()` runs here while they do (before them where
+    they run here). A failure is raised here once the others have ended."""
     if jobs <= 1 or len(calls) <= 1:
         if meanwhile is not None:
             meanwhile()
         return [fn(**call) for call in calls]
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     jobs = min(jobs, len(calls))
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_job_start,
                              initargs=(job_threads(jobs),)) as pool:
-        futures = [pool.submit(fn, **call) for call in calls]
+        futures = {pool.submit(fn, **call): i for i, call in enumerate(calls)}
         if meanwhile is not None:
             meanwhile()
+        for future in as_completed(futures) if done is not None else ():
+            if future.exception() is None:
+                done(futures[future])
         return [future.result() for future in futures]
 
 
@@ -390,10 +395,13 @@ def compare_methods(
                                         **{**FINE_TUNE, **common, "steps": steps, "seed": s}}
                   for method in methods.split(",") for s in seed_list}
     jobs = min(len(fine_tunes), (len(fine_tunes) if device == "cuda" else 1) if jobs is None else jobs)
+    done = None
     if jobs > 1:
         console.print(f"fine-tuning {len(fine_tunes)} runs, {jobs} at once, each in a process of its own (--jobs)")
+        started, labels = time.monotonic(), [f"{name} (seed {s})" for name, s in fine_tunes]
+        done = lambda i: console.print(f"  {labels[i]} fine-tuned, {time.monotonic() - started:.0f} s")  # noqa: E731
     # the runs' scoring stays here, after them: a stop reaches a run's process in training, which answers it itself
-    for (name, s), final in zip(fine_tunes, at_once(_train, list(fine_tunes.values()), jobs, score_base), strict=True):
+    for (name, s), final in zip(fine_tunes, at_once(_train, list(fine_tunes.values()), jobs, score_base, done), strict=True):
         runs.setdefault(name, {})[s] = final
         for score in scores(name, s):
             _score(str(final), **score)
