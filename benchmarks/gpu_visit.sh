@@ -3,13 +3,13 @@
 # memory, the training benchmark (ViT-B-16 with negclip, hardneg and OC-CLIP; its bounds; the SigLIP architecture with
 # C2LIP), the demo from an empty folder, and the evaluation against CLIP_benchmark. Needs .gpu/ from
 # benchmarks/gpu_bundle.sh beside the checkout. Each stage runs under its own limit and all of them within END seconds; the
-# output, stamped with the seconds since the start, goes to $OUT/all.log with each benchmark's JSON. STAGES picks stages
-# (default: all).
+# output, stamped with the seconds since the start, goes to $OUT/all.log with each benchmark's JSON. STAGES picks the
+# stages and their order (default: all, those not yet measured on a GPU first; at 3bdf1fb all of them took about 900 s).
 #     END=540 bash benchmarks/gpu_visit.sh                 # on the GPU machine, in the repository's root
 #     LOCAL=1 STAGES=vitb,map bash benchmarks/gpu_visit.sh  # the same glue here, on the CPU, with the tiny models
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
-T0=$SECONDS; END=${END:-540}; STAGES=${STAGES:-cuda,occmem,vitb,bounds,map,demo,eval}
+T0=$SECONDS; END=${END:-540}; STAGES=${STAGES:-cuda,demo,map,vitb,eval,occmem,bounds}
 say() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/all.log"; }
 run() {  # run LIMIT CMD...: the command's output stamped with the seconds since the start, into all.log
     local t=$((END - (SECONDS - T0))); (( t > $1 )) && t=$1; shift
@@ -40,17 +40,23 @@ print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'open_clip'
 [ "${PIPESTATUS[0]}" = 0 ] || { say "imports failed"; exit 1; }
 BENCH=(benchmarks/train_vs_open_clip_train.py --device $DEV --batch $BATCH --precision $PREC --workers $WORKERS --steps $STEPS
        --samples $SAMPLES --shards /tmp/bench-shards)
-want cuda && run 150 $PY -m pytest tests/test_cuda.py -q -p no:cacheprovider -o addopts=""
-want occmem && run 90 $PY benchmarks/occlip_memory.py --device $DEV --precision $PREC --batch $BATCH
-want vitb && run 320 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts sides,phases --profile hardneg,occlip
-want bounds && run 160 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts bounds --steps 16
-want map && run 160 $PY "${BENCH[@]}" --models $MAP --methods c2lip --parts sides,phases --profile c2lip
-cp benchmarks/results/train_vs_open_clip_train-$DEV-*-b$BATCH*.json "$OUT/" 2>/dev/null
-if want demo; then
+stage_cuda() { run 150 $PY -m pytest tests/test_cuda.py -q -p no:cacheprovider -o addopts=""; }
+stage_occmem() { run 90 $PY benchmarks/occlip_memory.py --device $DEV --precision $PREC --batch $BATCH; }
+stage_vitb() { run 320 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts sides,phases --profile hardneg,occlip; }
+stage_bounds() { run 160 $PY "${BENCH[@]}" --models $VITB --methods negclip,hardneg,occlip --parts bounds --steps 16; }
+stage_map() { run 200 $PY "${BENCH[@]}" --models $MAP --methods c2lip --parts sides,phases --profile c2lip; }
+stage_demo() {
     rm -rf /tmp/gpu-demo && mkdir /tmp/gpu-demo
-    if [ -z "${LOCAL:-}" ]; then run 200 $PY -m compclip demo --device cuda --workers 8 --out /tmp/gpu-demo/demo
+    if [ -z "${LOCAL:-}" ]; then run 240 $PY -m compclip demo --device cuda --workers 8 --out /tmp/gpu-demo/demo
     else run 900 $PY -m compclip demo --methods siglip --seeds 0 --out /tmp/gpu-demo/demo; fi
-fi
-want eval && run 150 $PY benchmarks/eval_vs_clip_benchmark.py --device $DEV --workers $WORKERS --workdir /tmp/evalbench \
-    $([ -n "${LOCAL:-}" ] && echo --model ViT-S-32)
+}
+stage_eval() {
+    run 150 $PY benchmarks/eval_vs_clip_benchmark.py --device $DEV --workers $WORKERS --workdir /tmp/evalbench \
+        $([ -n "${LOCAL:-}" ] && echo --model ViT-S-32)
+}
+for stage in ${STAGES//,/ }; do
+    declare -F "stage_$stage" >/dev/null || { say "no stage $stage (cuda, demo, map, vitb, eval, occmem, bounds)"; exit 1; }
+    "stage_$stage"
+    cp benchmarks/results/train_vs_open_clip_train-$DEV-*-b$BATCH*.json "$OUT/" 2>/dev/null
+done
 say "done"
