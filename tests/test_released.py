@@ -79,20 +79,24 @@ def test_an_entry_is_found_by_its_name_whatever_the_case_and_a_typo_names_the_cl
         get_released("negclip-b23")
 
 
-@pytest.fixture
-def swap_att(tmp_path):
-    """SugarCrepe's swap_att split of four items, their images under their COCO names."""
-    root = tmp_path / "bench"
+def swap_att_split(root: Path, items: int) -> Path:
+    """SugarCrepe's swap_att split of `items` items under `root`, their images under their COCO names."""
     (root / "coco" / "val2017").mkdir(parents=True)
     (root / "sugarcrepe").mkdir()
     records = {}
-    for i in range(4):
+    for i in range(items):
         name = f"{i + 1:012d}.jpg"
         (root / "coco" / "val2017" / name).write_bytes(image_bytes(i))
         records[str(i)] = {"filename": name, "caption": f"a red dog beside a blue cat {i}",
                            "negative_caption": f"a blue dog beside a red cat {i}"}
     (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))
     return root
+
+
+@pytest.fixture
+def swap_att(tmp_path):
+    """SugarCrepe's swap_att split of four items."""
+    return swap_att_split(tmp_path / "bench", 4)
 
 
 def _state():
@@ -461,18 +465,8 @@ def stand_ins(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_items(tmp_path_factory):
-    """SugarCrepe's swap_att split of two items, their images under their COCO names."""
-    root = tmp_path_factory.mktemp("bench")
-    (root / "coco" / "val2017").mkdir(parents=True)
-    (root / "sugarcrepe").mkdir()
-    records = {}
-    for i in range(2):
-        name = f"{i + 1:012d}.jpg"
-        (root / "coco" / "val2017" / name).write_bytes(image_bytes(i))
-        records[str(i)] = {"filename": name, "caption": f"a red dog beside a blue cat {i}",
-                           "negative_caption": f"a blue dog beside a red cat {i}"}
-    (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))
-    return root
+    """SugarCrepe's swap_att split of two items, for every entry of the module."""
+    return swap_att_split(tmp_path_factory.mktemp("bench"), 2)
 
 
 def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[dict, dict, dict, Path]:
