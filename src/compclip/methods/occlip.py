@@ -124,10 +124,15 @@ def _halves(mlp: nn.Sequential, relation: torch.Tensor, slot: torch.Tensor) -> t
     return mlp[2](mlp[1](hidden))
 
 
+def group_sizes(owner: torch.Tensor, groups: int) -> torch.Tensor:
+    """How many rows each of `groups` owns, on the device (`bincount` reads its max back)."""
+    return owner.new_zeros(groups).index_add_(0, owner, torch.ones_like(owner))
+
+
 def padded(rows: torch.Tensor, owner: torch.Tensor, groups: int, longest: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows listed group by group (owner ascending) as (groups, longest, ...) and its mask; `longest`, where the same
     owners were padded already, is that width."""
-    counts = owner.new_zeros(groups).index_add_(0, owner, torch.ones_like(owner))  # bincount reads its max back
+    counts = group_sizes(owner, groups)
     if longest is None:  # a read from the device the data makes necessary: the padded width is the busiest graph's count
         longest = int(counts.max()) if len(owner) else 0
     first = torch.cumsum(counts, 0) - counts
@@ -187,7 +192,7 @@ class OCCLIPLoss(GatheredLoss):
         # The relations stay listed as they came, graph by graph, and nothing below is sized by a value: on a GPU every
         # `nonzero` or boolean mask makes the host wait for the work queued before it (OC-CLIP's step took 1.69× CLIP's
         # at ViT-B-16 with a dozen such waits a step, its GPU idle a quarter of the time).
-        edges = relation_image.new_zeros(g).index_add_(0, relation_image, torch.ones_like(relation_image))
+        edges = group_sizes(relation_image, g)
         local = torch.cat([binding.score_listed(binding.slots(tokens[c : c + self.chunk], nodes, node_mask), nodes, node_mask,
                                                 relation_features, relation_image, relation_ends[:, :2], edges)
                            for c in range(0, b, self.chunk)])
@@ -362,7 +367,8 @@ class GraphScorer(DualEncoderScorer):
         owner = lambda items: torch.tensor([x[-1] for x in items], dtype=torch.long)  # noqa: E731
         node_rows, node_mask = padded(rows([embedded[t] for t, _ in nodes]), owner(nodes), len(captions))
         relations, edge_mask = padded(rows([embedded[r] for r, *_ in edges]), owner(edges), len(captions))
-        ends, _ = padded(torch.tensor([[s, o] for _, s, o, _ in edges], dtype=torch.long).reshape(-1, 2), owner(edges), len(captions))
+        ends, _ = padded(torch.tensor([[s, o] for _, s, o, _ in edges], dtype=torch.long).reshape(-1, 2), owner(edges), len(captions),
+                         edge_mask.shape[1])
         return tuple(t.to(self.device) for t in (node_rows, node_mask, relations, ends, edge_mask))
 
     def _encode_tokens(self, keys: list[str]) -> tuple[list[str], torch.Tensor]:
