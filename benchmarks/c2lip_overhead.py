@@ -4,7 +4,7 @@ ViT-B-16-SigLIP with random weights (no checkpoint exists offline), batch 16, CP
 concepts (about 4 noun phrases per caption). A step is forward, loss, backward and Adam.
 SigLIP's tokenizer lives on the hub, so captions are tokenized with the CLIP BPE and the ids
 folded into SigLIP's 32,000-word vocabulary: the work is the same, the words are not.
-Target (issue 4): C2LIP / SigLIP step time <= 1.15. Then the memory C2LIP's visual tokens keep for the backward pass
+Target: C2LIP / SigLIP step time <= 1.15. Then the memory C2LIP's visual tokens keep for the backward pass
 beyond `encode_image`, their path kept and recomputed (`token_path_memory`).
 
 Run: .venv/bin/python benchmarks/c2lip_overhead.py [--pairs 3]

@@ -1,4 +1,4 @@
-"""Wall time of `compclip --help` and `compclip <cmd> --help` in fresh processes (issue 16, target ≤ 1 s each).
+"""Wall time of `compclip --help` and `compclip <cmd> --help` in fresh processes (target ≤ 1 s each).
 
 Each command runs 5 times as its own process, the way a user types it; the median is printed
 next to the bare interpreter's start-up (`python -c pass`), the floor no CLI can go under.

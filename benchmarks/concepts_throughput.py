@@ -4,7 +4,7 @@ The naive loop (`for c in captions: nlp(c)`, the full pipeline, as CLIC does per
 compclip's engine (distinct captions, `nlp.pipe`, only the needed components, worker
 processes, Parquet cache) on the same machine in one run; both must give the same noun
 phrases. Then the engine again on its warm cache.
-Target (issue 3), 2 cores, cold cache: >= 1,500 captions/s and >= 3x the naive loop.
+Target, 2 cores, cold cache: >= 1,500 captions/s and >= 3x the naive loop.
 
 Run: .venv/bin/python benchmarks/concepts_throughput.py [--workers 2]
 """

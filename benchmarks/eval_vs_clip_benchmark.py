@@ -8,7 +8,7 @@ COCO images exist here). CLIP_benchmark runs as its users run it (`clip_benchmar
 fp32 (CLIP_benchmark `--no_amp`), where the script asserts identical per-split accuracies, and
 AMP (CLIP_benchmark's default, `torch.autocast` on the device: bf16 on a CPU, so compclip runs
 `--precision amp_bf16` there and `amp` on a GPU), where it prints the largest difference.
-Targets (issues 5 and 13): compclip >= 3x faster than CLIP_benchmark at each precision.
+Targets: compclip >= 3x faster than CLIP_benchmark at each precision.
 
 Needs the `bench` extra: .venv/bin/pip install -e '.[bench]'
 Run: .venv/bin/python benchmarks/eval_vs_clip_benchmark.py [--model ViT-B-32] [--precisions fp32,amp]

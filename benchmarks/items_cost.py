@@ -1,5 +1,5 @@
 """What per-item results cost `compclip eval` on SugarCrepe's 7 splits: the time spent making the rows and writing them
-as Parquet, against the whole evaluation's. Target (issue 62): at most 5 % of it.
+as Parquet, against the whole evaluation's. Target: at most 5 % of it.
 
 Stand-in images under SugarCrepe's real COCO file names (no COCO images exist here), the ViT-B-32 architecture with
 random weights (the per-item cost does not depend on them; the evaluation's does, as a real model's would), fp32 on the

@@ -1,6 +1,6 @@
 """Time to build and encode with each bundled config, compclip's load_model beside plain open_clip.
 
-Target (issue 2): a bundled config builds and encodes offline in under 2 s.
+Target: a bundled config builds and encodes offline in under 2 s.
 Run: .venv/bin/python benchmarks/model_load.py
 """
 import os

@@ -1,6 +1,6 @@
 """Binding-world generation speed at 64 px: `compclip world generate` (2 worker processes) beside a
 plain single-process loop that samples, renders and saves the same scenes.
-Target (issue 6): >= 500 images/s on 2 cores at 64 px.
+Target: >= 500 images/s on 2 cores at 64 px.
 Run: .venv/bin/python benchmarks/world_generate.py [--n 10000]
 """
 import argparse

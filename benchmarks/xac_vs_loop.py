@@ -3,7 +3,7 @@
 The loop attends every image with one phrase at a time (B×M×D matrix-vector work per
 phrase); compclip's xac_loss scores all phrases at once with matrix products and gets the
 pooled norm from the token Gram matrix. Same values asserted; forward + backward timed.
-Target (issue 4), B = 64, 256 concepts, ViT-B/16 tokens (M = 196, D = 768), CPU: >= 10x.
+Target, B = 64, 256 concepts, ViT-B/16 tokens (M = 196, D = 768), CPU: >= 10x.
 
 Run: .venv/bin/python benchmarks/xac_vs_loop.py
 """

@@ -1,4 +1,4 @@
-"""The table over worlds of worlds run apart: each on its own machine or in its own session, as
+"""The table over worlds of worlds run apart: each on its own machine or in its own job, as
 `compclip demo --methods M --seeds S --world-seeds W --out OUT_W` (the study's worlds are `--world-seeds 0`, `1`
 and `2` of `--methods siglip,attswap,c2lip,hardneg,clic,occlip,ceclip,svlc,dac,conclip,tripletclip --seeds 0,1,2`,
 each world the same there as in one `compclip demo --study`). Each world's numbers, seed by seed, come from its

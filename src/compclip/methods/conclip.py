@@ -1,6 +1,5 @@
 """CoN-CLIP (Singh et al., "Learn 'No' to Say 'Yes' Better: Improving Vision-Language Models via Negations", WACV 2025),
-as its released code (github.com/jaisidhsingh/CoN-CLIP@503388a) trains it; the paper's text was not at hand, so the
-released code is the definition (docs/methods.md §2.8).
+as its released code (github.com/jaisidhsingh/CoN-CLIP@503388a) trains it; the released code is the definition (docs/methods.md §2.8).
 
 Each image comes with two data fields: `negated_caption` (c'), its caption negated (CC-Neg's `sop_data["negative-prompt"]`,
 false for the image), and `distractor_image` (I'), an image for which c' holds (the released code's COCO image, its

@@ -1,7 +1,7 @@
 """DAC (Doveh et al., NeurIPS 2023, "Dense and Aligned Captions (DAC) Promote Compositional Reasoning in VL Models"), as
 its released code (github.com/SivanDoveh/DAC@ca23611) trains it with the README's commands (`--mil_dense
---mil_dense_negs --vl_negs --neg_type rand_both --mil_batch 10`); the paper's text was not at hand, so the released code is
-the definition (docs/methods.md §2.6).
+--mil_dense_negs --vl_negs --neg_type rand_both --mil_batch 10`); the released code is the
+definition (docs/methods.md §2.6).
 
 Each image comes with its dense captions (DAC-LLM: sentences an LLM wrote from the image's caption; DAC-SAM: BLIP-2
 captions of its SAM segments), a data field, `dense_captions`: a list of texts per sample, which the JSON lines and

@@ -1,6 +1,6 @@
 """TripletCLIP (Patel et al., NeurIPS 2024, "TripletCLIP: Improving Compositional Reasoning of CLIP via Synthetic
 Vision-Language Negatives"), as its released code (github.com/tripletclip/TripletCLIP@abbf81c, `src/openclip/`) trains
-it; the paper's text was not at hand, so the released code is the definition (docs/methods.md §2.7).
+it; the released code is the definition (docs/methods.md §2.7).
 
 Each image comes with a hard-negative image and its caption, two data fields: `negative_caption` (y'), a text, and
 `negative_image` (x'), an image generated from y', which the reader decodes and views with the image's own training
