@@ -147,6 +147,17 @@ def test_compclip_recipes_lists_every_recipe_with_its_citation_and_choices(capsy
     assert code == 2 and err.startswith("error: --recipe c2lip-cc4m: no such recipe (did you mean c2lip-cc3m?)")
 
 
+def test_compclip_recipes_name_shows_that_recipe_alone_and_a_mistyped_one_is_one_line(capsys):
+    code, out, _ = run_main(capsys, "recipes", "negclip-coco")
+    assert code == 0 and out.startswith(f"negclip-coco: {get_recipe('negclip-coco').citation}\n")
+    assert [line.split(": ")[0] for line in out.splitlines() if not line.startswith(" ")] == ["negclip-coco"]
+    _, whole, _ = run_main(capsys, "recipes")
+    assert out in whole  # the same lines as in the full listing
+    code, _, err = run_main(capsys, "recipes", "c2lip-cc4m")
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("error: --recipe c2lip-cc4m: no such recipe (did you mean c2lip-cc3m?)")
+
+
 def test_train_with_the_c2lip_recipe_runs_its_optimiser_schedule_and_loss_weights(tmp_path, capsys):
     """`compclip train --recipe c2lip-cc3m` with a tiny model and two steps: what the trainer builds is the paper's (AdamW
     of the authors' script, lr 1e-5, β, ε, weight decay, warm-up then cosine, λ_npc 1, λ_xac 0.01, open_clip's bf16, seed 42),

@@ -337,7 +337,8 @@ def _typed(ctx: typer.Context, cls: type) -> set[str]:
 
 
 @app.command()
-def recipes() -> None:
+def recipes(names: list[str] | None = typer.Argument(None, metavar="[NAME]...", help="Show only these recipes (all when none).",
+                                                     show_default=False)) -> None:
     """List the papers' published training recipes (`train --recipe NAME`): each one's citation, data and settings,
     marking the settings the paper leaves open that compclip chose, and where a run of it departs from the paper.
 
@@ -345,12 +346,13 @@ def recipes() -> None:
 
     \b
     compclip recipes
+    compclip recipes c2lip-cc3m
     """
     import shlex
 
     from .recipes import get_recipe, list_recipes
 
-    for name in list_recipes():
+    for name in names or list_recipes():
         recipe = get_recipe(name)
         typer.echo(f"{name}: {recipe.citation}")
         typer.echo(f"  data: {recipe.data}")
