@@ -64,3 +64,14 @@ def test_no_command_output_speaks_of_how_it_was_built():
     assert len(texts) > 20 and all(texts.values())
     found = {args: hits(text) for args, text in texts.items() if hits(text)}
     assert not found, found
+
+
+def test_the_front_page_is_short_and_reaches_a_command_early():
+    """README: at most 300 lines, its first `compclip` command within 40, and it names what compclip is for today."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300
+    first = next(n for n, line in enumerate(lines, 1) if line.startswith("compclip "))
+    assert first <= 40
+    head = "\n".join(lines[:first])
+    for words in ("CE-CLIP", "SVLC", "DAC", "CoN-CLIP", "TripletCLIP", "released checkpoints", "sweep", "transformers"):
+        assert words in head, words
