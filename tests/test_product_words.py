@@ -75,3 +75,10 @@ def test_the_front_page_is_short_and_reaches_a_command_early():
     head = "\n".join(lines[:first])
     for words in ("CE-CLIP", "SVLC", "DAC", "CoN-CLIP", "TripletCLIP", "released checkpoints", "sweep", "transformers"):
         assert words in head, words
+
+
+def test_the_speed_reference_holds_todays_figures_and_leaves_the_history_to_its_file():
+    """docs/benchmarks.md is a reference (each target, its command, the latest figure): at most about 700 lines."""
+    lines = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 700
+    assert "benchmarks-history.md" in "\n".join(lines)
