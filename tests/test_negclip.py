@@ -287,3 +287,19 @@ def test_nearest_neighbours_leaves_out_a_rows_own_image_in_every_chunk_of_rows()
     for row, near in enumerate(found):
         ranked = sorted((j for j in range(30) if images[j] != images[row]), key=lambda j: -float(unit[row] @ unit[j]))
         assert near == ranked[:4], (row, near)
+
+
+def test_a_neighbour_index_outside_the_data_is_refused_before_step_one_writing_nothing(tmp_path, capsys):
+    """The last of eight records lists record 99 (a neighbours file of other data): `compclip train` reads in order two a
+    step, and would draw it at step 4, three checkpoints written; it is one error line naming the file, the record and
+    both numbers before step 1, and no run folder is left."""
+    data = write_data(tmp_path, [[1], [0], [3], [2], [5], [4], [7], [99]], images=8)
+    store = store_of(tmp_path, data.read_text().splitlines())
+    code, _, err = run_main(capsys, "-q", "train", "--method", "negclip", "--method-opt", "hard_images=neighbours", "--field-key",
+                            "neighbours=neg_image", "--model", "compclip-tiny-siglip", "--train-data", data, "--concepts", store,
+                            "--steps", "4", "--batch-size", "2", "--shuffle", "0", "--save-every", "1", "--workers", "0",
+                            "--out", tmp_path / "run")
+    said = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and said == [f"error: {data}:8: field 'neg_image' holds record index 99, and {data} has 8 records (indices 0 "
+                                  "to 7): its neighbours were computed for other data"], err[-3000:]
+    assert not (tmp_path / "run").exists()
