@@ -276,7 +276,9 @@ def test_compclip_neighbours_never_gives_a_record_its_own_photo_under_its_path_a
 def test_nearest_neighbours_leaves_out_a_rows_own_image_in_every_chunk_of_rows():
     """Thirty rows, six images of five rows each spread through them (row r shows image r % 6), the similarity matrix
     held four rows at a time: past the first chunk too, no row's neighbour is a row of its own image, and each row's
-    neighbours are, most similar first, the rows of other images ranked by a full sort of its cosine similarities."""
+    neighbours are, most similar first, the rows of other images ranked by a full sort of its cosine similarities. More
+    neighbours than the 25 rows of other images a row has are refused."""
+    from compclip.errors import UsageError
     from compclip.neighbours import nearest_neighbours
 
     images = [r % 6 for r in range(30)]
@@ -287,6 +289,9 @@ def test_nearest_neighbours_leaves_out_a_rows_own_image_in_every_chunk_of_rows()
     for row, near in enumerate(found):
         ranked = sorted((j for j in range(30) if images[j] != images[row]), key=lambda j: -float(unit[row] @ unit[j]))
         assert near == ranked[:4], (row, near)
+    with pytest.raises(UsageError, match=re.escape("--k must be 1 to 25 (the fewest records of other images than a record's own), "
+                                                   "not 26")):
+        nearest_neighbours(features, k=26, images=images, chunk=4)
 
 
 def test_a_neighbour_index_outside_the_data_is_refused_before_step_one_writing_nothing(tmp_path, capsys):
