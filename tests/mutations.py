@@ -954,7 +954,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      '*()',
      'tests/test_negclip.py -k neighbours_in_an_arrays'),
     ('neighbours.py',
-     '        sims[rows, rows + start] = float("-inf")  # never itself\n',
+     '        sims[own[start : start + chunk, None] == own[None, :]] = float("-inf")  # never itself, nor its image\'s other records\n',
      '',
      'tests/test_negclip.py -k compclip_neighbours'),
     ('neighbours.py',
@@ -1155,6 +1155,24 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_occlip.py -k brute_force"),
     ("demo.py", "            if future.exception() is None:\n                done(futures[future])\n", "            pass\n",
      "tests/test_world.py -k at_once"),
+    # neighbours, CC-Neg's distractors, the neighbours' check before step 1, the logged throughput
+    ("neighbours.py", "own[start : start + chunk, None] == own[None, :]", "own[: sims.shape[0], None] == own[None, :]",
+     "tests/test_negclip.py -k every_chunk"),
+    ("neighbours.py", "own = torch.arange(features.shape[0]) if images is None else torch.as_tensor(images, dtype=torch.long)",
+     "own = torch.arange(features.shape[0])", "tests/test_negclip.py -k own_photo"),
+    ("neighbours.py", '("sha256", sha256_of(file)) if files_of_size[size] > 1 else ("file", file)', '("file", file)',
+     "tests/test_negclip.py -k own_photo"),
+    ("neighbours.py", "found = nearest_neighbours(torch.cat(features), k, image_numbers([records[row] for row in rows]))",
+     "found = nearest_neighbours(torch.cat(features), k)", "tests/test_negclip.py -k own_photo"),
+    ("neighbours.py", "int(torch.bincount(own)[own].max())", "1", "tests/test_negclip.py -k every_chunk"),
+    ("data/ccneg.py", "if not 0 <= nearest < len(coco):", "if not nearest < len(coco):", "tests/test_conclip.py -k negative_distractor"),
+    ("train/trainer.py", "        refuse_neighbours_outside(whole)\n", "", "tests/test_negclip.py -k before_step_one"),
+    ("train/refusals.py", "outside = next((n for n in listed if not 0 <= n < total), None)",
+     "outside = next((n for n in listed if n < 0), None)", "tests/test_negclip.py -k before_step_one"),
+    ("train/refusals.py", "    for index in range(total):\n", "    for index in range(total // 2):\n",
+     "tests/test_negclip.py -k before_step_one"),
+    ("train/loop.py", '"samples_per_second": samples * env.world_size / batch_time', '"samples_per_second": samples / batch_time',
+     "tests/test_cluster.py -k samples_of_both"),
 ]
 
 

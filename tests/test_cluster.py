@@ -413,6 +413,25 @@ def test_a_preempted_torchrun_stops_every_rank_at_one_step_and_resumes_exactly(t
         assert losses(tmp_path / to) == pytest.approx(losses(tmp_path / "straight"), rel=1e-6), sig
 
 
+def test_a_torchrun_of_two_processes_logs_the_samples_of_both_a_second(tmp_path):
+    """Two processes under torchrun, a batch of 4 each: each step's logged `samples_per_second` is the 8 samples of both
+    ranks over the step's `batch_time`, and `samples_per_second_per_gpu` one rank's 4 (open_clip_train's
+    `samples_per_second` counts `batch_size * world_size`)."""
+    from test_train import env_for_children, free_port, make_dataset
+
+    data = make_dataset(tmp_path, n=16)
+    done = run_tree([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+                     "-m", "compclip", "-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", str(data),
+                     "--out", str(tmp_path / "run"), "--steps", "2", "--batch-size", "4", "--workers", "0", "--device", "cpu"],
+                    env=env_for_children(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    for r in records:
+        assert r["samples_per_second"] * r["batch_time"] == pytest.approx(2 * 4, rel=1e-9), r
+        assert r["samples_per_second_per_gpu"] * r["batch_time"] == pytest.approx(4, rel=1e-9), r
+
+
 def shard(path, n=12, damage=None, cut=None):
     """A webdataset shard of n samples (jpg + txt); `damage`: the member (e.g. "s003.jpg") whose header is overwritten
     with garbage; `cut`: keep only this many bytes."""

@@ -216,3 +216,18 @@ def test_compclip_data_ccneg_refuses_a_coco_id_given_two_files(tmp_path, capsys)
     code, _, err = run_main(capsys, "data", "ccneg", "--root", root, "--coco-images", tmp_path, "--coco-captions", coco, "--out",
                             tmp_path / "t.jsonl")
     assert code == 2 and f"error: {coco}: images[3] names image id 10 'z.jpg', an earlier record 'a.jpg'" in err, err
+
+
+def test_compclip_data_ccneg_skips_and_names_a_negative_distractor_index_as_one_past_the_end(tmp_path, capsys):
+    """A distractor index of -1 names no COCO image, as 3 (past the 3 images) names none: both records are skipped,
+    counted under "no distractor" and named, never given COCO's last image by Python's wrap-around."""
+    root = tmp_path / "ccneg"
+    coco = write_ccneg(root, torch.tensor([[2, 0], [-1, 1], [1, 2], [2, 1], [3, 0]]), held=40_000)
+    out = tmp_path / "train.jsonl"
+    code, said, err = run_main(capsys, "data", "ccneg", "--root", root, "--coco-images", tmp_path / "train2017", "--coco-captions",
+                               coco, "--out", out)
+    assert code in (0, None), err
+    assert [json.loads(line)["caption"] for line in out.read_text().splitlines()] == ["a dog number 0", "a dog number 2"]
+    assert f"wrote {out}: 2 records; skipped {{'no distractor': 2, 'no caption or negated caption': 1}}" in said
+    for record, index in ((1, -1), (4, 3)):
+        assert f"{root / 'distractor_image_mapping.pt'}: record {record} skipped: no distractor among 3 COCO images (index {index}" in err

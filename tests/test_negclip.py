@@ -237,3 +237,74 @@ def store_of(root, lines):
     captions = [json.loads(line)["caption"] for line in lines if line.startswith('{"')]
     build_store(captions, root / "store", ("noun_phrases", "pos"))
     return root / "store"
+
+
+def test_compclip_neighbours_never_gives_a_record_its_own_photo_under_its_path_a_link_or_a_copy(tmp_path, capsys):
+    """A caption file as COCO and Flickr give one, several captions a photo: four noise photos of three captions each,
+    and photo 0 again as a link and as a copy under other names (one caption each). Each record's three neighbours show
+    other photos (told by their bytes), and are the three records of other photos of highest cosine similarity of the
+    model's embeddings: their similarities the top three of those records' (ties among one photo's captions in any
+    order)."""
+    from compclip.models import load_model
+
+    (tmp_path / "img").mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(4):
+        Image.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(tmp_path / "img" / f"{i}.png")
+    (tmp_path / "img" / "copy-of-0.png").write_bytes((tmp_path / "img" / "0.png").read_bytes())
+    (tmp_path / "img" / "link-to-0.png").symlink_to("0.png")
+    names = [f"{i}.png" for i in range(4) for _ in range(3)] + ["copy-of-0.png", "link-to-0.png"]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"image": f"img/{name}", "caption": f"caption {n} of {name}"}) + "\n"
+                                                 for n, name in enumerate(names)))
+    code, out, err = run_main(capsys, "neighbours", tmp_path / "data.jsonl", "--model", "compclip-tiny-siglip", "--k", "3", "--out",
+                              tmp_path / "nn.jsonl")
+    assert code == 0, err
+    assert "14 records, 3 neighbours each" in out
+    found = [json.loads(line)["neighbours"] for line in (tmp_path / "nn.jsonl").read_text().splitlines()]
+    photo = [(tmp_path / "img" / name).read_bytes() for name in names]
+    model, preprocess, _ = load_model("compclip-tiny-siglip")
+    with torch.no_grad():
+        x = F.normalize(model.encode_image(torch.stack([preprocess(Image.open(tmp_path / "img" / name).convert("RGB"))
+                                                        for name in names])), dim=-1).numpy()
+    sims = x @ x.T
+    for i, near in enumerate(found):
+        assert len(near) == 3 and all(photo[j] != photo[i] for j in near), (names[i], [names[j] for j in near])
+        others = sorted((sims[i, j] for j in range(len(names)) if photo[j] != photo[i]), reverse=True)
+        assert [sims[i, j] for j in near] == pytest.approx(others[:3], abs=1e-5), names[i]
+
+
+def test_nearest_neighbours_leaves_out_a_rows_own_image_in_every_chunk_of_rows():
+    """Thirty rows, six images of five rows each spread through them (row r shows image r % 6), the similarity matrix
+    held four rows at a time: past the first chunk too, no row's neighbour is a row of its own image, and each row's
+    neighbours are, most similar first, the rows of other images ranked by a full sort of its cosine similarities. More
+    neighbours than the 25 rows of other images a row has are refused."""
+    from compclip.errors import UsageError
+    from compclip.neighbours import nearest_neighbours
+
+    images = [r % 6 for r in range(30)]
+    centres = torch.randn(6, 16, generator=torch.Generator().manual_seed(2))
+    features = centres[images] + 0.3 * torch.randn(30, 16, generator=torch.Generator().manual_seed(3))
+    found = nearest_neighbours(features, k=4, images=images, chunk=4).tolist()
+    unit = features / features.norm(dim=1, keepdim=True)
+    for row, near in enumerate(found):
+        ranked = sorted((j for j in range(30) if images[j] != images[row]), key=lambda j: -float(unit[row] @ unit[j]))
+        assert near == ranked[:4], (row, near)
+    with pytest.raises(UsageError, match=re.escape("--k must be 1 to 25 (the fewest records of other images than a record's own), "
+                                                   "not 26")):
+        nearest_neighbours(features, k=26, images=images, chunk=4)
+
+
+def test_a_neighbour_index_outside_the_data_is_refused_before_step_one_writing_nothing(tmp_path, capsys):
+    """The last of eight records lists record 99 (a neighbours file of other data): `compclip train` reads in order two a
+    step, and would draw it at step 4, three checkpoints written; it is one error line naming the file, the record and
+    both numbers before step 1, and no run folder is left."""
+    data = write_data(tmp_path, [[1], [0], [3], [2], [5], [4], [7], [99]], images=8)
+    store = store_of(tmp_path, data.read_text().splitlines())
+    code, _, err = run_main(capsys, "-q", "train", "--method", "negclip", "--method-opt", "hard_images=neighbours", "--field-key",
+                            "neighbours=neg_image", "--model", "compclip-tiny-siglip", "--train-data", data, "--concepts", store,
+                            "--steps", "4", "--batch-size", "2", "--shuffle", "0", "--save-every", "1", "--workers", "0",
+                            "--out", tmp_path / "run")
+    said = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and said == [f"error: {data}:8: field 'neg_image' holds record index 99, and {data} has 8 records (indices 0 "
+                                  "to 7): its neighbours were computed for other data"], err[-3000:]
+    assert not (tmp_path / "run").exists()

@@ -87,15 +87,25 @@ def records(root: Path, coco_images: Path, coco_captions: Path, split: str = "tr
             log.warning("%s: record %d skipped: no %s", root / ANNOTATIONS, i, e)
             continue
         if mapping is not None:
-            try:
-                nearest = int(mapping[i][0])
-                record["distractor_image"] = str(coco[nearest])
-            except (IndexError, KeyError, TypeError, ValueError) as e:
+            distractor = _distractor(mapping, i, coco)
+            if not isinstance(distractor, Path):
                 skipped["no distractor"] += 1
-                log.warning("%s: record %d skipped: no distractor among %d COCO images (%s: %s)", root / MAPPING, i, len(coco),
-                            type(e).__name__, e)
+                log.warning("%s: record %d skipped: no distractor among %d COCO images (%s)", root / MAPPING, i, len(coco), distractor)
                 continue
+            record["distractor_image"] = str(distractor)
         yield record
+
+
+def _distractor(mapping: Any, i: int, coco: list[Path]) -> Path | str:
+    """Record `i`'s distractor, COCO image `mapping[i][0]`, or why it has none. An index is counted from the first image:
+    -1 is no image (Python's indexing would wrap it to the last)."""
+    try:
+        nearest = int(mapping[i][0])
+    except (IndexError, KeyError, TypeError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    if not 0 <= nearest < len(coco):
+        return f"index {nearest}, none of them"
+    return coco[nearest]
 
 
 def write_jsonl(root: Path, coco_images: Path, coco_captions: Path, out: Path, split: str = "train") -> tuple[int, Counter]:

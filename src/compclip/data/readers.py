@@ -169,6 +169,12 @@ def bad_records(value: Any) -> str | None:
     return None if bad is None else f"holds {bad!r}, not a record index"
 
 
+def neighbour_outside(where: str, key: str, index: int, data: str, total: int) -> str:
+    """The line for record `where`, whose field `key` names record `index` of `data`'s `total`: no record of it."""
+    return (f"{where}: field {key!r} holds record index {index}, and {data} has {total:,} records (indices 0 to {total - 1}): "
+            "its neighbours were computed for other data")
+
+
 _ABSENT = object()  # a declared field the record does not have
 
 # What each data field a method may declare holds (`LossPart.sample_fields`), by its name: a list of texts (DAC's dense
@@ -393,9 +399,7 @@ class ImageTextReader(IterableDataset):
         neighbours, total = sample.pop("neighbours"), self.num_records()
         index = rng.choice(neighbours)
         if not 0 <= index < total:
-            key = self.fields["neighbours"]
-            raise DataError(f"{sample['key']}: field {key!r} holds record index {index}, and {self.name} has {total:,} records "
-                            f"(indices 0 to {total - 1}): its neighbours were computed for other data")
+            raise DataError(neighbour_outside(sample["key"], self.fields["neighbours"], index, self.name, total))
         where, image, caption, extra = self.record_at(index)
         found = self._make(where, image, caption, extra, _Relabelled(self.skips, sample["key"], f"field {self.fields['neighbours']!r}: "))
         if found is None:

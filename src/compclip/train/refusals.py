@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ..errors import UsageError
+from ..data.readers import bad_records, field_kind, neighbour_outside
+from ..errors import DataError, UsageError
 from ..models.checkpoint import read_config
 from .config import PATH_OPTIONS, TrainConfig, absolute_path
 from .run_folder import changed_options, extends
@@ -63,6 +64,23 @@ def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[s
     log.warning("extending %s from %d to %d steps at step %s%s", cfg.out, saved["steps"], cfg.steps, at,
                 f": the {cfg.schedule} schedule now ends at step {cfg.steps}" if cfg.schedule != "const" else "")
     return {"at_step": at, "steps": [saved["steps"], cfg.steps]}
+
+
+def refuse_neighbours_outside(reader) -> None:
+    """A record's neighbour (NegCLIP's `neighbours`, record indices of the same data) that names no record of it is
+    refused before step 1, in the reader's own line naming the record: drawn, it would stop the run at whatever step
+    first draws it, checkpoints already written. Every record is read on every rank, so that all refuse together."""
+    key = next((key for name, key in reader.fields.items() if field_kind(name) == "records"), None)
+    if key is None or not reader.random_access:  # none declared; shards, which `check_partners` refuses
+        return
+    total = reader.num_records()
+    for index in range(total):
+        where, _, _, extra = reader.record_at(index)
+        listed = (extra or {}).get("neighbours")
+        if bad_records(listed) is None:  # a value that is no list of indices is the reader's to skip as a bad record
+            outside = next((n for n in listed if not 0 <= n < total), None)
+            if outside is not None:
+                raise DataError(neighbour_outside(where, key, outside, reader.name, total))
 
 
 def nothing_to_train_on(reader, cfg: TrainConfig) -> str:

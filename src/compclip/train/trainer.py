@@ -51,7 +51,7 @@ from .evaluation import RunEvaluation, keep_if_best
 from .faults import NonFiniteGuard, StopSignals, peer_lost, worker_init
 from .loop import train_loop
 from .optim import lr_schedule, make_optimizer, param_groups
-from .refusals import nothing_to_train_on, refuse_another_run, refuse_what_cannot_learn
+from .refusals import nothing_to_train_on, refuse_another_run, refuse_neighbours_outside, refuse_what_cannot_learn
 from .run_folder import RunLock, latest_checkpoint
 from .run_loggers import RunLoggers
 from .state import TrainState
@@ -85,6 +85,7 @@ class Trainer:
         whole = open_reader(given.train_data, **reader_kwargs(given, given.train_data, given.image_root), admit=self.method.admits,
                             fields=fields)
         self.cfg = cfg = given.resolved(self.env.world_size, lambda: self._records_an_epoch(whole, given))
+        refuse_neighbours_outside(whole)
         self.out = Path(cfg.out)
         self.run_folder = RunFolder(self.out)  # its layout
         self.data_files = data_files(cfg.train_data)  # what a resume compares beside the options
