@@ -88,9 +88,10 @@ def read_parquet(files: list[Path], columns: tuple[str, ...], images: tuple[str,
 
 def read_csv(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str] | None, str | None]]:
     """The rows of an official CSV file as pandas' `read_csv` reads them (a field of any length, a quoted field may span
-    lines), each (line number, row, None), or (line number, None, why) for a row not of the file's format: its quoting
-    malformed, more or fewer fields than the header, bytes that are not UTF-8. A file without `columns`, or with a
-    quote that never closes (every row after it would be lost), is a `DataError`."""
+    lines), each (line number, row, None), or (line number, row, why) for a row not of the file's format: more or fewer
+    fields than the header (a field the row lacks is None), bytes that are not UTF-8, or its quoting malformed (the row
+    None). A file without `columns`, or with a quote that never closes (every row after it would be lost), is a
+    `DataError`."""
     from ..data.table import open_table, table_rows
 
     try:
@@ -102,22 +103,22 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[s
     if lacking:
         raise DataError(f"{path}: no column {', '.join(lacking)} (columns: {', '.join(header)})")
     for line, row, malformed in table_rows(path, ","):
-        yield (line, None, malformed) if malformed else (line, *_row_problem(row, len(header)))
+        yield line, row, malformed or _row_problem(row, len(header))
 
 
-def _row_problem(row: dict, width: int) -> tuple[dict[str, str] | None, str | None]:
-    """(row, None) for a row of `width` fields, all UTF-8; else (None, why)."""
+def _row_problem(row: dict, width: int) -> str | None:
+    """Why a row is not of `width` fields, all UTF-8, or None."""
     if None in row:  # csv.DictReader's key for the fields past the header's
-        return None, f"{width + len(row[None])} fields, the header has {width}: a field holds an unquoted comma"
+        return f"{width + len(row[None])} fields, the header has {width}: a field holds an unquoted comma"
     cut = [k for k, v in row.items() if v is None]
     if cut:
-        return None, f"{width - len(cut)} fields, the header has {width} (no {', '.join(cut)}): the row is cut short"
+        return f"{width - len(cut)} fields, the header has {width} (no {', '.join(cut)}): the row is cut short"
     for key, value in row.items():
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:  # a byte the file's reading escaped: not UTF-8
-            return None, f"{key} holds bytes that are not UTF-8 (the file is read as UTF-8, as the release writes it)"
-    return row, None
+            return f"{key} holds bytes that are not UTF-8 (the file is read as UTF-8, as the release writes it)"
+    return None
 
 
 @dataclass

@@ -94,10 +94,9 @@ class CREPE(Benchmark):
         of the release's format is skipped and named in `malformed`."""
         rows = []
         for index, (line, row, why) in enumerate(read_csv(file, ("image_id", "caption", *REGION, negatives))):
-            if row is not None:
-                why = text_problem(row, "image_id") or text_problem(row, "caption")
-                box, why = (None, why) if why else region(row)
-                hard, why = (None, why) if why else hard_negatives(row, negatives)
+            why = why or text_problem(row, "image_id") or text_problem(row, "caption")
+            box, why = (None, why) if why else region(row)
+            hard, why = (None, why) if why else hard_negatives(row, negatives)
             if why:
                 malformed.skip(f"{file} [{split}]", f"at line {line}", why, split)
                 continue

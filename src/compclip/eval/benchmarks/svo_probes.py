@@ -63,7 +63,7 @@ class SVOProbes(Benchmark):
         file = self.file(root)
         subsets: dict[str, list[dict]] = {s: [] for s in SPLITS}
         for index, (line, row, why) in enumerate(read_csv(file, COLUMNS)):
-            flags = {} if row is None else {s: row[column].strip().lower() for s, column in SPLITS.items()}
+            flags = {} if row is None else {s: (row.get(column) or "").strip().lower() for s, column in SPLITS.items()}
             on = [s for s, flag in flags.items() if flag == "true"]
             subset = on[0] if len(on) == 1 else None  # the notebook's filters: one kind of negative alone
             why = why or row_problem(row, flags)
