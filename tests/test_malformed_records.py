@@ -152,7 +152,8 @@ def test_svo_probes_names_rows_not_utf8_or_cut_short_and_reads_a_long_field_as_p
             (long, "False", "False", "True", 1, 2)]
     lines = [SVO_HEADER.encode()] + [f"{s},x,y,{a},{b},{c},{p},{n},u,v".encode() for s, a, b, c, p, n in good]
     lines.insert(2, "a caf\u00e9 car,x,y,True,False,False,1,2,u,v".encode("latin-1"))  # line 3: a Latin-1 byte
-    lines.append(b"a red car,x,y,False,True,False,1")  # line 6: cut mid-line
+    lines.append(b"a red car,x,y,False,True,False,1,,u,v")  # line 6: no false image
+    lines.append(b"a red car,x,y,False,True,False,1")  # line 7: cut mid-line
     file = tmp_path / "svo_probes" / "svo_probes.csv"
     file.write_bytes(b"\n".join(lines))
     result = run("svo_probes", tmp_path)
@@ -166,7 +167,8 @@ def test_svo_probes_names_rows_not_utf8_or_cut_short_and_reads_a_long_field_as_p
     assert result.metrics["overall"] == notebook(good) == pytest.approx(2 / 3)
     assert named(result, f"{file} [subj]", "at line 3") == ("malformed, skipped: sentence holds bytes that are not UTF-8 (the file "
                                                             "is read as UTF-8, as the release writes it)")
-    assert named(result, f"{file} [verb]", "at line 6").startswith("malformed, skipped: 7 fields, the header has 10")
+    assert named(result, f"{file} [verb]", "at line 6") == "malformed, skipped: neg_image_id is empty"
+    assert named(result, f"{file} [verb]", "at line 7").startswith("malformed, skipped: 7 fields, the header has 10")
     assert not any(k.endswith(("images/.jpg", "images/None.jpg")) for k in result.missing.files)
     assert not result.complete
 
