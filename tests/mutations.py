@@ -30,6 +30,7 @@ B = "eval/benchmarks/"  # the shipped benchmarks' modules
 F = "tests/test_formats.py -k "
 S = "tests/test_spectrum.py"
 R = "tests/test_released.py -k "
+MAL = "tests/test_malformed_records.py -k "
 C = "tests/test_cluster.py -k 'colleague or private_feature or without_flock'"
 TO_FLICKR = ('\n        },\n        "options": {\n          "captions": "pre_caption",\n          "max_words": 30\n'
              '        }\n      }\n    },\n    "Flickr30k ')  # a COCO retrieval column's end in papers/clic.json
@@ -573,13 +574,13 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      'mine, half = interval([v for _, v in scored[:1]]) if scored else (math.nan, math.nan)', 'tests/test_papers.py -k several_seeds'),
     ('eval/report.py', 'averaged = [r["table"] for r in rows if "\\\\pm" in r["line"]]',
      'averaged = [r["table"] for r in rows if "±" in r["line"]]', 'tests/test_papers.py -k several_seeds'),
-    ('eval/benchmarks/valse.py', 'if r.get("mturk", {}).get("caption", 0) >= VALIDATED]',
-     'if r.get("mturk", {}).get("caption", 0) >= 0]', 'tests/test_eval_formats.py -k valse'),
-    ('eval/benchmarks/svo_probes.py', 'if sum(flags.values()) == 1:',
-     'if any(flags.values()):', 'tests/test_eval_formats.py -k svo'),
-    ('eval/benchmarks/crepe.py', '"box": (x, y, x + w, y + h),',
-     '"box": (x, y, w, h),', 'tests/test_eval_formats.py -k crepe'),
-    ('eval/benchmarks/spec.py', 'right = chosen(rows, [int(s["label"]) for _, s in kept], ties)',
+    ('eval/benchmarks/valse.py', 'elif record["mturk"]["caption"] >= VALIDATED:',
+     'elif record["mturk"]["caption"] >= 0:', 'tests/test_eval_formats.py -k valse'),
+    ('eval/benchmarks/svo_probes.py', 'subset = on[0] if len(on) == 1 else None',
+     'subset = on[0] if on else None', 'tests/test_eval_formats.py -k svo'),
+    ('eval/benchmarks/crepe.py', 'return (x, y, x + width, y + height), None',
+     'return (x, y, width, height), None', 'tests/test_eval_formats.py -k crepe'),
+    ('eval/benchmarks/spec.py', 'right = chosen(rows, [s["label"] for _, s in kept], ties)',
      'right = chosen(rows, [0] * len(kept), ties)', 'tests/test_eval_formats.py -k spec'),
     ('eval/benchmarks/imagecode.py', 'return sorted(found, key=lambda p: int(FRAME.fullmatch(p.name).group(1)))',
      'return sorted(found)', 'tests/test_eval_formats.py -k imagecode'),
@@ -1173,6 +1174,43 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_negclip.py -k before_step_one"),
     ("train/loop.py", '"samples_per_second": samples * env.world_size / batch_time', '"samples_per_second": samples / batch_time',
      "tests/test_cluster.py -k samples_of_both"),
+    # benchmark readers (VALSE, FOIL-it!, EqBen, SPEC, SVO-Probes, CREPE, ImageCoDe): official rules, validated records
+    (B + "valse.py", 'elif record["mturk"]["caption"] >= VALIDATED:', 'elif record["mturk"]["caption"] >= ANNOTATORS:', MAL + "valse"),
+    (B + "valse.py", 'base = root / "coco" / "val2014" if folder is None', 'base = root / "coco" / "val2017" if folder is None',
+     MAL + "foil_it"),
+    (B + "valse.py", '    if "mturk" not in record:\n        return "no mturk', '    if False:\n        return "no mturk', MAL + "valse"),
+    (B + "valse.py", "absent[f\"{self.image(root, split, {'image_file': ''})} [{split}]\"]",
+     "absent[str(self.image(root, split, {'image_file': ''}))]", MAL + "valse"),
+    (B + "valse.py", "        absent.update(malformed.named())\n", "", MAL + "valse"),
+    (B + "valse.py", "                absent[str(self.file(root, split))] = f\"unusable, instrument not scored: {e}\"",
+     "                raise", MAL + "valse"),
+    (B + "eqben.py", "    if subset not in SUBSETS:\n        return f\"image0's", "    if False:\n        return f\"image0's",
+     MAL + "eqben"),
+    (B + "eqben.py", "    if isinstance(value, list) and not value:\n", "    if False:\n", MAL + "eqben"),
+    (B + "eqben.py", "        absent.update(malformed.named(splits))\n", "", MAL + "eqben"),
+    (B + "spec.py", 'return text_problem(sample, "query") or integer_problem(sample, "label", len(keys))',
+     'return text_problem(sample, "query")', MAL + "spec"),
+    (B + "spec.py", "if not isinstance(keys, list) or len(keys) < 2", "if len(keys) < 2", MAL + "spec"),
+    ("eval/base.py", "if isinstance(value, bool) or not isinstance(value, int):", "if isinstance(value, bool):", MAL + "spec"),
+    ("eval/base.py", "yield line, row, malformed or _row_problem(row, len(header))", "yield line, row, malformed", MAL + "svo_probes"),
+    ("eval/base.py", "yield line, row, malformed or _row_problem(row, len(header))", "yield line, row, malformed", MAL + "crepe"),
+    ("eval/base.py", "    if cut:\n        return f\"{width - len(cut)}", "    if False:\n        return f\"{width - len(cut)}",
+     MAL + "svo_probes"),
+    (B + "svo_probes.py", "why = text_problem(row, key)", "why = None", MAL + "svo_probes"),
+    (B + "crepe.py", "hard = [hard] if isinstance(hard, str) else hard", "hard = list(hard) if isinstance(hard, str) else hard",
+     MAL + "crepe"),
+    (B + "crepe.py", "or width <= 0 or height <= 0:", "or width < 0 or height < 0:", MAL + "crepe"),
+    (B + "crepe.py", "    if not hard:\n        return None, f\"{negatives} is empty",
+     "    if False:\n        return None, f\"{negatives} is empty", MAL + "crepe"),
+    (B + "crepe.py", '                absent[str(self.file(root, split, options))] = f"unusable, split not scored: {e}"',
+     "                raise", MAL + "crepe"),
+    (B + "imagecode.py", "if not INDEX.fullmatch(index) or int(index) >= SET_SIZE:", "if int(index) >= SET_SIZE:", MAL + "imagecode"),
+    (B + "imagecode.py", "if not INDEX.fullmatch(index) or int(index) >= SET_SIZE:",
+     "if not INDEX.fullmatch(index) or int(index) > SET_SIZE:", MAL + "imagecode"),
+    (B + "imagecode.py", 'return None if isinstance(text, str) else f"the description', 'return None if True else f"the description',
+     MAL + "imagecode"),
+    ("eval/run.py", "except (DataError, MissingFileError) as e:  # this benchmark's", "except MissingFileError as e:  # this benchmark's",
+     MAL + "unusable_file"),
 ]
 
 

@@ -8,10 +8,11 @@ unreadable is named in `Result.absent`; either marks the result incomplete.
 """
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,41 @@ def read_parquet(files: list[Path], columns: tuple[str, ...], images: tuple[str,
     return rows
 
 
+def read_csv(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str] | None, str | None]]:
+    """The rows of an official CSV file as pandas' `read_csv` reads them (a field of any length, a quoted field may span
+    lines), each (line number, row, None), or (line number, row, why) for a row not of the file's format: more or fewer
+    fields than the header (a field the row lacks is None), bytes that are not UTF-8, or its quoting malformed (the row
+    None). A file without `columns`, or with a quote that never closes (every row after it would be lost), is a
+    `DataError`."""
+    from ..data.table import open_table, table_rows
+
+    try:
+        with open_table(path) as f:
+            header = next(csv.reader([f.readline()]), [])
+    except FileNotFoundError:
+        raise MissingFileError(f"{path}: missing (see `compclip data check`)") from None
+    lacking = [c for c in columns if c not in header]
+    if lacking:
+        raise DataError(f"{path}: no column {', '.join(lacking)} (columns: {', '.join(header)})")
+    for line, row, malformed in table_rows(path, ","):
+        yield line, row, malformed or _row_problem(row, len(header))
+
+
+def _row_problem(row: dict, width: int) -> str | None:
+    """Why a row is not of `width` fields, all UTF-8, or None."""
+    if None in row:  # csv.DictReader's key for the fields past the header's
+        return f"{width + len(row[None])} fields, the header has {width}: a field holds an unquoted comma"
+    cut = [k for k, v in row.items() if v is None]
+    if cut:
+        return f"{width - len(cut)} fields, the header has {width} (no {', '.join(cut)}): the row is cut short"
+    for key, value in row.items():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a byte the file's reading escaped: not UTF-8
+            return f"{key} holds bytes that are not UTF-8 (the file is read as UTF-8, as the release writes it)"
+    return None
+
+
 @dataclass
 class Missing:
     """Images a benchmark needed and could not score, each once in the order met: not there, or (from the scorer's
@@ -116,6 +152,52 @@ class Missing:
         unreadable = [k for k, why in self.files.items() if why != "not found"]
         examples = [k if self.files[k] == "not found" else f"{k} ({self.files[k]})" for k in list(self.files)[:MISSING_EXAMPLES]]
         return {"count": len(self.files), "unreadable": len(unreadable), "examples": examples}
+
+
+@dataclass
+class Malformed:
+    """Records of an official file that are not of its format (a field absent, of another type, out of range): each
+    skipped before scoring and named in `Result.absent` by its file, subset and record, so that a result never counts
+    fewer items than the file holds without saying which and why. The first few of a file and subset are named one by
+    one, the others counted."""
+
+    found: dict[str, list[tuple[str, str, str | None]]] = field(default_factory=dict)  # place: (record, why, its subset)
+
+    def skip(self, place: str, record: Any, why: str, subset: str | None = None) -> None:
+        """Record `record` of `place` (a file, with its subset where it has one) is skipped because `why`; `subset`
+        None where the record's subset cannot be told (it is then named in every run)."""
+        self.found.setdefault(place, []).append((str(record), why, subset))
+
+    def named(self, asked: tuple[str, ...] = ()) -> dict[str, str]:
+        """`Result.absent`'s entries for the records of the subsets `asked` (all: every record) and those of no subset."""
+        absent = {}
+        for place, skipped in self.found.items():
+            mine = [(record, why) for record, why, subset in skipped if not asked or subset is None or subset in asked]
+            for record, why in mine[:MISSING_EXAMPLES]:
+                absent[f"{place} record {record}"] = f"malformed, skipped: {why}"
+            if len(mine) > MISSING_EXAMPLES:
+                absent[f"{place} records"] = f"{len(mine) - MISSING_EXAMPLES} more malformed records skipped"
+        return absent
+
+
+def text_problem(record: Mapping[str, Any], key: str) -> str | None:
+    """Why `record[key]` is not a text of the official format (absent, another type, empty), or None."""
+    if key not in record:
+        return f"no {key}"
+    value = record[key]
+    if not isinstance(value, str):
+        return f"{key} is {value!r}, not a text"
+    return None if value.strip() else f"{key} is empty"
+
+
+def integer_problem(record: Mapping[str, Any], key: str, below: int) -> str | None:
+    """Why `record[key]` is not a whole number from 0 up to `below` (a JSON number, not a text or a boolean), or None."""
+    if key not in record:
+        return f"no {key}"
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{key} is {value!r}, not a whole number"
+    return None if 0 <= value < below else f"{key} is {value}, not from 0 to {below - 1}"
 
 
 @dataclass

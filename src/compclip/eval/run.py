@@ -305,7 +305,9 @@ def refuse_unusable_model(net, preprocess) -> None:
 
 def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: dict[str, Any], ties: str, blind: bool,
              out: Path | None, before_write=lambda: None) -> dict[str, dict[str, Any]]:
-    """Each job's result record (`head`: the model's fields), written to `out/<job>.json` where `out` is given."""
+    """Each job's result record (`head`: the model's fields), written to `out/<job>.json` where `out` is given. A job
+    whose files are absent or unusable (a file that is not of its benchmark's format) scores nothing, says why under
+    `lacks`, and leaves the other jobs to run."""
     if blind and not hasattr(scorer, "blind"):
         raise UsageError(f"--blind replaces each image by the mean of the benchmark's images: {head['model']}'s scorer "
                          f"({type(scorer).__name__}) has no such mean")
@@ -319,12 +321,15 @@ def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: di
                                   "options": dataclasses.asdict(made[job.name]),
                                   **{key: head[key] for key in ("name", "released") if key in head}}
         lacks = bench.lacks(root, job.splits)
+        if not lacks:
+            try:
+                fields, items = score_job(scorer, bench, job, root, rule, made[job.name], blind)
+                record.update(fields)
+            except (DataError, MissingFileError) as e:  # this benchmark's files are unusable: the next ones are still scored
+                lacks = str(e)
         if lacks:
             log.error("%s: cannot run: %s", job.label, lacks)
             record.update(metrics={}, complete=False, lacks=lacks)
-        else:
-            fields, items = score_job(scorer, bench, job, root, rule, made[job.name], blind)
-            record.update(fields)
         if out is not None:
             before_write()  # again: another eval may have begun meanwhile
             write_result(out, job, record, None if lacks else items)

@@ -14,13 +14,17 @@ paper's figure). The official rank comes from `torch.argsort`, whose order among
 ranks a tie below the caption's rivals (strict) or above them (`--ties clip_benchmark`). Systematicity's files are
 one per pretraining set (`crepe.pretraining`, default laion: open_clip's LAION-400M models; the authors: use it only for
 models pretrained on CC12M, YFCC15M or LAION-400M). Each productivity type also averages its complexities present
-(`prod_TYPE`). A file not there is named, not scored.
+(`prod_TYPE`). A file not there, or not readable as the release's CSV, is named, not scored. The CSV is read as the
+release's pandas reads it (UTF-8, a field of any length) and the hard negatives as `BaseCsvDataset` reads them
+(`ast.literal_eval`): a list of texts, or one quoted text, which is one option (the release's `list()` of it would
+split it into its letters). A row not of that format (bytes that are not UTF-8, hard negatives that are no text or an
+empty list, a region of no width or height) is skipped and named by its file and line.
 """
 from __future__ import annotations
 
 import ast
-import csv
 import dataclasses
+import math
 from pathlib import Path
 
 import torch
@@ -28,7 +32,7 @@ import torch
 from ...errors import DataError, UsageError
 from ...options import option
 from .. import protocols
-from ..base import Benchmark, Missing, Result, acc_of, mean_present, rate, register
+from ..base import Benchmark, Malformed, Missing, Result, acc_of, mean_present, rate, read_csv, register, text_problem
 from ..items import choice_rows
 
 PRETRAINING = ("cc12m", "yfcc", "laion")
@@ -37,6 +41,7 @@ SYSTEMATICITY = {f"syst_{seen}_{kind}": (f"{seen}_compounds", f"valid_hard_negs_
 PRODUCTIVITY = {f"prod_{kind}_{n}": (kind, n) for kind in ("atom", "negate", "swap") for n in range(4, 13)}
 KINDS = {"atom": "object", "comp": "attribute", "swap": "relation", "negate": "negation"}  # the false captions' change
 RECALLS = (1, 3, 5, 10)
+REGION = ("x", "y", "width", "height")
 VG_FOLDERS = ("VG_100K", "VG_100K_2")
 
 
@@ -84,29 +89,24 @@ class CREPE(Benchmark):
         present, _ = self.present(root, splits, Options())
         return None if present else self.missing_files(root, [self.file(root, s, Options()) for s in (splits or self.splits)[:1]])
 
-    def rows(self, file: Path, negatives: str) -> list[dict]:
-        """The CSV's rows, each with its region and its options (the caption first), its line's index as `id`."""
-        with open(file, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            lacking = [c for c in ("image_id", "caption", "x", "y", "width", "height", negatives) if c not in (reader.fieldnames or [])]
-            if lacking:
-                raise DataError(f"{file}: no column {', '.join(lacking)}")
-            rows = []
-            for index, row in enumerate(reader):
-                try:
-                    hard = ast.literal_eval(row[negatives])
-                    box = tuple(float(row[k]) for k in ("x", "y", "width", "height"))
-                except (ValueError, SyntaxError) as e:
-                    raise DataError(f"{file}:{index + 2}: unreadable {negatives} or region ({e})") from None
-                x, y, w, h = box
-                rows.append({"id": index, "image_id": row["image_id"].strip(), "box": (x, y, x + w, y + h),
-                             "options": [str(row["caption"]), *map(str, hard)]})
+    def rows(self, file: Path, negatives: str, split: str, malformed: Malformed) -> list[dict]:
+        """The CSV's rows, each with its region and its options (the caption first), its row's index as `id`; a row not
+        of the release's format is skipped and named in `malformed`."""
+        rows = []
+        for index, (line, row, why) in enumerate(read_csv(file, ("image_id", "caption", *REGION, negatives))):
+            why = why or text_problem(row, "image_id") or text_problem(row, "caption")
+            box, why = (None, why) if why else region(row)
+            hard, why = (None, why) if why else hard_negatives(row, negatives)
+            if why:
+                malformed.skip(f"{file} [{split}]", f"at line {line}", why, split)
+                continue
+            rows.append({"id": index, "image_id": row["image_id"].strip(), "box": box, "options": [row["caption"], *hard]})
         return rows
 
     def images(self, root):
         options = Options()
         return list(dict.fromkeys(self.image(root, r["image_id"]) for s in self.present(root, (), options)[0]
-                                  for r in self.rows(self.file(root, s, options), self.negatives(s))))
+                                  for r in self.rows(self.file(root, s, options), self.negatives(s), s, Malformed())))
 
     @staticmethod
     def negatives(split: str) -> str:
@@ -114,11 +114,16 @@ class CREPE(Benchmark):
 
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or Options()
-        missing, metrics, items = Missing.of(scorer), {}, []
+        missing, metrics, items, malformed = Missing.of(scorer), {}, [], Malformed()
         present, absent = self.present(root, splits, options)
+        read = {}
         for split in present:
+            try:
+                read[split] = self.rows(self.file(root, split, options), self.negatives(split), split, malformed)
+            except DataError as e:  # this file alone: the others are scored
+                absent[str(self.file(root, split, options))] = f"unusable, split not scored: {e}"
+        for split, records in read.items():
             scorer.at(split)
-            records = self.rows(self.file(root, split, options), self.negatives(split))
             kept = [r for r in records if missing.keep([self.image(root, r["image_id"])])]
             flat = [(self.image(root, r["image_id"]), option, r["box"]) for r in kept for option in r["options"]]
             scores = scorer.pairs([f[0] for f in flat], [f[1] for f in flat], [f[2] for f in flat]) if flat else torch.zeros(0)
@@ -133,7 +138,35 @@ class CREPE(Benchmark):
             items += choice_rows(split, [r["id"] for r in kept], [self.image(root, r["image_id"]) for r in kept],
                                  [r["options"] for r in kept], [s.tolist() for s in each], ranks < 1)
         for kind in ("atom", "negate", "swap"):
-            members = [s for s in present if s.startswith(f"prod_{kind}_") and metrics[s]["n"]]
+            members = [s for s in read if s.startswith(f"prod_{kind}_") and metrics[s]["n"]]
             if members:
                 metrics[f"prod_{kind}"] = mean_present(metrics[s]["acc"] for s in members)
+        absent.update(malformed.named())
         return Result(metrics, missing, absent, items)
+
+
+def region(row: dict[str, str]) -> tuple[tuple[float, float, float, float] | None, str | None]:
+    """The row's region as (left, top, right, bottom), or None and why it is not one (`TF.crop` takes a width and a
+    height above 0)."""
+    try:
+        x, y, width, height = (float(row[k]) for k in REGION)
+    except ValueError:
+        return None, f"the region {', '.join(f'{k} {row[k]!r}' for k in REGION)} is not four numbers"
+    if not all(map(math.isfinite, (x, y, width, height))) or width <= 0 or height <= 0:
+        return None, f"the region's width {row['width']} and height {row['height']} are not both above 0"
+    return (x, y, x + width, y + height), None
+
+
+def hard_negatives(row: dict[str, str], negatives: str) -> tuple[list[str] | None, str | None]:
+    """The row's hard negatives as the release reads them (`ast.literal_eval`): a list of texts, or one quoted text as
+    one option; or None and why not."""
+    try:
+        hard = ast.literal_eval(row[negatives])
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None, f"{negatives} {row[negatives][:80]!r} is not a Python list of texts"
+    hard = [hard] if isinstance(hard, str) else hard
+    if not isinstance(hard, (list, tuple)) or not all(isinstance(h, str) for h in hard):
+        return None, f"{negatives} {row[negatives][:80]!r} is not a Python list of texts"
+    if not hard:
+        return None, f"{negatives} is empty: no hard negative to rank the caption among"
+    return list(hard), None

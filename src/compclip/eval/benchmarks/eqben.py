@@ -13,7 +13,9 @@ Rule: `evaluate_eqben_locally.py` (`cal_wino_score`): text right when c0 scores 
 group both; a tie wrong. Per subset, the first folder of `image0` (eqbenag, eqbenyoucook2, eqbengebc, eqbenkubric_loc,
 eqbenkubric_attr, eqbenkubric_cnt, eqbensd: `SUBSET_LENGTH_INFO`), and `overall` over every record scored. A subset
 of the annotation whose images are not there is counted missing; the release's YouCook2 frames are `.npy` arrays
-(`process_img_npy`), which compclip does not decode: counted as unreadable, never scored.
+(`process_img_npy`), which compclip does not decode: counted as unreadable, never scored. A record not of the release's
+format (a field absent, a caption that is not a text or a non-empty list of texts, an image whose first folder is none
+of the subsets) is skipped and named by its index, under its subset where it has one.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import torch
 from ...errors import DataError
 from ...options import option
 from .. import protocols
-from ..base import Benchmark, Missing, Result, acc_of, rate, read_json, register
+from ..base import Benchmark, Malformed, Missing, Result, acc_of, rate, read_json, register
 from ..items import grid_rows
 
 SUBSETS = ("eqbenag", "eqbenyoucook2", "eqbengebc", "eqbenkubric_loc", "eqbenkubric_attr", "eqbenkubric_cnt", "eqbensd")
@@ -64,28 +66,32 @@ class EqBen(Benchmark):
     def lacks(self, root, splits):
         return self.missing_files(root, [self.file(root, Options())])
 
-    def records(self, root: Path, options: Options) -> list[dict]:
+    def records(self, root: Path, options: Options, malformed: Malformed) -> list[dict]:
+        """The annotation's records, each with its index as `id`, its captions' first and its subset; a record not of the
+        release's format is skipped and named in `malformed`."""
         file = self.file(root, options)
         found = read_json(file)
         if not isinstance(found, list):
             raise DataError(f"{file}: not a list of {{{', '.join(FIELDS)}}} records")
         records = []
         for k, r in enumerate(found):
-            if not isinstance(r, dict) or not set(FIELDS) <= set(r):
-                raise DataError(f"{file}: record {k} lacks {', '.join(f for f in FIELDS if not isinstance(r, dict) or f not in r)}")
+            why, subset = record_problem(r)
+            if why:
+                malformed.skip(f"{file} [{subset}]" if subset else str(file), k, why, subset)
+                continue
             first = {c: r[c][0] if isinstance(r[c], list) else r[c] for c in ("caption0", "caption1")}
-            records.append({"id": k, **r, **first, "subset": str(r["image0"]).split("/")[0]})
+            records.append({"id": k, **r, **first, "subset": subset})
         return records
 
     def images(self, root):
         base = root / self.name / "images"
-        return list(dict.fromkeys(base / r[i] for r in self.records(root, Options()) for i in ("image0", "image1")))
+        return list(dict.fromkeys(base / r[i] for r in self.records(root, Options(), Malformed()) for i in ("image0", "image1")))
 
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or Options()
-        missing, metrics, items, absent, together = Missing.of(scorer), {}, [], {}, []
+        missing, metrics, items, absent, together, malformed = Missing.of(scorer), {}, [], {}, [], Malformed()
         base = root / self.name / "images"
-        records = self.records(root, options)
+        records = self.records(root, options, malformed)
         for split in splits or self.splits:
             asked = [r for r in records if r["subset"] == split]
             if not asked:
@@ -104,4 +110,28 @@ class EqBen(Benchmark):
                                {"text_correct": result["text"], "image_correct": result["image"]})
         if together and sum(len(r["group"]) for r in together):
             metrics["overall"] = {k: rate(torch.cat([r[k] for r in together])) for k in ("text", "image", "group")}
+        absent.update(malformed.named(splits))
         return Result(metrics, missing, absent, items)
+
+
+def record_problem(record) -> tuple[str | None, str | None]:
+    """Why a record is not of the release's format, or None; and its subset (None where it cannot be told)."""
+    if not isinstance(record, dict):
+        return f"a {type(record).__name__}, not a record object", None
+    subset = record.get("image0").split("/")[0] if isinstance(record.get("image0"), str) else None
+    lacking = [f for f in FIELDS if f not in record]
+    if lacking:
+        return f"no {', '.join(lacking)}", subset if subset in SUBSETS else None
+    for image in ("image0", "image1"):
+        if not isinstance(record[image], str) or not record[image].strip():
+            return f"{image} is {record[image]!r}, not an image's path", subset if subset in SUBSETS else None
+    if subset not in SUBSETS:
+        return f"image0's first folder {subset!r} is none of the subsets ({', '.join(SUBSETS)})", None
+    for caption in ("caption0", "caption1"):
+        value = record[caption]
+        first = value[0] if isinstance(value, list) and value else value
+        if isinstance(value, list) and not value:
+            return f"{caption} is an empty list, not a caption or a list of them", subset
+        if not isinstance(first, str) or not first.strip():
+            return f"{caption} is {value!r}, not a caption or a list of them", subset
+    return None, subset

@@ -9,7 +9,9 @@ Rule: `baselines/clip/zero_shot.py`: a set's images sorted by N, the description
 when the top-ranked image is the one at its index; accuracy over all descriptions, over the static sets (`open-images`
 in the set's name) and over the video ones. The release ranks with numpy's `argsort`, which does not promise an
 order among equal scores: compclip counts a tie wrong (strict), or gives it to the first image (`--ties clip_benchmark`).
-A set without its ten images leaves its descriptions out, counted missing (an image gone would shift the indices).
+A set without its ten images leaves its descriptions out, counted missing (an image gone would shift the indices). A
+description not of the release's format (not a text, or at an index that is not one of 0 to 9) is skipped and named by
+its set and index.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import torch
 
 from ...errors import DataError
 from .. import protocols
-from ..base import Benchmark, Missing, Result, acc_of, rate, read_json, register
+from ..base import Benchmark, Malformed, Missing, Result, acc_of, rate, read_json, register
 from ..download import Asset
 from ..items import image_choice_rows
 
@@ -29,6 +31,7 @@ SET_SIZE = 10  # images a set holds
 VALID = ("https://raw.githubusercontent.com/McGill-NLP/imagecode/609f07611aed2599f946c30d730f40a41af1079b/data/valid_data.json",
          "cb4b8482354ba9bac62b6e101f145f9e59722dcf3b3fd42583f5b6de12bc698a")  # the descriptions; the image sets come from Zenodo
 FRAME = re.compile(r"img(\d+)\.jpg")
+INDEX = re.compile(r"\d+")  # an image index as the release's keys write it
 
 
 @register
@@ -67,13 +70,20 @@ class ImageCoDe(Benchmark):
         return [p for image_set in self.sets(root) for p in self.frames(root, image_set)]
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics, items, absent = Missing.of(scorer), {}, [], {}
+        missing, metrics, items, absent, malformed = Missing.of(scorer), {}, [], {}, Malformed()
         sets = self.sets(root)
         together = []
         for split in splits or self.splits:
             scorer.at(split)
-            asked = [(s, int(index), text.strip()) for s, described in sets.items() if ("open-images" in s) == (split == "static")
-                     for index, text in described.items()]
+            asked = []
+            for image_set, described in sets.items():
+                if ("open-images" in image_set) == (split == "static"):
+                    for index, text in described.items():
+                        why = description_problem(index, text)
+                        if why:
+                            malformed.skip(f"{self.file(root)} [{split}]", f"{image_set}/{index}", why, split)
+                        else:
+                            asked.append((image_set, int(index), text.strip()))
             kept = []
             for image_set, index, text in asked:
                 frames = self.frames(root, image_set)
@@ -95,4 +105,12 @@ class ImageCoDe(Benchmark):
         everything = torch.cat(together)
         if everything.numel():
             metrics["overall"] = rate(everything)
+        absent.update(malformed.named())
         return Result(metrics, missing, absent, items)
+
+
+def description_problem(index: str, text) -> str | None:
+    """Why a set's entry is not the release's image index (0 to 9) and description (a text), or None."""
+    if not INDEX.fullmatch(index) or int(index) >= SET_SIZE:
+        return f"image index {index!r} is not one of 0 to {SET_SIZE - 1}"
+    return None if isinstance(text, str) else f"the description is {text!r}, not a text"

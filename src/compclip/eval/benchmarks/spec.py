@@ -10,7 +10,9 @@ Rule: the release's `spec/eval.py` with `spec/dataset.py` and the model wrappers
 `label`; text to image, each query text against its candidate images, likewise; a subset's two accuracies, and the
 mean of each over the subsets evaluated (`i2t`, `t2i`). The argmax takes the first of equal scores, so the official
 tie rule is CLIP_benchmark's (a tie is right when the label comes first among the tied); `--ties strict` counts it
-wrong. A candidate image not there leaves its item out, counted missing.
+wrong. A candidate image not there leaves its item out, counted missing. A sample not of the release's format (`query`
+a text, `keys` a list of two texts or more, `label` a whole number indexing them) is skipped and named by its file and
+index; a subset's file that is not a list of samples is named and that subset not scored.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import torch
 
 from ...errors import DataError
 from .. import protocols
-from ..base import Benchmark, Missing, Result, mean_present, rate, read_json, register
+from ..base import Benchmark, Malformed, Missing, Result, integer_problem, mean_present, rate, read_json, register, text_problem
 from ..items import choice_rows, image_choice_rows
 
 SUBSETS = ("absolute_size", "relative_size", "absolute_spatial", "relative_spatial", "existence", "count")
@@ -56,56 +58,79 @@ class SPEC(Benchmark):
         present, _ = self.present(root, splits)
         return None if present else self.missing_files(root, [self.folder(root, s) / "image2text.json" for s in splits or self.splits])
 
-    def samples(self, root: Path, subset: str, direction: str) -> list[dict]:
+    def samples(self, root: Path, subset: str, direction: str, malformed: Malformed) -> list[tuple[int, dict]]:
+        """The file's samples of `direction` (i2t, t2i), each with its index; one not of the release's format is skipped
+        and named in `malformed`."""
         file = self.folder(root, subset) / ("image2text.json" if direction == "i2t" else "text2image.json")
         samples = read_json(file)
-        for k, s in enumerate(samples):
-            if not isinstance(s, dict) or not {"query", "keys", "label"} <= set(s) or not 0 <= int(s["label"]) < len(s["keys"]) \
-                    or len(s["keys"]) < 2:
-                raise DataError(f"{file}: sample {k} is not {{query, keys, label}} with two keys or more and the label among them")
-        return samples
+        if not isinstance(samples, list):
+            raise DataError(f"{file}: a JSON {type(samples).__name__}, not the release's list of {{query, keys, label}} samples")
+        kept = []
+        for k, sample in enumerate(samples):
+            why = sample_problem(sample)
+            if why:
+                malformed.skip(f"{file} [{subset}]", k, why, subset)
+            else:
+                kept.append((k, sample))
+        return kept
 
     def images(self, root):
         found = []
         for subset in self.present(root, ())[0]:
             base = self.folder(root, subset)
-            found += [base / s["query"] for s in self.samples(root, subset, "i2t")]
-            found += [base / key for s in self.samples(root, subset, "t2i") for key in s["keys"]]
+            found += [base / s["query"] for _, s in self.samples(root, subset, "i2t", Malformed())]
+            found += [base / key for _, s in self.samples(root, subset, "t2i", Malformed()) for key in s["keys"]]
         return list(dict.fromkeys(found))
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics, items = Missing.of(scorer), {}, []
+        missing, metrics, items, malformed = Missing.of(scorer), {}, [], Malformed()
         present, absent = self.present(root, splits)
+        read = {}
         for subset in present:
+            try:
+                read[subset] = [self.samples(root, subset, direction, malformed) for direction in ("i2t", "t2i")]
+            except DataError as e:  # this subset alone: the others are scored
+                absent[str(self.folder(root, subset))] = f"unusable, subset not scored: {e}"
+        for subset, (i2t, t2i) in read.items():
             base = self.folder(root, subset)
             scorer.at(subset)
-            i2t = self.samples(root, subset, "i2t")
-            kept = [(k, s) for k, s in enumerate(i2t) if missing.keep([base / s["query"]])]
+            kept = [(k, s) for k, s in i2t if missing.keep([base / s["query"]])]
             flat = [(base / s["query"], text) for _, s in kept for text in s["keys"]]
             scores = scorer.pairs([f[0] for f in flat], [f[1] for f in flat]) if flat else torch.zeros(0)
             rows = split_rows(scores, [len(s["keys"]) for _, s in kept])
-            right = chosen(rows, [int(s["label"]) for _, s in kept], ties)
-            order = [[int(s["label"]), *[j for j in range(len(s["keys"])) if j != int(s["label"])]] for _, s in kept]  # the true first
+            right = chosen(rows, [s["label"] for _, s in kept], ties)
+            order = [[s["label"], *[j for j in range(len(s["keys"])) if j != s["label"]]] for _, s in kept]  # the true first
             items += choice_rows(f"{subset}_i2t", [k for k, _ in kept], [base / s["query"] for _, s in kept],
                                  [[s["keys"][j] for j in o] for (_, s), o in zip(kept, order, strict=True)],
                                  [[float(r[j]) for j in o] for r, o in zip(rows, order, strict=True)], right)
-            t2i = self.samples(root, subset, "t2i")
-            shown = [(k, s) for k, s in enumerate(t2i) if missing.keep([base / key for key in s["keys"]])]
+            shown = [(k, s) for k, s in t2i if missing.keep([base / key for key in s["keys"]])]
             flat = [(base / key, s["query"]) for _, s in shown for key in s["keys"]]
             scores = scorer.pairs([f[0] for f in flat], [f[1] for f in flat]) if flat else torch.zeros(0)
             picked = split_rows(scores, [len(s["keys"]) for _, s in shown])
-            found = chosen(picked, [int(s["label"]) for _, s in shown], ties)
+            found = chosen(picked, [s["label"] for _, s in shown], ties)
             items += image_choice_rows(f"{subset}_t2i", [k for k, _ in shown], [[base / key for key in s["keys"]] for _, s in shown],
                                        [s["query"] for _, s in shown], [r.tolist() for r in picked],
-                                       [int(s["label"]) for _, s in shown], found)
+                                       [s["label"] for _, s in shown], found)
             metrics[subset] = {"i2t": rate(right), "t2i": rate(found), "n_i2t": len(kept), "n_t2i": len(shown),
                                "n_missing": len(i2t) - len(kept) + len(t2i) - len(shown)}
             if not kept and not shown:
                 absent[str(base)] = f"no image of {subset} found: not scored"
         for direction in ("i2t", "t2i"):
-            if any(metrics[s][f"n_{direction}"] for s in present):
-                metrics[direction] = mean_present(metrics[s][direction] for s in present)
+            if any(metrics[s][f"n_{direction}"] for s in read):
+                metrics[direction] = mean_present(metrics[s][direction] for s in read)
+        absent.update(malformed.named())
         return Result(metrics, missing, absent, items)
+
+
+def sample_problem(sample) -> str | None:
+    """Why a sample is not the release's `{query, keys, label}` (a text, a list of two texts or more, an index into
+    them), or None."""
+    if not isinstance(sample, dict):
+        return f"a {type(sample).__name__}, not a {{query, keys, label}} sample"
+    keys = sample.get("keys")
+    if not isinstance(keys, list) or len(keys) < 2 or not all(isinstance(k, str) and k.strip() for k in keys):
+        return f"keys is {keys!r}, not a list of two texts or more" if "keys" in sample else "no keys"
+    return text_problem(sample, "query") or integer_problem(sample, "label", len(keys))
 
 
 def split_rows(scores: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:

@@ -13,17 +13,18 @@ dual encoder has no threshold, so compclip scores each row as the sentence choos
 when s(true image, sentence) > s(false image, sentence) (a tie wrong), the image side of the probe as vl_compo's sweep
 reads it. `subj`, `verb`, `obj`, and `overall` over every row of the three (the notebook's `All`: a micro average).
 Rows whose images are not there are counted missing per subset; a subset with no image found is named, not scored 0.
+The CSV is read as the notebook's pandas reads it (UTF-8, a field of any length); a row not of its format (cut short,
+bytes that are not UTF-8, an empty sentence or image id, a flag neither True nor False) is skipped and named by its
+line, under its subset where its flags tell it.
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import torch
 
-from ...errors import DataError
 from .. import protocols
-from ..base import Benchmark, Missing, Result, acc_of, accuracy, register
+from ..base import Benchmark, Malformed, Missing, Result, acc_of, accuracy, read_csv, register, text_problem
 from ..items import image_choice_rows
 
 SPLITS = {"subj": "subj_neg", "verb": "verb_neg", "obj": "obj_neg"}  # each subset: the rows whose negative is of that kind alone
@@ -56,29 +57,30 @@ class SVOProbes(Benchmark):
         folder = root / self.name / "images"
         return next((folder / f"{image_id}{e}" for e in EXTENSIONS if (folder / f"{image_id}{e}").is_file()), folder / f"{image_id}.jpg")
 
-    def rows(self, root: Path) -> dict[str, list[dict]]:
-        """The CSV's rows by subset (the notebook's filters), each with its line's index as `id`."""
+    def rows(self, root: Path, malformed: Malformed) -> dict[str, list[dict]]:
+        """The CSV's rows by subset (the notebook's filters), each with its row's index as `id`; a row not of the file's
+        format is skipped and named in `malformed`."""
         file = self.file(root)
-        with open(file, newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
-            lacking = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-            if lacking:
-                raise DataError(f"{file}: no column {', '.join(lacking)} (columns: {', '.join(reader.fieldnames or [])})")
-            subsets: dict[str, list[dict]] = {s: [] for s in SPLITS}
-            for index, row in enumerate(reader):
-                flags = {s: str(row[column]).strip().lower() == "true" for s, column in SPLITS.items()}
-                if sum(flags.values()) == 1:
-                    subsets[next(s for s, on in flags.items() if on)].append({"id": index, **row})
+        subsets: dict[str, list[dict]] = {s: [] for s in SPLITS}
+        for index, (line, row, why) in enumerate(read_csv(file, COLUMNS)):
+            flags = {} if row is None else {s: (row.get(column) or "").strip().lower() for s, column in SPLITS.items()}
+            on = [s for s, flag in flags.items() if flag == "true"]
+            subset = on[0] if len(on) == 1 else None  # the notebook's filters: one kind of negative alone
+            why = why or row_problem(row, flags)
+            if why:
+                malformed.skip(f"{file} [{subset}]" if subset else str(file), f"at line {line}", why, subset)
+            elif subset:
+                subsets[subset].append({"id": index, **row})
         return subsets
 
     def images(self, root):
-        rows = self.rows(root)
+        rows = self.rows(root, Malformed())
         return list(dict.fromkeys(self.image(root, r[k]) for subset in rows.values() for r in subset
                                   for k in ("pos_image_id", "neg_image_id")))
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics, items, absent = Missing.of(scorer), {}, [], {}
-        rows = self.rows(root)
+        missing, metrics, items, absent, malformed = Missing.of(scorer), {}, [], {}, Malformed()
+        rows = self.rows(root, malformed)
         together = []
         for split in splits or self.splits:
             scorer.at(split)
@@ -97,4 +99,15 @@ class SVOProbes(Benchmark):
         everything = torch.cat(together)
         if everything.numel():
             metrics["overall"] = accuracy(everything)["acc"]
+        absent.update(malformed.named(splits))
         return Result(metrics, missing, absent, items)
+
+
+def row_problem(row: dict[str, str], flags: dict[str, str]) -> str | None:
+    """Why a row of the CSV is not of the release's format (a sentence, two image ids, flags True or False), or None."""
+    for key in ("sentence", "pos_image_id", "neg_image_id"):
+        why = text_problem(row, key)
+        if why:
+            return why
+    odd = [SPLITS[s] for s, flag in flags.items() if flag not in ("true", "false")]
+    return f"{odd[0]} is {row[odd[0]]!r}, neither True nor False" if odd else None

@@ -12,8 +12,10 @@ annotators validated, `mturk["caption"] >= 2` ("valid foils", README), and the p
 the caption scores higher than the foil (`cross_score[0, 1] > cross_score[1, 1]`: a tie wrong). The pieces average
 their instruments (counting, actions, coreference) and `overall` the instruments present, unweighted (the paper's
 Table 2 prints the instruments; how a single VALSE number is formed from them is not published by the authors, and
-compclip's choice is this mean). An instrument whose file is absent is named and not scored; its images not there are
-counted as missing, by instrument.
+compclip's choice is this mean). An instrument whose file is absent or not the official `{sample id: sample}` object
+is named and not scored; its images not there are counted as missing, by instrument. A sample not of the official
+format (no `mturk`, where the repository's loop raises; `caption`, `foil` or `image_file` not a text; votes that are
+not a count of the three annotators) is skipped and named by instrument and key.
 """
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from pathlib import Path
 
 import torch
 
+from ...errors import DataError
 from .. import protocols
-from ..base import Benchmark, Missing, Result, acc_of, accuracy, mean_present, read_json, register
+from ..base import Benchmark, Malformed, Missing, Result, acc_of, accuracy, integer_problem, mean_present, read_json, register, text_problem
 from ..download import Asset
 from ..items import choice_rows
 
@@ -44,6 +47,7 @@ PIECES = {"counting": ("counting_hard", "counting_small", "counting_adversarial"
           "coreference": ("coreference_standard", "coreference_hard")}
 KINDS = {"existence": "negation", "plurals": "counting", "counting_hard": "counting", "counting_small": "counting",
          "counting_adversarial": "counting", "relations": "spatial", "actant_swap": "relation", "foil_it": "object"}  # else: the words
+ANNOTATORS = 3
 VALIDATED = 2  # of the three annotators, at least this many chose the caption and not the foil (README: "valid foils")
 SOURCE = "https://raw.githubusercontent.com/Heidelberg-NLP/VALSE/2152d90d4aecd11f7f74cf03420abcb63efff9c5/data"
 SHA256 = {  # the files at that commit
@@ -89,10 +93,21 @@ class VALSE(Benchmark):
         base = root / "coco" / "val2014" if folder is None else root / self.name / "data" / folder
         return base / record["image_file"]
 
-    def records(self, root: Path, split: str) -> list[dict]:
-        """The instrument's validated samples, each with its key in the file as `id`."""
-        found = read_json(self.file(root, split))
-        return [{"id": key, **r} for key, r in found.items() if r.get("mturk", {}).get("caption", 0) >= VALIDATED]
+    def records(self, root: Path, split: str, malformed: Malformed) -> list[dict]:
+        """The instrument's validated samples, each with its key in the file as `id`; a sample not of the official format
+        is skipped and named in `malformed`."""
+        file = self.file(root, split)
+        found = read_json(file)
+        if not isinstance(found, dict):
+            raise DataError(f"{file}: a JSON {type(found).__name__}, not the official {{sample id: sample}} object")
+        kept = []
+        for key, record in found.items():
+            why = sample_problem(record)
+            if why:
+                malformed.skip(f"{file} [{split}]", key, why, split)
+            elif record["mturk"]["caption"] >= VALIDATED:
+                kept.append({"id": key, **record})
+        return kept
 
     def present(self, root: Path, splits: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
         chosen = splits or self.splits
@@ -104,14 +119,20 @@ class VALSE(Benchmark):
         return None if present else self.missing_files(root, [self.file(root, s) for s in splits or self.splits])
 
     def images(self, root):
-        return list(dict.fromkeys(self.image(root, s, r) for s in self.present(root, ())[0] for r in self.records(root, s)))
+        return list(dict.fromkeys(self.image(root, s, r) for s in self.present(root, ())[0]
+                                  for r in self.records(root, s, Malformed())))
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics, items = Missing.of(scorer), {}, []
+        missing, metrics, items, malformed = Missing.of(scorer), {}, [], Malformed()
         present, absent = self.present(root, splits)
+        read = {}
         for split in present:
+            try:
+                read[split] = self.records(root, split, malformed)
+            except DataError as e:  # this instrument's file alone: the others are scored
+                absent[str(self.file(root, split))] = f"unusable, instrument not scored: {e}"
+        for split, records in read.items():
             scorer.at(split)
-            records = self.records(root, split)
             kept = [r for r in records if missing.keep([self.image(root, split, r)])]
             images = [self.image(root, split, r) for r in kept]
             texts = [(r["caption"], r["foil"]) for r in kept]
@@ -119,10 +140,28 @@ class VALSE(Benchmark):
             correct = protocols.pair_accuracy(scores[:, 0], scores[:, 1], ties)
             metrics[split] = {**accuracy(correct), "n_missing": len(records) - len(kept)}
             items += choice_rows(split, [r["id"] for r in kept], images, texts, scores, correct)
-        for split in present:  # an instrument none of whose images is there is named, its accuracy NaN, never 0
-            if not metrics[split]["n"]:
-                absent[str(self.image(root, split, {"image_file": ""}))] = f"no image of {split} found: not scored"
+        for split in read:  # an instrument none of whose images is there is named, its accuracy NaN, never 0
+            if not metrics[split]["n"]:  # by instrument: several share an image folder
+                absent[f"{self.image(root, split, {'image_file': ''})} [{split}]"] = f"no image of {split} found: not scored"
         for piece, members in (*PIECES.items(), ("overall", self.splits)):
-            if any(s in present and metrics[s]["n"] for s in members):
-                metrics[piece] = mean_present(metrics[s]["acc"] for s in members if s in present)
+            if any(s in read and metrics[s]["n"] for s in members):
+                metrics[piece] = mean_present(metrics[s]["acc"] for s in members if s in read)
+        absent.update(malformed.named())
         return Result(metrics, missing, absent, items)
+
+
+def sample_problem(record) -> str | None:
+    """Why a sample is not of the official format (`caption`, `foil`, `image_file` texts, `mturk` the annotators'
+    votes), or None."""
+    if not isinstance(record, dict):
+        return f"a {type(record).__name__}, not a sample object"
+    for key in ("caption", "foil", "image_file"):
+        why = text_problem(record, key)
+        if why:
+            return why
+    if "mturk" not in record:
+        return "no mturk (the annotators' votes, which decide whether the foil is valid)"
+    if not isinstance(record["mturk"], dict):
+        return f"mturk is {record['mturk']!r}, not the annotators' votes {{caption, foil, other}}"
+    why = integer_problem(record["mturk"], "caption", ANNOTATORS + 1)
+    return f"mturk: {why}" if why else None
