@@ -494,3 +494,31 @@ def test_each_report_column_reads_the_metric_it_names():
         "ZS colour": ("zeroshot", ("color",)), "retrieval R@1": ("retrieval", ("mean_recall@1",)),
         "retrieval R@5": ("retrieval", ("mean_recall@5",))}
     assert set(SUMMARY) <= set(columns())
+
+
+def test_eval_of_a_run_folder_before_its_first_checkpoint_says_so(tmp_path, capsys):
+    """A run folder whose config.json is the run's options (written at its first step) and that has no checkpoints/ yet,
+    without the train.log a run of this compclip writes beside it (copied without it, or from an earlier compclip): it
+    said "config.json: missing keys [...]", the run's record read as a checkpoint's. Now one error line naming the
+    folder, saying that training has saved nothing yet and what to do, before any data is read."""
+    import dataclasses
+
+    from compclip.errors import MissingFileError
+    from compclip.models import load_model
+    from compclip.train.config import TrainConfig
+    from conftest import run_main
+
+    run = tmp_path / "runs" / "c2lip"
+    run.mkdir(parents=True)
+    options = TrainConfig(train_data=str(tmp_path / "train.csv"), out=str(run), method="clip", model="compclip-tiny-clip", save_every=200)
+    (run / "config.json").write_text(json.dumps(dataclasses.asdict(options)))
+    (run / "log.jsonl").write_text("")
+    said = (f"{run}: a run folder with no checkpoint yet (its config.json holds the run's options, and training has saved no "
+            "checkpoint): evaluate it once checkpoints/ holds one (this run saves every 200 steps), or give a checkpoint folder")
+    code, _, err = run_main(capsys, "eval", "--model", run, "--benchmark", "sugarcrepe", "--data-root", tmp_path, "--out",
+                            tmp_path / "results", "--device", "cpu")
+    assert code == 2 and [line for line in err.splitlines() if line.startswith("error: ")] == [f"error: {said}"], err
+    assert not any((tmp_path / "results").glob("*.json"))
+    with pytest.raises(MissingFileError) as raised:
+        load_model(run)
+    assert str(raised.value) == said

@@ -356,3 +356,22 @@ def test_evaluate_refuses_a_model_without_weights_or_with_anothers_preprocess(sw
     wide = open_clip.image_transform(224, is_train=False)
     with pytest.raises(UsageError, match=r"^preprocess makes 224x224 images and the model's vision tower takes 64x64: "):
         compclip.evaluate(model, wide, tokenizer, "sugarcrepe/swap_att", data_root=swap_root, workers=0)
+
+
+def test_evaluate_takes_its_benchmarks_as_a_list_or_comma_joined(swap_root, tmp_path):
+    """`benchmarks=["sugarcrepe/swap_att"]`, as a notebook writes a list of names, ended in "'list' object has no
+    attribute 'split'": a list scores what its names comma-joined score, result for result; a name that is no text is
+    one error naming it."""
+    import compclip
+
+    model, preprocess, tokenizer = compclip.load_model("compclip-tiny-clip")
+    listed = compclip.evaluate(model, preprocess, tokenizer, ["sugarcrepe/swap_att", "winoground"], data_root=swap_root,
+                               out=tmp_path / "listed", workers=0)
+    joined = compclip.evaluate(model, preprocess, tokenizer, "sugarcrepe/swap_att,winoground", data_root=swap_root, workers=0)
+    assert list(listed) == list(joined) == ["sugarcrepe/swap_att", "winoground"]
+    for label, record in joined.items():
+        assert listed[label]["metrics"] == record["metrics"] and listed[label]["complete"] == record["complete"]
+    assert listed["sugarcrepe/swap_att"]["metrics"]["swap_att"]["n"] == 666
+    assert json.loads((tmp_path / "listed" / "sugarcrepe-swap_att.json").read_text())["metrics"] == joined["sugarcrepe/swap_att"]["metrics"]
+    with pytest.raises(UsageError, match=r"^benchmarks: 7 is not a benchmark's name \(NAME or NAME/SPLIT\)"):
+        compclip.evaluate(model, preprocess, tokenizer, ["sugarcrepe/swap_att", 7], data_root=swap_root, workers=0)

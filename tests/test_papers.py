@@ -219,3 +219,56 @@ def test_a_model_of_several_seeds_stands_as_its_mean_and_interval_beside_a_paper
     code, out, _ = run_main(capsys, "report", seeds[1], "--out", tmp_path / "r3", "--paper", "clic", "--paper-model", "NegCLIP")
     said = out.split("`compclip train --recipe negclip-coco` reproduces this row and departs from its training: ")[1]
     assert said.startswith("swaps only noun phrases and adjectives") and "where NegCLIP swaps six kinds" in said
+
+
+def swap_att_root(folder):
+    """Three SugarCrepe swap-att items on generated images under their COCO names: a data root `compclip eval` scores."""
+    from PIL import Image
+
+    (folder / "coco" / "val2017").mkdir(parents=True)
+    (folder / "sugarcrepe").mkdir()
+    records = {}
+    for k, (colour, other) in enumerate([("red", "blue"), ("green", "white"), ("yellow", "black")]):
+        name = f"{k + 1:012d}.jpg"
+        Image.new("RGB", (48, 40), ((60 * k) % 256, 120, 200 - 50 * k)).save(folder / "coco" / "val2017" / name)
+        records[str(k)] = {"filename": name, "caption": f"a {colour} cup on a {other} table",
+                           "negative_caption": f"a {other} cup on a {colour} table"}
+    (folder / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))
+    return folder
+
+
+def test_a_copied_seed_folder_is_one_run_and_a_one_split_results_protocol_is_marked(tmp_path, capsys):
+    """A seed's results folder copied beside it (the same `weights_sha256`) is that run again, not a second seed: the
+    model stands as one run, no ± of zero spread, and the copy is named. A run of one split (`--benchmark
+    sugarcrepe/swap_att`, written as sugarcrepe-swap_att.json) scored by CLIP_benchmark's argmax, where OC-CLIP's
+    SugarCrepe counts a tie wrong, is marked ≠ with that difference, as the whole benchmark's result is."""
+    import shutil
+
+    import pandas as pd
+
+    from compclip.models import load_model, save_checkpoint
+    from test_recipes import run_main
+
+    root = swap_att_root(tmp_path / "data")
+    checkpoint = save_checkpoint(load_model("compclip-tiny-clip")[0], tmp_path / "trained")  # weights in a file, hashed
+    common = ("-q", "eval", "--model", checkpoint, "--benchmark", "sugarcrepe/swap_att", "--data-root", root, "--workers", "0")
+    code, _, err = run_main(capsys, *common, "--out", tmp_path / "seed-0")
+    assert code == 0, err
+    shutil.copytree(tmp_path / "seed-0", tmp_path / "seed-1")
+    code, _, err = run_main(capsys, *common, "--out", tmp_path / "argmax", "--ties", "clip_benchmark")
+    assert code == 0, err
+    acc = 100 * json.loads((tmp_path / "seed-0" / "sugarcrepe-swap_att.json").read_text())["metrics"]["swap_att"]["acc"]
+    code, out, err = run_main(capsys, "report", f"{tmp_path / 'seed-0'},{tmp_path / 'seed-1'}", tmp_path / "argmax",
+                              "--label", "mine", "--label", "argmax", "--out", tmp_path / "report", "--paper", "occlip")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("| SC swap att |"))
+    assert row.split(" | ")[3:5] == [f"{acc:.1f}", f"{acc - 87.5:+.1f}"], row  # one run: its value, no ± 0.0
+    assert row.split(" | ")[5] == f"{acc:.1f} ≠", row
+    assert "(2 runs)" not in out and "± 0.0" not in out
+    assert ("Counted once, the same weights as a run before them (a copy of its folder, not another seed): mine \\[seed-1\\] "
+            "(the weights of mine \\[seed-0\\]).") in out  # (Markdown's brackets escaped)
+    assert "SC swap att (argmax): ties=clip_benchmark (paper: strict)" in out
+    frame = pd.read_csv(tmp_path / "report" / "paper.csv", index_col=0)
+    assert json.loads((tmp_path / "seed-1" / "sugarcrepe-swap_att.json").read_text())["weights_sha256"]
+    assert frame.loc["SC swap att", "mine runs"] == 1
+    assert frame.loc["SC swap att", "argmax protocol"] == "ties=clip_benchmark (paper: strict)"

@@ -149,8 +149,10 @@ def test_models_of_one_preprocessing_decode_each_image_once_and_score_as_alone(t
                              batch_size=2, out=str(tmp_path / "sweep")), memory_bytes=0)
             said = caplog.text
     assert image_opens(files, five) == {f"{k:012d}.jpg": 1 for k in range(1, 6)}
-    kept = "4 in memory (0 MiB), 0 on disk" if where == "memory" else "0 in memory (0 MiB), 4 on disk"
-    assert f"decoded images kept for the sweep's models: {kept} (0 MiB), 1 that do not decode" in said
+    image = 3 * 64 * 64 * 4  # bytes of one image: 3 channels of float32 at compclip-tiny-clip's 64 x 64
+    kept = (f"4 in memory ({4 * image:,} bytes, at most {2 << 30:,}), 0 on disk (0 bytes)" if where == "memory"
+            else f"0 in memory (0 bytes, at most 0), 4 on disk ({4 * image:,} bytes)")
+    assert f"decoded images kept for the sweep's models: {kept}, 1 that do not decode" in said
     assert "decoded 0 images, took 5 more as the sweep's models of the same preprocessing decoded them" in said
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == sorted(folder_name(m) for m in models)
     for model in models:
@@ -173,3 +175,84 @@ def test_models_of_two_image_sizes_each_decode_their_own(tmp_path, five, capsys)
     code, _, err = run_main(capsys, "-q", "eval", "--model", str(small), "--out", tmp_path / "alone", *args)
     assert code == 0, err
     assert scores(tmp_path / "sweep" / folder_name(str(small))) == scores(tmp_path / "alone")
+
+
+def preprocessed_otherwise(folder, **preprocess_cfg):
+    """compclip-tiny-clip's own weights saved as a checkpoint folder whose open_clip preprocessing differs in the
+    `preprocess_cfg` given (a checkpoint trained or exported with another normalisation or resize), nothing else."""
+    config = checkpoint(folder)
+    for name in ("open_clip_config.json", "config.json"):
+        written = json.loads((config / name).read_text())
+        written["preprocess_cfg"] = {**written["preprocess_cfg"], **preprocess_cfg}
+        (config / name).write_text(json.dumps(written))
+    return config
+
+
+@pytest.fixture
+def textured(tmp_path):
+    """Four SugarCrepe swap-att items on seeded noise images, each wider than high: where a resize mode (crop or squash)
+    or an interpolation differs, the pixels do, which a plain colour would hide."""
+    import numpy as np
+
+    (tmp_path / "data" / "coco" / "val2017").mkdir(parents=True)
+    (tmp_path / "data" / "sugarcrepe").mkdir()
+    rng, records = np.random.default_rng(0), {}
+    for k in range(4):
+        name = f"{k + 1:012d}.jpg"
+        Image.fromarray(rng.integers(0, 256, (40, 72 + 8 * k, 3), dtype=np.uint8)).save(tmp_path / "data" / "coco" / "val2017" / name)
+        records[str(k)] = {"filename": name, "caption": f"a red cup beside {k} blue plates",
+                           "negative_caption": f"a blue cup beside {k} red plates"}
+    (tmp_path / "data" / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))
+    return tmp_path / "data"
+
+
+def test_models_whose_preprocessing_differs_in_one_parameter_each_decode_their_own(tmp_path, textured, capsys):
+    """The same weights four times, preprocessed otherwise in the mean alone, the std alone, the resize mode alone
+    (squash where open_clip's default keeps the aspect and crops) and the interpolation alone: were the decoded images
+    shared across any of them, a model would score the first's pixels. Each model's per-item scores in the sweep are its
+    own run's, and every image is opened by each model (five models, five opens); each parameter moves the scores, so a
+    model scored on another's pixels would show."""
+    from compclip.models import load_model
+
+    assert load_model("compclip-tiny-clip")[0].visual.preprocess_cfg["resize_mode"] == "shortest"  # the default, replaced below
+    otherwise = {"mean": {"mean": [0.5, 0.5, 0.5]}, "std": {"std": [0.5, 0.5, 0.5]}, "resize_mode": {"resize_mode": "squash"},
+                 "interpolation": {"interpolation": "bilinear"}}
+    models = {what: str(preprocessed_otherwise(tmp_path / what, **cfg)) for what, cfg in otherwise.items()}
+    args = ("--benchmark", "sugarcrepe/swap_att", "--data-root", textured, "--workers", "0", "--batch-size", "2")
+    with opened() as files:
+        code, _, err = run_main(capsys, "-q", "eval", "--model", ",".join(["compclip-tiny-clip", *models.values()]),
+                                "--out", tmp_path / "sweep", *args)
+    assert code == 0, err
+    assert image_opens(files, textured) == {f"{k:012d}.jpg": 5 for k in range(1, 5)}
+    alone = {}
+    for what, model in models.items():
+        code, _, err = run_main(capsys, "-q", "eval", "--model", model, "--out", tmp_path / "alone" / what, *args)
+        assert code == 0, err
+        alone[what] = scores(tmp_path / "alone" / what)
+        assert scores(tmp_path / "sweep" / folder_name(model)) == alone[what], what
+    base = scores(tmp_path / "sweep" / "compclip-tiny-clip")
+    assert [what for what in models if alone[what] == base] == []
+
+
+def test_a_sweep_keeps_in_memory_no_more_bytes_than_its_bound(tmp_path, five, caplog):
+    """`sweep(memory_bytes=)` bounds the decoded images kept in memory: at a bound of two images' bytes (3 channels of
+    float32 at the model's 64 x 64, counted here from its size), two of the four images that decode stay in memory and
+    the other two go to disk, and each model scores as alone."""
+    from compclip.eval.config import EvalConfig
+    from compclip.eval.sweep import sweep
+    from compclip.models import load_model
+
+    height, width = load_model("compclip-tiny-clip")[0].visual.preprocess_cfg["size"]
+    image = 3 * height * width * 4
+    other = checkpoint(tmp_path / "seed1", init_seed=1)
+    with caplog.at_level(logging.INFO, logger="compclip.eval"):
+        done = sweep(EvalConfig(model=f"compclip-tiny-clip,{other}", benchmark="sugarcrepe/swap_att", data_root=str(five), workers=0,
+                                batch_size=2, out=str(tmp_path / "sweep")), memory_bytes=2 * image)
+    assert (f"decoded images kept for the sweep's models: 2 in memory ({2 * image:,} bytes, at most {2 * image:,}), 2 on disk "
+            f"({2 * image:,} bytes), 1 that do not decode") in caplog.text
+    assert "decoded 0 images, took 5 more as the sweep's models of the same preprocessing decoded them" in caplog.text
+    assert list(done) == ["compclip-tiny-clip", str(other)] and not (tmp_path / "sweep" / "pixels").exists()
+    for model in done:
+        alone = sweep(EvalConfig(model=model, benchmark="sugarcrepe/swap_att", data_root=str(five), workers=0, batch_size=2,
+                                 out=str(tmp_path / "alone")), memory_bytes=0)
+        assert done[model]["sugarcrepe/swap_att"]["metrics"] == alone[model]["sugarcrepe/swap_att"]["metrics"]

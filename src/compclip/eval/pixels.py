@@ -126,8 +126,9 @@ class SweepPixels:
         return key in self.in_memory or key in self.on_disk or key in self.unreadable
 
     def summary(self) -> str:
-        return (f"{len(self.in_memory)} in memory ({self.held['memory'] >> 20} MiB), {len(self.on_disk)} on disk "
-                f"({self.held['disk'] >> 20} MiB), {len(self.unreadable)} that do not decode")
+        """What was kept, in bytes beside the memory bound (in MiB, a sweep of small images would read 0 of 0)."""
+        return (f"{len(self.in_memory)} in memory ({self.held['memory']:,} bytes, at most {self.memory_bytes:,}), "
+                f"{len(self.on_disk)} on disk ({self.held['disk']:,} bytes), {len(self.unreadable)} that do not decode")
 
 
 class SharedPixels:

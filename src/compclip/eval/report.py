@@ -234,13 +234,18 @@ def metric_value(records: dict[str, dict[str, Any]], benchmark: str, paths: list
     values = []
     for path in paths:
         parts = tuple(path.split("."))
-        value = metric(records, benchmark, parts)
-        if value is None:
-            value = metric(records, f"{benchmark}-{parts[0]}", parts)
+        value = metric(records, scored_in(records, benchmark, path), parts)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
             return float("nan")
         values.append(float(value) * 100)
     return sum(values) / len(values)
+
+
+def scored_in(records: dict[str, dict[str, Any]], benchmark: str, path: str) -> str:
+    """The result that holds the metric at `path` of `benchmark`: the whole benchmark's, else that of the one split it
+    names (`sugarcrepe-swap_att`), where its value and the protocol it was scored by are both read."""
+    split = f"{benchmark}-{path.split('.')[0]}"
+    return split if metric(records, benchmark, tuple(path.split("."))) is None and split in records else benchmark
 
 
 def column_result(records: dict[str, dict[str, Any]], columns: dict[str, Any], name: str) -> float:
@@ -260,9 +265,13 @@ def protocol_differences(records: dict[str, dict[str, Any]], columns: dict[str, 
     spec = columns[name]
     if "average" in spec:
         return list(dict.fromkeys(d for member in spec["average"] for d in protocol_differences(records, columns, member)))
-    record, protocol = records.get(spec["benchmark"]), spec.get("protocol", {})
-    if record is None:
-        return []
+    scored = dict.fromkeys(scored_in(records, spec["benchmark"], path) for path in spec["metric"])
+    return list(dict.fromkeys(d for name in scored if name in records for d in record_differences(records[name], spec)))
+
+
+def record_differences(record: dict[str, Any], spec: dict[str, Any]) -> list[str]:
+    """How one result record was computed otherwise than the paper column `spec` says (`protocol_differences`)."""
+    protocol = spec.get("protocol", {})
     found = [] if record.get("complete", True) else [f"{spec['benchmark']} incomplete (images or files were missing)"]
     if "ties" in protocol and record.get("ties") != protocol["ties"]:
         found.append(f"ties={record.get('ties', 'unrecorded')} (paper: {protocol['ties']})")
@@ -290,7 +299,7 @@ def paper_comparison(results, paper: str, model: str | None = None,
     run): a model of several runs (seeds) stands as their mean with the half-width of its 95 % t-interval (`MODEL ±`),
     since a paper's row printed with ± (OC-CLIP's) is a mean over the authors' runs and one run beside it differs from
     it by the seed's variation as well as the method's."""
-    runs = runs or {label: [label] for label in results}
+    runs, copies = distinct_runs(results, runs or {label: [label] for label in results})
     numbers = paper_numbers(paper)
     columns = numbers["columns"]
     model = model or numbers["default_model"]
@@ -324,9 +333,32 @@ def paper_comparison(results, paper: str, model: str | None = None,
     recipes = {name: get_recipe(name).departures for name in list_recipes()  # the recipes that reproduce this row
                if get_recipe(name).numbers == {"paper": paper, "model": model}}
     return frame, {"paper": paper, "model": model, "citation": numbers["citation"], "not_reproducible": unreachable,
-                   "assumed": assumed, "notes": notes, "paper_averaged": averaged, "recipes": recipes,
+                   "assumed": assumed, "notes": notes, "paper_averaged": averaged, "recipes": recipes, "copies": copies,
                    "yours": {label: ", ".join(dict.fromkeys(models_scored(results[m]) for m in members))
                              for label, members in runs.items()}}, not_run
+
+
+def weights_scored(records: dict[str, dict[str, Any]]) -> frozenset[str]:
+    """The SHA-256 of the weights a folder's results scored, as they record it (empty where none does: a model in memory)."""
+    return frozenset(r["weights_sha256"] for r in records.values() if r.get("weights_sha256"))
+
+
+def distinct_runs(results, runs: dict[str, list[str]]) -> tuple[dict[str, list[str]], list[str]]:
+    """Each model's runs, a run whose results scored the same weights as an earlier run of that model left out, and a
+    line naming each left out: such a folder is a copy of that run, not another seed, and counting it twice would make a
+    mean of one run "2 runs" with a spread of zero."""
+    kept, copies = {}, []
+    for label, members in runs.items():
+        first: dict[frozenset[str], str] = {}
+        kept[label] = []
+        for member in members:
+            weights = weights_scored(results[member])
+            if weights and weights in first:
+                copies.append(f"{member} (the weights of {first[weights]})")
+                continue
+            first.setdefault(weights, member)
+            kept[label].append(member)
+    return kept, copies
 
 
 def measured_rows(results: dict[str, dict[str, dict[str, Any]]], paper: str, runs: dict[str, list[str]]) -> dict[str, str]:
@@ -401,6 +433,9 @@ def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str
                   f"{markdown_text(', '.join(single))} {'is one run' if len(single) == 1 else 'are one run each'} beside it, so the "
                   "difference holds the seed's variation too: give each seed's results folder comma-joined as one model "
                   "(`compclip report r/seed-0,r/seed-1,r/seed-2 ...`) for their mean and interval."]
+    if about.get("copies"):
+        lines += ["", "Counted once, the same weights as a run before them (a copy of its folder, not another seed): "
+                  + markdown_text("; ".join(about["copies"])) + "."]
     if differing:
         lines += ["", "Computed by another protocol than the paper's (≠): " + markdown_text("; ".join(differing)) + "."]
     if about.get("assumed"):

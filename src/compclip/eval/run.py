@@ -237,13 +237,14 @@ def report(records: dict[str, dict[str, Any]], out: Path | None, cfg: EvalConfig
         log_results(records, out, reporters, cfg.wandb_project_name)
 
 
-def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], data_root: str | Path | None = None,
-                   out: str | Path | None = None, *, name: str | None = None, method=None, device: str | None = None,
-                   **options: Any) -> dict[str, dict[str, Any]]:
+def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str] | tuple[str, ...],
+                   data_root: str | Path | None = None, out: str | Path | None = None, *, name: str | None = None,
+                   method=None, device: str | None = None, **options: Any) -> dict[str, dict[str, Any]]:
     """`compclip eval` on a model in memory: an open_clip model, a transformers CLIP/SigLIP model, or any module with
     `encode_image` and `encode_text`. Returns `{benchmark: record}` and, given `out`, writes the same JSON files.
 
-    `preprocess` turns a PIL image into a tensor and `tokenizer` a list of texts into token ids, as open_clip's
+    `benchmarks`: `--benchmark`'s names (NAME or NAME/SPLIT), a list or one comma-joined string. `preprocess` turns a
+    PIL image into a tensor and `tokenizer` a list of texts into token ids, as open_clip's
     `create_model_and_transforms` and `get_tokenizer` give them. `name` is the model's name in the records (default: its
     class). `method`: the `compclip.methods` method it was trained with, when that brings its own scorer (OC-CLIP).
     `device`: default, where the model's weights are. `options`: `compclip eval`'s other options by name (`ties`,
@@ -258,7 +259,7 @@ def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], da
     net = two_towers(model)
     refuse_unusable_model(net, preprocess)
     device = device or str(next(net.parameters()).device)
-    cfg = EvalConfig(model=name or type(model).__name__, benchmark=benchmarks, out=str(out) if out is not None else "",
+    cfg = EvalConfig(model=name or type(model).__name__, benchmark=joined_benchmarks(benchmarks), out=str(out) if out is not None else "",
                      data_root=None if data_root is None else str(data_root), device=device, **options)
     jobs, root, made = check_options(cfg)
     precision = cfg.precision or default_precision(device)
@@ -271,6 +272,17 @@ def evaluate_model(model, preprocess, tokenizer, benchmarks: str | list[str], da
                            before_write=lambda: refuse_another_models(folder, cfg.model, None, head["weights_sha256"], cfg.force))
     report(records, folder, cfg)
     return records
+
+
+def joined_benchmarks(benchmarks: str | list[str] | tuple[str, ...]) -> str:
+    """`benchmarks` as `--benchmark` takes them, comma-joined: a library caller's list of names is as good as the
+    command line's string."""
+    names = benchmarks if isinstance(benchmarks, (list, tuple)) else [benchmarks]
+    for name in names:
+        if not isinstance(name, str):
+            raise UsageError(f"benchmarks: {name!r} is not a benchmark's name (NAME or NAME/SPLIT); give a list of names or "
+                             "one comma-joined string, e.g. ['sugarcrepe', 'winoground']")
+    return ",".join(names)
 
 
 @contextlib.contextmanager
