@@ -439,6 +439,18 @@ def read_state_dict(file: str | Path) -> dict[str, torch.Tensor]:
         raise DataError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
 
 
+def read_pickled(file: str | Path) -> Any:
+    """What a `torch.save` file holds, read as tensors and plain containers only (`weights_only`): a file cut short, or
+    one holding pickled code, is one `DataError` naming it, never torch's traceback."""
+    file = Path(file)
+    try:
+        with _reading(file):
+            return torch.load(str(file), map_location="cpu", weights_only=True)
+    except RuntimeError as e:  # torch's zip reader on a cut file: "PytorchStreamReader failed reading zip archive: ..."
+        said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"{file}: not a readable weights file, cut short or damaged (RuntimeError: {said})") from None
+
+
 def trained_activation(file: str | Path) -> tuple[bool | None, str]:
     """Whether the weights in `file` were trained with QuickGELU (True) or GELU (False), and how that is known; None
     where the file does not say (a plain state dict carries no activation)."""
