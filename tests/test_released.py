@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from compclip.eval.report import list_papers, paper_numbers
+from compclip.io import sha256_of
 from compclip.models.released import cache_root, get_released, hand_path, list_released
 from conftest import image_bytes, plant_hub_repo, run_main
 
@@ -571,3 +572,132 @@ def test_every_loadable_entry_loads_a_stand_in_at_its_real_path_by_its_id_and_sc
     assert not wrong, wrong[:5]
     compclip.evaluate(model, transform, tokenizer, "sugarcrepe/swap_att", data_root=two_items, out=tmp_path / "out", workers=0)
     _finite_scores(tmp_path / "out" / "sugarcrepe-swap_att.items.parquet")
+
+
+def _conclip(state: dict) -> Path:
+    """CoN-CLIP's file where compclip looks for it, its weights under "model" (converted once beside it)."""
+    path = hand_path(get_released("conclip-b32"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": state, "epoch": 3}, path)
+    return path
+
+
+def test_a_replaced_file_with_an_older_time_is_converted_again_and_its_own_weights_load(hub_cache):
+    """`cp -p`, `rsync -a` and `unzip` give a new file the time it had: the conversion is redone because the file it was
+    made from is not this one (size and SHA-256), whatever the times say."""
+    from compclip.models import load_model
+
+    first = _state()
+    path = _conclip(first)
+    load_model("conclip-b32")
+    second = dict(first, logit_scale=torch.tensor(1.25))
+    _conclip(second)
+    os.utime(path, (1_000_000_000, 1_000_000_000))  # the replacement's own, older time
+    record = hub_cache / "compclip-released" / "conclip-b32.sha256"
+    from compclip.errors import DataError
+
+    with pytest.raises(DataError, match=rf"or {re.escape(str(record))} if the release replaced it"):
+        load_model("conclip-b32")
+    record.unlink()  # as the message says
+    model, _, _ = load_model("conclip-b32")
+    assert float(model.state_dict()["logit_scale"]) == 1.25
+
+
+class _Code:
+    def __reduce__(self):
+        return (print, ("a pickle that runs code",))
+
+
+def _cut(path: Path) -> None:
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+
+
+@pytest.mark.parametrize(("name", "plant", "said"), [
+    ("conclip-b32", lambda: _cut(_conclip(_state())), "not a readable weights file, cut short or damaged (RuntimeError: "),
+    ("negclip-b32", lambda: _cut(_negclip(None)), "not a readable weights file"),
+    ("conclip-b32", lambda: torch.save({"model": {"visual.proj": _Code()}}, _conclip({})),
+     "refused: it holds pickled objects that are not plain tensors (Unsupported global: GLOBAL print was not an allowed global by "
+     "default.)\n"),
+], ids=["cut_converted", "cut_loaded", "code_converted"])
+def test_a_cut_or_code_holding_file_is_one_line_and_its_hash_is_never_recorded(hub_cache, swap_att, tmp_path, capsys, name, plant,
+                                                                               said):
+    """The whole file, saved over it afterwards, loads: the refused one's SHA-256 was never recorded as the first load's."""
+    plant()
+    capsys.readouterr()  # what making the stand-in's weights logged
+    path = hand_path(get_released(name))
+    code, _, err = run_main(capsys, "-q", "eval", "--model", name, "--benchmark", "sugarcrepe/swap_att", "--data-root", swap_att,
+                            "--workers", "0", "--out", tmp_path / "out")
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {path}: {said}"), err
+    assert sorted(p.name for p in (hub_cache / "compclip-released").iterdir()) == [name]
+    torch.save({"model" if name == "conclip-b32" else "state_dict": _state()}, path)  # the whole file, saved over it
+    _scores(capsys, swap_att, tmp_path / "whole", "--model", name)
+    assert (hub_cache / "compclip-released" / f"{name}.sha256").read_text().split()[0] == sha256_of(path)
+
+
+@pytest.mark.parametrize(("record", "said"), [
+    (lambda r: r.write_bytes(b""), "holds no SHA-256 (a record cut short): delete it, and the next load records the file's"),
+    (lambda r: r.symlink_to(r.name), "a symbolic link (to ce-clip-b32.sha256) where compclip writes its own file"),
+], ids=["empty", "link_loop"])
+def test_a_record_left_empty_or_a_link_at_it_is_one_line_naming_it(hub_cache, swap_att, tmp_path, capsys, record, said):
+    """A full disk at the first load of an earlier release left the record empty; a link planted there loops."""
+    _ce_clip(hub_cache)
+    at = hub_cache / "compclip-released" / "ce-clip-b32.sha256"
+    at.parent.mkdir()
+    record(at)
+    capsys.readouterr()  # what making the stand-in's weights logged
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "ce-clip-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--workers", "0", "--out", tmp_path / "out")
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {at}: {said}"), err
+
+
+def test_a_full_disk_at_the_first_load_records_nothing_and_the_next_load_records_the_hash(hub_cache):
+    """The record is written whole or not at all: a write the file system refuses (here past `ulimit -f`) is one line,
+    and leaves no record for later loads to trip on."""
+    import subprocess
+    import sys
+
+    file = _ce_clip(hub_cache)
+    limited = ("import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (40, 40))\n"
+               "from compclip.errors import StorageError\nfrom compclip.models import load_model\n"
+               "try:\n    load_model('ce-clip-b32')\nexcept StorageError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", limited], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_CACHE": str(hub_cache)}, timeout=300)
+    record = hub_cache / "compclip-released" / "ce-clip-b32.sha256"
+    assert done.returncode == 0 and done.stdout.startswith(f"{record}: not written: the file would pass this process's file-size "
+                                                           "limit"), done.stdout + done.stderr[-3000:]
+    assert sorted(p.name for p in record.parent.iterdir()) == []
+    from compclip.models import load_model
+
+    load_model("ce-clip-b32")
+    assert record.read_text().split()[0] == sha256_of(file)
+
+
+def test_what_the_registry_writes_follows_the_umask(hub_cache):
+    """A group sharing a cache (umask 002) reads the converted file and the record: neither is safetensors' or mkstemp's
+    private 0600."""
+    from compclip.models import load_model
+
+    _conclip(_state())
+    before = os.umask(0o002)
+    try:
+        load_model("conclip-b32")
+    finally:
+        os.umask(before)
+    written = [hub_cache / "compclip-released" / "conclip-b32.sha256",
+               *(p for p in (hub_cache / "compclip-released" / "conclip-b32").iterdir() if p.suffix == ".safetensors")]
+    assert len(written) == 2 and {oct(p.stat().st_mode & 0o777) for p in written} == {oct(0o664)}, written
+
+
+def test_a_folder_of_the_users_own_named_like_a_registry_id_is_loaded_as_that_folder(hub_cache, monkeypatch, tmp_path):
+    """`--model negclip-b32` or `./negclip-b32` where a folder of that name is: the user's checkpoint, not the release."""
+    from compclip.models import load_model, save_checkpoint
+
+    model, _, _ = load_model("compclip-tiny-clip", init_seed=3)
+    save_checkpoint(model, tmp_path / "negclip-b32")
+    monkeypatch.chdir(tmp_path)
+    for name in ("negclip-b32", "./negclip-b32"):
+        loaded, _, _ = load_model(name)
+        assert Path(loaded.compclip_spec["model_name"]).name != "ViT-B-32-quickgelu", name
+        assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items()), name

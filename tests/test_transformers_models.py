@@ -272,3 +272,57 @@ def test_what_applies_to_other_models_is_one_error_line(made, tmp_path, capsys, 
     code, _, err = run_main(capsys, *[part.format(**fill) for part in command])
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and said.format(**fill) in lines[0], err
+
+
+def _eval_one_line(capsys, folder, data, out) -> str:
+    """`compclip eval --model FOLDER`'s one `error:` line (exit 2), the folder named in it."""
+    code, _, err = run_main(capsys, "eval", "--model", folder, "--benchmark", "sugarcrepe/swap_att", "--data-root", data,
+                            "--out", out, "--workers", "0")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and str(folder) in lines[0], err
+    assert not (out / "sugarcrepe-swap_att.json").exists()
+    return lines[0]
+
+
+@pytest.mark.parametrize("removed", [("tokenizer.json",), ("tokenizer.json", "tokenizer_config.json")])
+def test_a_folder_without_its_tokenizer_files_is_one_error_line_not_a_tie_on_every_item(made, tmp_path, capsys, removed):
+    """Without them transformers makes a tokenizer of its special tokens alone: every word <unk>, every item a tie."""
+    import shutil
+
+    folders, data = made
+    folder = tmp_path / "clip"
+    shutil.copytree(folders["clip"], folder)
+    for name in removed:
+        (folder / name).unlink()
+    line = _eval_one_line(capsys, folder, data, tmp_path / "out")
+    assert f"{folder} holds none of its tokenizer's files (tokenizer.json, vocab.txt, vocab.json and merges.txt" in line, line
+
+
+@pytest.mark.parametrize("config", ["processor_config.json", "tokenizer_config.json"])
+def test_auto_map_in_a_processor_or_tokenizer_config_is_one_error_line_naming_the_file(made, tmp_path, capsys, config):
+    """config.json clean, the processor's or the tokenizer's config asking for the folder's own Python: transformers
+    stops on it with a traceback; compclip refuses it before loading, naming the file."""
+    import shutil
+
+    folders, data = made
+    folder = tmp_path / "blip"
+    shutil.copytree(folders["blip"], folder)
+    held = json.loads((folder / config).read_text())
+    (folder / config).write_text(json.dumps({**held, "auto_map": {"AutoProcessor": "processing_mine.MyProcessor"}}))
+    line = _eval_one_line(capsys, folder, data, tmp_path / "out")
+    assert f"{folder / config} maps a class to the repository's own Python (auto_map" in line, line
+
+
+@pytest.mark.parametrize(("config_of", "weights_of", "named"), [("clip", "siglip", "SiglipModel"), ("siglip", "siglip2", "Siglip2Model"),
+                                                                ("clip", "blip", "BlipForImageTextRetrieval")])
+def test_a_config_of_one_class_with_weights_of_another_is_one_error_line(made, tmp_path, capsys, config_of, weights_of, named):
+    """transformers would load what fits, draw the rest at random, or stop at the first other shape with a traceback."""
+    import shutil
+
+    folders, data = made
+    folder = tmp_path / "mixed"
+    shutil.copytree(folders[config_of], folder)
+    shutil.copy(folders[weights_of] / "model.safetensors", folder / "model.safetensors")
+    line = _eval_one_line(capsys, folder, data, tmp_path / "out")
+    cls = json.loads((folder / "config.json").read_text())["architectures"][0]
+    assert f"{folder / 'model.safetensors'} holds the weights of a {named}, but {folder / 'config.json'} names a {cls}" in line, line

@@ -204,6 +204,7 @@ def evaluate(cfg: EvalConfig, pixels: SweepPixels | None = None) -> dict[str, di
     device = resolve_device(cfg.device)
     jobs, root, made = check_options(cfg)
     model, pretrained, blip_score, out = model_name(cfg.model), cfg.pretrained, cfg.blip_score, Path(cfg.out)
+    resolved = None
     if is_released(model):  # a released checkpoint's id: the architecture and file (or hub id) it loads as
         resolved = resolve_released(get_released(model), pretrained)
         model, pretrained, blip_score = resolved.model, resolved.pretrained, blip_score or resolved.blip_score
@@ -212,6 +213,8 @@ def evaluate(cfg: EvalConfig, pixels: SweepPixels | None = None) -> dict[str, di
     precision = cfg.precision or default_precision(device)
     scorer = load_scorer(model, pretrained, device=device, precision=precision, blip_score=blip_score, pixels=pixels,
                          **cfg.scorer_settings)
+    if resolved is not None:  # its weights loaded: a first load's hash is recorded now, never a refused file's
+        resolved.loaded()
     weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
     # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
     head = {"model": model, "pretrained": pretrained or "", "weights_sha256": weights, "precision": precision}

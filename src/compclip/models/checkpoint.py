@@ -328,9 +328,18 @@ def _reading(file: Path) -> Iterator[None]:
     try:
         yield
     except pickle.UnpicklingError as e:
-        raise DataError(f"{file}: refused: it holds pickled objects that are not plain tensors ({e})") from None
+        raise DataError(f"{file}: refused: it holds pickled objects that are not plain tensors ({_unpickler_said(e)})") from None
     except (SafetensorError, EOFError, OSError) as e:
         raise DataError(f"{file}: not a readable weights file ({type(e).__name__}: {e})") from None
+
+
+def _unpickler_said(e: pickle.UnpicklingError) -> str:
+    """What torch's `weights_only` unpickler refused, in one line: its message is a page of advice around the line that
+    names the object ("WeightsUnpickler error: Unsupported global: GLOBAL print ...")."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    named = next((line.removeprefix("WeightsUnpickler error: ") for line in lines if line.startswith("WeightsUnpickler error: ")),
+                 lines[0] if lines else type(e).__name__)
+    return named.split(" Please use ")[0]
 
 
 # What OpenAI's TorchScript archives hold besides weights; open_clip's attention mask is a buffer a scripted model keeps
@@ -437,6 +446,18 @@ def read_state_dict(file: str | Path) -> dict[str, torch.Tensor]:
             return open_clip_load_state_dict(str(file), weights_only=True)
     except RuntimeError as e:
         raise DataError(f"{file}: not a readable weights file (RuntimeError: {e})") from None
+
+
+def read_pickled(file: str | Path) -> Any:
+    """What a `torch.save` file holds, read as tensors and plain containers only (`weights_only`): a file cut short, or
+    one holding pickled code, is one `DataError` naming it, never torch's traceback."""
+    file = Path(file)
+    try:
+        with _reading(file):
+            return torch.load(str(file), map_location="cpu", weights_only=True)
+    except RuntimeError as e:  # torch's zip reader on a cut file: "PytorchStreamReader failed reading zip archive: ..."
+        said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"{file}: not a readable weights file, cut short or damaged (RuntimeError: {said})") from None
 
 
 def trained_activation(file: str | Path) -> tuple[bool | None, str]:

@@ -284,7 +284,7 @@ def load_model(
     caller loads weights into it next (a resumed run), so nothing says the model is initialised randomly.
     Returns `(model, preprocess, tokenizer)`: the model in eval mode, the evaluation preprocessing.
     """
-    name = model_name(name)
+    name, resolved = model_name(name), None
     if is_released(name):  # a released checkpoint's id (`compclip models`): its architecture and weights file or tag
         resolved = resolve(get_released(name), pretrained)
         name, pretrained = resolved.model, resolved.pretrained
@@ -358,6 +358,8 @@ def load_model(
         setattr(model, DIGEST_ATTR, load_weights(model, weights_file))
     tokenizer = _tokenizer_for(name, cfg)
     _attach_spec(model, name, cfg, str(pretrained) if pretrained else None, tokenizer)
+    if resolved is not None:  # its weights loaded: a first load's hash is recorded now, never a refused file's
+        resolved.loaded()
     return model.eval(), eval_preprocess(model), tokenizer
 
 

@@ -13,23 +13,26 @@ Each entry cites the release it was read from (`source`) and says what was read 
 `resolve` turns an entry into what `load_model` and the transformers scorers already take, so `--model negclip-b32`
 scores as `--model ViT-B-32-quickgelu --pretrained negclip.pth` does. A weights file is checked against the SHA-256 the
 release publishes, or, where it publishes none, against the one recorded at its first load
-(`$HF_HUB_CACHE/compclip-released/<id>.sha256`): a file that changed is refused, naming both.
+(`$HF_HUB_CACHE/compclip-released/<id>.sha256`): a file that changed is refused, naming both. The hash is recorded only
+once the file has loaded (`Resolved.loaded`), so a download cut short, refused at its load, is never the one held to.
 """
 from __future__ import annotations
 
 import json
-import os
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
 from ...errors import DataError, DownloadError, MissingFileError, UsageError
-from ...io import sha256_of
+from ...io import atomic_path, refuse_links, sha256_of
 from ...text import did_you_mean
 
 ROUTES = ("open_clip", "open_clip_hub", "open_clip_file", "transformers")
 FOLDER = "compclip-released"  # under the Hugging Face cache: the hand-downloaded files and the recorded hashes
+# what a converted file says of the file it was converted from (its safetensors metadata): reused only while they match
+SOURCE_SHA256, SOURCE_SIZE = "compclip_source_sha256", "compclip_source_size"
 
 
 @dataclass(frozen=True)
@@ -117,11 +120,21 @@ def hand_path(entry: Released) -> Path:
 
 @dataclass(frozen=True)
 class Resolved:
-    """What `load_model` (model, pretrained) or the transformers scorers (model, blip_score) take."""
+    """What `load_model` (model, pretrained) or the transformers scorers (model, blip_score) take; `unrecorded`, for a
+    file no release publishes a hash of, loaded for the first time: (where its hash is recorded, what is recorded)."""
 
     model: str
     pretrained: str | None = None
     blip_score: str | None = None
+    unrecorded: tuple[str, str] | None = None
+
+    def loaded(self) -> None:
+        """Record the weights file's SHA-256 as its first load's, called once the model holds its weights: a file whose
+        load was refused (cut short, holding code, another model's) is never recorded as the one later loads must match."""
+        if self.unrecorded is not None:
+            record, line = self.unrecorded
+            with atomic_path(record) as tmp:
+                tmp.write_text(line, encoding="utf-8")
 
 
 def resolve(entry: Released, pretrained: str | None = None) -> Resolved:
@@ -137,8 +150,9 @@ def resolve(entry: Released, pretrained: str | None = None) -> Resolved:
     file = Path(pretrained) if pretrained else _fetch(entry)
     if not file.is_file():
         raise MissingFileError(f"--pretrained {file}: no such file")
-    _check_hash(entry, file)
-    return Resolved(entry.model, str(_state_dict_file(entry, file)))
+    digest, recorded = _check_hash(entry, file)
+    unrecorded = None if recorded else (str(_record(entry)), f"{digest}  {file}\n")
+    return Resolved(entry.model, str(_state_dict_file(entry, file, digest)), unrecorded=unrecorded)
 
 
 def _fetch(entry: Released) -> Path:
@@ -165,45 +179,83 @@ def _fetch(entry: Released) -> Path:
     return path
 
 
-def _check_hash(entry: Released, file: Path) -> None:
-    """The file's SHA-256 against the release's, or against the one recorded at its first load (recorded now if none)."""
+def _record(entry: Released) -> Path:
+    return cache_root() / f"{entry.id}.sha256"
+
+
+def _recorded(record: Path) -> str | None:
+    """The SHA-256 recorded at the entry's first load, None where none is; a record that is a link, unreadable or holds
+    no SHA-256 (a write cut short by an older release) is one line naming it."""
+    refuse_links(record.parent, (record.name,))
+    try:
+        text = record.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{record}: the SHA-256 recorded at the first load could not be read ({getattr(e, 'strerror', None) or e})"
+                        ) from None
+    found = re.match(r"([0-9a-f]{64})\s", text)
+    if found is None:
+        raise DataError(f"{record}: holds no SHA-256 (a record cut short): delete it, and the next load records the file's")
+    return found.group(1)
+
+
+def _check_hash(entry: Released, file: Path) -> tuple[str, bool]:
+    """The file's SHA-256, checked against the release's or the one recorded at its first load; and whether it is held
+    to one (else it is recorded once it has loaded: `Resolved.loaded`)."""
     digest = sha256_of(file)
-    record = cache_root() / f"{entry.id}.sha256"
+    record = _record(entry)
     if entry.sha256:
         expected, said = entry.sha256, "the release publishes"
-    elif record.is_file():
-        expected, said = record.read_text(encoding="utf-8").split()[0], f"its first load recorded in {record}"
     else:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(f"{digest}  {file}\n", encoding="utf-8")
-        return
+        expected, said = _recorded(record), f"its first load recorded in {record}"
+        if expected is None:
+            return digest, False
     if digest != expected:
         raise DataError(f"{file}: SHA-256 {digest}, but {expected} is the one {said}; refused (a changed or corrupt file), "
                         f"delete it to fetch it again{'' if entry.sha256 else f', or {record} if the release replaced it'}")
+    return digest, True
 
 
-def _state_dict_file(entry: Released, file: Path) -> Path:
+def _state_dict_file(entry: Released, file: Path, digest: str) -> Path:
     """A file whose state dict sits under another key (CoN-CLIP's "model"), or whose LoRA halves are to be merged (DAC's,
-    SVLC's), as a safetensors file open_clip's loader reads, written once beside the hand-downloaded one."""
+    SVLC's), as a safetensors file open_clip's loader reads, written beside the hand-downloaded one. It records the size
+    and SHA-256 of the file it was converted from, and is converted again when they are not the file's now: a replaced
+    file keeps no modification time a copy can be trusted with (`cp -p`, `rsync -a` and `unzip` set an older one)."""
     if not entry.state_dict_key:
         return file
-    import torch
     from safetensors.torch import save_file
 
-    out = cache_root() / entry.id / f"{file.stem}.{entry.state_dict_key}{'.merged' if entry.lora else ''}.safetensors"
-    if not out.is_file() or out.stat().st_mtime < file.stat().st_mtime:
-        held = torch.load(str(file), map_location="cpu", weights_only=True)
-        if not isinstance(held, dict) or not isinstance(held.get(entry.state_dict_key), dict):
-            raise DataError(f"{file}: no state dict under {entry.state_dict_key!r}, where {entry.id}'s release keeps it")
-        state = held[entry.state_dict_key]
-        if entry.lora:
-            from .lora import merge
+    from ..checkpoint import read_pickled
 
-            state = merge(state, entry.lora, entry.model, file)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in state.items()}, str(out) + ".part")
-        os.replace(str(out) + ".part", out)
+    out = cache_root() / entry.id / f"{file.stem}.{entry.state_dict_key}{'.merged' if entry.lora else ''}.safetensors"
+    source = {SOURCE_SHA256: digest, SOURCE_SIZE: str(file.stat().st_size)}
+    if _converted_from(out) == source:
+        return out
+    held = read_pickled(file)
+    if not isinstance(held, dict) or not isinstance(held.get(entry.state_dict_key), dict):
+        raise DataError(f"{file}: no state dict under {entry.state_dict_key!r}, where {entry.id}'s release keeps it")
+    state = held[entry.state_dict_key]
+    if entry.lora:
+        from .lora import merge
+
+        state = merge(state, entry.lora, entry.model, file)
+    with atomic_path(out) as tmp:
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata=source)
     return out
+
+
+def _converted_from(out: Path) -> dict[str, str] | None:
+    """The source a converted file records (`SOURCE_SHA256`, `SOURCE_SIZE`); None for one that records none (written by
+    an earlier release) or that cannot be read: either is converted again."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(out), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except (SafetensorError, OSError):
+        return None
+    return {k: metadata[k] for k in (SOURCE_SHA256, SOURCE_SIZE) if k in metadata}
 
 
 def cached(entry: Released) -> bool:
