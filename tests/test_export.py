@@ -150,7 +150,19 @@ def test_the_printed_snippet_loads_a_bundled_models_export_in_a_fresh_process(tm
 
 
 def _contents(folder) -> dict:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    """What each file of an export folder holds: a safetensors file's tensors and metadata (whose header's key order
+    varies from one write to the next), any other file's bytes."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    def held(path):
+        if path.suffix != ".safetensors":
+            return path.read_bytes()
+        with safe_open(path, "pt") as f:
+            metadata = f.metadata()
+        return metadata, {name: tensor.numpy().tobytes() for name, tensor in load_file(path).items()}
+
+    return {p.name: held(p) for p in sorted(folder.iterdir())}
 
 
 def test_an_export_killed_while_it_replaces_an_earlier_one_leaves_that_one_whole(tmp_path, cli):
