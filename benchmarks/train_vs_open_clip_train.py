@@ -109,7 +109,7 @@ def write_map_configs(folder: Path) -> Path:
     """`MAP_MODELS`: SigLIP's architectures with open_clip's tokenizer, as a folder `open_clip.add_model_config` reads."""
     import open_clip
 
-    import compclip.models  # noqa: F401  (the tiny models' configs)
+    import compclip.models.bundled  # noqa: F401  (the tiny models' configs)
 
     folder.mkdir(parents=True, exist_ok=True)
     for name, source in MAP_MODELS.items():
@@ -130,7 +130,7 @@ def child(side: str, argv: list[str]) -> None:
     import open_clip
     import torch
 
-    import compclip.models  # noqa: F401  (registers the tiny models with open_clip and timm, for both sides)
+    import compclip.models.bundled  # noqa: F401  (registers the tiny models with open_clip and timm, for both sides)
 
     if os.environ.get("BENCH_CONFIGS"):
         open_clip.add_model_config(os.environ["BENCH_CONFIGS"])

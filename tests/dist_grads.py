@@ -5,6 +5,7 @@ takes its share. Rank 0 saves the loss terms and every parameter's gradient: of 
 (`ACCUM:METHOD,...`) of each case in turn, in one launch ({case: result}).
 Usage: python dist_grads.py OUT.pt [ACCUM_FREQ [METHOD] | CASES]
 """
+import functools
 import os
 import sys
 
@@ -28,11 +29,11 @@ DENSE = [["the couch is red", "a white wooden table"], ["a man on a brown horse"
 NEGATIVE_CAPTIONS = ["a white couch next to a red table", "a horse riding a man on the beach", "something bad",
                      "two cats and a dog on a bed", "a red car", "very dark", "a large bird under a small umbrella near a tree",
                      "a plate"]
-NEGATIVE_IMAGES = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+NEGATIVE_IMAGES = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
 # each sample's negated caption and distractor image, CoN-CLIP's data fields (its image: DISTRACTOR_IMAGES[i])
 NEGATED_CAPTIONS = ["a white table but no red couch", "a beach but no man", "nothing nice", "a bed with no dogs", "no blue car",
                     "not bright", "a tree but no bird", "no cup"]
-DISTRACTOR_IMAGES = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+DISTRACTOR_IMAGES = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
 
 
 # every term weighs in; C2LIP's attribute-swap negatives too (local to their image: accumulated, never gathered)
@@ -43,8 +44,29 @@ OPTIONS = {"c2lip": {"lambda_xac": 1.0, "npc_negatives": "swap_attributes"}, "ha
 CASES = {"negclip_images": ("negclip", {"negatives": 2, "hard_images": "negative_image"})}
 
 
+def in_float64(step):
+    """Run `step` with float64 as torch's default dtype: the model, the batch and every tensor a loss makes. The tests
+    compare one step computed in two orders (micro-batches or the whole batch, one process or two, a plain loop or
+    compclip's); in float32 the orders' rounding differs from one CPU's kernels to another's (a rank term, a relu of
+    small margins of logits near 10, lost 2e-5 of itself), and in float64 it is some 1e-15 of each value, so a relative
+    tolerance of 1e-5 is met on any machine and a wrong row, column or weight, which moves a term by a part of itself,
+    still fails."""
+
+    @functools.wraps(step)
+    def in_float64(*args, **kwargs):
+        saved = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            return step(*args, **kwargs)
+        finally:
+            torch.set_default_dtype(saved)
+
+    return in_float64
+
+
+@in_float64
 def compute(env, accum: int = 1, method_name: str = "c2lip", device: str = "cpu"):
-    """Loss terms and gradients (on the CPU) of one step on `device`."""
+    """Loss terms and gradients (on the CPU) of one step on `device`, in float64 (`in_float64`)."""
     from torch.nn.parallel import DistributedDataParallel
 
     from compclip.concepts import extract

@@ -1264,6 +1264,15 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_transformers_models.py -k weights_of_another"),
     ("models/hf_folders.py", '"Siglip2Model" if patches is not None and len(patches) == 2', '"Siglip2Model" if patches is None',
      "tests/test_transformers_models.py -k weights_of_another"),
+    # exports of bundled models, and tolerances that hold on any machine
+    ("export/openclip.py", 'f"import compclip.models.bundled  # registers {name}\\n"', 'f"import compclip.models  # registers {name}\\n"',
+     "tests/test_export.py -k fresh_process"),
+    ("export/__init__.py", "from ..io import atomic_dir", "from contextlib import nullcontext as atomic_dir",
+     "tests/test_export.py -k killed_while"),
+    ("methods/ceclip.py", "        terms, self.following = self.loss(", "        terms, self.thresholds = self.loss(",
+     "tests/test_ceclip.py -k gradient_accumulation"),
+    ("methods/occlip.py", "    summed = torch.promote_types(many.dtype, torch.float32)", "    summed = torch.float32",
+     "tests/test_library.py -k plain_loop"),
 ]
 
 

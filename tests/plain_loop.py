@@ -1,7 +1,7 @@
 """compclip's loss modules in a plain PyTorch loop, as a user's own training code holds them: the model's own calls make
 the inputs, the loss module gathers across ranks itself, and the gradients are averaged as DDP averages them.
 
-`step(method)` is one step on dist_grads' batch of 8 (this rank's share of it under torchrun): the loss value and every
+`step(method)` is one step in float64 on dist_grads' batch of 8 (this rank's share of it under torchrun): the loss value and every
 gradient. Usage: python plain_loop.py OUT.pt METHOD[,METHOD...] (rank 0 saves {method: (loss, grads)}).
 """
 import os
@@ -11,9 +11,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from dist_grads import CAPTIONS, CASES, DENSE, DISTRACTOR_IMAGES, NEGATED_CAPTIONS, NEGATIVE_CAPTIONS, NEGATIVE_IMAGES, OPTIONS
+from dist_grads import CAPTIONS, CASES, DENSE, DISTRACTOR_IMAGES, NEGATED_CAPTIONS, NEGATIVE_CAPTIONS, NEGATIVE_IMAGES, OPTIONS, in_float64
 
 
+@in_float64
 def step(method: str, rank: int = 0, world_size: int = 1):
     from compclip import load_model
     from compclip.concepts import extract

@@ -99,6 +99,113 @@ def test_the_printed_snippet_loads_a_folder_whose_name_has_a_space_an_accent_and
     assert f"create_model_and_transforms({'local-dir:' + out.name!r})" in (out / "README.md").read_text()  # the card: its name
 
 
+# what a fresh process runs after the printed snippet: the unit embeddings of the pixels and captions in INPUTS, as JSON
+OPEN_CLIP_EMBEDS = """
+import json, sys, torch
+inputs = torch.load(sys.argv[1])
+with torch.no_grad():
+    embeds = model.eval().encode_image(inputs["pixels"], normalize=True), model.encode_text(tokenizer(inputs["captions"]), normalize=True)
+print(json.dumps([e.tolist() for e in embeds]))
+"""
+HF_EMBEDS = """
+import json, sys, torch
+inputs = torch.load(sys.argv[1])
+with torch.no_grad():
+    embeds = model.eval().get_image_features(pixel_values=inputs["pixels"]), model.get_text_features(input_ids=inputs["ids"])
+print(json.dumps([torch.nn.functional.normalize(getattr(e, "pooler_output", e), dim=-1).tolist() for e in embeds]))
+"""
+
+
+def _printed_snippet(stdout: str) -> str:
+    """The Python `compclip export` printed under its `wrote ...; load it with:` line, without its notes."""
+    lines = stdout.splitlines()
+    assert lines[0].startswith("wrote ") and lines[0].endswith("; load it with:"), stdout
+    return "\n".join(line for line in lines[1:] if not line.startswith("note: "))
+
+
+def _embeds_in_a_fresh_process(snippet: str, check: str, model, tokenizer, tmp_path) -> None:
+    """Run `snippet` then `check` in a new Python process, as a user pastes the printed lines into a new session, and
+    hold what it embeds to `model`'s own unit embeddings (the same weights and kernels: within a few float32 ulps of 1)."""
+    pixels = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(11))
+    inputs = tmp_path / "inputs.pt"
+    torch.save({"pixels": pixels, "captions": CAPTIONS, "ids": tokenizer(CAPTIONS)}, inputs)
+    ran = subprocess.run([sys.executable, "-c", snippet + "\n" + check, str(inputs)], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    with torch.no_grad():
+        ours = model.eval().encode_image(pixels, normalize=True), model.encode_text(tokenizer(CAPTIONS), normalize=True)
+    for a, b in zip(ours, json.loads(ran.stdout.splitlines()[-1]), strict=True):
+        assert (a - torch.tensor(b)).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("fmt, out, check", [("open_clip", "folder", OPEN_CLIP_EMBEDS),
+                                             ("open_clip", "weights.safetensors", OPEN_CLIP_EMBEDS), ("hf", "hf", HF_EMBEDS)])
+def test_the_printed_snippet_loads_a_bundled_models_export_in_a_fresh_process(tmp_path, cli, fmt, out, check):
+    """compclip-tiny-siglip's image trunk is a timm model compclip registers: the lines `compclip export` prints load it in
+    a Python process that has imported nothing else, for each format it prints lines for."""
+    model, _, tokenizer = load_model("compclip-tiny-siglip", init_seed=8)
+    exported = cli("export", save_checkpoint(model, tmp_path / "ckpt"), tmp_path / out, "--format", fmt)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    _embeds_in_a_fresh_process(_printed_snippet(exported.stdout), check, model, tokenizer, tmp_path)
+
+
+def _contents(folder) -> dict:
+    """What each file of an export folder holds: a safetensors file's tensors and metadata (whose header's key order
+    varies from one write to the next), any other file's bytes."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    def held(path):
+        if path.suffix != ".safetensors":
+            return path.read_bytes()
+        with safe_open(path, "pt") as f:
+            metadata = f.metadata()
+        return metadata, {name: tensor.numpy().tobytes() for name, tensor in load_file(path).items()}
+
+    return {p.name: held(p) for p in sorted(folder.iterdir())}
+
+
+def test_an_export_killed_while_it_replaces_an_earlier_one_leaves_that_one_whole(tmp_path, cli):
+    """`export --force` SIGKILLed as it writes (a kill runs no `finally`): the folder holds the earlier export as it was
+    (or, had the kill come after the rename, the whole new one), never a mix, and it loads through the lines printed
+    when it was written; the next export removes what the killed one left beside it."""
+    import signal
+
+    from compclip.export.openclip import FOLDER_WEIGHTS_NAME
+
+    model, _, tokenizer = load_model("compclip-tiny-siglip", init_seed=9)
+    first = cli("export", save_checkpoint(model, tmp_path / "ckpt"), tmp_path / "out")
+    assert first.returncode == 0, first.stderr[-2000:]
+    newer = save_checkpoint(load_model("compclip-tiny-siglip", init_seed=10)[0], tmp_path / "newer")
+    assert cli("export", newer, tmp_path / "whole" / "out").returncode == 0  # what the new export writes, whole
+    earlier, whole = _contents(tmp_path / "out"), _contents(tmp_path / "whole" / "out")
+    written = (tmp_path / "out" / FOLDER_WEIGHTS_NAME).stat()
+    writer = subprocess.Popen([sys.executable, "-m", "compclip", "-q", "export", str(newer), str(tmp_path / "out"), "--force"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def writing() -> bool:  # the new weights being written: in a folder beside OUT, or (were it written in place) in OUT
+        if any(tmp_path.glob(f".out.*/{FOLDER_WEIGHTS_NAME}")):
+            return True
+        try:
+            now = (tmp_path / "out" / FOLDER_WEIGHTS_NAME).stat()
+        except FileNotFoundError:
+            return True
+        return (now.st_ino, now.st_mtime_ns) != (written.st_ino, written.st_mtime_ns)
+
+    while not writing():
+        assert writer.poll() is None, writer.stderr.read()[-2000:]
+    os.kill(writer.pid, signal.SIGKILL)
+    assert writer.wait() == -signal.SIGKILL
+    left = _contents(tmp_path / "out")
+    assert left in (earlier, whole), sorted(left)
+    if left == earlier:
+        _embeds_in_a_fresh_process(_printed_snippet(first.stdout), OPEN_CLIP_EMBEDS, model, tokenizer, tmp_path)
+    again = cli("export", newer, tmp_path / "out", "--force")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert _contents(tmp_path / "out") == whole
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # the killed export's folders removed
+
+
 # ---- transformers: every open_clip architecture maps, or says which part does not ----------------------------------
 
 

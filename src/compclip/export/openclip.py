@@ -28,8 +28,9 @@ def _weights(checkpoint: Path) -> dict:
 
 
 def _imports(name: str) -> str:
-    """The snippet's first lines: open_clip, and compclip's models where the architecture is one compclip registers."""
-    return "import open_clip\n" + (f"import compclip.models  # registers {name}\n" if name in BUNDLED_MODELS else "")
+    """The snippet's first lines: open_clip, and where the architecture is one compclip bundles, the module that registers
+    it with open_clip and its image trunk with timm (`compclip.models` itself loads its names on first use)."""
+    return "import open_clip\n" + (f"import compclip.models.bundled  # registers {name}\n" if name in BUNDLED_MODELS else "")
 
 
 def export_open_clip(checkpoint: str | Path, out: str | Path) -> str:

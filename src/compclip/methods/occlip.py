@@ -111,9 +111,10 @@ class BindingModule(nn.Module):
 def _cosines(many: torch.Tensor, few: torch.Tensor) -> torch.Tensor:
     """F.cosine_similarity of `many` (..., K, D) and `few` (K, D) along D, x·y / max(‖x‖‖y‖, 1e-8), keeping `many` once for
     the backward pass: the norms are summed in float32 from it as it is, where autocast (whose float32 operations include
-    the norm and the cosine) would keep a float32 copy of it too."""
+    the norm and the cosine) would keep a float32 copy of it too; float64 features are summed in float64."""
+    summed = torch.promote_types(many.dtype, torch.float32)
     with torch.autocast(many.device.type, enabled=False):
-        norms = torch.linalg.vector_norm(many, dim=-1, dtype=torch.float32) * torch.linalg.vector_norm(few, dim=-1, dtype=torch.float32)
+        norms = torch.linalg.vector_norm(many, dim=-1, dtype=summed) * torch.linalg.vector_norm(few, dim=-1, dtype=summed)
     return (many * few).sum(-1) / norms.clamp_min(1e-8)
 
 

@@ -2,7 +2,8 @@
 
 Nothing here imports open_clip until a name below is first read: `compclip models` lists the released checkpoints (and
 `compclip methods` the methods, whose modules import `models.tokens`) without paying for open_clip, timm and
-transformers. `factory` and `checkpoint` register the bundled configs with open_clip as they load."""
+transformers. `factory` and `checkpoint` register the bundled configs with open_clip as they load; code that loads them with open_clip
+alone imports `compclip.models.bundled`, which registers them (with timm, their image trunks), as `compclip export` prints."""
 from ..lazy import lazy_names
 
 __getattr__ = lazy_names(__name__, {
