@@ -13,7 +13,10 @@ Every folder under `retrieval/` is a dataset, read from the first of these it ho
   (or FLAIR's `images/val2017/`): the 5,000 val2017 images and their 25,014 captions;
 - FLAIR's pre-split fine-grained files (`annotations/test_annotations.json` for DOCCI, `test_annotations.json` for
   IIW): `{"annotations": [{"image_id", "image", "caption", "caption_id"}]}`, one sentence a caption;
-- `long_captions.jsonl`: `{"image", "caption"}` long descriptions, split into sentences (option `sentences`).
+- `long_captions.jsonl`: `{"image", "caption"}` long descriptions, split into sentences (option `sentences`);
+- CLIP_benchmark's WebDataset sets (`wds/mscoco_captions`, `wds/flickr30k`, ...: the Hub's `clip-benchmark/wds_<name>`
+  downloaded into the folder): `dataset_type.txt` and `test/nshards.txt` beside the shards `test/0.tar` ..., read shard
+  by shard as CLIP_benchmark reads them (`wds_retrieval`).
 Image names are looked up in the folder, then in its `images/` and `flickr30k-images/`. The gallery holds each image file
 once, however many names reach it (a folder linked into itself, `images/sub -> .`, gives every photo a second one).
 
@@ -31,12 +34,14 @@ from pathlib import Path
 import torch
 
 from ...data import image_path
+from ...data.images import ImageRef
 from ...errors import DataError, UsageError
 from ...options import option
 from ...text import sentences
 from .. import protocols
 from ..base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
 from ..items import retrieval_rows
+from .wds_retrieval import SHARDS, is_wds, read_wds
 
 log = logging.getLogger("compclip.eval")
 
@@ -48,6 +53,7 @@ LAYOUTS = ("captions.csv", "dataset_*.json", "coco_test_karpathy.json", "flickr3
 BLIP_LISTS = ("coco_karpathy_test.json", "coco_karpathy_test_2017.json", "flickr30k_test.json")
 SENTENCES = ("flair", "compclip")
 CAPTIONS = ("raw", "pre_caption")
+WDS_LAYOUT = "wds"  # the result's `layout` for a WebDataset set
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,16 +109,20 @@ def _not_utf8(file: Path) -> DataError:
                      "convert the file (iconv -f latin1 -t utf-8)")
 
 
-def one_per_file(paths: list[Path]) -> tuple[list[Path], dict[Path, int]]:
+def one_per_file(paths: list[Path | ImageRef]) -> tuple[list[Path | ImageRef], dict[Path | ImageRef, int]]:
     """The gallery: each image file once, told by what it is on disk (device and inode), under the first name that
     reaches it; and each name's place in it. Two names of one file as two gallery images would tie, or outrank, each
-    other: a caption's own image beaten by its twin."""
-    images: list[Path] = []
-    place: dict[tuple[int, int], int] = {}
+    other: a caption's own image beaten by its twin. An image inside a shard is told by its place there (a sample of its
+    own, as CLIP_benchmark holds it)."""
+    images: list[Path | ImageRef] = []
+    place: dict[tuple[int, int] | str, int] = {}
     index = {}
     for path in dict.fromkeys(paths):
-        st = path.stat()
-        key = (st.st_dev, st.st_ino)
+        if isinstance(path, ImageRef):
+            key = path.key
+        else:
+            st = path.stat()
+            key = (st.st_dev, st.st_ino)
         if key not in place:
             place[key] = len(images)
             images.append(path)
@@ -128,6 +138,11 @@ def load_pairs(file: Path, options: Options | None = None) -> list[tuple[Path, s
     except (KeyError, TypeError, AttributeError) as e:  # a record of another shape than the layout's
         raise DataError(f"{file}: a record lacks the layout's fields ({type(e).__name__}: {e}); {file.name} is read as "
                         "docs/data.md describes it") from None
+    return captioned(pairs, options)
+
+
+def captioned(pairs: list, options: Options) -> list:
+    """`pairs` with their captions as `options.captions` says (raw: as read)."""
     if options.captions == "pre_caption":
         return [(p, pre_caption(c, options.max_words)) for p, c in pairs]
     return pairs
@@ -174,7 +189,8 @@ class Retrieval(Benchmark):
     verdict = "R@1"  # a query's `correct`: its own image or caption retrieved first
     task = "zeroshot_retrieval"
     Options = Options
-    layout = f"retrieval: DATA_ROOT/retrieval/<dataset>/ folders, each with one of {', '.join(LAYOUTS)}"
+    layout = (f"retrieval: DATA_ROOT/retrieval/<dataset>/ folders, each with one of {', '.join(LAYOUTS)}, or a WebDataset set "
+              f"(huggingface-cli download clip-benchmark/wds_<dataset> --repo-type dataset --local-dir DATA_ROOT/retrieval/<dataset>)")
     columns = (("retrieval R@1", ("mean_recall@1",)), ("retrieval R@5", ("mean_recall@5",)))
 
     def datasets(self, root) -> list[Path]:
@@ -184,19 +200,33 @@ class Retrieval(Benchmark):
     def lacks(self, root, splits):
         return None if self.datasets(root) else f"looked for dataset folders in {root / 'retrieval'}: none. {self.layout}"
 
+    @staticmethod
+    def read(folder: Path, options: Options, absent: dict[str, str]) -> tuple[str, list] | None:
+        """(the layout read, its (image, caption) pairs) of a dataset folder: the first layout file it holds, else its
+        WebDataset set; what is not there or skipped is named in `absent`; None where the folder holds neither."""
+        file = layout_file(folder)
+        if file is not None:
+            return file.name, load_pairs(file, options)
+        if is_wds(folder):
+            found = read_wds(folder)
+            absent.update(found.absent)
+            absent.update(found.malformed.named())
+            return WDS_LAYOUT, captioned(found.pairs, options)
+        absent[str(folder)] = f"no {', '.join(LAYOUTS)}, nor a WebDataset set's {SHARDS}: not scored"
+        return None
+
     def run(self, scorer, root, ties, splits=(), options=None):
         missing, metrics, absent, items = Missing.of(scorer), {}, {}, []
         options = options or Options()
         for folder in self.datasets(root):
             scorer.at(folder.name)
-            file = layout_file(folder)
-            if file is None:
-                absent[str(folder)] = f"no {', '.join(LAYOUTS)}: not scored"
+            read = self.read(folder, options, absent)
+            if read is None:
                 continue
-            pairs = [(p, c) for p, c in load_pairs(file, options) if missing.keep([p])]
+            layout, pairs = read[0], [(p, c) for p, c in read[1] if missing.keep([p])]
             if not pairs:  # every image missing: nothing to rank
                 recalls = {f"{d}_retrieval_recall@{k}": float("nan") for d in ("image", "text") for k in KS}
-                metrics[folder.name] = {**recalls, "images": 0, "captions": 0, "layout": file.name}
+                metrics[folder.name] = {**recalls, "images": 0, "captions": 0, "layout": layout}
                 continue
             images, index = one_per_file([p for p, _ in pairs])
             if len(index) > len(images):
@@ -212,7 +242,7 @@ class Retrieval(Benchmark):
             metrics[folder.name] = {
                 **{f"image_retrieval_recall@{k}": v for k, v in t2i.items()},
                 **{f"text_retrieval_recall@{k}": v for k, v in i2t.items()},
-                "images": len(images), "captions": len(pairs), "layout": file.name,
+                "images": len(images), "captions": len(pairs), "layout": layout,
             }
         for k in KS:
             metrics[f"mean_recall@{k}"] = mean(
