@@ -1273,6 +1273,25 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_ceclip.py -k gradient_accumulation"),
     ("methods/occlip.py", "    summed = torch.promote_types(many.dtype, torch.float32)", "    summed = torch.float32",
      "tests/test_library.py -k plain_loop"),
+    # retrieval over CLIP_benchmark's wds sets: the reading (shards, samples, captions) and the recall rule
+    (B + "wds_retrieval.py", 'sample.files[CAPTIONS].decode("utf-8").splitlines()', 'sample.files[CAPTIONS].decode("utf-8").split("\\n")',
+     "tests/test_retrieval_wds.py -k scores_as_clip_benchmark"),
+    (B + "wds_retrieval.py", 'IMAGE_EXTENSIONS = ("webp", "png", "jpg", "jpeg")', 'IMAGE_EXTENSIONS = ("png", "jpg", "jpeg")',
+     "tests/test_retrieval_wds.py -k scores_as_clip_benchmark"),
+    (B + "wds_retrieval.py", "        if not shard.is_file():\n", "        if False:\n",
+     "tests/test_retrieval_wds.py -k scores_as_clip_benchmark"),
+    (B + "wds_retrieval.py", "for number in range(count):", "for number in range(count - 1):",
+     "tests/test_retrieval_wds.py -k scores_as_clip_benchmark"),
+    (B + "wds_retrieval.py", '    if CAPTIONS not in sample.files:\n        return "no captions (.txt)", []\n', "",
+     "tests/test_retrieval_wds.py -k scores_as_clip_benchmark"),
+    (B + "wds_retrieval.py", "            f.seek(self.offset)\n", "", "tests/test_retrieval_wds.py -k scores_as_clip_benchmark"),
+    (B + "wds_retrieval.py", '        return "classification"', '        return "retrieval"',
+     "tests/test_retrieval_wds.py -k classification_set"),
+    (B + "wds_retrieval.py", "    if count < 1:", "    if count < 0:", "tests/test_retrieval_wds.py -k no_count"),
+    (B + "retrieval.py", "            absent.update(found.malformed.named())\n", "",
+     "tests/test_retrieval_wds.py -k scores_as_clip_benchmark"),
+    (B + "retrieval.py", "{k: (rank < k).float().mean().item() for k in KS}", "{k: (rank <= k).float().mean().item() for k in KS}",
+     "tests/test_retrieval_wds.py -k scores_as_clip_benchmark"),
 ]
 
 
