@@ -74,8 +74,8 @@ def test_cola_scores_colas_multi_object_rule_and_names_malformed_records(tmp_pat
     text = [p[0][0] > p[0][1] and p[1][1] > p[1][0] for p in preds]  # each image prefers its own caption
     if ties == "clip_benchmark":  # the tie of the third: the first-listed image wins it
         image[2] = True
-    assert result.metrics == {"image_acc": sum(image) / 3, "text_acc": sum(text) / 3, "acc": sum(map(all, zip(image, text))) / 3,
-                              "n": 3}
+    group = [i and t for i, t in zip(image, text, strict=True)]
+    assert result.metrics == {"image_acc": sum(image) / 3, "text_acc": sum(text) / 3, "acc": sum(group) / 3, "n": 3}
     assert result.metrics["image_acc"] == (2 / 3 if ties == "clip_benchmark" else 1 / 3)
     file = folder / "COLA_multiobjects_matching_benchmark.json"
     assert named(result, file, 3).startswith("malformed, skipped: ") and "not a list of 4 fields" in named(result, file, 3)
@@ -134,6 +134,7 @@ def test_colorswap_reads_the_hub_parquet_and_the_release_json_and_scores_winogro
 
 # ---- BLA: the release's zip unzipped into bla/ -----------------------------------------------------------------------
 
+FOUR = ("True1", "True2", "False1", "False2")
 BLA = [  # image colour, [True1, True2, False1, False2]
     ("red", ["a red car", "the red one", "a blue car", "a green car"]),  # both true above both false
     ("red", ["a red car", "a car", "a blue car", "a green car"]),  # True2 ties both false ones at 0
@@ -166,10 +167,10 @@ def test_bla_scores_clip_benchmarks_rule_and_blas_own_and_names_what_it_skips(tm
     records = []
     for k, (colour, captions) in enumerate(BLA):
         solid(base / "images" / f"{100 + k}.jpg", colour)
-        records.append({"image_id": str(100 + k), "caption_group": [dict(zip(("True1", "True2", "False1", "False2"), captions, strict=True))]})
+        records.append({"image_id": str(100 + k), "caption_group": [dict(zip(FOUR, captions, strict=True))]})
     records += [{"image_id": "100", "caption_group": [{"True1": "a red car", "True2": "a red one", "False1": "a blue car"}]},
-                {"image_id": None, "caption_group": [dict(zip(("True1", "True2", "False1", "False2"), BLA[0][1], strict=True))]},
-                {"image_id": "gone", "caption_group": [dict(zip(("True1", "True2", "False1", "False2"), BLA[0][1], strict=True))]}]
+                {"image_id": None, "caption_group": [dict(zip(FOUR, BLA[0][1], strict=True))]},
+                {"image_id": "gone", "caption_group": [dict(zip(FOUR, BLA[0][1], strict=True))]}]
     (base / "annotations").mkdir(parents=True)
     (base / "annotations" / "active_passive_captions.json").write_text(json.dumps(records))
     result = evaluate("bla", tmp_path, ties)
@@ -262,7 +263,7 @@ def test_colorfoil_colour_words_are_css3s():
 
     from compclip.eval.benchmarks.colorfoil import CSS3_NAMES
 
-    assert CSS3_NAMES == set(matplotlib.colors.CSS4_COLORS) - {"rebeccapurple"} and len(CSS3_NAMES) == 147
+    assert set(matplotlib.colors.CSS4_COLORS) - {"rebeccapurple"} == CSS3_NAMES and len(CSS3_NAMES) == 147
 
 
 # ---- through `compclip eval`, with the bundled tiny model ---------------------------------------------------------------
@@ -294,7 +295,8 @@ def test_cli_eval_writes_colas_scores_as_the_tiny_model_gives_them(tmp_path, cap
     with torch.no_grad():
         for k, (t0, t1) in enumerate(captions):
             shown = torch.stack([preprocess(Image.open(folder / f"{k}{i}.jpg").convert("RGB")) for i in (0, 1)])
-            preds = (F.normalize(model.encode_image(shown), dim=-1) @ F.normalize(model.encode_text(tokenizer([t0, t1])), dim=-1).T).tolist()
+            texts = F.normalize(model.encode_text(tokenizer([t0, t1])), dim=-1)
+            preds = (F.normalize(model.encode_image(shown), dim=-1) @ texts.T).tolist()
             verdicts.append((cola_multi_obj_acc(preds), preds[0][0] > preds[0][1] and preds[1][1] > preds[1][0]))
     assert metrics["n"] == 4 and metrics["image_acc"] == sum(v[0] for v in verdicts) / 4
     assert metrics["text_acc"] == sum(v[1] for v in verdicts) / 4 and metrics["acc"] == sum(all(v) for v in verdicts) / 4
