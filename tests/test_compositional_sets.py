@@ -139,6 +139,7 @@ BLA = [  # image colour, [True1, True2, False1, False2]
     ("red", ["a red car", "the red one", "a blue car", "a green car"]),  # both true above both false
     ("red", ["a red car", "a car", "a blue car", "a green car"]),  # True2 ties both false ones at 0
     ("blue", ["a red car", "a green car", "a blue car", "a blue blue car"]),  # both false above both true
+    ("red", ["a car", "a red car", "a blue car", "a green car"]),  # True1 ties both false ones at 0
 ]
 
 
@@ -177,15 +178,15 @@ def test_bla_scores_clip_benchmarks_rule_and_blas_own_and_names_what_it_skips(tm
     scores = [[cosine(colour, c) for c in captions] for colour, captions in BLA]
     # CLIP_benchmark's image_caption_selection: the lowest true score above the highest false one (ties: see below)
     right = [min(s[:2]) > max(s[2:]) for s in scores]
-    if ties == "clip_benchmark":  # True2 of the second ties the false ones: listed first, it wins
-        right[1] = True
-    own = sum(get_accuracy(ranks(s, false_first=ties == "strict")) for s in scores) / 3
+    if ties == "clip_benchmark":  # the true caption tied with the false ones (of the second, of the fourth): listed first, it wins
+        right[1] = right[3] = True
+    own = sum(get_accuracy(ranks(s, false_first=ties == "strict")) for s in scores) / 4
     task = result.metrics["active_passive_captions"]
-    assert task == {"acc": sum(right) / 3, "text_acc": sum(right) / 3, "caption_acc": own, "n": 3, "n_missing": 1}
-    assert task["caption_acc"] == (0.5 if ties == "strict" else 2 / 3)  # items: 1, ½ or 1, 0
+    assert task == {"acc": sum(right) / 4, "text_acc": sum(right) / 4, "caption_acc": own, "n": 4, "n_missing": 1}
+    assert task["caption_acc"] == (0.5 if ties == "strict" else 0.75)  # items: 1, ½ or 1, 0, ½ or 1
     file = base / "annotations" / "active_passive_captions.json"
-    assert named(result, file, 3) == "malformed, skipped: no False2"
-    assert named(result, file, 4) == "malformed, skipped: image_id is None, not an image's id"
+    assert named(result, file, 4) == "malformed, skipped: no False2"
+    assert named(result, file, 5) == "malformed, skipped: image_id is None, not an image's id"
     assert result.absent[str(base / "annotations" / "coordination_captions.json")] == "absent: task not scored"
     assert result.missing.as_record()["count"] == 1 and "image_acc" not in task
     assert [r["correct"] for r in result.items] == right
