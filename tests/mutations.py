@@ -1292,6 +1292,27 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_retrieval_wds.py -k scores_as_clip_benchmark"),
     (B + "retrieval.py", "{k: (rank < k).float().mean().item() for k in KS}", "{k: (rank <= k).float().mean().item() for k in KS}",
      "tests/test_retrieval_wds.py -k scores_as_clip_benchmark"),
+    # BLA, COLA, ColorFoil, ColorSwap
+    (B + "cola.py", '"image_acc": "image"', '"image_acc": "text"', "tests/test_compositional_sets.py -k cola"),
+    (B + "cola.py", "if not isinstance(named[key], str) or not link_name(named[key]):", "if not isinstance(named[key], str):",
+     "tests/test_compositional_sets.py -k cola"),
+    (B + "cola.py", "result = protocols.winoground(scores, ties)", 'result = protocols.winoground(scores, "strict")',
+     "tests/test_compositional_sets.py -k cola"),
+    (B + "colorswap.py", '"caption_0": row["caption_1"], "caption_1": row["caption_2"]',
+     '"caption_0": row["caption_2"], "caption_1": row["caption_1"]', "tests/test_compositional_sets.py -k colorswap"),
+    (B + "colorswap.py", "    if from_json:\n", "    if False:\n", "tests/test_compositional_sets.py -k colorswap"),
+    (B + "bla.py", ' & protocols.picks(scores[:, [1, 2, 3]], 0, ties)', "", "tests/test_compositional_sets.py -k bla"),
+    (B + "bla.py", "protocols.picks(scores[:, [0, 2, 3]], 0, ties)", 'protocols.picks(scores[:, [0, 2, 3]], 0, "clip_benchmark")',
+     "tests/test_compositional_sets.py -k bla"),
+    (B + "bla.py", '(-row[c], -c if ties == "strict" else c)', "(-row[c], c)", "tests/test_compositional_sets.py -k bla"),
+    (B + "bla.py", 'CAPTIONS = ("True1", "True2", "False1", "False2")', 'CAPTIONS = ("True1", "False1", "True2", "False2")',
+     "tests/test_compositional_sets.py -k bla"),
+    (B + "colorfoil.py", 'if any(w in CSS3_NAMES for w in c.split(" "))', 'if any(w in CSS3_NAMES for w in c.lower().split(" "))',
+     "tests/test_compositional_sets.py -k colorfoil"),
+    (B + "colorfoil.py", "FOIL_COLOURS[drawn - 1] if FOIL_COLOURS[drawn] == word", "FOIL_COLOURS[drawn - 2] if FOIL_COLOURS[drawn] == word",
+     "tests/test_compositional_sets.py -k colorfoil"),
+    (B + "colorfoil.py", "rng, examples = random.Random(seed), []", "rng, examples = random.Random(0), []",
+     "tests/test_compositional_sets.py -k colorfoil"),
 ]
 
 

@@ -19,9 +19,9 @@ TRAIN_PRECISIONS = (*PRECISIONS, "amp_bfloat16", "bf16", "fp16", "pure_bf16", "p
 
 SHIPPED_METHODS = ("attswap", "c2lip", "ceclip", "clic", "clip", "conclip", "dac",
                    "hardneg", "negclip", "occlip", "siglip", "svlc", "tripletclip")
-SHIPPED_BENCHMARKS = ("aro_order", "aro_vg_attribution", "aro_vg_relation", "concept_ranking", "crepe", "eqben", "imagecode",
-                      "inpaint_coco", "retrieval", "spec", "sugarcrepe", "sugarcrepe_pp", "svo_probes", "valse", "vl_checklist",
-                      "whatsup", "winoground", "zeroshot")
+SHIPPED_BENCHMARKS = ("aro_order", "aro_vg_attribution", "aro_vg_relation", "bla", "cola", "colorfoil", "colorswap",
+                      "concept_ranking", "crepe", "eqben", "imagecode", "inpaint_coco", "retrieval", "spec", "sugarcrepe",
+                      "sugarcrepe_pp", "svo_probes", "valse", "vl_checklist", "whatsup", "winoground", "zeroshot")
 
 BENCHMARK_LISTING = " (`compclip benchmarks` lists them)"  # how an unknown benchmark's error ends (`eval.run.resolve`'s)
 
