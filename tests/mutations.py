@@ -1292,6 +1292,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "        given_view = ()", "tests/test_augment.py -k one_error_line"),
     ("models/released/tripletclip-ft-b32.json", '"state_dict_key": "model_state_dict"', '"state_dict_key": "state_dict"',
      "tests/test_tripletclip.py -k released_finetuning"),
+    ("train/refusals.py", '    defaults["image_view"] = "train"  # a run saved', '    defaults["image_view"] = None  # a run saved',
+     "tests/test_augment.py -k saved_before_image_view"),
 ]
 
 

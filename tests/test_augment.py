@@ -151,3 +151,24 @@ def test_an_image_view_compclip_does_not_know_is_one_error_line(tmp_path, capsys
                             tmp_path / "t.csv", "--image-view", "crop", "--out", tmp_path / "run")
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and lines == ["error: --image-view must be one of train, eval, not 'crop'"], err
+
+
+def test_a_run_saved_before_image_view_resumes_on_the_training_view_it_had(tmp_path, capsys):
+    """A checkpoint whose options name no image view (written before --image-view) trained on open_clip's training view:
+    a method whose own view that is goes on; asking it for the evaluation view is another run, refused in one line."""
+    from conftest import run_main
+    from test_train import make_dataset
+
+    data = make_dataset(tmp_path, n=8)
+    args = ["-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data, "--out", tmp_path / "run",
+            "--batch-size", "4", "--workers", "0"]
+    assert run_main(capsys, *args, "--steps", "1")[0] == 0
+    (config,) = (tmp_path / "run" / "checkpoints").glob("step_*/config.json")
+    saved = json.loads(config.read_text())
+    del saved["train_args"]["image_view"]
+    config.write_text(json.dumps(saved))
+    code, _, err = run_main(capsys, *args, "--steps", "1", "--image-view", "eval")
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(lines) == 1 and "image_view 'train' -> 'eval'" in lines[0], err
+    code, _, err = run_main(capsys, *args, "--steps", "2")
+    assert code == 0, err[-2000:]
