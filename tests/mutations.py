@@ -1313,6 +1313,27 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_compositional_sets.py -k colorfoil"),
     (B + "colorfoil.py", "rng, examples = random.Random(seed), []", "rng, examples = random.Random(0), []",
      "tests/test_compositional_sets.py -k colorfoil"),
+    # the papers' baselines as released: TripletCLIP's and CoN-CLIP's image view, the checkpoint key of TripletCLIP's release
+    ("methods/tripletclip.py", '    image_view = "eval"  # src/main.py', '    image_view = "train"  # src/main.py',
+     "tests/test_tripletclip.py -k 'released_view or image_view_train'"),
+    ("methods/conclip.py", '    image_view = "eval"  # conclip', '    image_view = "train"  # conclip',
+     "tests/test_conclip.py -k released_view"),
+    ("methods/base.py", "        self.image_view = next(p.image_view for p in kept if p.contrastive)",
+     "        self.image_view = LossPart.image_view",
+     "tests/test_tripletclip.py -k released_view"),
+    ("train/trainer.py", 'view = train_preprocess(model) if cfg.image_view == "train" else eval_preprocess(model)',
+     'view = train_preprocess(model)', "tests/test_augment.py -k image_view_eval"),
+    ("train/trainer.py", "        self.view = BatchedView.of(view) if transform",
+     "        self.view = BatchedView.of(train_preprocess(model)) if transform", "tests/test_augment.py -k image_view_eval"),
+    ("train/config.py", "        if run.image_view is None:\n            run.image_view = method_view\n",
+     "        if run.image_view is None:\n            run.image_view = \"train\"\n",
+     "tests/test_tripletclip.py -k 'released_view or image_view_train'"),
+    ("train/config.py", '        given_view = () if self.image_view is None else (("image_view", IMAGE_VIEWS),)',
+     "        given_view = ()", "tests/test_augment.py -k one_error_line"),
+    ("models/released/tripletclip-ft-b32.json", '"state_dict_key": "model_state_dict"', '"state_dict_key": "state_dict"',
+     "tests/test_tripletclip.py -k released_finetuning"),
+    ("train/refusals.py", '    defaults["image_view"] = "train"  # a run saved', '    defaults["image_view"] = None  # a run saved',
+     "tests/test_augment.py -k saved_before_image_view"),
 ]
 
 

@@ -124,3 +124,51 @@ def test_the_trainer_batches_the_views_of_arrays_only(tmp_path):
 
     build_store(iter_captions(tmp_path / "scenes.jsonl"), tmp_path / "concepts", set(method_concept_fields("clic")), workers=1)
     assert trainer("images.npy", "clic", str(tmp_path / "concepts")).view is None
+
+
+def test_image_view_eval_trains_any_method_on_open_clips_evaluation_view(tmp_path):
+    """`--image-view eval` gives a method whose own view is the training view (SigLIP) open_clip's evaluation transform
+    instead, image by image on the decoded arrays: no crop box is drawn."""
+    from compclip.models import eval_preprocess
+    from compclip.train import TrainConfig
+    from compclip.train.trainer import Trainer
+
+    pixels = np.random.default_rng(5).integers(0, 256, (4, 48, 80, 3), dtype=np.uint8)
+    np.save(tmp_path / "images.npy", pixels)
+    (tmp_path / "scenes.jsonl").write_text("".join(json.dumps({"caption": f"a red square number {i}"}) + "\n" for i in range(4)))
+    trainer = Trainer(TrainConfig(method="siglip", model="compclip-tiny-world", train_data=str(tmp_path / "images.npy"),
+                                  out=str(tmp_path / "run"), batch_size=4, workers=0, shuffle=0, device="cpu", image_view="eval"))
+    assert trainer.view is None
+    batch = next(trainer._batches())
+    view = eval_preprocess(load_model("compclip-tiny-world")[0])
+    assert torch.equal(batch["image"], torch.stack([view(Image.fromarray(p)) for p in pixels]))
+
+
+def test_an_image_view_compclip_does_not_know_is_one_error_line(tmp_path, capsys):
+    from conftest import run_main
+
+    code, _, err = run_main(capsys, "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data",
+                            tmp_path / "t.csv", "--image-view", "crop", "--out", tmp_path / "run")
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and lines == ["error: --image-view must be one of train, eval, not 'crop'"], err
+
+
+def test_a_run_saved_before_image_view_resumes_on_the_training_view_it_had(tmp_path, capsys):
+    """A checkpoint whose options name no image view (written before --image-view) trained on open_clip's training view:
+    a method whose own view that is goes on; asking it for the evaluation view is another run, refused in one line."""
+    from conftest import run_main
+    from test_train import make_dataset
+
+    data = make_dataset(tmp_path, n=8)
+    args = ["-q", "train", "--method", "siglip", "--model", "compclip-tiny-siglip", "--train-data", data, "--out", tmp_path / "run",
+            "--batch-size", "4", "--workers", "0"]
+    assert run_main(capsys, *args, "--steps", "1")[0] == 0
+    (config,) = (tmp_path / "run" / "checkpoints").glob("step_*/config.json")
+    saved = json.loads(config.read_text())
+    del saved["train_args"]["image_view"]
+    config.write_text(json.dumps(saved))
+    code, _, err = run_main(capsys, *args, "--steps", "1", "--image-view", "eval")
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(lines) == 1 and "image_view 'train' -> 'eval'" in lines[0], err
+    code, _, err = run_main(capsys, *args, "--steps", "2")
+    assert code == 0, err[-2000:]

@@ -231,3 +231,27 @@ def test_compclip_data_ccneg_skips_and_names_a_negative_distractor_index_as_one_
     assert f"wrote {out}: 2 records; skipped {{'no distractor': 2, 'no caption or negated caption': 1}}" in said
     for record, index in ((1, -1), (4, 3)):
         assert f"{root / 'distractor_image_mapping.pt'}: record {record} skipped: no distractor among 3 COCO images (index {index}" in err
+
+
+def test_conclip_trains_on_the_released_view_of_its_images_and_distractors(tmp_path):
+    """The released conclip_fine_tuning.py hands the dataset `clip.load`'s `preprocess` (Resize, CenterCrop), which the
+    image and, through CocoCaptions(transform=...), the distractor both take: the training batch of JSON lines of
+    oblong images is open_clip's evaluation transform (`create_model_and_transforms(...)[2]`) of the same files."""
+    from test_tripletclip import first_batch, released_view
+
+    rng = np.random.default_rng(4)
+    (tmp_path / "img").mkdir()
+    lines = []
+    for i in range(4):
+        for name, size in ((f"{i}.png", (90, 60)), (f"coco{i}.png", (50, 80))):
+            Image.fromarray(rng.integers(0, 256, (*size[::-1], 3), dtype=np.uint8)).save(tmp_path / "img" / name)
+        lines.append({"image": f"img/{i}.png", "caption": f"a cup number {i}", "negated_caption": f"no cup number {i}",
+                      "distractor_image": f"img/coco{i}.png"})
+    data = tmp_path / "t.jsonl"
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    _, batch = first_batch(method="conclip", model="compclip-tiny-clip", train_data=str(data), out=str(tmp_path / "run"))
+    assert batch["caption"] == [line["caption"] for line in lines]
+    view = released_view("compclip-tiny-clip")
+    for field, key in (("image", "image"), ("distractor_image", "distractor_image")):
+        expected = torch.stack([view(Image.open(tmp_path / line[key]).convert("RGB")) for line in lines])
+        assert torch.equal(batch[field], expected), field

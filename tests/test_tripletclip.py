@@ -175,3 +175,78 @@ def test_tripletclip_trains_on_the_worlds_array_through_compclip_train(world, tm
     assert code == 0, err[-3000:]
     said = (tmp_path / "run" / "train.log").read_text()
     assert "Tripletclip: " in said and "Tripletclip_negative: " in said, said[-2000:]
+
+
+def first_batch(**options):
+    """The first training batch `compclip train` makes of these options (one process on the CPU, the file in order)."""
+    from compclip.train import TrainConfig
+    from compclip.train.trainer import Trainer
+
+    trainer = Trainer(TrainConfig(batch_size=4, workers=0, shuffle=0, device="cpu", **options))
+    batches = trainer._batches()
+    try:
+        return trainer, next(batches)
+    finally:
+        batches.close()
+
+
+def released_view(model_name: str):
+    """The transform the released code trains on: the third value of open_clip's `create_model_and_transforms`."""
+    import open_clip
+
+    import compclip.models.bundled  # noqa: F401  (registers the bundled configs with open_clip)
+
+    return open_clip.create_model_and_transforms(model_name)[2]
+
+
+def test_tripletclip_trains_on_the_released_view_of_its_images_and_negative_images(world, tmp_path):
+    """The released src/main.py hands `get_dataloader` `create_model_and_transforms(...)[2]`, open_clip's evaluation
+    transform, and `TripletClipData.__getitem__` applies it to image and neg_image alike: the training batch of the
+    world's arrays is that transform of the same decoded images, negatives included, with no random crop."""
+    root, _ = world
+    _, batch = first_batch(method="tripletclip", model="compclip-tiny-world", train_data=str(root / "train" / "images.npy"),
+                           out=str(tmp_path / "run"))
+    images, negatives = np.load(root / "train" / "images.npy"), np.load(root / "train" / "negative_image.npy")
+    records = [json.loads(line) for line in (root / "train" / "scenes.jsonl").read_text().splitlines()][:4]
+    assert batch["caption"] == [r["caption"] for r in records]
+    view = released_view("compclip-tiny-world")
+    expected = torch.stack([view(Image.fromarray(images[r["index"]]).convert("RGB")) for r in records])
+    expected_negatives = torch.stack([view(Image.fromarray(negatives[r["negative_image"]]).convert("RGB")) for r in records])
+    assert torch.equal(batch["image"], expected) and torch.equal(batch["negative_image"], expected_negatives)
+
+
+def test_the_released_finetuning_checkpoint_loads_from_the_key_its_training_code_saves_under(hub_cache):
+    """The released src/train.py saves {"model_state_dict": model.state_dict(), "optimizer_state_dict", "epoch"}:
+    `--model tripletclip-ft-b32` loads the weights from there, each equal to the saved one."""
+    import open_clip
+
+    from compclip.models import load_model
+    from compclip.models.released import get_released, hand_path
+
+    torch.manual_seed(3)
+    saved = open_clip.create_model("ViT-B-32-quickgelu")
+    optimizer = torch.optim.AdamW(saved.parameters(), lr=5e-4)
+    path = hand_path(get_released("tripletclip-ft-b32"))
+    path.parent.mkdir(parents=True)
+    torch.save({"model_state_dict": saved.state_dict(), "optimizer_state_dict": optimizer.state_dict(), "epoch": 9}, path)
+    model, _, _ = load_model("tripletclip-ft-b32")
+    loaded = model.state_dict()
+    assert loaded.keys() == saved.state_dict().keys()
+    assert all(torch.equal(loaded[k], v) for k, v in saved.state_dict().items())
+
+
+def test_image_view_train_gives_tripletclip_open_clips_training_view_and_the_run_records_it(world, tmp_path):
+    """`--image-view train` chooses open_clip's training view (RandomResizedCrop, batched over the arrays) for the image
+    and its negative alike; config.json's options hold the view the run trained on, chosen or the method's own."""
+    from compclip.data.augment import BatchedView
+
+    root, _ = world
+    data = str(root / "train" / "images.npy")
+    trainer, batch = first_batch(method="tripletclip", model="compclip-tiny-world", train_data=data, out=str(tmp_path / "run"),
+                                 image_view="train")
+    assert isinstance(trainer.view, BatchedView) and trainer._config_record()["image_view"] == "train"
+    negatives = np.load(root / "train" / "negative_image.npy")
+    view = released_view("compclip-tiny-world")
+    assert not torch.equal(batch["negative_image"][0], view(Image.fromarray(negatives[0]).convert("RGB")))
+    own, _ = first_batch(method="tripletclip", model="compclip-tiny-world", train_data=data, out=str(tmp_path / "own"))
+    assert own.view is None and own._config_record()["image_view"] == "eval"

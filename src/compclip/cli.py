@@ -389,8 +389,10 @@ def methods() -> None:
         fields = dataclasses.fields(method_options(name))
         needs = method_concept_fields(name)
         reads = f" (reads concepts: --what {','.join(f.replace('_', '-') for f in needs)})" if needs else ""
-        data = build_method(name).sample_fields  # what its parts declare per record, by these names (`data.readers.field_kind`)
+        method = build_method(name)
+        data = method.sample_fields  # what its parts declare per record, by these names (`data.readers.field_kind`)
         reads += f" (reads data fields: {', '.join(data)}; --field-key NAME=KEY)" if data else ""
+        reads += f" (--image-view {method.image_view})"
         typer.echo(f"{name}{reads}" if fields else f"{name}{reads}: no options")
         for f in fields:
             typer.echo(f"  {f.name}={f.default}: {f.metadata['help']}")

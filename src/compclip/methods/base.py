@@ -72,6 +72,9 @@ class LossPart(nn.Module):
     # in `batch["widths"]`, where a causal tower on a GPU cuts it (`encode_short_texts(model, text, width)`)
     token_fields: tuple[str, ...] = ()
     locks_image = False  # trains with the image tower frozen
+    # the view of each image (and image field) the method trains on where --image-view does not choose one: "train",
+    # open_clip's training view, or "eval", its evaluation view, where a release trains on that (TripletCLIP's, CoN-CLIP's)
+    image_view = "train"
     alone = False  # changes the inputs themselves (CLIC's image pairs): no other part may see them
     wants_partners = False  # each sample also carries a `partner` drawn by the reader from the whole data (its concepts too)
     # data fields each sample carries beyond (image, caption), which the reader takes from the record by these names
@@ -86,8 +89,9 @@ class LossPart(nn.Module):
     lr: float | None = None
     weight_decay: float | None = None
 
-    def image_transform(self, model: nn.Module) -> Callable | None:
-        """The reader's image transform when the part needs more than the model's training view."""
+    def image_transform(self, model: nn.Module, view: Callable | None = None) -> Callable | None:
+        """The reader's image transform when the part needs more than `view`, the run's view of each image (None: the
+        model's training view)."""
         return None
 
     def bind(self, model: nn.Module) -> None:
@@ -147,6 +151,7 @@ class Method(nn.Module):
         self.visual_layer = layers.pop() if layers else -1
         self.output_kinds = {**BASE_OUTPUTS, **{k: v for p in kept for k, v in p.outputs.items()}}
         self.locks_image = any(p.locks_image for p in kept)
+        self.image_view = next(p.image_view for p in kept if p.contrastive)  # the part whose release the data follows
         self.uses_logit_bias = any(p.uses_logit_bias for p in kept)
         self.reads_captions = any(p.reads_captions for p in kept)
         self.uses_concepts = any(p.uses_concepts for p in kept)
@@ -192,8 +197,8 @@ class Method(nn.Module):
                                "weight_decay": weight_decay if part.weight_decay is None else part.weight_decay})
         return groups
 
-    def image_transform(self, model: nn.Module) -> Callable | None:
-        return next((t for t in (p.image_transform(model) for p in self.parts) if t is not None), None)
+    def image_transform(self, model: nn.Module, view: Callable | None = None) -> Callable | None:
+        return next((t for t in (p.image_transform(model, view) for p in self.parts) if t is not None), None)
 
     def collate(self, samples: list[dict[str, Any]], tokenizer, width: TextWidth | None = None) -> dict[str, Any]:
         """Stack images, tokenize captions, then let each part add its fields; with the model's `width` (`text_width`),

@@ -7,8 +7,9 @@ Three terms over a caption's typed hard negatives (docs/methods.md §2.4), from 
 - the cross-modal rank term `get_cmr_loss`: relu(θ_k + s(I, T_k⁻) − s(I, T)) over each image's negatives of type k,
   θ_k the previous step's mean margin of type k ("mean" thresholds), clamped to [0, `upper_bound`] (train.py);
 - the intra-modal term `get_imc_loss`: a cross-entropy over a caption's similarities to the batch's hard negatives in
-  text space whose target is the batch's first negative, as the released code has it (in 2023 and since 2024-03-27;
-  `imc_target=image` takes the form of 2024-01-31 to 03-27, the image-caption logit as the target beside them).
+  text space whose target is the batch's first negative, as the released code has it (in 2023 and since b8a5244 of
+  2024-03-08; until 47cef4e of 2024-03-27 with the image-caption logit a column beside them; `imc_target=image` takes
+  the form of 7f4433a, 2024-01-31, to b8a5244, the image-caption logit as the target beside them).
 
 The released data files carry four negatives per caption, precomputed by `data/dataset.py` (`TextAugment.mask_captions`):
 a relation swap and three words filled in by a masked language model. compclip makes the relation swap in the batch

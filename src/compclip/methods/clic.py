@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -38,9 +38,10 @@ Token = tuple[str, int, int, str]  # text, start, end, universal POS
 
 
 class PairViews:
-    """The reader transform CLIC needs: the model's training view, plus the half-size view for pairing."""
+    """The reader transform CLIC needs: the run's view of the image (`full`; None: the model's training view), plus the
+    half-size views for pairing."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, full: Callable | None = None):
         from open_clip.transform import PreprocessCfg
         from torchvision import transforms as T
 
@@ -50,7 +51,7 @@ class PairViews:
         h, w = (cfg.size, cfg.size) if isinstance(cfg.size, int) else tuple(cfg.size)
         if h % 2 or w % 2:
             raise UsageError(f"CLIC joins two half-size images: the model's input size {h}x{w} must be even")
-        self.full = train_preprocess(model)
+        self.full = train_preprocess(model) if full is None else full
         mode = T.InterpolationMode[cfg.interpolation.upper()]
         tail = [T.ToTensor(), T.Normalize(cfg.mean, cfg.std)]
         self.tall = T.Compose([T.Resize((h, w // 2), interpolation=mode), *tail])  # portrait: side by side
@@ -194,8 +195,8 @@ class CLICPart(LossPart):
         self.locks_image = not o.train_image
         self.step = 0
 
-    def image_transform(self, model):
-        return PairViews(model)
+    def image_transform(self, model, view=None):
+        return PairViews(model, view)
 
     def texts(
         self, i: int, m: int, parsed: Sequence[tuple[list[str], tuple[int, int], Any]], rng: random.Random

@@ -3,8 +3,10 @@ as its released code (github.com/jaisidhsingh/CoN-CLIP@503388a) trains it; the r
 
 Each image comes with two data fields: `negated_caption` (c'), its caption negated (CC-Neg's `sop_data["negative-prompt"]`,
 false for the image), and `distractor_image` (I'), an image for which c' holds (the released code's COCO image, its
-`distractor_image_mapping.pt`'s first neighbour), decoded and viewed with the image's own training transform
-(`FineTuningDatasetWithNegatives.__getitem__`, src/data/finetuning_datasets.py). `train_one_epoch`
+`distractor_image_mapping.pt`'s first neighbour), decoded and viewed as the image is
+(`FineTuningDatasetWithNegatives.__getitem__`, src/data/finetuning_datasets.py). That view is the evaluation transform
+(Resize, CenterCrop; `--image-view eval` by default): `train` (src/conclip_fine_tuning.py) hands the dataset the
+`preprocess` of `clip.load`, OpenAI's own, which open_clip's evaluation transform of an OpenAI model equals. `train_one_epoch`
 (src/conclip_fine_tuning.py) encodes the 2B images [I ; I'] and the 2B texts [c ; c'] in one forward pass, and
 `CustomLossWithNegatives.forward` (src/training_utils/loss_functions.py) is the mean of three cross-entropies:
 
@@ -81,6 +83,7 @@ class CoNCLIPPart(LossPart):
 
     name = "conclip"
     contrastive = True
+    image_view = "eval"  # conclip_fine_tuning.py: `model, preprocess = clip.load(...)`, the dataset's transform
     token_fields = ("negated_text",)
 
     def __init__(self, options: Options = Options()):

@@ -3,8 +3,10 @@ Vision-Language Negatives"), as its released code (github.com/tripletclip/Triple
 it; the released code is the definition (docs/methods.md §2.7).
 
 Each image comes with a hard-negative image and its caption, two data fields: `negative_caption` (y'), a text, and
-`negative_image` (x'), an image generated from y', which the reader decodes and views with the image's own training
-transform (docs/data.md; the released `TripletClipData.__getitem__` in `src/openclip/src/data.py`). The pair (x', y') is
+`negative_image` (x'), an image generated from y', which the reader decodes and views as the image is (docs/data.md;
+the released `TripletClipData.__getitem__` in `src/openclip/src/data.py`). That view is open_clip's evaluation
+transform (Resize, CenterCrop; `--image-view eval` by default): `src/main.py` hands `get_dataloader` the third value of
+`open_clip.create_model_and_transforms`, the preprocessing open_clip evaluates with, and no augmentation. The pair (x', y') is
 a second positive pair: `train.py`'s `train_one_epoch` encodes (x, y) and (x', y') in two forward passes of the model,
 and `loss.py`'s `tripletclip_loss` is the SUM of two `negclip_loss` terms,
 
@@ -88,6 +90,7 @@ class TripletCLIPPart(LossPart):
 
     name = "tripletclip"
     contrastive = True
+    image_view = "eval"  # src/main.py: `model, _, transform = create_model_and_transforms(...)`, the evaluation transform
     sample_fields = (NEGATIVE_IMAGE, NEGATIVE_CAPTION)
     token_fields = ("negative_text",)
     outputs: ClassVar[dict[str, Output]] = {"negative_image_features": ROWS, "negative_text_features": ROWS}

@@ -16,6 +16,7 @@ from ..options import MODEL_HELP, flag_of, option
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "const")
+IMAGE_VIEWS = ("train", "eval")  # open_clip's two preprocessings of a model: `image_transform_v2(..., is_train=)`
 VALIDATION_FIGURES = (*(f"val/{way}_{figure}" for way in ("image_to_text", "text_to_image")  # --val-data's, as open_clip_train
                          for figure in ("mean_rank", "median_rank", "R@1", "R@5", "R@10")), "val/clip_val_loss")  # names them
 
@@ -48,6 +49,10 @@ class TrainConfig:
     field_keys: dict[str, str] = option(help="NAME=KEY, repeatable: the record key (JSONL, a shard's json) holding the method's "
                                              "data field NAME, e.g. dense_captions=llm_captions (`compclip methods` lists "
                                              "each method's fields).  [default: NAME itself]", flag="--field-key", factory=dict)
+    image_view: str | None = option(None, "The view of each image (and image field) trained on: train, open_clip's training view "
+                                          "(RandomResizedCrop, open_clip_train's without --aug-cfg); eval, its evaluation view "
+                                          "(Resize, CenterCrop), as a release that trains on its preprocess does.  [default: the "
+                                          "method's own, `compclip methods` names it]")
     image_root: str | None = option(None, "Folder the CSV/JSON image paths are relative to.  [default: the data file's folder, "
                                           "or its images/]")
     batch_size: int = option(32, "Images per process and micro-batch.")
@@ -183,7 +188,8 @@ class TrainConfig:
             raise UsageError(f"--min-concept-coverage must lie in [0, 1], not {self.min_concept_coverage}")
         if not all(0 <= b < 1 for b in self.betas):
             raise UsageError(f"{flag_of(TrainConfig, 'betas')} must lie in [0, 1), not {self.betas[0]} and {self.betas[1]}")
-        for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", TRAIN_PRECISIONS)):
+        given_view = () if self.image_view is None else (("image_view", IMAGE_VIEWS),)  # None: the method's own
+        for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("precision", TRAIN_PRECISIONS), *given_view):
             if getattr(self, name) not in allowed:
                 raise UsageError(f"{flag_of(TrainConfig, name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
         if self.force_patch_dropout is not None and not 0 <= self.force_patch_dropout < 1:
@@ -243,14 +249,15 @@ class TrainConfig:
             return cls(**given)
         return cls(**get_recipe(given["recipe"]).apply(given))
 
-    def resolved(self, world_size: int, records: Callable[[], int]) -> TrainConfig:
+    def resolved(self, world_size: int, records: Callable[[], int], method_view: str = "train") -> TrainConfig:
         """This run's options with every value derived from others in its place, as a copy (the options given stay as
         given, so one TrainConfig can start several runs). Each derivation is made here and nowhere else:
         - the options that name files (`PATH_OPTIONS`) as absolute paths (`absolute_path`): what a run records and a
           resume compares is the files they named from where the run started, not the strings as typed;
         - --global-batch-size as --accum-freq over `world_size` processes;
         - --epochs as --steps (`records` counts the data's samples when --train-num-samples does not);
-        - --warmup-fraction as --warmup.
+        - --warmup-fraction as --warmup;
+        - --image-view, where it is not given, as the method's own (`method_view`: its `image_view`).
         Every process computes the same numbers; a resumed run compares them with its checkpoint's."""
         run = replace(self, **{name: absolute_path(getattr(self, name)) for name in PATH_OPTIONS})
         per_step = run.batch_size * world_size
@@ -264,6 +271,8 @@ class TrainConfig:
             run.steps = max(1, math.ceil(run.epochs * samples / (per_step * run.accum_freq)))
         if run.warmup_fraction:
             run.warmup = round(run.warmup_fraction * run.steps)
+        if run.image_view is None:
+            run.image_view = method_view
         return run
 
 
@@ -291,8 +300,8 @@ OPEN_CLIP_ELSEWHERE = {
     "--gather-with-grad": "compclip's losses always gather every rank's features with their gradients (with --local-loss's "
                           "rows per rank)",
     "--loss-dist-impl": "compclip's losses gather features with gradients (all_gather), their one distributed form",
-    "--aug-cfg": "compclip trains on open_clip's plain view (RandomResizedCrop, its default without --aug-cfg), or a "
-                 "method's own transform",
+    "--aug-cfg": "compclip's --image-view chooses open_clip's plain training view (RandomResizedCrop, its default without "
+                 "--aug-cfg) or its evaluation view; a method may add its own (CLIC's half-size views)",
     "--image-mean": "compclip preprocesses with the model's own settings (its open_clip config's preprocess_cfg)",
     "--image-std": "compclip preprocesses with the model's own settings (its open_clip config's preprocess_cfg)",
     "--image-interpolation": "compclip preprocesses with the model's own settings (its open_clip config's preprocess_cfg)",
@@ -332,8 +341,8 @@ OPEN_CLIP_ELSEWHERE = {
 HELP_GROUPS = {
     "Model": ("model", "pretrained", "force_quick_gelu", "force_context_length", "force_image_size", "force_patch_dropout",
               "force_custom_text", "lock_image", "lock_image_unlocked_groups", "lock_text", "grad_checkpointing", "torchcompile"),
-    "Data": ("train_data", "concepts", "image_key", "caption_key", "field_keys", "image_root", "train_num_samples", "dataset_resampled",
-             "workers", "shuffle", "min_concept_coverage"),
+    "Data": ("train_data", "concepts", "image_key", "caption_key", "field_keys", "image_root", "image_view", "train_num_samples",
+             "dataset_resampled", "workers", "shuffle", "min_concept_coverage"),
     "Method": ("method", "recipe", "method_options"),
     "Optimisation": ("batch_size", "accum_freq", "global_batch_size", "steps", "epochs", "lr", "warmup", "warmup_fraction",
                      "warmup_lr", "min_lr", "schedule", "optimizer", "betas", "eps", "weight_decay", "grad_clip_norm", "precision",

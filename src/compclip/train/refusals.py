@@ -44,6 +44,7 @@ def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[s
     # a run saved before paths were recorded resolved: its strings, from here, as it was compared then
     saved |= {k: absolute_path(saved[k]) for k in PATH_OPTIONS if isinstance(saved.get(k), str)}
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    defaults["image_view"] = "train"  # a run saved before --image-view trained every method on open_clip's training view
     changes = changed_options(saved, dataclasses.asdict(cfg), defaults)
     before = config.get("train_data_files") or {}
     now_files = data_files or {}  # a run of an older compclip recorded no sha256 or images: what it recorded is compared

@@ -74,7 +74,7 @@ class Trainer:
     def _set_up(self, given: TrainConfig, eval_hook: Callable[[torch.nn.Module, int], dict[str, float]] | None) -> None:
         from ..concepts import ConceptStore
         from ..methods import build_method
-        from ..models import load_model, train_preprocess
+        from ..models import eval_preprocess, load_model, train_preprocess
 
         concepts = ConceptStore(given.concepts) if given.concepts else carried_concepts(given)
         self.method = build_method(given.method, concepts=concepts, seed=given.seed, **given.method_options)  # what an epoch counts
@@ -84,7 +84,7 @@ class Trainer:
         fields = data_fields(given, self.method.sample_fields)
         whole = open_reader(given.train_data, **reader_kwargs(given, given.train_data, given.image_root), admit=self.method.admits,
                             fields=fields)
-        self.cfg = cfg = given.resolved(self.env.world_size, lambda: self._records_an_epoch(whole, given))
+        self.cfg = cfg = given.resolved(self.env.world_size, lambda: self._records_an_epoch(whole, given), self.method.image_view)
         refuse_neighbours_outside(whole)
         self.out = Path(cfg.out)
         self.run_folder = RunFolder(self.out)  # its layout
@@ -127,12 +127,13 @@ class Trainer:
         scaler = torch.amp.GradScaler(self.env.device.type, enabled=cfg.precision == "amp")
         self.state = TrainState(self.model, self.method, self.module, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
                                 scaler)
-        transform = self.method.image_transform(model)
+        view = train_preprocess(model) if cfg.image_view == "train" else eval_preprocess(model)  # --image-view
+        transform = self.method.image_transform(model, view)
         # decoded arrays take open_clip's training view per batch, bit for bit the same (`BatchedView`)
-        self.view = BatchedView.of(train_preprocess(model)) if transform is None and data_format(cfg.train_data).decoded else None
+        self.view = BatchedView.of(view) if transform is None and data_format(cfg.train_data).decoded else None
         # without --train-num-samples, an epoch of resampled shards is the whole run (its steps' samples, every process's)
         whole_run = cfg.steps * cfg.batch_size * cfg.accum_freq * self.env.world_size
-        self.reader = open_reader(cfg.train_data, transform=self.view or transform or train_preprocess(model),
+        self.reader = open_reader(cfg.train_data, transform=self.view or transform or view,
                                   **reader_kwargs(cfg, cfg.train_data, cfg.image_root), sample_seed=cfg.seed * 1000,
                                   shuffle=cfg.shuffle, admit=self.method.admits,
                                   partners=self.method.wants_partners, fields=fields,
