@@ -989,7 +989,7 @@ def test_svo_probes_pairwise_scores_each_negative_kind_alone_and_all_together_as
     assert len(result.missing.files) == 1 and not result.complete
     chosen = [(r["image"].rsplit("/", 1)[1], r["image_2"].rsplit("/", 1)[1]) for r in result.items if r["split"] == "obj"]
     assert chosen == [("4.png", "1.jpg")]
-    verb = run("svo_probes", tmp_path, splits=("verb",), ties="clip_benchmark", rule="pairwise")  # a tie counts right under CLIP_benchmark's rule
+    verb = run("svo_probes", tmp_path, splits=("verb",), ties="clip_benchmark", rule="pairwise")  # a tie right under CLIP_benchmark's
     assert verb.metrics == {"verb": {"acc": 1.0, "n": 1, "n_missing": 0}, "overall": 1.0}
     for image in images.glob("*"):
         image.unlink()

@@ -30,7 +30,7 @@ def evaluate(benchmark, root, **options):
 
 # ---- SVO-Probes: the notebook's match decisions, each pair once, Avg = (Pos + Neg) / 2 --------------------------------
 
-SVO_IMAGES = {"1": "red", "2": "blue", "3": "red", "4": "green"}
+SVO_IMAGES = {"1": "red", "2": "blue", "3": "red", "4": "green", "5": "yellow"}
 SVO_ROWS = [  # sentence, subj_neg, verb_neg, obj_neg, pos_image_id, neg_image_id
     ("a red car", "True", "False", "False", 1, 2),
     ("a red car", "True", "False", "False", 1, 2),  # the same row again, and again: each pair counts once
@@ -40,6 +40,7 @@ SVO_ROWS = [  # sentence, subj_neg, verb_neg, obj_neg, pos_image_id, neg_image_i
     ("a red green car", "False", "True", "False", 1, 4),  # 1/√2 on both: each a match, the negative one wrongly
     ("a green car", "False", "False", "True", 4, 1),
     ("a green car", "False", "False", "True", 4, 3),  # the positive pair repeated in another row
+    ("a green car", "False", "False", "True", 4, 5),  # yellow: 1/√2, a match; obj has one positive pair and three negative
 ]
 
 
@@ -82,6 +83,7 @@ def test_svo_probes_scores_by_the_notebooks_rule_each_repeated_pair_once(tmp_pat
     overall = (record["metrics"]["overall"], record["metrics"]["overall_pos"], record["metrics"]["overall_neg"])
     assert overall == pytest.approx((avg, pos, neg))
     assert record["metrics"]["subj"]["acc"] == pytest.approx(0.5)  # two distinct pairs a side, not the four rows' 3/4
+    assert record["metrics"]["obj"]["acc"] == pytest.approx((1 + 2 / 3) / 2)  # Pos and Neg weigh half each, not 3 of 4 pairs
     assert record["departures"] == [] and record["options"] == {"rule": "official", "threshold": threshold}
 
     pairwise = evaluate("svo_probes", tmp_path, bench_options={"svo_probes": {"rule": "pairwise"}})["svo_probes"]
