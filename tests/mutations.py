@@ -1277,6 +1277,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     (B + "svo_probes.py", 'rule: str = option("official",', 'rule: str = option("pairwise",', "tests/test_official_rules.py -k svo"),
     (B + "svo_probes.py", 'if options.rule == "official" and options.threshold is None:', "if False:",
      "tests/test_official_rules.py -k refuses_to_run"),
+    (B + "svo_probes.py", "return [None if official else acc_of(metrics, s)", "return [acc_of(metrics, s)",
+     "tests/test_official_rules.py -k svo"),
     ("eval/protocols.py", "pos = sum(positive.values()) / len(positive) if positive",
      "pos = int(torch.as_tensor(positive_matched).sum()) / len(positives) if positive", "tests/test_official_rules.py -k svo"),
     ("eval/protocols.py", 'return {"acc": (pos + neg) / 2,',

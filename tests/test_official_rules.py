@@ -12,6 +12,7 @@ import pytest
 
 from compclip import evaluate as evaluate_model
 from compclip.errors import UsageError
+from compclip.eval import REGISTRY
 from compclip.eval.report import protocol_differences
 from test_eval_formats import WORDS, ColourModel, crepe_csv, preprocess, solid, tokenizer
 
@@ -89,6 +90,8 @@ def test_svo_probes_scores_by_the_notebooks_rule_each_repeated_pair_once(tmp_pat
     pairwise = evaluate("svo_probes", tmp_path, bench_options={"svo_probes": {"rule": "pairwise"}})["svo_probes"]
     assert pairwise["metrics"]["subj"]["acc"] == pytest.approx(3 / 4)  # every row, repeats counted: compclip's own reading
     assert pairwise["departures"] and "rule=pairwise" in pairwise["departures"][0]
+    svo = REGISTRY["svo_probes"]  # vl_compo's sweep column was computed pairwise: the official figures do not fill it
+    assert svo.spectrum_parts(record["metrics"]) == [None] * 3 and None not in svo.spectrum_parts(pairwise["metrics"])
 
 
 def test_svo_probes_official_rule_refuses_to_run_without_a_match_threshold(tmp_path):
