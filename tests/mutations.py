@@ -1334,6 +1334,28 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_tripletclip.py -k released_finetuning"),
     ("train/refusals.py", '    defaults["image_view"] = "train"  # a run saved', '    defaults["image_view"] = None  # a run saved',
      "tests/test_augment.py -k saved_before_image_view"),
+    # official scoring rules: SVO-Probes' notebook accuracy, CREPE's pretraining set, ImageCoDe's argsort ties, departures marked
+    (B + "svo_probes.py", 'rule: str = option("official",', 'rule: str = option("pairwise",', "tests/test_official_rules.py -k svo"),
+    (B + "svo_probes.py", 'if options.rule == "official" and options.threshold is None:', "if False:",
+     "tests/test_official_rules.py -k refuses_to_run"),
+    (B + "svo_probes.py", "return [None if official else acc_of(metrics, s)", "return [acc_of(metrics, s)",
+     "tests/test_official_rules.py -k svo"),
+    ("eval/protocols.py", "pos = sum(positive.values()) / len(positive) if positive",
+     "pos = int(torch.as_tensor(positive_matched).sum()) / len(positives) if positive", "tests/test_official_rules.py -k svo"),
+    ("eval/protocols.py", 'return {"acc": (pos + neg) / 2,',
+     'return {"acc": (pos * len(positive) + neg * len(negative)) / (len(positive) + len(negative)),',
+     "tests/test_official_rules.py -k svo"),
+    (B + "crepe.py", 'pretraining: str = option("cc12m",', 'pretraining: str = option("laion",', "tests/test_official_rules.py -k crepe"),
+    (B + "crepe.py", 'if pretrained == tag or pretrained.startswith(f"{tag}_")', "if pretrained == tag",
+     "tests/test_official_rules.py -k crepe"),
+    (B + "crepe.py", "        if own != options.pretraining:", "        if False:", "tests/test_official_rules.py -k crepe"),
+    (B + "imagecode.py", 'ties = "clip_benchmark"  # the release', 'ties = "strict"  # the release',
+     "tests/test_official_rules.py -k imagecode"),
+    (B + "imagecode.py", '        if ties == "strict":', "        if False:", "tests/test_official_rules.py -k imagecode"),
+    ("eval/report.py", "    found += [f\"{spec['benchmark']}: {departure}\" for departure in record.get(\"departures\", [])]",
+     "    pass", "tests/test_official_rules.py -k imagecode"),
+    ("eval/run.py", 'record["departures"] = bench.departures(made[job.name], rule, head["pretrained"], job.splits)',
+     'record["departures"] = []', "tests/test_official_rules.py"),
 ]
 
 

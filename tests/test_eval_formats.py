@@ -965,7 +965,7 @@ def test_valse_scores_validated_samples_by_pairwise_accuracy_and_names_what_is_a
 
 # ---- SVO-Probes: the release's CSV, images by id, the sentence choosing between its two images ------------------------
 
-def test_svo_probes_scores_each_negative_kind_alone_and_all_together_as_the_notebook_subsets_them(tmp_path):
+def test_svo_probes_pairwise_scores_each_negative_kind_alone_and_all_together_as_the_notebook_subsets_them(tmp_path):
     images = tmp_path / "svo_probes" / "images"
     for image_id, c in (("1", "red"), ("2", "blue"), ("3", "red")):
         solid(images / f"{image_id}.jpg", c)
@@ -981,7 +981,7 @@ def test_svo_probes_scores_each_negative_kind_alone_and_all_together_as_the_note
             ("a red car", "False", "False", "False", 1, 2)]  # none: in no subset
     lines = [",".join(columns)] + [f"{s},x,y,{a},{b},{c},{p},{n},http://a/{p},http://a/{n}" for s, a, b, c, p, n in rows]
     (tmp_path / "svo_probes" / "svo_probes.csv").write_text("\n".join(lines) + "\n")
-    result = run("svo_probes", tmp_path)
+    result = run("svo_probes", tmp_path, rule="pairwise")
     assert result.metrics["subj"] == {"acc": 0.5, "n": 2, "n_missing": 0}
     assert result.metrics["verb"] == {"acc": 0.0, "n": 1, "n_missing": 0}
     assert result.metrics["obj"] == {"acc": 1.0, "n": 1, "n_missing": 1}
@@ -989,16 +989,16 @@ def test_svo_probes_scores_each_negative_kind_alone_and_all_together_as_the_note
     assert len(result.missing.files) == 1 and not result.complete
     chosen = [(r["image"].rsplit("/", 1)[1], r["image_2"].rsplit("/", 1)[1]) for r in result.items if r["split"] == "obj"]
     assert chosen == [("4.png", "1.jpg")]
-    verb = run("svo_probes", tmp_path, splits=("verb",), ties="clip_benchmark")  # a tie counts right under CLIP_benchmark's rule
+    verb = run("svo_probes", tmp_path, splits=("verb",), ties="clip_benchmark", rule="pairwise")  # a tie right under CLIP_benchmark's
     assert verb.metrics == {"verb": {"acc": 1.0, "n": 1, "n_missing": 0}, "overall": 1.0}
     for image in images.glob("*"):
         image.unlink()
-    nothing = run("svo_probes", tmp_path)
+    nothing = run("svo_probes", tmp_path, rule="pairwise")
     assert math.isnan(nothing.metrics["subj"]["acc"]) and "overall" not in nothing.metrics
     assert f"{tmp_path / 'svo_probes' / 'svo_probes.csv'} [subj]" in nothing.absent
     (tmp_path / "svo_probes" / "svo_probes.csv").write_text("sentence,pos_image_id\nx,1\n")
     with pytest.raises(Exception, match=r"svo_probes.csv: no column neg_image_id, subj_neg, verb_neg, obj_neg"):
-        run("svo_probes", tmp_path)
+        run("svo_probes", tmp_path, rule="pairwise")
 
 
 # ---- CREPE: the released CSVs, a region of a Visual Genome image, the caption ranked among its hard negatives ---------
@@ -1053,8 +1053,8 @@ def test_crepe_ranks_the_caption_among_its_hard_negatives_on_the_cropped_region(
     assert syst_result.metrics["syst_unseen_comp"]["acc"] == 0.5  # the tie ranks the caption below its rival (strict)
     tied = run("crepe", tmp_path, splits=("syst_unseen_comp",), ties="clip_benchmark", pretraining="yfcc")
     assert tied.metrics["syst_unseen_comp"]["acc"] == 1.0  # and above it under CLIP_benchmark's rule
-    laion = run("crepe", tmp_path, splits=("syst_unseen_comp",))  # the default pretraining's file is not there: named
-    assert "syst_unseen_comp" not in laion.metrics and any(k.endswith("_in_laion.csv") for k in laion.absent)
+    cc12m = run("crepe", tmp_path, splits=("syst_unseen_comp",))  # the default pretraining's file is not there: named
+    assert "syst_unseen_comp" not in cc12m.metrics and any(k.endswith("_in_cc12m.csv") for k in cc12m.absent)
     with pytest.raises(Exception, match=r"crepe.pretraining must be one of cc12m, yfcc, laion"):
         REGISTRY["crepe"].Options(pretraining="openai")
 

@@ -156,7 +156,7 @@ def test_svo_probes_names_rows_not_utf8_or_cut_short_and_reads_a_long_field_as_p
     lines.append(b"a red car,x,y,False,True,False,1")  # line 7: cut mid-line
     file = tmp_path / "svo_probes" / "svo_probes.csv"
     file.write_bytes(b"\n".join(lines))
-    result = run("svo_probes", tmp_path)
+    result = run("svo_probes", tmp_path, rule="pairwise")
 
     def notebook(rows):  # each row the sentence choosing between its images: s(true image) > s(false image)
         colour = {1: "red", 2: "blue"}

@@ -232,7 +232,8 @@ class Benchmark:
       `results.csv`) this benchmark fills, and the parts that column averages unweighted, read from this benchmark's
       metrics (None for a part not scored); several benchmarks may feed one column (ARO's three);
     - `verdict`: what an item's `correct` measures, which `compclip compare` names in each row (an accuracy, unless a
-      benchmark scores several ways and its items carry one of them: SugarCrepe++'s ITT, Winoground's group score).
+      benchmark scores several ways and its items carry one of them: SugarCrepe++'s ITT, Winoground's group score);
+    - `departures(options, ties, pretrained, splits)`: how a run scores otherwise than the official code.
     """
 
     name = ""
@@ -261,6 +262,13 @@ class Benchmark:
     def run(self, scorer: Scorer, root: Path, ties: str, splits: tuple[str, ...] = (), options: Any = None) -> Result:
         """Score `splits` (all of them when empty) under the tie rule `ties`, with `options` (None: the defaults)."""
         raise NotImplementedError
+
+    def departures(self, options: Any, ties: str, pretrained: str, splits: tuple[str, ...]) -> list[str]:
+        """Each way a run with `options`, the tie rule `ties`, on a model of the pretraining tag `pretrained` ("" where
+        none is known), scores `splits` (all when empty) otherwise than the official code, one sentence each: a user
+        reproducing a paper's column must see it, so the run warns of it, its result records it under `departures`, and
+        `report --paper` marks the column ≠. None by default."""
+        return []
 
     def images(self, root: Path) -> list[Image]:
         """Every image the benchmark reads (for `compclip data check`); folder-based ones list what is there."""

@@ -80,6 +80,36 @@ def query_ranks(scores: torch.Tensor, positives: torch.Tensor, ties: str = "stri
     return (above & ~positives).sum(dim=1) if ties == "strict" else above.sum(dim=1)
 
 
+def match_decisions(scores: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Each (image, text) pair decided a match (True) or not, as a model with a match classifier outputs 1 or 0: its
+    score above `threshold`."""
+    scores = torch.as_tensor(scores)
+    if torch.isnan(scores).any():  # NaN is above no threshold: it would read as a decided non-match, not as a bug
+        raise NonFiniteError(f"{int(torch.isnan(scores).sum())} of {scores.numel()} pair scores are NaN: the model's score is "
+                             "undefined there; refused")
+    return scores > threshold
+
+
+def svo_probes_accuracy(positives: list[tuple[str, str]], positive_matched: torch.Tensor, negatives: list[tuple[str, str]],
+                        negative_matched: torch.Tensor) -> dict[str, float | int]:
+    """SVO-Probes' notebook (`accuracy`): each (sentence, image id) pair of the positives and of the negatives taken
+    once (`drop_duplicates`), Pos the share of positive pairs decided a match, Neg the share of negative pairs decided
+    not, and `acc` their mean (Avg = (Pos + Neg) / 2: each side weighs half, however many pairs it has)."""
+    positive, negative = first_of_each(positives, positive_matched), first_of_each(negatives, negative_matched)
+    pos = sum(positive.values()) / len(positive) if positive else float("nan")
+    neg = sum(not m for m in negative.values()) / len(negative) if negative else float("nan")
+    return {"acc": (pos + neg) / 2, "pos_acc": pos, "neg_acc": neg, "n_pos": len(positive), "n_neg": len(negative)}
+
+
+def first_of_each(pairs: list[tuple[str, str]], decisions: torch.Tensor) -> dict[tuple[str, str], bool]:
+    """Each distinct pair's decision, the first where it repeats (one pair has one score; a batch scored otherwise could
+    move it by a rounding)."""
+    once: dict[tuple[str, str], bool] = {}
+    for pair, decision in zip(pairs, torch.as_tensor(decisions).tolist(), strict=True):
+        once.setdefault(pair, bool(decision))
+    return once
+
+
 def recall_at_k(scores: torch.Tensor, positives: torch.Tensor, ks=(1, 5, 10), ties: str = "strict") -> dict[int, float]:
     """Recall@k for queries (rows) over a gallery (columns): a query counts at k if one of its matches ranks in the top k
     (`query_ranks`)."""

@@ -261,7 +261,8 @@ def column_result(records: dict[str, dict[str, Any]], columns: dict[str, Any], n
 def protocol_differences(records: dict[str, dict[str, Any]], columns: dict[str, Any], name: str) -> list[str]:
     """How one model's result for the paper column `name` was computed otherwise than the paper computed it: each
     benchmark option, tie rule or dataset field (`layout`, `subset`) the result records that differs from the column's
-    `protocol`, as "key=yours (paper: theirs)"; an average differs where a column it averages does."""
+    `protocol`, as "key=yours (paper: theirs)", and each departure from the official code the benchmark recorded
+    (`Benchmark.departures`); an average differs where a column it averages does."""
     spec = columns[name]
     if "average" in spec:
         return list(dict.fromkeys(d for member in spec["average"] for d in protocol_differences(records, columns, member)))
@@ -273,6 +274,7 @@ def record_differences(record: dict[str, Any], spec: dict[str, Any]) -> list[str
     """How one result record was computed otherwise than the paper column `spec` says (`protocol_differences`)."""
     protocol = spec.get("protocol", {})
     found = [] if record.get("complete", True) else [f"{spec['benchmark']} incomplete (images or files were missing)"]
+    found += [f"{spec['benchmark']}: {departure}" for departure in record.get("departures", [])]  # the benchmark's own word
     if "ties" in protocol and record.get("ties") != protocol["ties"]:
         found.append(f"ties={record.get('ties', 'unrecorded')} (paper: {protocol['ties']})")
     options = record.get("options") or {}

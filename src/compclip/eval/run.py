@@ -335,6 +335,9 @@ def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: di
                                   "precision": head["precision"], "compclip_version": __version__,
                                   "options": dataclasses.asdict(made[job.name]),
                                   **{key: head[key] for key in ("name", "released") if key in head}}
+        record["departures"] = bench.departures(made[job.name], rule, head["pretrained"], job.splits)
+        for departure in record["departures"]:
+            log.warning("%s departs from the official protocol: %s", job.label, departure)
         lacks = bench.lacks(root, job.splits)
         if not lacks:
             try:

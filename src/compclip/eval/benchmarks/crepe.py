@@ -6,19 +6,23 @@ Layout: the RAIVNLab/CREPE repository's `data/syst_hard_negatives.zip` and `data
 images where its download unpacks them, `visual_genome/VG_100K/` and `visual_genome/VG_100K_2/` (`<image_id>.jpg`, the
 folders `crepe_eval_utils.py`'s `get_image_by_id` searches).
 
-Rule: `crepe_compo_eval_open_clip.py` (`gather_params`, `evaluate`) with `crepe_eval_utils.py` (`get_one2many_rank`,
-`get_one2many_metrics`): each row's image cropped to its region (`TF.crop(image, y, x, height, width)`), its caption
-first among the row's hard negatives (`valid_hard_negs_{atom,comp,combined}` for systematicity, `hard_negs` for
-productivity, Python lists in the CSV), ranked by score; Recall@1, 3, 5 and 10 of the caption (`acc` is Recall@1, the
-paper's figure). The official rank comes from `torch.argsort`, whose order among equal scores is not defined: compclip
-ranks a tie below the caption's rivals (strict) or above them (`--ties clip_benchmark`). Systematicity's files are
-one per pretraining set (`crepe.pretraining`, default laion: open_clip's LAION-400M models; the authors: use it only for
-models pretrained on CC12M, YFCC15M or LAION-400M). Each productivity type also averages its complexities present
-(`prod_TYPE`). A file not there, or not readable as the release's CSV, is named, not scored. The CSV is read as the
-release's pandas reads it (UTF-8, a field of any length) and the hard negatives as `BaseCsvDataset` reads them
-(`ast.literal_eval`): a list of texts, or one quoted text, which is one option (the release's `list()` of it would
-split it into its letters). A row not of that format (bytes that are not UTF-8, hard negatives that are no text or an
-empty list, a region of no width or height) is skipped and named by its file and line.
+Rule (RAIVNLab/CREPE at commit 1fa81c425f442396fe304f170c8eb6dc0747c814): `crepe_compo_eval_open_clip.py`
+(`gather_params`, `evaluate`) with `crepe_eval_utils.py` (`get_one2many_rank`, `get_one2many_metrics`): each row's
+image cropped to its region (`TF.crop(image, y, x, height, width)`), its caption first among the row's hard negatives
+(`valid_hard_negs_{atom,comp,combined}` for systematicity, `hard_negs` for productivity, Python lists in the CSV),
+ranked by score; Recall@1, 3, 5 and 10 of the caption (`acc` is Recall@1, the paper's figure). The official rank comes
+from `torch.argsort`, whose order among equal scores is not defined: compclip ranks a tie below the caption's rivals
+(strict) or above them (`--ties clip_benchmark`). Systematicity's files are one per pretraining set, its seen and
+unseen compounds those of that set's captions (`crepe.pretraining`, default cc12m as `crepe_params.py`'s
+`--train-dataset`). The README restricts them to models pretrained on CC12M, YFCC15M or LAION-400M: a model's
+pretraining is read from its open_clip pretrained tag (`cc12m`, `yfcc15m`, `laion400m_*`), and a run of systematicity
+on a model of another tag (`openai`, `laion2b_*`, none: a checkpoint folder or a model in memory), or of another set
+than `crepe.pretraining`, warns of it and records it as a departure. Each productivity type also averages its
+complexities present (`prod_TYPE`). A file not there, or not readable as the release's CSV, is named, not scored. The
+CSV is read as the release's pandas reads it (UTF-8, a field of any length) and the hard negatives as `BaseCsvDataset`
+reads them (`ast.literal_eval`): a list of texts, or one quoted text, which is one option (the release's `list()` of it
+would split it into its letters). A row not of that format (bytes that are not UTF-8, hard negatives that are no text
+or an empty list, a region of no width or height) is skipped and named by its file and line.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from ..base import Benchmark, Malformed, Missing, Result, acc_of, mean_present, 
 from ..items import choice_rows
 
 PRETRAINING = ("cc12m", "yfcc", "laion")
+TAGS = {"cc12m": "cc12m", "yfcc15m": "yfcc", "laion400m": "laion"}  # open_clip's pretrained tags (their start) of each set
 SYSTEMATICITY = {f"syst_{seen}_{kind}": (f"{seen}_compounds", f"valid_hard_negs_{kind}")
                  for seen in ("seen", "unseen") for kind in ("atom", "comp", "combined")}
 PRODUCTIVITY = {f"prod_{kind}_{n}": (kind, n) for kind in ("atom", "negate", "swap") for n in range(4, 13)}
@@ -47,7 +52,8 @@ VG_FOLDERS = ("VG_100K", "VG_100K_2")
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    pretraining: str = option("laion", "the systematicity files' pretraining set: cc12m, yfcc or laion (the model's own)")
+    pretraining: str = option("cc12m", "the systematicity files' pretraining set: cc12m (the release's default), yfcc or laion "
+                              "(the model's own)")
 
     def __post_init__(self):
         if self.pretraining not in PRETRAINING:
@@ -69,6 +75,19 @@ class CREPE(Benchmark):
 
     def kind_of(self, split):
         return KINDS.get(split.split("_")[2] if split.startswith("syst") else split.split("_")[1])
+
+    def departures(self, options, ties, pretrained, splits):
+        if not any(s in SYSTEMATICITY for s in (splits or self.splits)):
+            return []
+        own = pretraining_of(pretrained)
+        if own is None:
+            return [f"systematicity scored on a model whose pretraining ({pretrained or 'no pretrained tag'}) is none of CC12M, "
+                    "YFCC15M, LAION-400M, to which CREPE's README restricts it: its seen and unseen compounds are those of "
+                    f"{options.pretraining}'s captions, not of this model's"]
+        if own != options.pretraining:
+            return [f"systematicity scored on the {options.pretraining} files for a model pretrained on {own} ({pretrained}): "
+                    f"--bench-opt crepe.pretraining={own} scores it on its own pretraining's compounds"]
+        return []
 
     def file(self, root: Path, split: str, options: Options) -> Path:
         if split in SYSTEMATICITY:
@@ -143,6 +162,11 @@ class CREPE(Benchmark):
                 metrics[f"prod_{kind}"] = mean_present(metrics[s]["acc"] for s in members)
         absent.update(malformed.named())
         return Result(metrics, missing, absent, items)
+
+
+def pretraining_of(pretrained: str) -> str | None:
+    """The CREPE pretraining set of an open_clip pretrained tag (`laion400m_e32`: laion), None for one of another set."""
+    return next((name for tag, name in TAGS.items() if pretrained == tag or pretrained.startswith(f"{tag}_")), None)
 
 
 def region(row: dict[str, str]) -> tuple[tuple[float, float, float, float] | None, str | None]:

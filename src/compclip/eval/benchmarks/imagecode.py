@@ -5,10 +5,14 @@ Layout: the McGill-NLP/imagecode repository's `data/valid_data.json` (`{set: {im
 set's labels are not public) in `imagecode/data/`, with the image sets (`image-sets.zip` from Zenodo) unzipped in
 `imagecode/data/` as the README shows them: one folder a set, `img<N>.jpg`, N the frame number of a video's frame.
 
-Rule: `baselines/clip/zero_shot.py`: a set's images sorted by N, the description (stripped) scored against each, right
-when the top-ranked image is the one at its index; accuracy over all descriptions, over the static sets (`open-images`
-in the set's name) and over the video ones. The release ranks with numpy's `argsort`, which does not promise an
-order among equal scores: compclip counts a tie wrong (strict), or gives it to the first image (`--ties clip_benchmark`).
+Rule: `baselines/clip/zero_shot.py` (McGill-NLP/imagecode at commit 609f07611aed2599f946c30d730f40a41af1079b): a
+set's images sorted by N, the description (stripped) scored against each, right when the top-ranked image is the one at
+its index; accuracy over all descriptions, over the static sets (`open-images` in the set's name) and over the video
+ones. The release ranks with `(-similarities).argsort()` (`find_best_matches`): numpy's default sort of ten scores is an
+insertion sort, which keeps equal scores in their order, so of equally scored images the first is chosen: a video's
+described frame tied with an identical later frame counts right, tied with an earlier one wrong. That is CLIP_benchmark's
+`argmax` rule, the official one here (`--ties official`, the default, or `clip_benchmark`); `--ties strict`, compclip's
+stricter reading that counts every tie wrong, departs from the published column and is recorded so.
 A set without its ten images leaves its descriptions out, counted missing (an image gone would shift the indices). A
 description not of the release's format (not a text, or at an index that is not one of 0 to 9) is skipped and named by
 its set and index.
@@ -39,6 +43,7 @@ class ImageCoDe(Benchmark):
     name = "imagecode"
     task = "image_caption_selection"
     splits = SPLITS
+    ties = "clip_benchmark"  # the release's argsort of ten scores: the first of equal top scores is chosen
     spectrum = "imagecode"  # one accuracy over every item, static and video (an item-weighted mean of the two)
     layout = ("ImageCoDe: data/valid_data.json of github.com/McGill-NLP/imagecode in DATA_ROOT/imagecode/data/, the image "
               "sets (Zenodo's image-sets.zip) unzipped there: DATA_ROOT/imagecode/data/<set>/img<N>.jpg")
@@ -46,6 +51,12 @@ class ImageCoDe(Benchmark):
 
     def spectrum_parts(self, metrics):
         return [acc_of(metrics, "overall") if all(acc_of(metrics, s) is not None for s in self.splits) else None]
+
+    def departures(self, options, ties, pretrained, splits):
+        if ties == "strict":
+            return ["ties=strict counts a description whose image ties with another wrong, where the release's argsort "
+                    "chooses the first of the equally scored images"]
+        return []
 
     def file(self, root: Path) -> Path:
         return root / self.name / "data" / "valid_data.json"

@@ -6,12 +6,19 @@ Layout: the google-deepmind/svo_probes repository's `svo_probes.csv` in `svo_pro
 images, which the release gives only as URLs (`image_urls.txt`; many no longer answer), downloaded by the user into
 `svo_probes/images/` named by their id: `<pos_image_id>.jpg` (or `.png`, `.jpeg`, `.webp`).
 
-Rule: the release's notebook (`probing_image_text_models.ipynb`) sorts the rows by the kind of their negative, each
-subset holding the rows where that flag alone is set (`subj_neg & ~obj_neg & ~verb_neg`, ...), and reports each subset
-and `All`, the rows of the three together. Its models classify each (sentence, image) pair as a match or not; a
-dual encoder has no threshold, so compclip scores each row as the sentence choosing between its two images: correct
-when s(true image, sentence) > s(false image, sentence) (a tie wrong), the image side of the probe as vl_compo's sweep
-reads it. `subj`, `verb`, `obj`, and `overall` over every row of the three (the notebook's `All`: a micro average).
+Rule (`svo_probes.rule`): the release's notebook (`probing_image_text_models.ipynb`, google-deepmind/svo_probes at
+commit 206219e2afd9640b8bbe6ef95f49b52b0d4ed350) sorts the rows by the kind of their negative, each subset holding the
+rows where that flag alone is set (`subj_neg & ~obj_neg & ~verb_neg`, ...), and reports each subset and `All`, the rows
+of the three together. `official`, the default, is its `accuracy`: the model decides each (sentence, image) pair a match
+(1) or not (0); the (sentence, positive image) pairs and the (sentence, negative image) pairs are each taken once
+(`drop_duplicates`), Pos is the share of positive pairs decided 1, Neg the share of negative pairs decided 0, and the
+figure (`acc`) is their mean, Avg = (Pos + Neg) / 2, within each subset and over `All` (`overall`, with `overall_pos`
+and `overall_neg`). The notebook reads the decisions of models with a match classifier; a dual encoder's similarity has
+no threshold of its own, so the official rule takes one, `svo_probes.threshold` (a pair matches when s(image,
+sentence) > T), and refuses to run without it. `pairwise`, compclip's departure (as vl_compo's sweep reads the image side
+of the probe), scores each row as the sentence choosing between its two images: correct when s(true image, sentence) >
+s(false image, sentence) (a tie wrong under strict ties), repeated rows counted each time, `overall` over every row of
+the three (a micro average). The sweep's column (`spectrum`) is filled only by `pairwise`, the rule it was computed by.
 Rows whose images are not there are counted missing per subset; a subset with no image found is named, not scored 0.
 The CSV is read as the notebook's pandas reads it (UTF-8, a field of any length); a row not of its format (cut short,
 bytes that are not UTF-8, an empty sentence or image id, a flag neither True nor False) is skipped and named by its
@@ -19,10 +26,14 @@ line, under its subset where its flags tell it.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
 import torch
 
+from ...errors import UsageError
+from ...options import option
 from .. import protocols
 from ..base import Benchmark, Malformed, Missing, Result, acc_of, accuracy, read_csv, register, text_problem
 from ..items import image_choice_rows
@@ -30,6 +41,31 @@ from ..items import image_choice_rows
 SPLITS = {"subj": "subj_neg", "verb": "verb_neg", "obj": "obj_neg"}  # each subset: the rows whose negative is of that kind alone
 EXTENSIONS = (".jpg", ".png", ".jpeg", ".webp")
 COLUMNS = ("sentence", "pos_image_id", "neg_image_id", *SPLITS.values())
+RULES = ("official", "pairwise")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    rule: str = option("official", "official: the notebook's match decisions, each (sentence, image) pair once, Avg = (Pos + Neg)/2; "
+                       "pairwise: each row's sentence choosing between its two images (compclip's, vl_compo's reading)")
+    threshold: float | None = option(None, "the official rule's match decision: a pair matches when s(image, sentence) is above it "
+                                     "(a dual encoder has no threshold of its own: the official rule needs one)")
+
+    def __post_init__(self):
+        if self.rule not in RULES:
+            raise UsageError(f"--bench-opt svo_probes.rule must be one of {', '.join(RULES)}, not {self.rule!r}")
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise UsageError(f"--bench-opt svo_probes.threshold={self.threshold}: a match threshold is a finite number")
+
+
+def refuse_undecided(options: Options) -> None:
+    """The official rule reads a match decision per pair, which a similarity alone does not make: refused without a
+    threshold, rather than scored by one the user did not choose."""
+    if options.rule == "official" and options.threshold is None:
+        raise UsageError("svo_probes.rule=official decides each (sentence, image) pair a match or not, as the notebook reads a "
+                         "model's 0/1 decisions, and a similarity has no threshold of its own: give --bench-opt "
+                         "svo_probes.threshold=T (a pair matches when s(image, sentence) > T), or --bench-opt svo_probes.rule=pairwise "
+                         "(the sentence choosing between its two images)")
 
 
 @register
@@ -37,12 +73,20 @@ class SVOProbes(Benchmark):
     name = "svo_probes"
     task = "image_caption_selection"  # CLIP_benchmark's name for a choice among pairs
     splits = tuple(SPLITS)
-    spectrum = "svo_probes"  # the mean of the subject, verb and object negatives
+    Options = Options
+    spectrum = "svo_probes"  # the mean of the subject, verb and object negatives, each scored pairwise
     layout = ("SVO-Probes: svo_probes.csv of github.com/google-deepmind/svo_probes in DATA_ROOT/svo_probes/, its images "
               "(URLs in image_urls.txt) downloaded into DATA_ROOT/svo_probes/images/<image id>.jpg")
 
     def spectrum_parts(self, metrics):
-        return [acc_of(metrics, s) for s in self.splits]
+        official = any(isinstance(metrics.get(s), dict) and "pos_acc" in metrics[s] for s in self.splits)
+        return [None if official else acc_of(metrics, s) for s in self.splits]  # the sweep's column is pairwise's: no other rule fills it
+
+    def departures(self, options, ties, pretrained, splits):
+        if options.rule == "pairwise":
+            return ["svo_probes.rule=pairwise: each row's sentence chooses between its two images, repeated rows counted each "
+                    "time, where the notebook takes each pair's match decision once and reports Avg = (Pos + Neg) / 2"]
+        return []
 
     def kind_of(self, split):
         return "object" if split in ("subj", "obj") else None
@@ -79,9 +123,11 @@ class SVOProbes(Benchmark):
                                   for k in ("pos_image_id", "neg_image_id")))
 
     def run(self, scorer, root, ties, splits=(), options=None):
+        options = options or Options()
+        refuse_undecided(options)
         missing, metrics, items, absent, malformed = Missing.of(scorer), {}, [], {}, Malformed()
         rows = self.rows(root, malformed)
-        together = []
+        together, kept_together, scores_together = [], [], []
         for split in splits or self.splits:
             scorer.at(split)
             pairs = [(self.image(root, r["pos_image_id"]), self.image(root, r["neg_image_id"])) for r in rows[split]]
@@ -89,18 +135,41 @@ class SVOProbes(Benchmark):
             sentences = [r["sentence"] for r, _ in kept]
             scores = torch.stack([scorer.pairs([pair[k] for _, pair in kept], sentences) for k in (0, 1)], dim=1) if kept \
                 else torch.zeros(0, 2)
-            correct = protocols.pair_accuracy(scores[:, 0], scores[:, 1], ties)
-            metrics[split] = {**accuracy(correct), "n_missing": len(rows[split]) - len(kept)}
+            if options.rule == "pairwise":
+                correct = protocols.pair_accuracy(scores[:, 0], scores[:, 1], ties)
+                metrics[split] = {**accuracy(correct), "n_missing": len(rows[split]) - len(kept)}
+            else:
+                correct, figures = notebook_accuracy([r for r, _ in kept], scores, options.threshold)
+                metrics[split] = {**figures, "n": len(kept), "n_missing": len(rows[split]) - len(kept)}
             if not kept:
                 absent[f"{self.file(root)} [{split}]"] = f"no image of the {split} subset found: not scored"
             together.append(correct)
+            kept_together += [r for r, _ in kept]
+            scores_together.append(scores)
             items += image_choice_rows(split, [r["id"] for r, _ in kept], [pair for _, pair in kept], sentences, scores.tolist(),
                                        [0] * len(kept), correct)
-        everything = torch.cat(together)
-        if everything.numel():
-            metrics["overall"] = accuracy(everything)["acc"]
+        if kept_together:
+            metrics.update(self.overall(kept_together, torch.cat(scores_together), torch.cat(together), options))
         absent.update(malformed.named(splits))
         return Result(metrics, missing, absent, items)
+
+    @staticmethod
+    def overall(kept: list[dict], scores: torch.Tensor, correct: torch.Tensor, options: Options) -> dict[str, float]:
+        """The notebook's `All`, over the rows of every subset run: pairwise, every row once (a micro average); official,
+        its `accuracy` over them all, a pair that two subsets share taken once."""
+        if options.rule == "pairwise":
+            return {"overall": accuracy(correct)["acc"]}
+        figures = notebook_accuracy(kept, scores, options.threshold)[1]
+        return {"overall": figures["acc"], "overall_pos": figures["pos_acc"], "overall_neg": figures["neg_acc"]}
+
+
+def notebook_accuracy(rows: list[dict], scores: torch.Tensor, threshold: float) -> tuple[torch.Tensor, dict[str, float | int]]:
+    """The notebook's `accuracy` of rows scored (s(true image, sentence), s(false image, sentence)): each row right when
+    its true image is decided a match and its false one not (the items' verdict), and the figures, each pair once."""
+    matched = protocols.match_decisions(scores, threshold)
+    figures = protocols.svo_probes_accuracy([(r["sentence"], r["pos_image_id"].strip()) for r in rows], matched[:, 0],
+                                            [(r["sentence"], r["neg_image_id"].strip()) for r in rows], matched[:, 1])
+    return matched[:, 0] & ~matched[:, 1], figures
 
 
 def row_problem(row: dict[str, str], flags: dict[str, str]) -> str | None:
