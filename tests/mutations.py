@@ -1336,8 +1336,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_augment.py -k saved_before_image_view"),
     # official scoring rules: SVO-Probes' notebook accuracy, CREPE's pretraining set, ImageCoDe's argsort ties, departures marked
     (B + "svo_probes.py", 'rule: str = option("official",', 'rule: str = option("pairwise",', "tests/test_official_rules.py -k svo"),
-    (B + "svo_probes.py", 'if options.rule == "official" and options.threshold is None:', "if False:",
-     "tests/test_official_rules.py -k refuses_to_run"),
+    (B + "svo_probes.py", 'return "pairwise" if options.rule == "official" and options.threshold is None else options.rule',
+     "return options.rule", "tests/test_official_rules.py -k without_a_match_threshold"),
+    (B + "svo_probes.py", '        if rule_of(options) == "official":\n            return []',
+     '        if options.rule == "official":\n            return []', "tests/test_official_rules.py -k without_a_match_threshold"),
     (B + "svo_probes.py", "return [None if official else acc_of(metrics, s)", "return [acc_of(metrics, s)",
      "tests/test_official_rules.py -k svo"),
     ("eval/protocols.py", "pos = sum(positive.values()) / len(positive) if positive",

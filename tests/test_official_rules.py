@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 from compclip import evaluate as evaluate_model
-from compclip.errors import UsageError
 from compclip.eval import REGISTRY
 from compclip.eval.report import protocol_differences
 from test_eval_formats import WORDS, ColourModel, crepe_csv, preprocess, solid, tokenizer
@@ -94,10 +93,14 @@ def test_svo_probes_scores_by_the_notebooks_rule_each_repeated_pair_once(tmp_pat
     assert svo.spectrum_parts(record["metrics"]) == [None] * 3 and None not in svo.spectrum_parts(pairwise["metrics"])
 
 
-def test_svo_probes_official_rule_refuses_to_run_without_a_match_threshold(tmp_path):
+def test_svo_probes_without_a_match_threshold_scores_pairwise_and_records_why(tmp_path):
+    """`--benchmark all` must not stop at SVO-Probes: with no threshold its official rule cannot decide a pair, so the run
+    scores as `rule=pairwise` does and records that departure (the ≠ mark of `report --paper`)."""
     write_svo(tmp_path)
-    with pytest.raises(UsageError, match=r"svo_probes.threshold=T .*or --bench-opt svo_probes.rule=pairwise"):
-        evaluate("svo_probes", tmp_path)
+    unset = evaluate("svo_probes", tmp_path)["svo_probes"]
+    pairwise = evaluate("svo_probes", tmp_path, bench_options={"svo_probes": {"rule": "pairwise"}})["svo_probes"]
+    assert unset["metrics"] == pairwise["metrics"] and "pos_acc" not in unset["metrics"]["subj"]
+    assert len(unset["departures"]) == 1 and "without a match threshold (--bench-opt svo_probes.threshold=T)" in unset["departures"][0]
 
 
 # ---- ImageCoDe: the release's argsort, the first of equally scored images chosen --------------------------------------

@@ -15,7 +15,8 @@ of the three together. `official`, the default, is its `accuracy`: the model dec
 figure (`acc`) is their mean, Avg = (Pos + Neg) / 2, within each subset and over `All` (`overall`, with `overall_pos`
 and `overall_neg`). The notebook reads the decisions of models with a match classifier; a dual encoder's similarity has
 no threshold of its own, so the official rule takes one, `svo_probes.threshold` (a pair matches when s(image,
-sentence) > T), and refuses to run without it. `pairwise`, compclip's departure (as vl_compo's sweep reads the image side
+sentence) > T); without one a run scores `pairwise`, says so and records it among its departures.
+`pairwise`, compclip's departure (as vl_compo's sweep reads the image side
 of the probe), scores each row as the sentence choosing between its two images: correct when s(true image, sentence) >
 s(false image, sentence) (a tie wrong under strict ties), repeated rows counted each time, `overall` over every row of
 the three (a micro average). The sweep's column (`spectrum`) is filled only by `pairwise`, the rule it was computed by.
@@ -48,8 +49,9 @@ RULES = ("official", "pairwise")
 class Options:
     rule: str = option("official", "official: the notebook's match decisions, each (sentence, image) pair once, Avg = (Pos + Neg)/2; "
                        "pairwise: each row's sentence choosing between its two images (compclip's, vl_compo's reading)")
-    threshold: float | None = option(None, "the official rule's match decision: a pair matches when s(image, sentence) is above it "
-                                     "(a dual encoder has no threshold of its own: the official rule needs one)")
+    threshold: float | None = option(None, "the official rule's match decision: a pair matches when s(image, sentence) is above "
+                                     "it (a dual encoder has no threshold of its own: without one, the run scores pairwise, a "
+                                     "recorded departure)")
 
     def __post_init__(self):
         if self.rule not in RULES:
@@ -58,14 +60,10 @@ class Options:
             raise UsageError(f"--bench-opt svo_probes.threshold={self.threshold}: a match threshold is a finite number")
 
 
-def refuse_undecided(options: Options) -> None:
-    """The official rule reads a match decision per pair, which a similarity alone does not make: refused without a
-    threshold, rather than scored by one the user did not choose."""
-    if options.rule == "official" and options.threshold is None:
-        raise UsageError("svo_probes.rule=official decides each (sentence, image) pair a match or not, as the notebook reads a "
-                         "model's 0/1 decisions, and a similarity has no threshold of its own: give --bench-opt "
-                         "svo_probes.threshold=T (a pair matches when s(image, sentence) > T), or --bench-opt svo_probes.rule=pairwise "
-                         "(the sentence choosing between its two images)")
+def rule_of(options: Options) -> str:
+    """The rule a run scores by: the official one needs a match threshold, which a similarity alone does not give; without
+    one the run scores `pairwise` (said, and recorded among its departures) rather than by a threshold nobody chose."""
+    return "pairwise" if options.rule == "official" and options.threshold is None else options.rule
 
 
 @register
@@ -83,10 +81,12 @@ class SVOProbes(Benchmark):
         return [None if official else acc_of(metrics, s) for s in self.splits]  # the sweep's column is pairwise's: no other rule fills it
 
     def departures(self, options, ties, pretrained, splits):
-        if options.rule == "pairwise":
-            return ["svo_probes.rule=pairwise: each row's sentence chooses between its two images, repeated rows counted each "
-                    "time, where the notebook takes each pair's match decision once and reports Avg = (Pos + Neg) / 2"]
-        return []
+        if rule_of(options) == "official":
+            return []
+        why = "svo_probes.rule=pairwise" if options.rule == "pairwise" else \
+            "svo_probes.rule=official without a match threshold (--bench-opt svo_probes.threshold=T), so scored pairwise"
+        return [f"{why}: each row's sentence chooses between its two images, repeated rows counted each time, where the notebook "
+                "takes each pair's match decision once and reports Avg = (Pos + Neg) / 2"]
 
     def kind_of(self, split):
         return "object" if split in ("subj", "obj") else None
@@ -124,7 +124,7 @@ class SVOProbes(Benchmark):
 
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or Options()
-        refuse_undecided(options)
+        rule = rule_of(options)
         missing, metrics, items, absent, malformed = Missing.of(scorer), {}, [], {}, Malformed()
         rows = self.rows(root, malformed)
         together, kept_together, scores_together = [], [], []
@@ -135,7 +135,7 @@ class SVOProbes(Benchmark):
             sentences = [r["sentence"] for r, _ in kept]
             scores = torch.stack([scorer.pairs([pair[k] for _, pair in kept], sentences) for k in (0, 1)], dim=1) if kept \
                 else torch.zeros(0, 2)
-            if options.rule == "pairwise":
+            if rule == "pairwise":
                 correct = protocols.pair_accuracy(scores[:, 0], scores[:, 1], ties)
                 metrics[split] = {**accuracy(correct), "n_missing": len(rows[split]) - len(kept)}
             else:
@@ -149,17 +149,17 @@ class SVOProbes(Benchmark):
             items += image_choice_rows(split, [r["id"] for r, _ in kept], [pair for _, pair in kept], sentences, scores.tolist(),
                                        [0] * len(kept), correct)
         if kept_together:
-            metrics.update(self.overall(kept_together, torch.cat(scores_together), torch.cat(together), options))
+            metrics.update(self.overall(kept_together, torch.cat(scores_together), torch.cat(together), rule, options.threshold))
         absent.update(malformed.named(splits))
         return Result(metrics, missing, absent, items)
 
     @staticmethod
-    def overall(kept: list[dict], scores: torch.Tensor, correct: torch.Tensor, options: Options) -> dict[str, float]:
+    def overall(kept: list[dict], scores: torch.Tensor, correct: torch.Tensor, rule: str, threshold: float | None) -> dict[str, float]:
         """The notebook's `All`, over the rows of every subset run: pairwise, every row once (a micro average); official,
         its `accuracy` over them all, a pair that two subsets share taken once."""
-        if options.rule == "pairwise":
+        if rule == "pairwise":
             return {"overall": accuracy(correct)["acc"]}
-        figures = notebook_accuracy(kept, scores, options.threshold)[1]
+        figures = notebook_accuracy(kept, scores, threshold)[1]
         return {"overall": figures["acc"], "overall_pos": figures["pos_acc"], "overall_neg": figures["neg_acc"]}
 
 
