@@ -112,6 +112,7 @@ def test_a_wds_set_scores_as_clip_benchmark_scores_it(clip_benchmark, tiny, tmp_
     theirs = reference(tiny, dataset.batched(8), dataset.classes, dataset.templates, batched=True)
     assert_same(ours["wds_colours"], theirs)
     assert ours["acc1"] == pytest.approx(theirs["acc1"]) and ours["wds_colours"]["layout"] == "wds"
+    assert ours["wds_colours"]["templates_from"].endswith("zeroshot_classification_templates.txt")
     assert 0 < theirs["acc1"] < 1  # the fixture tells a right answer from a wrong one
 
 
