@@ -196,11 +196,12 @@ def imagenet_fixture(folder: Path, per_class: int = 3, classes: int = 8) -> None
     ids = list(range(1, 1001))
     np.random.default_rng(3).shuffle(ids)  # ILSVRC2012_IDs are not in WordNet-id order
     synsets = np.zeros((1000,), dtype=[("ILSVRC2012_ID", "O"), ("WNID", "O"), ("words", "O"), ("gloss", "O"), ("num_children", "O")])
-    for k, wnid in enumerate(wnids):
-        synsets[k] = (ids[k], wnid, f"words {k}", "", 0)
+    for row, k in enumerate(sorted(range(1000), key=lambda k: ids[k])):  # meta.mat lists them by ILSVRC2012_ID, as released
+        synsets[row] = (ids[k], wnids[k], f"words {k}", "", 0)
     mat = io.BytesIO()
     scipy_io.savemat(mat, {"synsets": synsets})
-    labels = [ids[(5 * n) % classes * 100] for n in range(per_class * classes)]  # classes spread over the 1000
+    # ImageNet's first classes: torchvision labels by the folders it made, which are then ImageNet's first too
+    labels = [ids[(5 * n) % classes] for n in range(per_class * classes)]
     truth = "".join(f"{v}\n" for v in labels).encode()
     folder.mkdir(parents=True)
     with tarfile.open(folder / "ILSVRC2012_devkit_t12.tar.gz", "w:gz") as tar:
@@ -226,6 +227,8 @@ def test_imagenet_devkit_and_validation_tar_score_as_clip_benchmark_scores_them(
     import torchvision.datasets.imagenet
     from clip_benchmark.datasets.builder import build_dataset
 
+    from compclip.eval.zeroshot_sources import open_source
+
     root = tmp_path / "data"
     imagenet_fixture(root / "zeroshot" / "imagenet1k")
     templates = one_template(tmp_path, "imagenet1k")  # 1,000 classes: one prompt each keeps the test fast
@@ -237,6 +240,9 @@ def test_imagenet_devkit_and_validation_tar_score_as_clip_benchmark_scores_them(
     monkeypatch.setattr(torchvision.datasets.imagenet, "check_integrity", lambda path, md5=None: os.path.isfile(path))  # not the release
     dataset = build_dataset("imagenet1k", root=str(theirs_root), transform=tiny[1], custom_template_file=templates)
     assert not (root / "zeroshot" / "imagenet1k" / "val").exists()  # compclip unpacked nothing
+    source = open_source(root / "zeroshot" / "imagenet1k")  # its images and labels in torchvision's order
+    assert [(Path(ref.member).name, label) for ref, label in zip(source.images, source.labels, strict=True)] == [
+        (Path(path).name, label) for path, label in dataset.samples]
     assert_same(ours["imagenet1k"], reference(tiny, dataset, dataset.classes, dataset.templates))
 
 
