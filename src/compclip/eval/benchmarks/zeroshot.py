@@ -28,6 +28,7 @@ from ...options import option
 from .. import protocols
 from ..base import Benchmark, Missing, Result, accuracy, mean, rate, read_json, register
 from ..items import class_rows
+from ..zeroshot_sources import Source, clip_benchmark_json, is_other_task, open_source
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
 
@@ -113,6 +114,15 @@ class ZeroShot(Benchmark):
         return None if self.datasets(root) else f"looked for dataset folders in {root / 'zeroshot'}: none. {self.layout}"
 
     def datasets(self, root) -> list[Path]:
+        """The dataset folders under `zeroshot/`, less the wds sets of another task (`other_tasks`)."""
+        return [p for p in self.folders(root) if not is_other_task(p)]
+
+    def other_tasks(self, root) -> list[str]:
+        """The wds sets whose dataset_type.txt names another task (DataComp's suite holds retrieval sets): not classified."""
+        return [p.name for p in self.folders(root) if is_other_task(p)]
+
+    @staticmethod
+    def folders(root) -> list[Path]:
         folder = root / "zeroshot"
         return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
@@ -122,12 +132,14 @@ class ZeroShot(Benchmark):
         metrics, missing, items = {}, Missing.of(scorer), []
         for folder in self.datasets(root):
             scorer.at(folder.name)
-            classes = sorted(p for p in folder.iterdir() if p.is_dir())
-            names, names_from, names_kind = self.classnames(folder, classes, classnames, options.classnames)
-            if len(names) != len(classes):
-                raise DataError(f"{folder}: {len(classes)} class folders but {len(names)} class names (from {names_from})")
-            prompts, prompts_from, prompts_kind = self.prompts(folder, names, templates, options.templates)
-            every = [(p, label) for label, c in enumerate(classes) for p in sorted(c.iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
+            source = open_source(folder)
+            if source is None:
+                every, names, names_from, names_kind, prompts, prompts_from, prompts_kind, order = self.class_folders(
+                    folder, classnames, templates, options)
+            else:
+                every, order = list(zip(source.images, source.labels, strict=True)), source.order
+                names, names_from, names_kind = self.source_classnames(source, classnames, options.classnames)
+                prompts, prompts_from, prompts_kind = self.source_prompts(source, names, templates, options.templates)
             drawn = bool(options.subset) and folder.name not in options.subset_skip.split(",")
             if drawn:
                 every = [every[i] for i in seeded_subset(len(every), options.subset, options.subset_seed)]
@@ -135,17 +147,60 @@ class ZeroShot(Benchmark):
             files, labels = [p for p, _ in kept], [label for _, label in kept]
             scores, target = scorer.class_scores(files, prompts), torch.tensor(labels, dtype=torch.long)
             correct = protocols.picks(scores, target, ties)
-            items += class_rows(folder.name, files, labels, names, scores, correct, folder)
+            items += class_rows(folder.name, [str(f) for f in files], labels, names, scores, correct, folder)
             # how the subset was drawn and where names and prompts came from, as `report --paper` compares them
             drawing = {"subset": options.subset, "subset_seed": options.subset_seed, "subset_order": SUBSET_ORDER} if drawn else {}
-            metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), "classes": len(classes),
+            if drawn and source is not None:
+                drawing["subset_order"] = order
+            metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), "classes": len(names),
                                     **drawing, "prompts": sum(map(len, prompts)), "classnames_from": names_from,
-                                    "templates_from": prompts_from, "classnames_source": names_kind, "templates_source": prompts_kind}
+                                    "templates_from": prompts_from, "classnames_source": names_kind, "templates_source": prompts_kind,
+                                    "layout": source.layout if source else "class folders"}
         datasets = list(metrics.values())
         metrics["overall"] = mean(m["acc"] for m in datasets)
+        if self.other_tasks(root):
+            metrics["other_tasks"] = self.other_tasks(root)
         for key in ("acc1", "acc5", "mean_per_class_recall"):  # CLIP_benchmark's keys, over the datasets
             metrics[key] = mean(m[key] for m in datasets)
         return Result(metrics, missing, items=items)
+
+    def class_folders(self, folder: Path, classnames: dict[str, Any], templates: dict[str, Any], options: Options):
+        """A folder of class folders: its (image, label) pairs, class names and prompts with their sources, and its order."""
+        classes = sorted(p for p in folder.iterdir() if p.is_dir())
+        names, names_from, names_kind = self.classnames(folder, classes, classnames, options.classnames)
+        if len(names) != len(classes):
+            raise DataError(f"{folder}: {len(classes)} class folders but {len(names)} class names (from {names_from})")
+        prompts, prompts_from, prompts_kind = self.prompts(folder, names, templates, options.templates)
+        every = [(p, label) for label, c in enumerate(classes) for p in sorted(c.iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
+        return every, names, names_from, names_kind, prompts, prompts_from, prompts_kind, SUBSET_ORDER
+
+    @staticmethod
+    def source_classnames(source: Source, table: dict[str, Any], file: str | None) -> tuple[list[str], str, str]:
+        """build_dataset's choice: the custom JSON's entry where it has one, else the dataset's own names."""
+        key = next((k for k in source.keys if k in table), None)
+        if key is not None:
+            return table[key], f"{file}[{key}]", FROM_JSON
+        return source.classnames, source.classnames_from, FROM_DATASET
+
+    @staticmethod
+    def source_prompts(source: Source, names: list[str], table: dict[str, Any], file: str | None) -> tuple[list[list[str]], str, str]:
+        """build_dataset's choice: the custom JSON (the dataset's keys, then imagenet1k), else the dataset's own templates
+        (a wds set's), else CLIP_benchmark's bundled templates (the dataset's keys, then imagenet1k)."""
+        custom = next((k for k in [*source.keys, "imagenet1k"] if k in table), None)
+        bundled = clip_benchmark_json("templates")
+        if custom is not None:
+            chosen, where, kind = table[custom], f"{file}[{custom}]", FROM_JSON
+        elif source.templates is not None:
+            chosen, where, kind = source.templates, source.templates_from, FROM_DATASET
+        else:
+            key = next(k for k in [*source.keys, "imagenet1k"] if k in bundled)
+            chosen, where, kind = bundled[key], f"CLIP_benchmark's en_zeroshot_classification_templates.json[{key}]", FROM_JSON
+        if isinstance(chosen, dict):  # class-specific prompts (CuPL)
+            lacking = [n for n in names if n not in chosen]
+            if lacking:
+                raise DataError(f"{where}: no prompts for classes {lacking[:5]}")
+            return [list(chosen[n]) for n in names], where, kind
+        return [[fill(t, n, where) for t in chosen] for n in names], where, kind
 
     @staticmethod
     def keys(folder: Path) -> list[str]:

@@ -1,0 +1,265 @@
+"""Zero-shot classification in the layouts CLIP_benchmark 1.6.2 reads (a wds set, CIFAR's pickled batches, ImageNet's
+devkit and validation tar, an ImageNet variant with its class mask): compclip's acc1, acc5 and mean_per_class_recall
+equal CLIP_benchmark's own `evaluate` over CLIP_benchmark's own dataset of the same files, and a seeded subset draws the
+images CLIC's draw picks from CLIP_benchmark's order."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+BENCH_PATH = os.environ.get("COMPCLIP_BENCH_PATH")  # CLIP_benchmark installed in a folder of its own (`make test`)
+COLOURS = ["red", "green", "blue", "yellow", "white", "black"]
+TEMPLATES = ["a photo of a {c} thing.", "a {c} picture."]
+
+
+@pytest.fixture(scope="module")
+def clip_benchmark():
+    if BENCH_PATH and BENCH_PATH not in sys.path:
+        sys.path.append(BENCH_PATH)  # after compclip's own packages, so that none of them is shadowed
+    return pytest.importorskip("clip_benchmark")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from compclip.models import load_model
+
+    torch.manual_seed(0)
+    return load_model("compclip-tiny-clip")
+
+
+def picture(k: int, size: tuple[int, int] = (36, 28)) -> Image.Image:
+    """Seeded noise over a colour that drifts with k: images the tiny model tells apart, some right, some wrong."""
+    rng = np.random.default_rng(k)
+    base = np.array([(37 * k) % 256, (91 * k) % 256, (53 * k) % 256], dtype=np.int16)
+    pixels = np.clip(base + rng.integers(-60, 60, (size[1], size[0], 3)), 0, 255).astype(np.uint8)
+    return Image.fromarray(pixels)
+
+
+def encoded(image: Image.Image, fmt: str) -> bytes:
+    out = io.BytesIO()
+    image.save(out, **({"format": "webp", "lossless": True} if fmt == "webp" else {"format": fmt}))
+    return out.getvalue()
+
+
+def write_wds(folder: Path, count: int = 30, per_shard: int = 12, drop_cls: int | None = None, label_of=None) -> None:
+    """A set as `clip_benchmark_export_wds` writes it (clip_benchmark/webdataset_builder.py, `convert_dataset`): webdataset's
+    ShardWriter into test/%d.tar, keys s%07d, then nshards.txt, classnames.txt and the templates."""
+    import webdataset
+
+    (folder / "test").mkdir(parents=True)
+    sink = webdataset.ShardWriter(str(folder / "test" / "%d.tar"), maxcount=per_shard, verbose=0)
+    for k in range(count):
+        fmt = ("webp", "png", "jpeg")[k % 3]
+        sample = {"__key__": f"s{k:07d}", fmt.replace("jpeg", "jpg"): encoded(picture(k), fmt)}
+        if k != drop_cls:
+            sample["cls"] = (label_of or (lambda i: i % len(COLOURS)))(k)
+        sink.write(sample)
+    sink.close()
+    (folder / "test" / "nshards.txt").write_text(f"{-(-count // per_shard)}\n")
+    (folder / "classnames.txt").write_text("\n".join(COLOURS) + "\n")
+    (folder / "zeroshot_classification_templates.txt").write_text("\n".join(TEMPLATES) + "\n")
+
+
+def compclip_metrics(tmp_path: Path, root: Path, name: str, **options) -> dict:
+    """`compclip eval --benchmark zeroshot` over `root`, as the library runs it: the dataset's figures."""
+    from compclip.eval import EvalConfig, evaluate
+
+    out = tmp_path / "out"
+    evaluate(EvalConfig(model="compclip-tiny-clip", benchmark="zeroshot", out=str(out), data_root=str(root), workers=0, device="cpu",
+                        precision="fp32", ties="clip_benchmark", bench_options={"zeroshot": options} if options else {}))
+    return json.loads((out / "zeroshot.json").read_text())["metrics"]
+
+
+def reference(tiny, dataset, classnames, templates, batched: bool = False) -> dict:
+    """CLIP_benchmark 1.6.2's `evaluate` (metrics/zeroshot_classification.py) in fp32 on the CPU: its own classifier and
+    logits (`zero_shot_classifier`, `run_classification`), its figures written out (its `accuracy` casts a 1-element
+    array with float(), which numpy 2.x refuses): top-k by `topk`, and sklearn's balanced_accuracy_score of the argmax."""
+    from clip_benchmark.metrics.zeroshot_classification import run_classification, zero_shot_classifier
+    from sklearn.metrics import balanced_accuracy_score
+
+    model, _, tokenizer = tiny
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None if batched else 8, shuffle=False, num_workers=0)  # as its cli.py
+    classifier = zero_shot_classifier(model, tokenizer, classnames, templates, "cpu", amp=False)
+    logits, target = run_classification(model, classifier, loader, "cpu", amp=False)
+    top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+    acc5 = (top == target[:, None]).any(1).float().mean().item() if len(classnames) >= 5 else float("nan")
+    return {"acc1": (top[:, 0] == target).float().mean().item(), "acc5": acc5,
+            "mean_per_class_recall": balanced_accuracy_score(target, logits.argmax(1))}
+
+
+def assert_same(ours: dict, theirs: dict) -> None:
+    for key in ("acc1", "acc5", "mean_per_class_recall"):
+        assert ours[key] == pytest.approx(theirs[key], abs=1e-6), key  # theirs: a float32 mean
+
+
+def test_a_wds_set_scores_as_clip_benchmark_scores_it(clip_benchmark, tiny, tmp_path):
+    from clip_benchmark.datasets.builder import build_wds_dataset
+
+    root = tmp_path / "data"
+    write_wds(root / "zeroshot" / "wds_colours")
+    ours = compclip_metrics(tmp_path, root, "wds_colours")
+    dataset = build_wds_dataset("colours", tiny[1], data_dir=str(root / "zeroshot" / "wds_colours"))
+    theirs = reference(tiny, dataset.batched(8), dataset.classes, dataset.templates, batched=True)
+    assert_same(ours["wds_colours"], theirs)
+    assert ours["acc1"] == pytest.approx(theirs["acc1"]) and ours["wds_colours"]["layout"] == "wds"
+    assert ours["wds_colours"]["templates_from"].endswith("zeroshot_classification_templates.txt")
+    assert 0 < theirs["acc1"] < 1  # the fixture tells a right answer from a wrong one
+
+
+def test_a_seeded_subset_of_a_wds_set_is_clics_draw_over_its_order(tmp_path):
+    import webdataset
+
+    from compclip.eval import DualEncoderScorer
+    from compclip.eval.benchmarks.zeroshot import Options, ZeroShot
+    from compclip.models import load_model
+
+    root = tmp_path / "data"
+    write_wds(root / "zeroshot" / "colours", count=26, per_shard=5)
+    order = [s["__key__"] for s in webdataset.WebDataset(str(root / "zeroshot" / "colours" / "test" / "{0..5}.tar"), shardshuffle=False)]
+    drawn = list(range(len(order)))
+    np.random.RandomState(7).shuffle(drawn)  # CLIC's shuffle_and_select after np.random.seed(7)
+    scorer = DualEncoderScorer(*load_model("compclip-tiny-clip"), workers=0)
+    result = ZeroShot().run(scorer, root, "clip_benchmark", options=Options(subset=9, subset_seed=7))
+    assert [row["image"].rsplit("::", 1)[1].split(".")[0] for row in result.items] == [order[i] for i in drawn[:9]]
+    assert result.metrics["colours"]["subset_order"] == "shards in order, samples in tar order"
+
+
+@pytest.mark.parametrize(("fault", "expected"), [
+    ("missing_shard", "nshards.txt lists 3 shards; 1 absent: 1.tar"),
+    ("no_cls", "sample 's0000004' has no .cls"),
+    ("out_of_range", ".cls 6 is out of range for the 6 classes"),
+])
+def test_a_broken_wds_set_is_one_line_naming_the_shard_and_sample(tmp_path, capsys, fault, expected):
+    from compclip.cli import main
+
+    folder = tmp_path / "data" / "zeroshot" / "colours"
+    write_wds(folder, count=12, per_shard=4, drop_cls=4 if fault == "no_cls" else None,
+              label_of=(lambda i: 6 if i == 7 else i % 6) if fault == "out_of_range" else None)
+    if fault == "missing_shard":
+        (folder / "test" / "1.tar").unlink()
+    with pytest.raises(SystemExit) as exit_info:  # the benchmark cannot run: said in one line, its result marked incomplete
+        main(["eval", "--model", "compclip-tiny-clip", "--benchmark", "zeroshot", "--out", str(tmp_path / "out"),
+              "--data-root", str(tmp_path / "data"), "--workers", "0", "--device", "cpu"])
+    said = capsys.readouterr()
+    assert exit_info.value.code != 0 and "Traceback" not in said.out + said.err
+    lines = [line for line in (said.out + said.err).splitlines() if expected in line]
+    assert lines and all(str(folder) in line for line in lines)  # said once a stream, naming the shard
+    assert json.loads((tmp_path / "out" / "zeroshot.json").read_text())["complete"] is False
+
+
+def cifar_fixture(folder: Path, count: int = 30) -> tuple[np.ndarray, list[int]]:
+    """torchvision's CIFAR-10 layout: cifar-10-batches-py/batches.meta and test_batch, pickled as the release is."""
+    base = folder / "cifar-10-batches-py"
+    base.mkdir(parents=True)
+    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    rows = np.stack([np.asarray(picture(k, (32, 32))).transpose(2, 0, 1).reshape(-1) for k in range(count)])
+    labels = [(3 * k) % 10 for k in range(count)]
+    with open(base / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": names, "num_vis": 3072}, f)
+    with open(base / "test_batch", "wb") as f:
+        pickle.dump({"batch_label": "testing batch 1 of 1", "data": rows, "labels": labels,
+                     "filenames": [f"{k}.png" for k in range(count)]}, f)
+    return rows, labels
+
+
+def test_cifar10_batches_score_as_clip_benchmark_scores_them(clip_benchmark, tiny, tmp_path, monkeypatch):
+    import torchvision.datasets.cifar
+    from clip_benchmark.datasets.builder import build_dataset
+
+    root = tmp_path / "data"
+    cifar_fixture(root / "zeroshot" / "cifar10")
+    ours = compclip_metrics(tmp_path, root, "cifar10")
+    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda *args: True)  # the fixture's checksums are not the release's
+    dataset = build_dataset("cifar10", root=str(root / "zeroshot" / "cifar10"), transform=tiny[1], download=False)
+    assert_same(ours["cifar10"], reference(tiny, dataset, dataset.classes, dataset.templates))
+    assert ours["cifar10"]["templates_from"].endswith("[cifar10]") and ours["cifar10"]["classes"] == 10
+
+
+def imagenet_fixture(folder: Path, per_class: int = 3, classes: int = 8) -> None:
+    """torchvision's ImageNet layout: the devkit (meta.mat, the validation ground truth) and the validation tar, its
+    images named in ILSVRC2012's order and labelled in the ground truth by ILSVRC2012_ID."""
+    from scipy import io as scipy_io
+
+    from compclip.eval.zeroshot_sources import clip_benchmark_json
+
+    wnids = clip_benchmark_json("imagenet_wnids")["imagenet1k"]
+    ids = list(range(1, 1001))
+    np.random.default_rng(3).shuffle(ids)  # ILSVRC2012_IDs are not in WordNet-id order
+    synsets = np.zeros((1000,), dtype=[("ILSVRC2012_ID", "O"), ("WNID", "O"), ("words", "O"), ("gloss", "O"), ("num_children", "O")])
+    for row, k in enumerate(sorted(range(1000), key=lambda k: ids[k])):  # meta.mat lists them by ILSVRC2012_ID, as released
+        synsets[row] = (ids[k], wnids[k], f"words {k}", "", 0)
+    mat = io.BytesIO()
+    scipy_io.savemat(mat, {"synsets": synsets})
+    # ImageNet's first classes: torchvision labels by the folders it made, which are then ImageNet's first too
+    labels = [ids[(5 * n) % classes] for n in range(per_class * classes)]
+    truth = "".join(f"{v}\n" for v in labels).encode()
+    folder.mkdir(parents=True)
+    with tarfile.open(folder / "ILSVRC2012_devkit_t12.tar.gz", "w:gz") as tar:
+        for name, data in (("meta.mat", mat.getvalue()), ("ILSVRC2012_validation_ground_truth.txt", truth)):
+            info = tarfile.TarInfo(f"ILSVRC2012_devkit_t12/data/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with tarfile.open(folder / "ILSVRC2012_img_val.tar", "w") as tar:
+        for n in range(len(labels)):
+            data = encoded(picture(n), "jpeg")
+            info = tarfile.TarInfo(f"ILSVRC2012_val_{n + 1:08d}.JPEG")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def one_template(tmp_path: Path, name: str) -> str:
+    """A custom template file (CLIP_benchmark's --custom_template_file, compclip's zeroshot.templates) of one template."""
+    (tmp_path / "templates.json").write_text(json.dumps({name: ["a photo of a {c}."]}))
+    return str(tmp_path / "templates.json")
+
+
+def test_imagenet_devkit_and_validation_tar_score_as_clip_benchmark_scores_them(clip_benchmark, tiny, tmp_path, monkeypatch):
+    import torchvision.datasets.imagenet
+    from clip_benchmark.datasets.builder import build_dataset
+
+    from compclip.eval.zeroshot_sources import open_source
+
+    root = tmp_path / "data"
+    imagenet_fixture(root / "zeroshot" / "imagenet1k")
+    templates = one_template(tmp_path, "imagenet1k")  # 1,000 classes: one prompt each keeps the test fast
+    ours = compclip_metrics(tmp_path, root, "imagenet1k", templates=templates)
+    theirs_root = tmp_path / "theirs"  # torchvision unpacks the tar where it lies: a copy of its own
+    theirs_root.mkdir()
+    for name in ("ILSVRC2012_devkit_t12.tar.gz", "ILSVRC2012_img_val.tar"):
+        (theirs_root / name).symlink_to(root / "zeroshot" / "imagenet1k" / name)
+    monkeypatch.setattr(torchvision.datasets.imagenet, "check_integrity", lambda path, md5=None: os.path.isfile(path))  # not the release
+    dataset = build_dataset("imagenet1k", root=str(theirs_root), transform=tiny[1], custom_template_file=templates)
+    assert not (root / "zeroshot" / "imagenet1k" / "val").exists()  # compclip unpacked nothing
+    source = open_source(root / "zeroshot" / "imagenet1k")  # its images and labels in torchvision's order
+    assert [(Path(ref.member).name, label) for ref, label in zip(source.images, source.labels, strict=True)] == [
+        (Path(path).name, label) for path, label in dataset.samples]
+    assert_same(ours["imagenet1k"], reference(tiny, dataset, dataset.classes, dataset.templates))
+
+
+def test_imagenet_r_class_folders_take_their_classes_masked_as_clip_benchmark_masks_them(clip_benchmark, tiny, tmp_path):
+    from clip_benchmark.datasets.builder import build_dataset
+
+    from compclip.eval.zeroshot_sources import clip_benchmark_json
+
+    root = tmp_path / "data"
+    wnids = clip_benchmark_json("imagenet_wnids")
+    variant = [w for w in wnids["imagenet1k"] if w in set(wnids["imagenet-r"])]
+    for c, wnid in enumerate(variant[:7]):  # the variant's first classes: ImageFolder's labels are then their places
+        (root / "zeroshot" / "imagenet-r" / wnid).mkdir(parents=True)
+        for n in range(3):
+            picture(10 * c + n).save(root / "zeroshot" / "imagenet-r" / wnid / f"{n}.png")
+    templates = one_template(tmp_path, "imagenet-r")
+    ours = compclip_metrics(tmp_path, root, "imagenet-r", templates=templates)
+    dataset = build_dataset("imagenet-r", root=str(root / "zeroshot" / "imagenet-r"), transform=tiny[1], custom_template_file=templates)
+    assert len(dataset.classes) == 200 and ours["imagenet-r"]["classes"] == 200
+    assert_same(ours["imagenet-r"], reference(tiny, dataset, dataset.classes, dataset.templates))
