@@ -57,8 +57,8 @@ class Options:
                                          "(--custom_template_file)")
     subset: int = option(0, "images per dataset, drawn with subset_seed as CLIC's ZS-10 draws its 1,000 (0: every image)")
     subset_seed: int = option(1, "the seed of the subset draw (CLIC's eval/general_eval.py: --seed 1)")
-    subset_skip: str = option("imagenet", "comma-separated datasets scored whole under subset (CLIC scores ImageNet's whole "
-                                          "validation set)")
+    subset_skip: str = option("imagenet,imagenet1k", "comma-separated datasets scored whole under subset (CLIC scores "
+                                                     "ImageNet's whole validation set; imagenet1k is CLIP_benchmark's name)")
 
     def __post_init__(self):
         if self.subset < 0:
