@@ -664,10 +664,11 @@ def test_methods_lists_every_method_and_its_options(capsys):
     for name in list_methods():
         fields = dataclasses.fields(method_options(name))
         assert re.search(rf"^{name}( \(reads concepts: --what [a-z,-]+\))?( \(reads data fields: [a-z_, ]+; --field-key NAME=KEY\))?"
-                         r"(: no options)?$", out, re.M)
+                         r"( \(trains on --image-view eval\))?(: no options)?$", out, re.M)
         assert bool(fields) != bool(re.search(rf"^{name}.*: no options$", out, re.M))
         for f in fields:
             assert f"  {f.name}={f.default}: {f.metadata['help']}" in out
+    assert re.search(r"^tripletclip .*\(trains on --image-view eval\)$", out, re.M) and "siglip: no options" in out
     assert "\nnegclip (reads concepts: --what noun-phrases,pos)\n" in out and "\nsiglip: no options" in out
     assert "\ndac (reads data fields: dense_captions; --field-key NAME=KEY)\n" in out
 

@@ -383,7 +383,7 @@ def methods() -> None:
     """
     import dataclasses
 
-    from .methods import build_method, list_methods, method_concept_fields, method_options
+    from .methods import LossPart, build_method, list_methods, method_concept_fields, method_options
 
     for name in list_methods():
         fields = dataclasses.fields(method_options(name))
@@ -392,7 +392,7 @@ def methods() -> None:
         method = build_method(name)
         data = method.sample_fields  # what its parts declare per record, by these names (`data.readers.field_kind`)
         reads += f" (reads data fields: {', '.join(data)}; --field-key NAME=KEY)" if data else ""
-        reads += f" (--image-view {method.image_view})"
+        reads += f" (trains on --image-view {method.image_view})" if method.image_view != LossPart.image_view else ""
         typer.echo(f"{name}{reads}" if fields else f"{name}{reads}: no options")
         for f in fields:
             typer.echo(f"  {f.name}={f.default}: {f.metadata['help']}")
