@@ -522,3 +522,18 @@ def test_eval_of_a_run_folder_before_its_first_checkpoint_says_so(tmp_path, caps
     with pytest.raises(MissingFileError) as raised:
         load_model(run)
     assert str(raised.value) == said
+
+
+def test_a_mistyped_model_is_one_line_naming_the_nearest_ids_and_leaves_no_results_folder(tmp_path, capsys):
+    """`negclip-b23` for `negclip-b32`: the registry's ids are among the names suggested, and the results folder the run
+    made is gone again, so `compclip report results/*` meets no empty folder; a folder that was there stays."""
+    from conftest import run_main
+
+    (tmp_path / "data").mkdir()
+    command = ["eval", "--model", "negclip-b23", "--benchmark", "sugarcrepe", "--data-root", tmp_path / "data", "--out"]
+    code, _, err = run_main(capsys, *command, tmp_path / "results" / "negclip")
+    assert code == 2 and len(err.splitlines()) == 1 and "(did you mean negclip-b32" in err
+    assert "`compclip models` the released checkpoints' ids" in err
+    assert not (tmp_path / "results" / "negclip").exists()
+    (tmp_path / "kept").mkdir()
+    assert run_main(capsys, *command, tmp_path / "kept")[0] == 2 and (tmp_path / "kept").is_dir()

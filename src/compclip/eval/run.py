@@ -202,7 +202,25 @@ def evaluate(cfg: EvalConfig, pixels: SweepPixels | None = None) -> dict[str, di
     images (`compclip.eval.pixels`), shared with its other models of this model's preprocessing.
     """
     device = resolve_device(cfg.device)
-    jobs, root, made = check_options(cfg)
+    with left_empty_removed(Path(cfg.out) if cfg.out else None):
+        jobs, root, made = check_options(cfg)
+        return _evaluate(cfg, pixels, device, jobs, root, made)
+
+
+@contextlib.contextmanager
+def left_empty_removed(out: Path | None):
+    """A results folder this run made is removed again when the run fails before writing into it (a mistyped model, a
+    refused file): `compclip report results/*` then meets no empty folder."""
+    made = out is not None and not out.exists()
+    try:
+        yield
+    except BaseException:
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+
+
+def _evaluate(cfg: EvalConfig, pixels: SweepPixels | None, device: str, jobs, root: Path, made) -> dict[str, dict[str, Any]]:
     model, pretrained, blip_score, out = model_name(cfg.model), cfg.pretrained, cfg.blip_score, Path(cfg.out)
     resolved = None
     if is_released(model):  # a released checkpoint's id: the architecture and file (or hub id) it loads as

@@ -35,7 +35,7 @@ from .checkpoint import (
     trained_activation,
     unwrap,
 )
-from .released import get_released, is_released, resolve
+from .released import get_released, is_released, list_released, resolve
 
 log = logging.getLogger("compclip.models")
 
@@ -246,8 +246,9 @@ def _model_config(name: str) -> dict[str, Any]:
         if ":" not in name and ("/" in name or "\\" in name):  # a path (open_clip's `ViT-B/32` is found above, a hub id has
             # its `hf-hub:`): say which part of it is missing
             raise MissingFileError(f"{name}: no such folder{_missing_part(Path(name))}")
-        raise UsageError(f"unknown model {name!r}{did_you_mean(name, open_clip.list_models(), n=3)} (open_clip.list_models() lists "
-                         "the names)")
+        known = [*open_clip.list_models(), *list_released()]
+        raise UsageError(f"unknown model {name!r}{did_you_mean(name, known, n=3)} (open_clip.list_models() lists the architectures, "
+                         "`compclip models` the released checkpoints' ids)")
     return cfg
 
 
