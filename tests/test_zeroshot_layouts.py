@@ -263,3 +263,133 @@ def test_imagenet_r_class_folders_take_their_classes_masked_as_clip_benchmark_ma
     dataset = build_dataset("imagenet-r", root=str(root / "zeroshot" / "imagenet-r"), transform=tiny[1], custom_template_file=templates)
     assert len(dataset.classes) == 200 and ours["imagenet-r"]["classes"] == 200
     assert_same(ours["imagenet-r"], reference(tiny, dataset, dataset.classes, dataset.templates))
+
+
+def build_theirs(name: str, root: Path, tiny, **options):
+    """CLIP_benchmark's own dataset over the same files, as its cli.py builds it for the test split."""
+    from clip_benchmark.datasets.builder import build_dataset
+
+    return build_dataset(name, root=str(root), transform=tiny[1], download=False, **options)
+
+
+def save_pictures(files: list[Path], first: int = 0) -> None:
+    for k, file in enumerate(files):
+        file.parent.mkdir(parents=True, exist_ok=True)
+        picture(first + k).save(file)
+
+
+def dtd_fixture(folder: Path) -> None:
+    """torchvision's DTD layout: dtd/dtd/labels/test1.txt (class/file lines) and dtd/dtd/images/<class>/<file>."""
+    base = folder / "dtd" / "dtd"
+    lines = [f"{c}/{c}_{n:04d}.jpg" for n in range(4) for c in ("banded", "blotchy", "braided", "bubbly", "bumpy", "chequered")]
+    save_pictures([base / "images" / line for line in lines])
+    (base / "labels").mkdir()
+    (base / "labels" / "test1.txt").write_text("".join(f"{line}\n" for line in lines))
+
+
+def food101_fixture(folder: Path) -> None:
+    """torchvision's Food101 layout: food-101/meta/test.json ({class: [class/id]}) and food-101/images/<class>/<id>.jpg."""
+    base = folder / "food-101"
+    meta = {c: [f"{c}/{100 + n}" for n in range(4)] for c in ("apple_pie", "baby_back_ribs", "baklava", "beef_carpaccio", "bibimbap")}
+    save_pictures([base / "images" / f"{rel}.jpg" for rels in meta.values() for rel in rels], first=40)
+    (base / "meta").mkdir()
+    (base / "meta" / "test.json").write_text(json.dumps(meta))
+
+
+def flowers_fixture(folder: Path) -> None:
+    """torchvision's Flowers102 layout: flowers-102/jpg/image_%05d.jpg, imagelabels.mat (1-based) and setid.mat's tstid."""
+    from scipy import io as scipy_io
+
+    base = folder / "flowers-102"
+    count = 30
+    save_pictures([base / "jpg" / f"image_{k:05d}.jpg" for k in range(1, count + 1)], first=80)
+    scipy_io.savemat(base / "imagelabels.mat", {"labels": np.array([1 + (7 * k) % 102 for k in range(count)])})
+    scipy_io.savemat(base / "setid.mat", {"tstid": np.array([k for k in range(count, 0, -1) if k % 4]),
+                                          "trnid": np.array([4]), "valid": np.array([8])})
+
+
+def mnist_fixture(folder: Path, count: int = 24) -> None:
+    """torchvision's MNIST layout: MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte in the IDX format."""
+    import struct
+
+    raw = folder / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    pixels = np.stack([np.asarray(picture(k, (28, 28)).convert("L")) for k in range(count)])
+    labels = np.array([(3 * k) % 10 for k in range(count)], dtype=np.uint8)
+    for part in ("train", "t10k"):
+        (raw / f"{part}-images-idx3-ubyte").write_bytes(struct.pack(">4i", 2051, count, 28, 28) + pixels.tobytes())
+        (raw / f"{part}-labels-idx1-ubyte").write_bytes(struct.pack(">2i", 2049, count) + labels.tobytes())
+
+
+TORCHVISION_FIXTURES = {"dtd": dtd_fixture, "food101": food101_fixture, "flowers": flowers_fixture, "mnist": mnist_fixture}
+
+
+@pytest.mark.parametrize("name", list(TORCHVISION_FIXTURES))
+def test_torchvision_layouts_score_as_clip_benchmark_scores_them(clip_benchmark, tiny, tmp_path, monkeypatch, name):
+    import torchvision.datasets.flowers102
+
+    monkeypatch.setattr(torchvision.datasets.flowers102, "check_integrity", lambda path, md5=None: os.path.isfile(path))  # not the release
+    root = tmp_path / "data"
+    TORCHVISION_FIXTURES[name](root / "zeroshot" / name)
+    ours = compclip_metrics(tmp_path, root, name)
+    dataset = build_theirs(name, root / "zeroshot" / name, tiny)
+    assert ours[name]["classes"] == len(dataset.classes) and ours[name]["n"] == len(dataset)
+    assert_same(ours[name], reference(tiny, dataset, dataset.classes, dataset.templates))
+    assert ours[name]["templates_from"].endswith(f"[{name}]")
+
+
+def test_a_torchvision_layout_without_its_files_is_one_line_naming_the_folder(tmp_path, capsys):
+    from compclip.cli import main
+
+    folder = tmp_path / "data" / "zeroshot" / "food101"
+    food101_fixture(folder)
+    (folder / "food-101" / "meta" / "test.json").unlink()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", "compclip-tiny-clip", "--benchmark", "zeroshot", "--out", str(tmp_path / "out"),
+              "--data-root", str(tmp_path / "data"), "--workers", "0", "--device", "cpu"])
+    said = capsys.readouterr()
+    assert exit_info.value.code != 0 and "Traceback" not in said.out + said.err
+    lines = [line for line in (said.out + said.err).splitlines() if "meta/test.json: absent; torchvision's Food101 reads it" in line]
+    assert lines and all(str(folder) in line for line in lines)
+    assert json.loads((tmp_path / "out" / "zeroshot.json").read_text())["complete"] is False
+
+
+def voc_fixture(folder: Path) -> None:
+    """VOC2007's test layout as CLIP_benchmark reads it: VOCdevkit/VOC2007/ImageSets/Main/aeroplane_test.txt, one
+    Annotations/<id>.xml per image (objects with their boxes, one image with none), JPEGImages/<id>.jpg."""
+    from compclip.eval.zeroshot_sources import VOC_CLASSES
+
+    base = folder / "VOCdevkit" / "VOC2007"
+    ids = [f"{k:06d}" for k in range(1, 13)]
+    (base / "ImageSets" / "Main").mkdir(parents=True)
+    (base / "ImageSets" / "Main" / "aeroplane_test.txt").write_text("".join(f"{i} {1 if k % 2 else -1}\n" for k, i in enumerate(ids)))
+    (base / "Annotations").mkdir()
+    (base / "JPEGImages").mkdir()
+    for k, image_id in enumerate(ids):
+        picture(k, (48, 40)).save(base / "JPEGImages" / f"{image_id}.jpg")
+        objects = "".join(f"<object><name>{VOC_CLASSES[(5 * k + 3 * j) % 20]}</name><pose>Left</pose><bndbox><xmin>{2 + j}</xmin>"
+                          f"<ymin>{1 + k % 5}</ymin><xmax>{30 + j}</xmax><ymax>{25 + j}</ymax></bndbox></object>" for j in range(k % 3))
+        (base / "Annotations" / f"{image_id}.xml").write_text(f"<annotation><filename>{image_id}.jpg</filename>{objects}</annotation>")
+
+
+def test_voc2007_crops_score_as_clip_benchmark_scores_them(clip_benchmark, tiny, tmp_path):
+    root = tmp_path / "data"
+    voc_fixture(root / "zeroshot" / "voc2007")
+    ours = compclip_metrics(tmp_path, root, "voc2007")
+    dataset = build_theirs("voc2007", root / "zeroshot" / "voc2007", tiny, split="test")
+    assert ours["voc2007"]["n"] == len(dataset.bndboxes) == 12  # one image a box: 0+1+2 objects over 12 images
+    assert_same(ours["voc2007"], reference(tiny, dataset, dataset.classes, dataset.templates))
+
+
+def test_voc2007_multilabel_is_clip_benchmarks_mean_average_precision(clip_benchmark, tiny, tmp_path):
+    from clip_benchmark.metrics.zeroshot_classification import average_precision_per_class, run_classification, zero_shot_classifier
+
+    root = tmp_path / "data"
+    voc_fixture(root / "zeroshot" / "voc2007_multilabel")
+    ours = compclip_metrics(tmp_path, root, "voc2007_multilabel")["voc2007_multilabel"]
+    dataset = build_theirs("voc2007_multilabel", root / "zeroshot" / "voc2007_multilabel", tiny, split="test")
+    model, _, tokenizer = tiny
+    classifier = zero_shot_classifier(model, tokenizer, dataset.classes, dataset.templates, "cpu", amp=False)
+    logits, target = run_classification(model, classifier, torch.utils.data.DataLoader(dataset, batch_size=5), "cpu", amp=False)
+    assert target.shape == (12, 20) and ours["n"] == 12 and "acc" not in ours
+    assert ours["mean_average_precision"] == pytest.approx(average_precision_per_class(logits, target).mean().item(), abs=1e-6)

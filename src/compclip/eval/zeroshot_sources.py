@@ -16,6 +16,7 @@ import json
 import pickle
 import re
 import tarfile
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from PIL import Image as PILImage
 
 from ..data.images import ImageRef
 from ..data.readers import decode_image
-from ..errors import DataError, MissingFileError
+from ..errors import DataError, MissingFileError, UsageError
 
 ASSETS = Path(__file__).parent / "assets"
 WDS_IMAGE_EXTENSIONS = ("webp", "png", "jpg", "jpeg")  # build_wds_dataset's `to_tuple`: the first of these a sample has
@@ -61,10 +62,42 @@ class TarMemberRef(ImageRef):
 
 @dataclasses.dataclass(frozen=True)
 class PixelsRef(ImageRef):
-    """A 32x32 RGB image given as its raw pixels (`data`, height x width x channel): a row of CIFAR's pickled batches."""
+    """An image given as its raw 8-bit pixels (`data`, height x width [x channel]): a row of CIFAR's pickled batches,
+    of STL10's or MNIST's binary files, as torchvision's classes hold them in memory."""
+
+    shape: tuple[int, ...] = (32, 32, 3)
 
     def decode(self) -> PILImage.Image:
-        return PILImage.fromarray(np.frombuffer(self.data, dtype=np.uint8).reshape(32, 32, 3))
+        return PILImage.fromarray(np.frombuffer(self.data, dtype=np.uint8).reshape(self.shape)).convert("RGB")
+
+
+@dataclasses.dataclass(frozen=True)
+class CropRef(ImageRef):
+    """The part `box` (left, top, right, bottom) of an image file: VOC2007's objects, one crop a bounding box."""
+
+    box: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def present(self) -> bool:
+        return self.file.is_file()
+
+    def decode(self) -> PILImage.Image:
+        return decode_image(self.file).crop(self.box)
+
+
+@dataclasses.dataclass(frozen=True)
+class HDF5RowRef(ImageRef):
+    """Row `row` of dataset `x` of an HDF5 file (PCAM's camelyonpatch_level_2_split_test_x.h5), read when decoded."""
+
+    row: int = 0
+
+    def present(self) -> bool:
+        return self.file.is_file()
+
+    def decode(self) -> PILImage.Image:
+        import h5py
+
+        with h5py.File(self.file, "r") as f:
+            return PILImage.fromarray(np.asarray(f["x"][self.row], dtype=np.uint8)).convert("RGB")
 
 
 @dataclasses.dataclass
@@ -81,6 +114,8 @@ class Source:
     templates: list[str] | None = None
     templates_from: str = ""
     order: str = ""  # the order a subset is drawn over, in words
+    multilabel: list[tuple[int, ...]] | None = None  # each image's classes where it has several (VOC2007's multi-label)
+    absent: dict[str, str] = dataclasses.field(default_factory=dict)  # what the release holds and this copy lacks: why
 
 
 def open_source(folder: Path) -> Source | None:
@@ -91,9 +126,11 @@ def open_source(folder: Path) -> Source | None:
         return read_cifar(folder)
     if (folder / IMAGENET_DEVKIT).is_file():
         return read_imagenet(folder)
-    if folder.name in MASKED_VARIANTS:
+    if folder.name in MASKED_VARIANTS or folder.name == "imagenet_sketch":
         return read_masked_variant(folder)
-    return None
+    readers = {**dict.fromkeys(TORCHVISION, read_torchvision), "caltech101": read_caltech101, "imagenetv2": read_imagenetv2,
+               "objectnet": read_objectnet, "voc2007": read_voc2007, "voc2007_multilabel": read_voc2007}
+    return readers[folder.name](folder) if folder.name in readers else None
 
 
 def wds_type(folder: Path) -> str:
@@ -249,9 +286,10 @@ def read_imagenet(folder: Path) -> Source:
 
 def read_masked_variant(folder: Path) -> Source:
     """ImageNet-A, -R or -O: class folders named by WordNet id, their class names ImageNet's masked to the variant's
-    200 classes as build_dataset masks them; each folder's label its id's place among the variant's classes."""
+    200 classes as build_dataset masks them; each folder's label its id's place among the variant's classes.
+    ImageNet-Sketch (`sketch/` of ImageNet-Sketch.zip): the same, unmasked, ImageNet's 1,000 classes."""
     wnids = clip_benchmark_json("imagenet_wnids")
-    kept = set(wnids[folder.name])
+    kept = set(wnids["imagenet1k" if folder.name == "imagenet_sketch" else folder.name])
     mask = [w in kept for w in wnids["imagenet1k"]]
     variant = [w for w, keep in zip(wnids["imagenet1k"], mask, strict=True) if keep]
     names = [n for n, keep in zip(clip_benchmark_json("classnames")["imagenet1k"], mask, strict=True) if keep]
@@ -268,3 +306,247 @@ def read_masked_variant(folder: Path) -> Source:
                 labels.append(index[class_folder.name])
     return Source(folder.name, [folder.name], images, labels, names, f"CLIP_benchmark's en_classnames.json[imagenet1k], masked to "
                   f"{folder.name}'s classes", order="class folders, then file names")
+
+
+def _paths(attribute: str):
+    """A torchvision dataset's images as (file, label) pairs it holds in `attribute` (ImageFolder's `samples`)."""
+    return lambda ds, root: ([ImageRef(Path(p)) for p, _ in getattr(ds, attribute)], [int(y) for _, y in getattr(ds, attribute)])
+
+
+def _files(attribute: str):
+    """A torchvision dataset's images as its file list `attribute` and its `_labels`."""
+    return lambda ds, root: ([ImageRef(Path(p)) for p in getattr(ds, attribute)], [int(y) for y in ds._labels])
+
+
+def _pixel_rows(file: Path, rows: np.ndarray) -> list[PixelsRef]:
+    return [PixelsRef(file, member=f"record {k}", data=row.tobytes(), shape=row.shape) for k, row in enumerate(rows)]
+
+
+def _stl10(ds, root: Path):
+    """STL10's test_X.bin as torchvision holds it (N x channel x 96 x 96), each row turned as its `__getitem__` turns it."""
+    file = Path(ds.root) / ds.base_folder / ds.test_list[0][0]
+    return _pixel_rows(file, np.ascontiguousarray(np.asarray(ds.data).transpose(0, 2, 3, 1))), [int(y) for y in ds.labels]
+
+
+def _mnist(ds, root: Path):
+    """MNIST's t10k images as torchvision holds them (N x 28 x 28 grey levels)."""
+    return _pixel_rows(Path(ds.raw_folder) / "t10k-images-idx3-ubyte", ds.data.numpy()), [int(y) for y in ds.targets]
+
+
+def _pcam(ds, root: Path):
+    """PCAM's test HDF5 files: each image a row of `x`, read when decoded; the labels `y[:, 0, 0, 0]`, as its `__getitem__`."""
+    try:
+        import h5py
+    except ImportError:
+        raise UsageError(f"{root}: torchvision's PCAM is HDF5, read with h5py, which is not installed (pip install h5py)") from None
+    images, targets = (ds._base_folder / ds._FILES["test"][kind][0] for kind in ("images", "targets"))
+    with h5py.File(targets, "r") as f:
+        labels = [int(y) for y in np.asarray(f["y"])[:, 0, 0, 0]]
+    return [HDF5RowRef(images, member=f"row {k}", row=k) for k in range(len(labels))], labels
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchvisionLayout:
+    """A dataset build_dataset opens through a torchvision class: the class, the arguments build_dataset gives it for
+    the test split (besides root, transform and download=False), how its object holds images and labels, and where the
+    class names come from: torchvision's `classes` (with `spaced` characters read as spaces, as build_dataset does) or
+    CLIP_benchmark's en_classnames.json (`classnames="clip_benchmark"`)."""
+
+    cls: str
+    arguments: dict
+    samples: Callable
+    classnames: str = "torchvision"
+    spaced: str = ""
+    subfolder: str = ""  # fer2013: build_dataset's ImageFolder reads root/test
+
+
+TORCHVISION = {
+    "stl10": TorchvisionLayout("STL10", {"split": "test"}, _stl10),
+    "mnist": TorchvisionLayout("MNIST", {"train": False}, _mnist, "clip_benchmark"),
+    "food101": TorchvisionLayout("Food101", {"split": "test"}, _files("_image_files"), spaced="_"),
+    "sun397": TorchvisionLayout("SUN397", {}, _files("_image_files"), spaced="_/"),
+    "cars": TorchvisionLayout("StanfordCars", {"split": "test"}, _paths("_samples")),
+    "fgvc_aircraft": TorchvisionLayout("FGVCAircraft", {"annotation_level": "variant", "split": "test"}, _files("_image_files")),
+    "dtd": TorchvisionLayout("DTD", {"split": "test"}, _files("_image_files")),
+    "pets": TorchvisionLayout("OxfordIIITPet", {"split": "test", "target_types": "category"}, _files("_images")),
+    "flowers": TorchvisionLayout("Flowers102", {"split": "test"}, _files("_image_files"), "clip_benchmark"),
+    "gtsrb": TorchvisionLayout("GTSRB", {"split": "test"}, _paths("_samples"), "clip_benchmark"),
+    "eurosat": TorchvisionLayout("EuroSAT", {}, _paths("samples"), "clip_benchmark"),
+    "country211": TorchvisionLayout("Country211", {"split": "test"}, _paths("samples"), "clip_benchmark"),
+    "pcam": TorchvisionLayout("PCAM", {"split": "test"}, _pcam, "clip_benchmark"),
+    "renderedsst2": TorchvisionLayout("RenderedSST2", {"split": "test"}, _paths("_samples")),
+    "fer2013": TorchvisionLayout("ImageFolder", {}, _paths("samples"), "clip_benchmark", subfolder="test"),
+}
+
+
+def _torchvision_dataset(folder: Path, layout: TorchvisionLayout):
+    """torchvision's dataset object over `folder`, built as build_dataset builds it but never downloading; its refusal
+    (files absent, a checksum that differs from the release's) one line naming the folder."""
+    import torchvision.datasets
+
+    root = folder / layout.subfolder
+    extra = {} if layout.cls == "ImageFolder" else {"download": False}
+    try:
+        return getattr(torchvision.datasets, layout.cls)(root=str(root), transform=None, **layout.arguments, **extra)
+    except RuntimeError as e:  # torchvision's "Dataset not found or corrupted. You can use download=True to download it"
+        raise MissingFileError(f"{root}: torchvision's {layout.cls} does not find its files there ({e}); docs/data.md lists "
+                               "the files each layout reads") from None
+    except FileNotFoundError as e:
+        raise MissingFileError(f"{e.filename}: absent; torchvision's {layout.cls} reads it under {root}") from None
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        raise DataError(f"{root}: torchvision's {layout.cls} cannot read it ({type(e).__name__}: {e})") from None
+
+
+def _check_labels(where: Path, labels: list[int], classes: int) -> None:
+    wrong = next((k for k, v in enumerate(labels) if not 0 <= v < classes), None)
+    if wrong is not None:
+        raise DataError(f"{where}: record {wrong}: label {labels[wrong]} is out of range for the {classes} classes")
+
+
+def _bundled_classnames(name: str, folder: Path, count: int | None = None) -> list[str]:
+    """CLIP_benchmark's en_classnames.json[name], checked against the number of classes the files hold."""
+    names = clip_benchmark_json("classnames")[name]
+    if count is not None and count != len(names):
+        raise DataError(f"{folder}: {count} classes, but CLIP_benchmark's en_classnames.json[{name}] names {len(names)}")
+    return names
+
+
+def read_torchvision(folder: Path) -> Source:
+    """A dataset in the layout of the torchvision class build_dataset opens it with (`TORCHVISION`): read by that class,
+    its images handed to the decoder as files (or, for the classes that load their arrays, as pixel rows)."""
+    name, layout = folder.name, TORCHVISION[folder.name]
+    dataset = _torchvision_dataset(folder, layout)
+    try:
+        images, labels = layout.samples(dataset, folder)
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        raise DataError(f"{folder}: torchvision's {layout.cls} holds no readable images and labels ({type(e).__name__}: {e})") from None
+    own = [str(c) for c in getattr(dataset, "classes", [])]
+    if layout.classnames == "clip_benchmark":
+        classnames = _bundled_classnames(name, folder, len(own) or None)
+        names_from = f"CLIP_benchmark's en_classnames.json[{name}]"
+    else:
+        classnames = [c.translate({ord(ch): " " for ch in layout.spaced}) for c in own]
+        names_from = f"torchvision's {layout.cls}.classes" + (f" ({' and '.join(layout.spaced)} read as spaces)" if layout.spaced else "")
+    _check_labels(folder, labels, len(classnames))
+    return Source(name, [name], images, labels, classnames, names_from, order=f"torchvision's {layout.cls} order")
+
+
+def read_caltech101(folder: Path) -> Source:
+    """CLIP_benchmark's own Caltech101 (datasets/caltech101.py, the background class kept): the category folders of
+    101_ObjectCategories in sorted order, each one's `image_0001.jpg` up to its count of .jpg files."""
+    base = folder / "101_ObjectCategories"
+    if not base.is_dir():
+        raise MissingFileError(f"{base}: absent; CLIP_benchmark's Caltech101 reads its category folders there")
+    categories = sorted(p.name for p in base.iterdir())
+    classnames = _bundled_classnames("caltech101", folder, len(categories))
+    images, labels = [], []
+    for label, category in enumerate(categories):
+        count = len(list((base / category).glob("*.jpg")))
+        images += [ImageRef(base / category / f"image_{k:04d}.jpg") for k in range(1, count + 1)]
+        labels += [label] * count
+    return Source("caltech101", ["caltech101"], images, labels, classnames, "CLIP_benchmark's en_classnames.json[caltech101]",
+                  order="category folders, then image numbers")
+
+
+IMAGENETV2_FOLDER, IMAGENETV2_SIZE = "ImageNetV2-matched-frequency", 10_000  # CLIP_benchmark's imagenetv2.py
+
+
+def read_imagenetv2(folder: Path) -> Source:
+    """CLIP_benchmark's ImageNetV2Dataset (matched-frequency): ImageNetV2-matched-frequency/**/*.jpeg in the order the
+    file system lists them (as its `glob`), each labelled by its folder's number; ImageNet's class names."""
+    base = folder / IMAGENETV2_FOLDER
+    if not base.is_dir():
+        raise MissingFileError(f"{base}: absent; CLIP_benchmark reads ImageNetV2 (matched-frequency) there, unpacked")
+    files = list(base.glob("**/*.jpeg"))
+    stray = next((f for f in files if not f.parent.name.isdigit() or not 0 <= int(f.parent.name) < 1000), None)
+    if stray is not None:
+        raise DataError(f"{stray}: its folder {stray.parent.name!r} is not a class number 0-999")
+    absent = {} if len(files) == IMAGENETV2_SIZE else {
+        str(base): f"{len(files):,} images of the release's {IMAGENETV2_SIZE:,} (CLIP_benchmark downloads the set again then)"}
+    return Source("imagenetv2", ["imagenetv2"], [ImageRef(f) for f in files], [int(f.parent.name) for f in files],
+                  clip_benchmark_json("classnames")["imagenet1k"], "CLIP_benchmark's en_classnames.json[imagenet1k]",
+                  order="the file system's order of **/*.jpeg", absent=absent)
+
+
+def _json_file(file: Path) -> dict:
+    if not file.is_file():
+        raise MissingFileError(f"{file}: absent; ObjectNet's mappings/ files go beside objectnet-1.0/")
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DataError(f"{file}: not JSON ({e})") from None
+
+
+def read_objectnet(folder: Path) -> Source:
+    """CLIP_benchmark's ObjectNetDataset: objectnet-1.0/images/<folder> as torchvision's ImageFolder reads it, kept to the
+    folders of the 113 classes objectnet_to_imagenet_1k.json maps to ImageNet; each labelled by its folder's place
+    among those folders sorted, its class name ObjectNet's, lower-cased."""
+    from torchvision.datasets import ImageFolder
+
+    to_label = _json_file(folder / "folder_to_objectnet_label.json")
+    mapped = _json_file(folder / "objectnet_to_imagenet_1k.json")
+    folder_of = {label: name for name, label in to_label.items()}
+    lacking = [label for label in mapped if label not in folder_of]
+    if lacking:
+        raise DataError(f"{folder / 'objectnet_to_imagenet_1k.json'}: classes {lacking[:5]} have no folder in "
+                        "folder_to_objectnet_label.json")
+    kept = sorted(folder_of[label] for label in mapped)
+    index = {name: k for k, name in enumerate(kept)}
+    images_root = folder / "objectnet-1.0" / "images"
+    try:
+        samples = ImageFolder(str(images_root)).samples
+    except (FileNotFoundError, OSError) as e:
+        raise MissingFileError(f"{images_root}: no ObjectNet images ({e})") from None
+    samples = [(p, Path(p).parent.name) for p, _ in samples if Path(p).parent.name in index]
+    return Source("objectnet", ["objectnet"], [ImageRef(Path(p)) for p, _ in samples], [index[c] for _, c in samples],
+                  [to_label[c].lower() for c in kept], f"{folder / 'folder_to_objectnet_label.json'} (lower-cased)",
+                  order="class folders, then file names")
+
+
+VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable", "dog", "horse",
+               "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor")  # CLIP_benchmark's voc2007.py
+
+
+def _voc_objects(folder: Path) -> tuple[list[str], list[tuple[str, tuple[int, int, int, int], int]]]:
+    """VOC2007's test images (ImageSets/Main/aeroplane_test.txt, in order) and each one's objects (name, bndbox) from
+    Annotations/<id>.xml, as CLIP_benchmark's `read_split` and `read_bndbox` read them."""
+    import xml.etree.ElementTree as ElementTree
+
+    base = folder / "VOCdevkit" / "VOC2007"
+    split = base / "ImageSets" / "Main" / f"{VOC_CLASSES[0]}_test.txt"
+    if not split.is_file():
+        raise MissingFileError(f"{split}: absent; VOC2007's test set (VOCtest_06-Nov-2007.tar unpacked into {folder})")
+    ids = [line.split()[0] for line in split.read_text(encoding="utf-8").splitlines() if line.strip()]
+    objects = []
+    for image_id in ids:
+        xml = base / "Annotations" / f"{image_id}.xml"
+        try:
+            tree = ElementTree.parse(xml)
+            for obj in tree.findall("object"):
+                name, box = obj.findtext("name"), obj.find("bndbox")
+                if name not in VOC_CLASSES:
+                    raise ValueError(f"object {name!r} is not one of VOC's 20 classes")
+                corners = tuple(int(box.findtext(k)) for k in ("xmin", "ymin", "xmax", "ymax"))
+                objects.append((image_id, corners, VOC_CLASSES.index(name)))
+        except (OSError, ElementTree.ParseError, ValueError, TypeError, AttributeError) as e:
+            raise DataError(f"{xml}: not a VOC annotation ({type(e).__name__}: {e})") from None
+    return ids, objects
+
+
+def read_voc2007(folder: Path) -> Source:
+    """VOC2007's test set as CLIP_benchmark reads it: `voc2007` one image per object, cropped to its box, labelled by its
+    class (PASCALVoc2007Cropped); `voc2007_multilabel` each image whole with every class it holds (PASCALVoc2007)."""
+    ids, objects = _voc_objects(folder)
+    jpegs = folder / "VOCdevkit" / "VOC2007" / "JPEGImages"
+    names_from = "CLIP_benchmark's voc2007.py (object_categories)"
+    if folder.name == "voc2007":
+        images = [CropRef(jpegs / f"{image_id}.jpg", member=f"box {box}", box=box) for image_id, box, _ in objects]
+        return Source("voc2007", ["voc2007"], images, [c for _, _, c in objects], list(VOC_CLASSES), names_from,
+                      order="test images in aeroplane_test.txt's order, then objects in annotation order")
+    classes = {image_id: set() for image_id in ids}
+    for image_id, _, c in objects:
+        classes[image_id].add(c)
+    multilabel = [tuple(sorted(classes[i])) for i in ids]
+    return Source("voc2007_multilabel", ["voc2007_multilabel"], [ImageRef(jpegs / f"{i}.jpg") for i in ids],
+                  [c[0] if c else 0 for c in multilabel], list(VOC_CLASSES), names_from, order="aeroplane_test.txt's order",
+                  multilabel=multilabel)

@@ -82,6 +82,22 @@ def clip_benchmark_metrics(scores: torch.Tensor, target: torch.Tensor, correct: 
     return {"acc1": rate(correct), "acc5": top5, "mean_per_class_recall": sum(recalls) / len(recalls)}
 
 
+def mean_average_precision(scores: torch.Tensor, labels: list[tuple[int, ...]], classes: int) -> float:
+    """CLIP_benchmark's multi-label figure (metrics/zeroshot_classification.py, `evaluate` when the targets are one row of
+    classes an image: `average_precision_per_class`): per class, the images ranked by that class's score, the mean over
+    the images holding the class of the precision at each one's rank (0 for a class no image holds); the mean over classes."""
+    order = scores.argsort(dim=0, descending=True, stable=True)  # (images, classes): each class's ranking
+    holds = torch.zeros(scores.shape, dtype=torch.bool)
+    for row, own in enumerate(labels):
+        holds[row, list(own)] = True
+    precisions = []
+    for c in range(classes):
+        ranked = holds[order[:, c], c]
+        hits = ranked.nonzero()[:, 0]  # 0-based ranks of the images holding class c
+        precisions.append(sum((k + 1) / (int(rank) + 1) for k, rank in enumerate(hits)) / max(len(hits), 1))
+    return sum(precisions) / len(precisions) if precisions else math.nan
+
+
 # the order a subset is drawn over: the class folders in name order, each one's files in name order. CLIC draws over a
 # CLIP_benchmark dataset's own order (eval/eval_utils.py, shuffle_and_select), which no folder of images records.
 SUBSET_ORDER = "class folders, then file names"
@@ -129,7 +145,7 @@ class ZeroShot(Benchmark):
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or Options()
         classnames, templates = (read_json(Path(f)) if f else {} for f in (options.classnames, options.templates))
-        metrics, missing, items = {}, Missing.of(scorer), []
+        metrics, missing, items, absent = {}, Missing.of(scorer), [], {}
         for folder in self.datasets(root):
             scorer.at(folder.name)
             source = open_source(folder)
@@ -137,32 +153,38 @@ class ZeroShot(Benchmark):
                 every, names, names_from, names_kind, prompts, prompts_from, prompts_kind, order = self.class_folders(
                     folder, classnames, templates, options)
             else:
-                every, order = list(zip(source.images, source.labels, strict=True)), source.order
+                every, order = list(zip(source.images, source.multilabel or source.labels, strict=True)), source.order
                 names, names_from, names_kind = self.source_classnames(source, classnames, options.classnames)
                 prompts, prompts_from, prompts_kind = self.source_prompts(source, names, templates, options.templates)
+                absent.update(source.absent)
             drawn = bool(options.subset) and folder.name not in options.subset_skip.split(",")
             if drawn:
                 every = [every[i] for i in seeded_subset(len(every), options.subset, options.subset_seed)]
             kept = [(p, label) for p, label in every if missing.keep([p])]
             files, labels = [p for p, _ in kept], [label for _, label in kept]
-            scores, target = scorer.class_scores(files, prompts), torch.tensor(labels, dtype=torch.long)
-            correct = protocols.picks(scores, target, ties)
-            items += class_rows(folder.name, [str(f) for f in files], labels, names, scores, correct, folder)
+            scores = scorer.class_scores(files, prompts)
             # how the subset was drawn and where names and prompts came from, as `report --paper` compares them
             drawing = {"subset": options.subset, "subset_seed": options.subset_seed, "subset_order": SUBSET_ORDER} if drawn else {}
             if drawn and source is not None:
                 drawing["subset_order"] = order
-            metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), "classes": len(names),
-                                    **drawing, "prompts": sum(map(len, prompts)), "classnames_from": names_from,
-                                    "templates_from": prompts_from, "classnames_source": names_kind, "templates_source": prompts_kind,
-                                    "layout": source.layout if source else "class folders"}
-        datasets = list(metrics.values())
+            provenance = {"classes": len(names), **drawing, "prompts": sum(map(len, prompts)), "classnames_from": names_from,
+                          "templates_from": prompts_from, "classnames_source": names_kind, "templates_source": prompts_kind,
+                          "layout": source.layout if source else "class folders"}
+            if source is not None and source.multilabel is not None:
+                metrics[folder.name] = {"mean_average_precision": mean_average_precision(scores, labels, len(names)), "n": len(labels),
+                                        **provenance}
+                continue
+            target = torch.tensor(labels, dtype=torch.long)
+            correct = protocols.picks(scores, target, ties)
+            items += class_rows(folder.name, [str(f) for f in files], labels, names, scores, correct, folder)
+            metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), **provenance}
+        datasets = [m for m in metrics.values() if "acc" in m]  # the single-label ones: a multi-label set has no accuracy
         metrics["overall"] = mean(m["acc"] for m in datasets)
         if self.other_tasks(root):
             metrics["other_tasks"] = self.other_tasks(root)
         for key in ("acc1", "acc5", "mean_per_class_recall"):  # CLIP_benchmark's keys, over the datasets
             metrics[key] = mean(m[key] for m in datasets)
-        return Result(metrics, missing, items=items)
+        return Result(metrics, missing, absent, items=items)
 
     def class_folders(self, folder: Path, classnames: dict[str, Any], templates: dict[str, Any], options: Options):
         """A folder of class folders: its (image, label) pairs, class names and prompts with their sources, and its order."""
