@@ -393,3 +393,18 @@ def test_voc2007_multilabel_is_clip_benchmarks_mean_average_precision(clip_bench
     logits, target = run_classification(model, classifier, torch.utils.data.DataLoader(dataset, batch_size=5), "cpu", amp=False)
     assert target.shape == (12, 20) and ours["n"] == 12 and "acc" not in ours
     assert ours["mean_average_precision"] == pytest.approx(average_precision_per_class(logits, target).mean().item(), abs=1e-6)
+
+
+def test_imagenetv2_scores_as_clip_benchmark_and_a_short_copy_is_named_incomplete(clip_benchmark, tiny, tmp_path, monkeypatch):
+    import clip_benchmark.datasets.imagenetv2 as imagenetv2
+
+    root = tmp_path / "data"
+    folder = root / "zeroshot" / "imagenetv2"
+    save_pictures([folder / "ImageNetV2-matched-frequency" / str((7 * k) % 13) / f"{k}.jpeg" for k in range(20)], first=5)
+    templates = one_template(tmp_path, "imagenetv2")
+    ours = compclip_metrics(tmp_path, root, "imagenetv2", templates=templates)
+    monkeypatch.setattr(imagenetv2, "V2_DATASET_SIZE", 20)  # the release holds 10,000: the fixture is the whole set to CLIP_benchmark
+    dataset = build_theirs("imagenetv2", folder, tiny, custom_template_file=templates)
+    assert_same(ours["imagenetv2"], reference(tiny, dataset, dataset.classes, dataset.templates))
+    result = json.loads((tmp_path / "out" / "zeroshot.json").read_text())
+    assert result["complete"] is False and "20 images of the release's 10,000" in json.dumps(result)

@@ -1,6 +1,7 @@
 """Zero-shot classification sets in the layouts CLIP_benchmark 1.6.2 opens (mehdidc/clip_benchmark v1.6.2,
-clip_benchmark/datasets/builder.py: `build_wds_dataset`, and `build_dataset` for CIFAR, ImageNet and its variants), each
-read in CLIP_benchmark's image order, so that a seeded subset draws the images CLIC's draw does.
+clip_benchmark/datasets/builder.py: `build_wds_dataset`, and `build_dataset` for CIFAR, ImageNet and its variants, the
+torchvision datasets it opens through torchvision's own classes, Caltech101, ObjectNet and VOC2007), each read in
+CLIP_benchmark's image order, so that a seeded subset draws the images CLIC's draw does.
 
 Nothing is unpacked: an image inside a tar (a webdataset shard, ImageNet's validation tar) is named by its place in the
 tar and read from there when its batch is decoded, so a set of any size holds in memory only its labels, the places of
