@@ -365,10 +365,14 @@ def voc_fixture(folder: Path) -> None:
     (base / "ImageSets" / "Main" / "aeroplane_test.txt").write_text("".join(f"{i} {1 if k % 2 else -1}\n" for k, i in enumerate(ids)))
     (base / "Annotations").mkdir()
     (base / "JPEGImages").mkdir()
-    for k, image_id in enumerate(ids):
-        picture(k, (48, 40)).save(base / "JPEGImages" / f"{image_id}.jpg")
-        objects = "".join(f"<object><name>{VOC_CLASSES[(5 * k + 3 * j) % 20]}</name><pose>Left</pose><bndbox><xmin>{2 + j}</xmin>"
-                          f"<ymin>{1 + k % 5}</ymin><xmax>{30 + j}</xmax><ymax>{25 + j}</ymax></bndbox></object>" for j in range(k % 3))
+    for k, image_id in enumerate(ids):  # two pictures side by side: a box holds one of them, so a crop differs from the whole
+        whole = Image.new("RGB", (96, 40))
+        whole.paste(picture(k, (48, 40)), (0, 0))
+        whole.paste(picture(k + 50, (48, 40)), (48, 0))
+        whole.save(base / "JPEGImages" / f"{image_id}.jpg")
+        objects = "".join(f"<object><name>{VOC_CLASSES[(5 * k + 3 * j) % 20]}</name><pose>Left</pose><bndbox><xmin>{2 + 48 * j}</xmin>"
+                          f"<ymin>{1 + k % 5}</ymin><xmax>{44 + 48 * j}</xmax><ymax>{35 + j}</ymax></bndbox></object>"
+                          for j in range(k % 3))
         (base / "Annotations" / f"{image_id}.xml").write_text(f"<annotation><filename>{image_id}.jpg</filename>{objects}</annotation>")
 
 
