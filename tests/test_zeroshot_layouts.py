@@ -383,6 +383,11 @@ def test_voc2007_crops_score_as_clip_benchmark_scores_them(clip_benchmark, tiny,
     dataset = build_theirs("voc2007", root / "zeroshot" / "voc2007", tiny, split="test")
     assert ours["voc2007"]["n"] == len(dataset.bndboxes) == 12  # one image a box: 0+1+2 objects over 12 images
     assert_same(ours["voc2007"], reference(tiny, dataset, dataset.classes, dataset.templates))
+    from compclip.eval.zeroshot_sources import open_source
+
+    source, dataset.transform = open_source(root / "zeroshot" / "voc2007"), None  # each crop's pixels, before either preprocess
+    for k, ref in enumerate(source.images):
+        assert np.array_equal(np.asarray(ref.decode()), np.asarray(dataset[k][0])) and source.labels[k] == dataset[k][1]
 
 
 def test_voc2007_multilabel_is_clip_benchmarks_mean_average_precision(clip_benchmark, tiny, tmp_path):
