@@ -50,13 +50,15 @@ def test_each_model_into_its_folder_as_alone_and_a_finished_one_skipped(tmp_path
     (tmp_path / "sweep" / MODELS[1] / "sugarcrepe-swap_att.json").unlink()  # a sweep stopped before its second model's result
     code, said, err = evaluate(capsys, root, tmp_path / "sweep", "--model", ",".join(MODELS[:2]))
     assert code == 0, err
-    assert f"{MODELS[0]}: every benchmark's result is in {tmp_path / 'sweep' / MODELS[0]} already: skipped" in err
+    assert f"{MODELS[0]}: sugarcrepe/swap_att: whole in {tmp_path / 'sweep' / MODELS[0] / 'sugarcrepe-swap_att.json'}: skipped" in err
     assert (tmp_path / "sweep" / MODELS[0] / "sugarcrepe-swap_att.json").stat().st_mtime_ns == written[MODELS[0]]
-    assert metrics(tmp_path / "sweep" / MODELS[1]) == metrics(tmp_path / "alone" / MODELS[1]) and MODELS[0] not in said
-    first = tmp_path / "sweep" / MODELS[0] / "sugarcrepe-swap_att.json"  # a result marked incomplete (images were missing)
+    assert metrics(tmp_path / "sweep" / MODELS[1]) == metrics(tmp_path / "alone" / MODELS[1])
+    assert f"{MODELS[0]}: sugarcrepe/swap_att: " not in said and f"  {MODELS[0]}    skipped  sugarcrepe/swap_att: whole in" in said
+    first = tmp_path / "sweep" / MODELS[0] / "sugarcrepe-swap_att.json"  # a result marked incomplete, naming nothing it lacks
     first.write_text(json.dumps({**json.loads(first.read_text()), "complete": False}))
     code, said, err = evaluate(capsys, root, tmp_path / "sweep", "--model", ",".join(MODELS[:2]))
-    assert code == 0 and f"{MODELS[0]}: sugarcrepe/swap_att: " in said and f"{MODELS[1]}: every benchmark's result" in err, err
+    assert code == 0 and f"{MODELS[0]}: sugarcrepe/swap_att: " in said and f"{MODELS[1]}: sugarcrepe/swap_att: whole in" in err, err
+    assert f"{MODELS[0]}: sugarcrepe/swap_att: incomplete in {first}, and it does not say what it lacks: scored again" in err
     assert json.loads(first.read_text())["complete"]
     code, _, err = run_main(capsys, "-q", "report", *(tmp_path / "sweep" / m for m in MODELS[:2]), "--out", tmp_path / "report")
     assert code == 0, err
@@ -247,12 +249,12 @@ def test_a_sweep_keeps_in_memory_no_more_bytes_than_its_bound(tmp_path, five, ca
     other = checkpoint(tmp_path / "seed1", init_seed=1)
     with caplog.at_level(logging.INFO, logger="compclip.eval"):
         done = sweep(EvalConfig(model=f"compclip-tiny-clip,{other}", benchmark="sugarcrepe/swap_att", data_root=str(five), workers=0,
-                                batch_size=2, out=str(tmp_path / "sweep")), memory_bytes=2 * image)
+                                batch_size=2, out=str(tmp_path / "sweep")), memory_bytes=2 * image).scored
     assert (f"decoded images kept for the sweep's models: 2 in memory ({2 * image:,} bytes, at most {2 * image:,}), 2 on disk "
             f"({2 * image:,} bytes), 1 that do not decode") in caplog.text
     assert "decoded 0 images, took 5 more as the sweep's models of the same preprocessing decoded them" in caplog.text
     assert list(done) == ["compclip-tiny-clip", str(other)] and not (tmp_path / "sweep" / "pixels").exists()
     for model in done:
         alone = sweep(EvalConfig(model=model, benchmark="sugarcrepe/swap_att", data_root=str(five), workers=0, batch_size=2,
-                                 out=str(tmp_path / "alone")), memory_bytes=0)
+                                 out=str(tmp_path / "alone")), memory_bytes=0).scored
         assert done[model]["sugarcrepe/swap_att"]["metrics"] == alone[model]["sugarcrepe/swap_att"]["metrics"]
