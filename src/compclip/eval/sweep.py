@@ -161,7 +161,8 @@ def lacking(record: dict[str, Any]) -> str:
     if record.get("lacks"):
         return record["lacks"]
     count = record.get("missing_images", {}).get("count", 0)
-    return ", ".join(([f"{count} images missing"] if count else []) + [f"{part} {why}" for part, why in (record.get("absent") or {}).items()])
+    absent = [f"{part} {why}" for part, why in (record.get("absent") or {}).items()]
+    return ", ".join(([f"{count} images missing"] if count else []) + absent)
 
 
 @contextlib.contextmanager
