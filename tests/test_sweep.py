@@ -316,7 +316,8 @@ def results(out, models):
 def test_a_list_scores_every_model_it_can_names_each_absent_one_and_a_rerun_finishes_what_a_kill_left(tmp_path, root, listed, capsys):
     """Eight models of every kind a list can name: each loadable one scored, each with weights absent one `error` line naming
     it and why, the summary table after, exit 1; the same command again keeps every whole result (files not rewritten), and
-    after a kill in the middle of a model (its items written, its result not; another's result cut short) finishes each."""
+    after a kill in the middle of a model (its items written, its result not; another's result cut short, a third's items
+    gone) scores those three again and keeps the others."""
     listing, models = listed
     loadable = [m for m in models if m not in ABSENT]
     out = tmp_path / "sweep"
@@ -344,10 +345,11 @@ def test_a_list_scores_every_model_it_can_names_each_absent_one_and_a_rerun_fini
     (killed / "sugarcrepe-swap_att.json").unlink()  # killed between its items and its result
     text = (cut / "sugarcrepe-swap_att.json").read_text()
     (cut / "sugarcrepe-swap_att.json").write_text(text[: len(text) // 2])
+    (out / folder_name(loadable[5]) / "sugarcrepe-swap_att.items.parquet").unlink()  # a result whose items are gone
     code, said, err = evaluate(capsys, root, out, "--model", listing)
-    assert code == 1 and scored_lines(said, models) == loadable[3:5], err
+    assert code == 1 and scored_lines(said, models) == loadable[3:], err
     again = results(out, loadable)
-    assert {m: again[m] for m in loadable if m not in loadable[3:5]} == {m: first[m] for m in loadable if m not in loadable[3:5]}
+    assert {m: again[m] for m in loadable[:3]} == {m: first[m] for m in loadable[:3]}
     for model in loadable:
         assert json.loads((out / folder_name(model) / "sugarcrepe-swap_att.json").read_text())["complete"]
         assert len(scores(out / folder_name(model))) == 3
