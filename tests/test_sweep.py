@@ -50,13 +50,15 @@ def test_each_model_into_its_folder_as_alone_and_a_finished_one_skipped(tmp_path
     (tmp_path / "sweep" / MODELS[1] / "sugarcrepe-swap_att.json").unlink()  # a sweep stopped before its second model's result
     code, said, err = evaluate(capsys, root, tmp_path / "sweep", "--model", ",".join(MODELS[:2]))
     assert code == 0, err
-    assert f"{MODELS[0]}: every benchmark's result is in {tmp_path / 'sweep' / MODELS[0]} already: skipped" in err
+    assert f"{MODELS[0]}: sugarcrepe/swap_att: whole in {tmp_path / 'sweep' / MODELS[0] / 'sugarcrepe-swap_att.json'}: skipped" in err
     assert (tmp_path / "sweep" / MODELS[0] / "sugarcrepe-swap_att.json").stat().st_mtime_ns == written[MODELS[0]]
-    assert metrics(tmp_path / "sweep" / MODELS[1]) == metrics(tmp_path / "alone" / MODELS[1]) and MODELS[0] not in said
-    first = tmp_path / "sweep" / MODELS[0] / "sugarcrepe-swap_att.json"  # a result marked incomplete (images were missing)
+    assert metrics(tmp_path / "sweep" / MODELS[1]) == metrics(tmp_path / "alone" / MODELS[1])
+    assert f"{MODELS[0]}: sugarcrepe/swap_att: " not in said and f"  {MODELS[0]}    skipped  sugarcrepe/swap_att: whole in" in said
+    first = tmp_path / "sweep" / MODELS[0] / "sugarcrepe-swap_att.json"  # a result marked incomplete, naming nothing it lacks
     first.write_text(json.dumps({**json.loads(first.read_text()), "complete": False}))
     code, said, err = evaluate(capsys, root, tmp_path / "sweep", "--model", ",".join(MODELS[:2]))
-    assert code == 0 and f"{MODELS[0]}: sugarcrepe/swap_att: " in said and f"{MODELS[1]}: every benchmark's result" in err, err
+    assert code == 0 and f"{MODELS[0]}: sugarcrepe/swap_att: " in said and f"{MODELS[1]}: sugarcrepe/swap_att: whole in" in err, err
+    assert f"{MODELS[0]}: sugarcrepe/swap_att: incomplete in {first}, and it does not say what it lacks: scored again" in err
     assert json.loads(first.read_text())["complete"]
     code, _, err = run_main(capsys, "-q", "report", *(tmp_path / "sweep" / m for m in MODELS[:2]), "--out", tmp_path / "report")
     assert code == 0, err
@@ -247,12 +249,197 @@ def test_a_sweep_keeps_in_memory_no_more_bytes_than_its_bound(tmp_path, five, ca
     other = checkpoint(tmp_path / "seed1", init_seed=1)
     with caplog.at_level(logging.INFO, logger="compclip.eval"):
         done = sweep(EvalConfig(model=f"compclip-tiny-clip,{other}", benchmark="sugarcrepe/swap_att", data_root=str(five), workers=0,
-                                batch_size=2, out=str(tmp_path / "sweep")), memory_bytes=2 * image)
+                                batch_size=2, out=str(tmp_path / "sweep")), memory_bytes=2 * image).scored
     assert (f"decoded images kept for the sweep's models: 2 in memory ({2 * image:,} bytes, at most {2 * image:,}), 2 on disk "
             f"({2 * image:,} bytes), 1 that do not decode") in caplog.text
     assert "decoded 0 images, took 5 more as the sweep's models of the same preprocessing decoded them" in caplog.text
     assert list(done) == ["compclip-tiny-clip", str(other)] and not (tmp_path / "sweep" / "pixels").exists()
     for model in done:
         alone = sweep(EvalConfig(model=model, benchmark="sugarcrepe/swap_att", data_root=str(five), workers=0, batch_size=2,
-                                 out=str(tmp_path / "alone")), memory_bytes=0)
+                                 out=str(tmp_path / "alone")), memory_bytes=0).scored
         assert done[model]["sugarcrepe/swap_att"]["metrics"] == alone[model]["sugarcrepe/swap_att"]["metrics"]
+
+
+STAND_IN_ID = "clic-laion-b32"  # an `hf-hub:` registry entry: its repository planted with compclip-tiny-clip's config
+
+
+def plant_stand_in(hub):
+    """The registry entry's Hub repository where huggingface_hub keeps it, as open_clip's push_to_hf_hub writes one, holding
+    compclip-tiny-clip (seeded weights) in place of its ViT-B/32: the id loads through its real route, offline, in a blink."""
+    import open_clip
+    from safetensors.torch import save_file
+
+    from compclip.models import load_model
+    from compclip.models.released import get_released
+    from conftest import plant_hub_repo
+
+    model = load_model("compclip-tiny-clip", init_seed=2)[0]
+    config = {"model_cfg": open_clip.get_model_config("compclip-tiny-clip"),
+              "preprocess_cfg": {"mean": list(open_clip.OPENAI_DATASET_MEAN), "std": list(open_clip.OPENAI_DATASET_STD)}}
+    plant_hub_repo(hub, get_released(STAND_IN_ID).model.removeprefix("hf-hub:"), {
+        "open_clip_config.json": json.dumps(config).encode(),
+        "open_clip_model.safetensors": lambda s: save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+                                                           str(s / "open_clip_model.safetensors"))})
+
+
+def run_folder(folder):
+    """A training run's folder whose checkpoints/latest names its one step."""
+    checkpoint(folder / "checkpoints" / "step_3", init_seed=3)
+    (folder / "checkpoints" / "latest").write_text("step_3\n")
+    return folder
+
+
+ABSENT = ("openai-clip-b32", "dac-sam-b32")  # an open_clip tag with nothing cached, a file downloaded by hand that is not there
+
+
+@pytest.fixture
+def listed(tmp_path, hub_cache):
+    """A list file of eight models: three bundled, a checkpoint folder, a run folder, the stand-in registry id, and the two
+    registry ids whose weights are absent, among them."""
+    plant_stand_in(hub_cache)
+    models = ["compclip-tiny-clip", ABSENT[0], "compclip-tiny-siglip", str(checkpoint(tmp_path / "seed1", init_seed=1)),
+              STAND_IN_ID, str(run_folder(tmp_path / "run")), ABSENT[1], "compclip-tiny-world"]
+    (tmp_path / "models.txt").write_text("".join(f"{m}\n" for m in models))
+    return tmp_path / "models.txt", models
+
+
+def scored_lines(said, models):
+    """The models whose score line a sweep printed."""
+    return [m for m in models if f"{m}: sugarcrepe/swap_att: swap " in said]
+
+
+def results(out, models):
+    """Each model's result and items file, with its modification time in ns."""
+    return {m: {f.name: f.stat().st_mtime_ns for f in (out / folder_name(m)).glob("sugarcrepe-swap_att.*")} for m in models}
+
+
+def test_a_list_scores_every_model_it_can_names_each_absent_one_and_a_rerun_finishes_what_a_kill_left(tmp_path, root, listed, capsys):
+    """Eight models of every kind a list can name: each loadable one scored, each with weights absent one `error` line naming
+    it and why, the summary table after, exit 1; the same command again keeps every whole result (files not rewritten), and
+    after a kill in the middle of a model (its items written, its result not; another's result cut short, a third's items
+    gone) scores those three again and keeps the others."""
+    listing, models = listed
+    loadable = [m for m in models if m not in ABSENT]
+    out = tmp_path / "sweep"
+    code, said, err = evaluate(capsys, root, out, "--model", listing)
+    assert code == 1, err
+    assert scored_lines(said, models) == loadable, said
+    for model in ABSENT:
+        lines = [line for line in err.splitlines() if model in line]
+        assert len(lines) == 1 and lines[0].startswith(f"ERROR compclip.eval: {model}: not scored: "), err
+        assert not (out / model).exists()
+    assert "sweep of 8 models: 6 scored, 0 skipped, 2 failed" in said
+    table = said[said.index("sweep of 8 models"):].splitlines()[1:]
+    assert [line.split()[:2] for line in table] == [[m, "failed" if m in ABSENT else "scored"] for m in models]
+    for model in loadable:
+        record = json.loads((out / folder_name(model) / "sugarcrepe-swap_att.json").read_text())
+        assert record["complete"] and len(scores(out / folder_name(model))) == 3
+    first = results(out, loadable)
+
+    code, said, err = evaluate(capsys, root, out, "--model", listing)
+    assert code == 1 and scored_lines(said, models) == [], err
+    assert "sweep of 8 models: 0 scored, 6 skipped, 2 failed" in said
+    assert results(out, loadable) == first
+
+    killed, cut = out / folder_name(loadable[3]), out / folder_name(loadable[4])
+    (killed / "sugarcrepe-swap_att.json").unlink()  # killed between its items and its result
+    text = (cut / "sugarcrepe-swap_att.json").read_text()
+    (cut / "sugarcrepe-swap_att.json").write_text(text[: len(text) // 2])
+    (out / folder_name(loadable[5]) / "sugarcrepe-swap_att.items.parquet").unlink()  # a result whose items are gone
+    code, said, err = evaluate(capsys, root, out, "--model", listing)
+    assert code == 1 and scored_lines(said, models) == loadable[3:], err
+    again = results(out, loadable)
+    assert {m: again[m] for m in loadable[:3]} == {m: first[m] for m in loadable[:3]}
+    for model in loadable:
+        assert json.loads((out / folder_name(model) / "sugarcrepe-swap_att.json").read_text())["complete"]
+        assert len(scores(out / folder_name(model))) == 3
+
+
+ARRAYS = {  # each array's tasks' SLURM variables: --array=0-6:2 (a step), --array=3-9:3%1 (an offset and a limit)
+    "0-6:2": [{"SLURM_ARRAY_TASK_ID": str(t), "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "6", "SLURM_ARRAY_TASK_STEP": "2",
+               "SLURM_ARRAY_TASK_COUNT": "4"} for t in (0, 2, 4, 6)],
+    "3-9:3%1": [{"SLURM_ARRAY_TASK_ID": str(t), "SLURM_ARRAY_TASK_MIN": "3", "SLURM_ARRAY_TASK_MAX": "9", "SLURM_ARRAY_TASK_STEP": "3",
+                 "SLURM_ARRAY_TASK_COUNT": "3"} for t in (3, 6, 9)],
+    "torchrun 2": [{"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r)} for r in (0, 1)],
+}
+
+
+@pytest.mark.parametrize("layout", ["0-6:2", "torchrun 2"])
+def test_each_array_task_or_torchrun_rank_scores_its_share_and_together_every_model_once(tmp_path, root, listed, capsys, monkeypatch,
+                                                                                         layout):
+    """Each task of a stepped SLURM array (or rank of torchrun), run with its own variables into one --out: every model
+    of the list is scored, or named as failed, by exactly one task, and each task prints its part's summary."""
+    listing, models = listed
+    seen = []
+    for task, env in enumerate(ARRAYS[layout]):
+        with monkeypatch.context() as m:
+            for key, value in env.items():
+                m.setenv(key, value)
+            code, said, err = evaluate(capsys, root, tmp_path / "out", "--model", listing)
+        mine = [x for k, x in enumerate(models) if k % len(ARRAYS[layout]) == task]
+        assert code == (1 if set(mine) & set(ABSENT) else 0), err
+        assert f"sweep of {len(mine)} models (part {task}/{len(ARRAYS[layout])} of 8)" in said
+        seen += scored_lines(said, models) + [x for x in ABSENT if f"{x}: not scored" in err]
+    assert sorted(seen) == sorted(models)
+
+
+@pytest.mark.parametrize("env, place", [(ARRAYS["0-6:2"][2], (2, 4)), (ARRAYS["3-9:3%1"][1], (1, 3)), (ARRAYS["3-9:3%1"][2], (2, 3))])
+def test_a_slurm_array_task_takes_its_place_for_any_step_and_offset(env, place):
+    from compclip.concepts import parse_part
+
+    assert parse_part(None, env) == place
+
+
+@pytest.mark.parametrize("env, said", [
+    ({"SLURM_ARRAY_TASK_ID": "10", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "10", "SLURM_ARRAY_TASK_STEP": "1",
+      "SLURM_ARRAY_TASK_COUNT": "3"}, "error: SLURM array task 10 of ids 1-10:1, 3 tasks: its ids are no evenly stepped range"),
+    ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "6", "SLURM_ARRAY_TASK_STEP": "2",
+      "SLURM_ARRAY_TASK_COUNT": "4"}, "error: SLURM array task 3 of ids 0-6:2, 4 tasks: task 3 is not one of the array's ids"),
+])
+def test_an_array_whose_place_cannot_be_read_is_one_line(tmp_path, root, capsys, monkeypatch, env, said):
+    """`--array=1,3,10` (no even step), or a task id off the array's step: refused before any model, never a part that
+    scores some models twice and others never."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    code, _, err = evaluate(capsys, root, tmp_path / "out", "--model", ",".join(MODELS))
+    assert code == 2 and err.startswith(said) and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_mistyped_id_in_a_list_is_one_line_with_the_registrys_suggestion_before_any_model_is_scored(tmp_path, root, capsys):
+    listing = tmp_path / "models.txt"
+    listing.write_text("compclip-tiny-clip\ncompclip-tiny-siglip\nnegclip-b23\ncompclip-tiny-world\n")
+    code, said, err = evaluate(capsys, root, tmp_path / "out", "--model", listing)
+    assert code == 2 and said == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {listing} line 3: unknown model 'negclip-b23' (did you mean negclip-b32 or "), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failing_model_stops_the_list_under_fail_fast(tmp_path, root, capsys):
+    code, _, err = evaluate(capsys, root, tmp_path / "out", "--model", f"compclip-tiny-clip,{ABSENT[1]},compclip-tiny-siglip",
+                               "--fail-fast")
+    assert code == 2 and err.startswith(f"error: {ABSENT[1]}: ") and len(err.strip().splitlines()) == 1, err
+    assert json.loads((tmp_path / "out" / "compclip-tiny-clip" / "sugarcrepe-swap_att.json").read_text())["complete"]
+    assert not (tmp_path / "out" / "compclip-tiny-siglip").exists()
+
+
+def test_an_incomplete_result_is_scored_again_only_once_its_missing_images_are_there(tmp_path, five, capsys):
+    """The fourth image does not decode and the fifth is gone (a dead link): the result is incomplete; the same command
+    again keeps it, saying why, until both images are there, and then scores it whole."""
+    images = five / "coco" / "val2017"
+    (images / "000000000005.jpg").rename(tmp_path / "kept.jpg")
+    out = tmp_path / "out"
+    code, said, err = evaluate(capsys, five, out, "--model", ",".join(MODELS[:2]))
+    assert code == 0 and "(incomplete)" in said, err
+    file = out / MODELS[0] / "sugarcrepe-swap_att.json"
+    written = file.stat().st_mtime_ns
+    code, said, err = evaluate(capsys, five, out, "--model", ",".join(MODELS[:2]))
+    assert code == 0 and scored_lines(said, MODELS) == [], err
+    assert (f"{MODELS[0]}: sugarcrepe/swap_att: incomplete in {file}, and none of what it lacks has appeared since (2 images missing): "
+            "kept: skipped") in err
+    assert file.stat().st_mtime_ns == written
+    (tmp_path / "kept.jpg").rename(images / "000000000005.jpg")
+    code, said, err = evaluate(capsys, five, out, "--model", ",".join(MODELS[:2]))
+    assert code == 0 and scored_lines(said, MODELS) == list(MODELS[:2]), err
+    assert f"{MODELS[0]}: sugarcrepe/swap_att: incomplete in {file}, and 1 of its 2 missing images are there now: scored again" in err
+    assert json.loads(file.read_text())["metrics"]["swap_att"]["n_missing"] == 1

@@ -473,7 +473,8 @@ def eval_(**options: Any) -> None:
     \b
     compclip eval --model runs/c2lip/checkpoints/best --benchmark sugarcrepe,winoground,retrieval --out results/c2lip
 
-    Exits 1 when a benchmark could score no example (its result is still written, marked incomplete).
+    Exits 1 when a benchmark could score no example (its result is still written, marked incomplete), or a model of a
+    --model list could not be scored (each one line; the others are scored, and a summary table ends the output).
     """
     cfg = EvalConfig(**declared_values(EvalConfig, options))
     cfg.check_values()  # before torch is imported: a typo answered at once
@@ -482,7 +483,8 @@ def eval_(**options: Any) -> None:
     from .eval.sweep import folder_name, is_sweep, sweep
 
     several = is_sweep(cfg)
-    scored = sweep(cfg) if several else {cfg.model: evaluate(cfg)}
+    outcome = sweep(cfg) if several else None
+    scored = outcome.scored if outcome is not None else {cfg.model: evaluate(cfg)}
     empty = []
     for model, records in scored.items():
         out, said = (Path(cfg.out) / folder_name(model), f"{model}: ") if several else (Path(cfg.out), "")
@@ -497,8 +499,22 @@ def eval_(**options: Any) -> None:
             shown = {k: "n/a" if v is None else v if isinstance(v, str) else f"{v:,}" if isinstance(v, int)  # a count
                      else f"{v:.4f}" for k, v in headline.items()}
             typer.echo(f"{said}{name}: " + ", ".join(f"{k} {v}" for k, v in shown.items()) + flag)
-    if empty:
+    if outcome is not None:
+        _sweep_summary(outcome)
+    if empty or (outcome is not None and outcome.failed):
         raise typer.Exit(1)
+
+
+def _sweep_summary(outcome) -> None:
+    """The sweep's table: each model of this part scored, skipped (its results kept) or failed, and why."""
+    rows = outcome.rows()
+    counts = {status: sum(row[1] == status for row in rows) for status in ("scored", "skipped", "failed")}
+    i, n = outcome.part
+    part = f" (part {i}/{n} of {outcome.listed})" if n > 1 else ""
+    typer.echo(f"sweep of {len(rows)} models{part}: " + ", ".join(f"{count} {status}" for status, count in counts.items()))
+    width = max((len(model) for model, _, _ in rows), default=0)
+    for model, status, why in rows:
+        typer.echo(f"  {model:<{width}}  {status:<7}  {why}")
 
 
 def _why_nothing(record: dict) -> str:

@@ -58,6 +58,8 @@ class EvalConfig:
                                     "images. W&B runs offline under WANDB_MODE=offline (`wandb sync` uploads later).")
     part: str | None = option(None, "Score part i/n of the --model list (0-based: model k goes to part k mod n).  [default: a SLURM "
                                     "array task's place in its array, else every model]")
+    fail_fast: bool = option(False, "Stop a --model list at the first model that cannot be scored, as one error line.  [default: each "
+                                    "such model is one line, the others are scored, a summary follows, and the command exits 1]")
     wandb_project_name: str = option("compclip", "The W&B project (open_clip's flag); the run is named after --out.")
 
     def check_values(self) -> None:

@@ -415,6 +415,8 @@ def score_job(scorer, bench, job: Job, root: Path, rule: str, options: Any, blin
         fields["null_metrics"] = {"metrics": nulls, "why": "no example could be scored: its images are missing "
                                   "(see missing_images), its files are absent (see absent) or the split has no examples"}
     if result.missing.files:
+        # every one named, with why: a sweep run again scores this result anew only once one of them is there (`sweep.kept`)
+        fields["missing_files"] = dict(result.missing.files)
         report = result.missing.as_record()
         log.warning("%s: %d images missing, e.g. %s: results cover the rest and are marked incomplete",
                     job.label, report["count"], ", ".join(report["examples"]))
