@@ -325,12 +325,12 @@ def test_a_hand_downloaded_file_not_there_is_one_line_saying_where_to_get_it_and
     path = hub_cache / "compclip-released" / "negclip-b32" / "negclip.pth"
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: negclip-b32: {path} is not there. Download negclip.pth from the Google Drive link")
-    assert err.endswith(f"Save it as {path} (or give the file to --pretrained, or as --model ViT-B-32-quickgelu --pretrained FILE)\n")
+    assert err.endswith(f"Save it as {path}, or load a copy kept elsewhere: --model negclip-b32 --pretrained FILE\n")
     # CoN-CLIP's file keeps its weights under "model": open_clip's --pretrained FILE would not load it, the id does
     from compclip.errors import MissingFileError
     from compclip.models.released import resolve
 
-    with pytest.raises(MissingFileError, match=r"conclip-b32\.pt \(or give the file to --pretrained\)$"):
+    with pytest.raises(MissingFileError, match=r"conclip-b32\.pt, or load a copy kept elsewhere: --model conclip-b32 --pretrained FILE$"):
         resolve(get_released("conclip-b32"))
 
 
@@ -352,9 +352,11 @@ def test_a_hub_repository_in_the_cache_without_its_weights_is_one_line_not_a_ran
     code, _, err = run_main(capsys, "-q", "eval", "--model", "clic-laion-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
                             swap_att, "--workers", "0", "--out", tmp_path / "out")
     assert (code, err.count("\n")) == (2, 1), err
-    assert err == (f"error: hf-hub:nmndeep/CLIC-ViT-B-32-224-CogVLM: its weights (open_clip_model.safetensors or "
-                   f"open_clip_pytorch_model.bin) are not in the Hugging Face cache {hub_cache}, and HF_HUB_OFFLINE forbids "
-                   "downloading them: run once online, or set HF_HUB_CACHE to a cache that holds them\n")
+    assert err == (f"error: clic-laion-b32: nmndeep/CLIC-ViT-B-32-224-CogVLM/open_clip_model.safetensors or "
+                   f"open_clip_pytorch_model.bin is not in the Hugging Face cache {hub_cache}, and HF_HUB_OFFLINE forbids "
+                   "downloading it: run once online, set HF_HUB_CACHE to a cache that holds it (`compclip models --fetch-list` "
+                   "says what goes where), or load a copy you have: --model clic-laion-b32 --pretrained FILE "
+                   "(open_clip_config.json beside it)\n")
     assert not (tmp_path / "out" / "sugarcrepe-swap_att.json").exists()
 
 
@@ -701,3 +703,92 @@ def test_a_folder_of_the_users_own_named_like_a_registry_id_is_loaded_as_that_fo
         loaded, _, _ = load_model(name)
         assert Path(loaded.compclip_spec["model_name"]).name != "ViT-B-32-quickgelu", name
         assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items()), name
+
+
+@pytest.mark.parametrize(("name", "missing"), [
+    ("openai-clip-b32", "timm/vit_base_patch32_clip_224.openai/open_clip_model.safetensors or open_clip_pytorch_model.bin"),
+    ("clic-laion-b32", "nmndeep/CLIC-ViT-B-32-224-CogVLM/open_clip_config.json"),
+    ("ce-clip-b32", "le723z/CE_CLIP/CE_CLIP.pt"),
+    ("negclip-b32", None),
+], ids=["tag", "hub_repository", "hub_file", "hand_download"])
+def test_absent_weights_of_each_route_are_one_line_naming_what_where_and_the_offline_command(name, missing, swap_att, tmp_path):
+    """Offline, an empty Hugging Face cache: `compclip -q eval --model ID` as a user runs it prints one `error:` line
+    (open_clip logged a second one for a tag, and an `hf-hub:` repository's was a raw FileNotFoundError) that names the
+    file, the cache it was looked for in, and `--model ID --pretrained FILE`."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "hf"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub")}
+    done = subprocess.run([sys.executable, "-m", "compclip", "-q", "eval", "--model", name, "--benchmark", "sugarcrepe/swap_att",
+                           "--data-root", str(swap_att), "--workers", "0", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    err = done.stderr
+    assert (done.returncode, err.count("\n"), done.stdout) == (2, 1, ""), err[-3000:]
+    if missing:
+        assert err.startswith(f"error: {name}: {missing} is not in the Hugging Face cache {home / 'hub'}, and HF_HUB_OFFLINE forbids "
+                              "downloading it"), err
+    else:
+        assert err.startswith(f"error: {name}: {home / 'hub' / 'compclip-released' / name / 'negclip.pth'} is not there."), err
+    beside = " (open_clip_config.json beside it)" if name == "clic-laion-b32" else ""  # the repository's architecture
+    assert err.endswith(f"--model {name} --pretrained FILE{beside}\n"), err
+
+
+def test_a_tag_entry_and_a_hub_repository_entry_load_a_copy_given_by_pretrained(hub_cache, tmp_path):
+    """`--model openai-clip-b32 --pretrained FILE` (refused before: "loads its own weights") and `--model clic-laion-b32
+    --pretrained FILE` with the repository's open_clip_config.json beside it load the file's weights, offline, nothing
+    in the cache."""
+    import open_clip
+    from safetensors.torch import save_file
+
+    from compclip.models import load_model
+
+    state = _state()
+    tag_copy = tmp_path / "openai-b32.pt"
+    torch.save(state, tag_copy)
+    repository = tmp_path / "clic"
+    repository.mkdir()
+    (repository / "open_clip_config.json").write_text(json.dumps({"model_cfg": open_clip.get_model_config("ViT-B-32-quickgelu")}))
+    save_file(state, str(repository / "open_clip_model.safetensors"))
+    for name, file in (("openai-clip-b32", tag_copy), ("clic-laion-b32", repository / "open_clip_model.safetensors")):
+        model, _, _ = load_model(name, str(file))
+        loaded = model.state_dict()
+        assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], v) for k, v in state.items()), name
+        assert model.compclip_spec["pretrained"] == str(file), name
+    assert list(hub_cache.iterdir()) == []
+
+
+def test_fetch_list_names_each_absent_file_with_its_url_and_the_exact_path_compclip_finds_it_at(hub_cache, capsys):
+    """`compclip models --fetch-list`: every loadable entry whose weights are not here, each file as (id, URL, path); the
+    path is huggingface_hub's cache layout (the revision refs/main names, once a repository is partly there) or, for a
+    hand download, the folder and the name compclip looks for (DAC's renamed dac-sam-b32.pt). An entry whose stand-in
+    is in place is not listed, and a file saved at the path it lists is found."""
+    from conftest import HUB_COMMIT
+
+    _ce_clip(hub_cache)
+    _negclip(hub_cache)
+    plant_hub_repo(hub_cache, "nmndeep/CLIC-ViT-B-32-224-CogVLM", {"open_clip_config.json": b"{}"})  # its weights not yet
+    code, out, _ = run_main(capsys, "models", "--fetch-list")
+    assert code == 0
+    rows = [line.split("\t") for line in out.splitlines()]
+    listed = {}
+    for entry_id, url, path in rows:
+        listed.setdefault(entry_id, []).append((url, path))
+    loadable = {e.id for e in ENTRIES if e.loads_as is not None}
+    assert set(listed) == loadable - {"ce-clip-b32", "negclip-b32"}
+    clic = hub_cache / "models--nmndeep--CLIC-ViT-B-32-224-CogVLM" / "snapshots" / HUB_COMMIT / "open_clip_model.safetensors"
+    assert listed["clic-laion-b32"] == [("https://huggingface.co/nmndeep/CLIC-ViT-B-32-224-CogVLM/resolve/main/open_clip_model.safetensors",
+                                         str(clic))]
+    dac = get_released("dac-sam-b32")
+    assert listed["dac-sam-b32"] == [(dac.url, str(hub_cache / "compclip-released" / "dac-sam-b32" / "dac-sam-b32.pt"))]
+    tag = listed["openai-clip-b32"]
+    assert tag == [("https://huggingface.co/timm/vit_base_patch32_clip_224.openai/resolve/main/open_clip_model.safetensors",
+                    str(hub_cache / "models--timm--vit_base_patch32_clip_224.openai" / "snapshots" / "<revision>" /
+                        "open_clip_model.safetensors"))]
+    # saved at the listed paths (a revision of the user's choosing, refs/main naming it), both are found
+    from safetensors.torch import save_file
+
+    save_file(_state(), str(clic))
+    plant_hub_repo(hub_cache, "timm/vit_base_patch32_clip_224.openai", {"open_clip_model.safetensors": b"weights"})
+    code, out, _ = run_main(capsys, "models", "--fetch-list")
+    assert {"clic-laion-b32", "openai-clip-b32"}.isdisjoint(line.split("\t")[0] for line in out.splitlines())

@@ -549,7 +549,10 @@ def benchmarks() -> None:
 
 
 @app.command()
-def models(ids: bool = typer.Option(False, "--ids", help="Only the ids of the loadable ones, one a line (for a shell loop).")) -> None:
+def models(ids: bool = typer.Option(False, "--ids", help="Only the ids of the loadable ones, one a line (for a shell loop)."),
+           fetch_list: bool = typer.Option(False, "--fetch-list", help="Only what is not on this machine: for each file an entry "
+                                           "lacks, its id, where to download it and the path (folder and file name) compclip "
+                                           "looks for it at, tab-separated, one a line.")) -> None:
     """List the papers' released checkpoints (`eval --model ID`): each one's name, the papers' rows it is, the architecture
     and route it loads by, its source, and whether its weights are cached, or why it cannot be loaded (docs/models.md).
 
@@ -558,10 +561,19 @@ def models(ids: bool = typer.Option(False, "--ids", help="Only the ids of the lo
     \b
     compclip models
     for m in $(compclip models --ids); do compclip eval --model $m --benchmark sugarcrepe --out results/$m; done
+    compclip models --fetch-list   # download each on a machine with internet, copy the Hugging Face cache here
     """
+    from .errors import UsageError
     from .models.released import cached, get_released, list_released
+    from .models.released import fetch_list as lacking
 
+    if ids and fetch_list:
+        raise UsageError("--ids and --fetch-list each list one thing: give one of them")
     for entry in map(get_released, list_released()):
+        if fetch_list:
+            for url, path in lacking(entry):
+                typer.echo(f"{entry.id}\t{url}\t{path}")
+            continue
         if ids:
             if entry.loads_as is not None:
                 typer.echo(entry.id)

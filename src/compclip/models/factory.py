@@ -35,7 +35,16 @@ from .checkpoint import (
     trained_activation,
     unwrap,
 )
-from .released import get_released, is_released, list_released, resolve
+from .released import (
+    HUB_CONFIG,
+    OPEN_CLIP_WEIGHTS,
+    absent_from_hub,
+    get_released,
+    is_released,
+    list_released,
+    offline_command,
+    resolve,
+)
 
 log = logging.getLogger("compclip.models")
 
@@ -133,21 +142,36 @@ def _refuse_remote_code(source: str) -> None:
 
 
 def _refuse_absent_hub_weights(name: str) -> None:
-    """An `hf-hub:` repository's weights, found in the Hugging Face cache (or downloaded) before the model is built: where
-    they cannot be had, open_clip builds the repository's architecture from its config alone, randomly initialised, after a
-    logged warning, and every score would be a random model's."""
-    from huggingface_hub import constants
+    """An `hf-hub:` repository's config and weights, found in the Hugging Face cache (or downloaded) before the model is
+    built: where the weights cannot be had, open_clip builds the repository's architecture from its config alone,
+    randomly initialised, after a logged warning, and every score would be a random model's."""
+    from huggingface_hub import hf_hub_download
     from open_clip.pretrained import download_pretrained_from_hf
 
+    repo = name.removeprefix("hf-hub:")
     try:
-        download_pretrained_from_hf(name.removeprefix("hf-hub:"))
+        hf_hub_download(repo, HUB_CONFIG)
     except Exception as e:
-        if constants.HF_HUB_OFFLINE:
-            raise MissingFileError(f"{name}: its weights (open_clip_model.safetensors or open_clip_pytorch_model.bin) are not in the "
-                                   f"Hugging Face cache {constants.HF_HUB_CACHE}, and HF_HUB_OFFLINE forbids downloading them: run "
-                                   "once online, or set HF_HUB_CACHE to a cache that holds them") from None
-        said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DownloadError(f"could not fetch the weights of {name} ({said}); running again resumes it") from None
+        raise absent_from_hub(name, f"{repo}/{HUB_CONFIG}, its architecture,", e) from None
+    try:
+        download_pretrained_from_hf(repo)
+    except Exception as e:
+        raise absent_from_hub(name, f"{repo}/{' or '.join(OPEN_CLIP_WEIGHTS)}, its weights,", e) from None
+
+
+def _fetch_tag_weights(name: str, tag: str) -> None:
+    """An open_clip tag's weights, found in the Hugging Face cache (or downloaded) before the model is built, so that one
+    line says what is missing, where it was looked for and how a copy loads: open_clip would log an error and raise a
+    second one."""
+    from open_clip.pretrained import download_pretrained
+
+    cfg = open_clip.get_pretrained_cfg(name, tag)
+    try:
+        download_pretrained(cfg)
+    except Exception as e:
+        hub = cfg.get("hf_hub", "").strip("/")
+        what = f"{hub}/{' or '.join(OPEN_CLIP_WEIGHTS)}" if hub else cfg.get("url", "its weights file")
+        raise absent_from_hub(f"{name} {tag}", what, e, offline_command(name)) from None
 
 
 def _refuse_absent_tokenizer(config: Path, source: str) -> None:
@@ -305,6 +329,9 @@ def load_model(
         return _load_checkpoint_folder(folder, device, precision)
     if folder.is_file():
         raise UsageError(f"{name} is a weights file: give the architecture as the name and the file as pretrained=")
+    hub = name.startswith("hf-hub:")
+    if hub:
+        _refuse_absent_hub_weights(name)
 
     cfg = copy.deepcopy(_model_config(name))
     if force_quick_gelu:
@@ -330,9 +357,8 @@ def load_model(
             tags = open_clip.list_pretrained_tags_by_model(name)
             raise UsageError(f"pretrained={pretrained!r} is neither a file nor a tag of {name} (tags: {tags})")
         _check_activation(name, cfg, weights_file, tag)
-    hub = name.startswith("hf-hub:")
-    if hub:
-        _refuse_absent_hub_weights(name)
+    if tag is not None:
+        _fetch_tag_weights(name, tag)
     seeded = init_seed is not None and tag is None and not hub
     random_by_design = name in bundled.BUNDLED_MODELS and weights_file is None and tag is None
     if random_by_design and not weights_follow and name not in _SAID_RANDOM:  # open_clip warns at every load; once a process is enough
@@ -350,10 +376,7 @@ def load_model(
             )
     except RuntimeError as e:
         if tag or hub:
-            raise DownloadError(
-                f"could not fetch the weights of {name} {tag or ''} ({e}); offline, download the file "
-                "once and pass it as pretrained=PATH"
-            ) from e
+            raise DownloadError(f"could not fetch the weights of {name} {tag or ''} ({e})") from e
         raise
     if weights_file is not None:
         setattr(model, DIGEST_ATTR, load_weights(model, weights_file))

@@ -25,7 +25,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from ...errors import DataError, DownloadError, MissingFileError, UsageError
+from ...errors import CompclipError, DataError, DownloadError, MissingFileError, UsageError
 from ...io import atomic_path, refuse_links, sha256_of
 from ...text import did_you_mean
 
@@ -33,6 +33,9 @@ ROUTES = ("open_clip", "open_clip_hub", "open_clip_file", "transformers")
 FOLDER = "compclip-released"  # under the Hugging Face cache: the hand-downloaded files and the recorded hashes
 # what a converted file says of the file it was converted from (its safetensors metadata): reused only while they match
 SOURCE_SHA256, SOURCE_SIZE = "compclip_source_sha256", "compclip_source_size"
+HUB_CONFIG = "open_clip_config.json"  # an `hf-hub:` repository's architecture and preprocessing
+OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")  # what open_clip downloads, in its order
+TRANSFORMERS_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 
 @dataclass(frozen=True)
@@ -139,43 +142,95 @@ class Resolved:
 
 def resolve(entry: Released, pretrained: str | None = None) -> Resolved:
     """The entry as compclip's loaders name it, its weights file fetched into the Hugging Face cache and its hash checked.
-    `pretrained`: a copy of the file the user has already, loaded in place of the entry's (checked the same way)."""
+    `pretrained`: a copy of the weights the user has already, loaded in place of the entry's under its architecture (an
+    `hf-hub:` repository's with the repository's open_clip_config.json beside it); a weights file is checked as above."""
     if entry.loads_as is None:
         raise UsageError(f"{entry.id} ({entry.name}) cannot be loaded: {entry.unavailable}")
-    if pretrained and entry.loads_as != "open_clip_file":
-        raise UsageError(f"{entry.id} loads its own weights ({entry.loads_as}); --pretrained {pretrained} applies to an "
-                         "entry of a weights file, or give the architecture as --model")
+    if pretrained and entry.loads_as == "transformers":
+        raise UsageError(f"{entry.id} is a transformers model ({entry.model}): --pretrained {pretrained} applies to an open_clip entry")
+    if pretrained and entry.loads_as == "open_clip":
+        return Resolved(entry.model, str(_given_file(pretrained)))
+    if pretrained and entry.loads_as == "open_clip_hub":
+        return Resolved(f"local-dir:{_repository_copy(entry, _given_file(pretrained))}", pretrained)
+    if entry.loads_as in ("open_clip", "open_clip_hub"):
+        _fetch_hub_files(entry)
     if entry.loads_as != "open_clip_file":
         return Resolved(entry.model, entry.pretrained, entry.blip_score)
-    file = Path(pretrained) if pretrained else _fetch(entry)
-    if not file.is_file():
-        raise MissingFileError(f"--pretrained {file}: no such file")
+    file = _given_file(pretrained) if pretrained else _fetch(entry)
     digest, recorded = _check_hash(entry, file)
     unrecorded = None if recorded else (str(_record(entry)), f"{digest}  {file}\n")
     return Resolved(entry.model, str(_state_dict_file(entry, file, digest)), unrecorded=unrecorded)
 
 
+def _given_file(pretrained: str) -> Path:
+    file = Path(pretrained)
+    if not file.is_file():
+        raise MissingFileError(f"--pretrained {file}: no such file")
+    return file
+
+
+def _repository_copy(entry: Released, file: Path) -> Path:
+    """The folder of a copy of an `hf-hub:` repository's weights file: its architecture is the repository's
+    open_clip_config.json, which must lie beside it (as the Hub serves the two)."""
+    if not (file.parent / HUB_CONFIG).is_file():
+        raise MissingFileError(f"--pretrained {file}: {entry.id}'s architecture is its repository's {HUB_CONFIG}, and there is "
+                               f"none beside the file (save {entry.model.removeprefix('hf-hub:')}'s {HUB_CONFIG} as "
+                               f"{file.parent / HUB_CONFIG})")
+    return file.parent
+
+
+def offline_command(model: str, config_beside: bool = False) -> str:
+    """The command that loads a copy of the weights the user has, with no download: the same for every route (an
+    `hf-hub:` repository's architecture read from its open_clip_config.json beside the file)."""
+    return f"--model {model} --pretrained FILE" + (f" ({HUB_CONFIG} beside it)" if config_beside else "")
+
+
+def absent_from_hub(subject: str, what: str, error: Exception, command: str | None = None) -> CompclipError:
+    """The one line for weights the Hugging Face Hub serves that could not be had (an open_clip tag's, an `hf-hub:`
+    repository's, a Hub file's): what is missing, the cache looked in, and the `command` that loads a copy instead,
+    where one does; online, the download's own reason. A registry id's line points at `compclip models --fetch-list`."""
+    from huggingface_hub import constants
+
+    instead = f"or load a copy you have: {command}" if command else "or fetch it on a machine that can and copy it here"
+    if constants.HF_HUB_OFFLINE:
+        listed = " (`compclip models --fetch-list` says what goes where)" if subject in _entries() else ""
+        return MissingFileError(f"{subject}: {what} is not in the Hugging Face cache {constants.HF_HUB_CACHE}, and HF_HUB_OFFLINE "
+                                f"forbids downloading it: run once online, set HF_HUB_CACHE to a cache that holds it{listed}, {instead}")
+    said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return DownloadError(f"{subject}: {what} could not be downloaded ({said}); running again resumes it, {instead}")
+
+
+def _fetch_hub_files(entry: Released) -> None:
+    """An open_clip tag's weights, or an `hf-hub:` repository's config and weights, into the Hugging Face cache before
+    open_clip builds the model, each file under the first of its names the repository serves (as open_clip's download
+    tries them): one line, naming the entry, where none can be had."""
+    from huggingface_hub import hf_hub_download
+
+    for repo, names in _hub_files(entry):
+        for name in names:
+            try:
+                hf_hub_download(repo, name)
+                break
+            except Exception as e:
+                failed = e
+        else:
+            command = offline_command(entry.id, config_beside=entry.loads_as == "open_clip_hub")
+            raise absent_from_hub(entry.id, f"{repo}/{' or '.join(names)}", failed, command) from None
+
+
 def _fetch(entry: Released) -> Path:
     """The entry's file: from its Hub repository through the Hugging Face cache (resumable), or where the user put it."""
     if entry.hub_repo:
-        from huggingface_hub import constants, hf_hub_download
+        from huggingface_hub import hf_hub_download
 
         try:
             return Path(hf_hub_download(entry.hub_repo, entry.hub_file))
         except Exception as e:
-            where = f"{entry.hub_repo}/{entry.hub_file}"
-            if constants.HF_HUB_OFFLINE:
-                raise MissingFileError(f"{entry.id}: {where} is not in the Hugging Face cache {constants.HF_HUB_CACHE}, and "
-                                       "HF_HUB_OFFLINE forbids downloading it: run once online, or set HF_HUB_CACHE to a cache "
-                                       "that holds it") from None
-            said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise DownloadError(f"{entry.id}: {where} could not be downloaded ({said}); running again resumes it") from None
+            raise absent_from_hub(entry.id, f"{entry.hub_repo}/{entry.hub_file}", e, offline_command(entry.id)) from None
     path = hand_path(entry)
     if not path.is_file():
-        # a file keeping its weights under another key loads by the id alone (`_state_dict_file`)
-        elsewhere = "" if entry.state_dict_key else f", or as --model {entry.model} --pretrained FILE"
-        raise MissingFileError(f"{entry.id}: {path} is not there. {entry.get} Save it as {path} (or give the file to "
-                               f"--pretrained{elsewhere})")
+        raise MissingFileError(f"{entry.id}: {path} is not there. {entry.get} Save it as {path}, or load a copy kept elsewhere: "
+                               f"{offline_command(entry.id)}")
     return path
 
 
@@ -258,21 +313,56 @@ def _converted_from(out: Path) -> dict[str, str] | None:
     return {k: metadata[k] for k in (SOURCE_SHA256, SOURCE_SIZE) if k in metadata}
 
 
-def cached(entry: Released) -> bool:
-    """Whether the entry's weights are on this machine already (a Hub file in the Hugging Face cache, a hand-downloaded
-    file where it is looked for)."""
+def _hub_files(entry: Released) -> list[tuple[str, tuple[str, ...]]]:
+    """Each Hub file the entry loads, as (repository, the names it may have, the one fetched first first)."""
+    if entry.loads_as == "open_clip":
+        return [(entry.hf_hub, OPEN_CLIP_WEIGHTS)]
+    if entry.loads_as == "open_clip_hub":
+        repo = entry.model.removeprefix("hf-hub:")
+        return [(repo, (HUB_CONFIG,)), (repo, OPEN_CLIP_WEIGHTS)]
+    if entry.loads_as == "transformers":
+        return [(entry.model.removeprefix("hf:"), TRANSFORMERS_WEIGHTS)]
+    return [(entry.hub_repo, (entry.hub_file,))] if entry.hub_repo else []
+
+
+def _in_cache(repo: str, names: tuple[str, ...]) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
-    if entry.loads_as == "open_clip_file":
-        return hand_path(entry).is_file() if entry.url else isinstance(try_to_load_from_cache(entry.hub_repo, entry.hub_file), str)
-    if entry.loads_as == "open_clip":
-        repo = entry.hf_hub
-        files = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
-    else:
-        repo = entry.model.partition(":")[2]
-        files = (("open_clip_model.safetensors", "open_clip_pytorch_model.bin") if entry.loads_as == "open_clip_hub"
-                 else ("model.safetensors", "pytorch_model.bin"))
-    return bool(repo) and any(isinstance(try_to_load_from_cache(repo, f), str) for f in files)
+    return any(isinstance(try_to_load_from_cache(repo, name), str) for name in names)
 
 
-__all__ = ["Released", "Resolved", "cached", "get_released", "hand_path", "is_released", "list_released", "resolve"]
+def cached(entry: Released) -> bool:
+    """Whether the entry's weights are on this machine already (each Hub file it loads in the Hugging Face cache, a
+    hand-downloaded file where it is looked for)."""
+    if entry.loads_as == "open_clip_file" and entry.url:
+        return hand_path(entry).is_file()
+    return all(_in_cache(repo, names) for repo, names in _hub_files(entry))
+
+
+def fetch_list(entry: Released) -> list[tuple[str, Path]]:
+    """What the entry lacks on this machine, as (where to download it, where compclip looks for it): a Hub file at
+    huggingface_hub's cache path, its revision the one the repository's refs/main names once downloaded (`<revision>`
+    until then), so that a cache filled on a machine with internet and copied here is found; a hand download under the
+    name compclip looks for. A transformers model is its whole repository (config, weights and processor files)."""
+    if entry.loads_as is None:
+        return []
+    if entry.loads_as == "open_clip_file" and entry.url:
+        return [] if hand_path(entry).is_file() else [(entry.url, hand_path(entry))]
+    from huggingface_hub import constants
+
+    lacking = []
+    for repo, names in _hub_files(entry):
+        if _in_cache(repo, names):
+            continue
+        folder = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}"
+        refs = folder / "refs" / "main"
+        snapshot = folder / "snapshots" / (refs.read_text().strip() if refs.is_file() else "<revision>")
+        if entry.loads_as == "transformers":
+            lacking.append((f"https://huggingface.co/{repo}", snapshot))
+        else:
+            lacking.append((f"https://huggingface.co/{repo}/resolve/main/{names[0]}", snapshot / names[0]))
+    return lacking
+
+
+__all__ = ["HUB_CONFIG", "OPEN_CLIP_WEIGHTS", "Released", "Resolved", "absent_from_hub", "cached", "fetch_list", "get_released",
+           "hand_path", "is_released", "list_released", "offline_command", "resolve"]
