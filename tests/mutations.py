@@ -336,8 +336,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("progress.py", "        return _LoggingAbove(_notebook_bar()(", "        return iter(_notebook_bar()(", "tests/test_notebook.py"),
     # #71: the columns that differ from their paper say so
     (B + "zeroshot.py", '"subset_order": SUBSET_ORDER} if drawn else {}', "} if drawn else {}", P + "zeroshot_subset"),
-    (B + "zeroshot.py", 'return table[key], f"{file}[{key}]", FROM_JSON', 'return table[key], f"{file}[{key}]", FROM_DATASET',
-     P + "zeroshot_subset"),
+    (B + "zeroshot.py", '            return table[key], f"{file}[{key}]", FROM_JSON\n        if (folder / "classnames.txt")',
+     '            return table[key], f"{file}[{key}]", FROM_DATASET\n        if (folder / "classnames.txt")', P + "zeroshot_subset"),
     (B + "zeroshot.py", '"ImageNet\'s 80 templates (bundled)", FROM_IMAGENET', '"ImageNet\'s 80 templates (bundled)", FROM_DATASET',
      P + "zeroshot_subset"),
     *(("eval/papers/clic.json", f'"layout": "coco_karpathy_test_2017.json"{TO_FLICKR}{column}',
