@@ -24,14 +24,18 @@ How an entry loads (`loads_as`):
   Hugging Face cache (resumable). A file behind a Google Drive or Proton Drive link is downloaded by hand: compclip
   looks for it at `$HF_HUB_CACHE/compclip-released/<id>/<file>`, and where it is not there says where to get it and
   that path. `--model ID --pretrained FILE` loads a copy you have elsewhere. A file that open_clip cannot read as it stands
-  is converted once into a safetensors file beside it: CoN-CLIP's weights taken from under their key, and DAC's and
+  is converted into a safetensors file beside it, which records the size and SHA-256 of the file it came from and is
+  converted again when the file is replaced (whatever its time): CoN-CLIP's weights taken from under their key, and DAC's and
   SVLC's LoRA checkpoints merged (W + (B A)·alpha/r for each LoRA layer, the file's other keys open_clip's own), a
   LoRA half without its other half, of another rank or of no LoRA layer refused in one line naming the key.
 - `transformers`: an `hf:ORG/NAME` model that compclip's transformers scorers load (BLIP with the score the row used).
+  A repository or folder is checked before it loads: an `auto_map` in any of its configs, no tokenizer files, or
+  weights of another class than its `config.json` names is one `error:` line naming the folder and the file.
 
 A weights file is checked against the SHA-256 its release publishes; none of these releases publishes one, so the
-first load records the file's SHA-256 in `$HF_HUB_CACHE/compclip-released/<id>.sha256` and every later load is
-checked against it: a changed file is refused, naming both hashes. Offline (`HF_HUB_OFFLINE=1`), a Hub file that is
+first load records the file's SHA-256 in `$HF_HUB_CACHE/compclip-released/<id>.sha256`, once the file has loaded (a
+download cut short is refused in one line and never recorded), and every later load is checked against it: a changed
+file is refused, naming both hashes. Offline (`HF_HUB_OFFLINE=1`), a Hub file that is
 not in the cache is one `error:` line naming the repository, the file and the cache; so is an `hf-hub:` repository
 cached without its weights (its `open_clip_config.json` alone), which open_clip would build randomly initialised.
 
