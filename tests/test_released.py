@@ -358,6 +358,11 @@ def test_a_hub_repository_in_the_cache_without_its_weights_is_one_line_not_a_ran
                    "says what goes where), or load a copy you have: --model clic-laion-b32 --pretrained FILE "
                    "(open_clip_config.json beside it)\n")
     assert not (tmp_path / "out" / "sugarcrepe-swap_att.json").exists()
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "hf-hub:nmndeep/CLIC-ViT-B-32-224-CogVLM", "--benchmark",
+                            "sugarcrepe/swap_att", "--data-root", swap_att, "--workers", "0", "--out", tmp_path / "plain")
+    assert (code, err.count("\n")) == (2, 1), err  # the repository named as open_clip names it, not by the registry's id
+    assert "CogVLM/open_clip_model.safetensors or open_clip_pytorch_model.bin, its weights, is not in the Hugging Face cache" in err
+    assert not (tmp_path / "plain" / "sugarcrepe-swap_att.json").exists()
 
 
 def test_an_entry_that_cannot_load_is_one_line_with_its_reason(hub_cache, swap_att, tmp_path, capsys):
