@@ -1432,6 +1432,9 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "return [] if hand_path(entry).is_file() else [(entry.url, hand_path(entry).parent / entry.id)]", R + "fetch_list"),
     ("models/factory.py", "    if tag is not None:\n        _fetch_tag_weights(name, tag)\n", "",
      "tests/test_recipes.py -k starts_from_the_weights"),
+    # class-specific (CuPL) prompts must name every class
+    (B + "zeroshot.py", "        if lacking:\n            raise DataError(f\"{where}: no prompts",
+     "        if False:\n            raise DataError(f\"{where}: no prompts", P + "ensembles_prompts"),
 ]
 
 

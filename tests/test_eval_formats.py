@@ -510,6 +510,10 @@ def test_zeroshot_ensembles_prompts_that_embed_differently(tmp_path):
     per_class = run("zeroshot", tmp_path, templates=str(cb / "cupl.json")).metrics["colours"]
     expected = strict_accuracy(pixels, ensemble(cupl["colours"].values()), labels)
     assert per_class["acc"] == pytest.approx(expected) and per_class["prompts"] == 5
+    del cupl["colours"]["green"]
+    (cb / "short.json").write_text(json.dumps(cupl))  # class-specific prompts that leave a class out: no class scored without any
+    with pytest.raises(ValueError, match=r"short.json\[colours\]: no prompts for classes \['green'\]"):
+        run("zeroshot", tmp_path, templates=str(cb / "short.json"))
     (base / "templates.txt").write_text("a {0} {x} photo\n")
     with pytest.raises(ValueError, match=r"templates.txt: template 'a \{0\} \{x\} photo' has a placeholder other than"):
         run("zeroshot", tmp_path)

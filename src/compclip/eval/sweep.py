@@ -71,7 +71,7 @@ def check_names(places: dict[str, str]) -> None:
     """Each name checked before any model loads, so that a mistyped one costs no model's scoring: a name that is no folder
     or file here, no registry id and no `ORG:`-prefixed id must be an open_clip architecture, else it is refused with the
     closest names of open_clip's and the registry's. What only loading tells (weights absent) is each model's own line."""
-    from ..models.factory import _model_config
+    from ..models.factory import model_config
     from ..models.released import is_released
 
     wrong = []
@@ -79,7 +79,7 @@ def check_names(places: dict[str, str]) -> None:
         if ":" in name or Path(name).exists() or is_released(name):
             continue
         try:
-            _model_config(name)
+            model_config(name)
         except CompclipError as e:
             wrong.append(f"{place}: {e}")
     if wrong:

@@ -261,7 +261,9 @@ def _every_weight_loaded(really: bool = True):
             setattr(torch.nn.init, name, fill)
 
 
-def _model_config(name: str) -> dict[str, Any]:
+def model_config(name: str) -> dict[str, Any]:
+    """open_clip's config of an architecture, hub id or folder; an unknown name is one line with the nearest names of
+    open_clip's and the registry's (a sweep checks every name of its list by it before any model loads)."""
     try:
         cfg = open_clip.get_model_config(name if ":" in name else name.replace("/", "-"))
     except Exception as e:  # hf-hub config fetch
@@ -333,7 +335,7 @@ def load_model(
     if hub:
         _refuse_absent_hub_weights(name)
 
-    cfg = copy.deepcopy(_model_config(name))
+    cfg = copy.deepcopy(model_config(name))
     if force_quick_gelu:
         cfg["quick_gelu"] = True
     if force_context_length is not None:

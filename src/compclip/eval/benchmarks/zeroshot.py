@@ -38,6 +38,17 @@ def imagenet() -> dict:
     return json.loads((Path(__file__).parent.parent / "assets" / "imagenet.json").read_text())
 
 
+def class_prompts(chosen: list[str] | dict[str, list[str]], names: list[str], where: str) -> list[list[str]]:
+    """Each class's prompts from the templates chosen: a list filled with each class name, or class-specific prompts
+    (`{class name: [prompts]}`, CuPL), which must name every class."""
+    if isinstance(chosen, dict):
+        lacking = [n for n in names if n not in chosen]
+        if lacking:
+            raise DataError(f"{where}: no prompts for classes {lacking[:5]}")
+        return [list(chosen[n]) for n in names]
+    return [[fill(t, n, where) for t in chosen] for n in names]
+
+
 def _lines(path: Path) -> list[str] | None:
     return [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()] if path.is_file() else None
 
@@ -217,12 +228,7 @@ class ZeroShot(Benchmark):
         else:
             key = next(k for k in [*source.keys, "imagenet1k"] if k in bundled)
             chosen, where, kind = bundled[key], f"CLIP_benchmark's en_zeroshot_classification_templates.json[{key}]", FROM_JSON
-        if isinstance(chosen, dict):  # class-specific prompts (CuPL)
-            lacking = [n for n in names if n not in chosen]
-            if lacking:
-                raise DataError(f"{where}: no prompts for classes {lacking[:5]}")
-            return [list(chosen[n]) for n in names], where, kind
-        return [[fill(t, n, where) for t in chosen] for n in names], where, kind
+        return class_prompts(chosen, names, where), where, kind
 
     @staticmethod
     def keys(folder: Path) -> list[str]:
@@ -244,13 +250,8 @@ class ZeroShot(Benchmark):
         key = next((k for k in [*self.keys(folder), "imagenet1k"] if k in table), None)
         if key is not None:
             chosen, where, kind = table[key], f"{file}[{key}]", FROM_JSON
-            if isinstance(chosen, dict):  # class-specific prompts (CuPL)
-                lacking = [n for n in names if n not in chosen]
-                if lacking:
-                    raise DataError(f"{where}: no prompts for classes {lacking[:5]}")
-                return [list(chosen[n]) for n in names], where, kind
         elif (folder / "templates.txt").is_file():
             chosen, where, kind = _lines(folder / "templates.txt"), str(folder / "templates.txt"), FROM_DATASET
         else:
             chosen, where, kind = imagenet()["templates"], "ImageNet's 80 templates (bundled)", FROM_IMAGENET
-        return [[fill(t, n, where) for t in chosen] for n in names], where, kind
+        return class_prompts(chosen, names, where), where, kind
