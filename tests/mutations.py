@@ -1435,6 +1435,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     # class-specific (CuPL) prompts must name every class
     (B + "zeroshot.py", "        if lacking:\n            raise DataError(f\"{where}: no prompts",
      "        if False:\n            raise DataError(f\"{where}: no prompts", P + "ensembles_prompts"),
+    # `data check` goes on past a damaged annotation file
+    ("cli.py", "        except CompclipError as err:\n            unusable += 1\n",
+     "        except ValueError as err:\n            raise\n", "tests/test_cli.py -k damaged_annotation"),
+    ("cli.py", "    if unusable:\n        raise typer.Exit(1)\n", "", "tests/test_cli.py -k damaged_annotation"),
 ]
 
 

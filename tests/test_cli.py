@@ -3,6 +3,7 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -798,3 +799,17 @@ def test_progress_bars_in_a_terminal_name_what_they_count(tmp_path):
     save_checkpoint(model, tmp_path / "ckpt")
     shown = _in_a_terminal(["export", str(tmp_path / "ckpt"), str(tmp_path / "exported")], tmp_path)
     assert re.search(r"export open_clip \(load, convert and check, card\): 100%\|[^|]*\| 3/3", shown), shown[-2000:]
+
+
+def test_data_check_reports_a_damaged_annotation_file_and_goes_on(tmp_path, capsys):
+    """A damaged annotation file of one benchmark is that benchmark's line, naming the file; the check goes on to the
+    benchmarks after it and exits 1, where it used to stop at the first such file."""
+    from conftest import SHARED
+
+    shutil.copytree(SHARED / "data" / "sugarcrepe", tmp_path / "sugarcrepe")
+    (tmp_path / "sugarcrepe" / "add_att.json").write_text("{bad")
+    code, out, err = run_main(capsys, "data", "check", "--data-root", tmp_path)
+    lines = dict(line.split(": ", 1) for line in out.splitlines())
+    assert code == 1, err
+    assert lines["sugarcrepe"].startswith(f"unusable: {tmp_path / 'sugarcrepe' / 'add_att.json'}: unreadable JSON")
+    assert "looked for" in lines["winoground"] and "looked for" in lines["zeroshot"]  # the benchmarks after it still listed

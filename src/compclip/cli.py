@@ -696,7 +696,7 @@ def data_download(
 
 @data_app.command("check")
 def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA).")) -> None:
-    """List, per benchmark, the annotation files and images it still lacks.
+    """List, per benchmark, the annotation files and images it still lacks, and the files it cannot use (exit 1 then).
 
     Example:
 
@@ -704,18 +704,28 @@ def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help
     compclip data check --data-root data
     """
     from .data.images import image_ref
+    from .errors import CompclipError
     from .eval import REGISTRY
     from .eval.base import data_root as resolve_root
 
     root = resolve_root(data_root)
+    unusable = 0
     for name, bench in REGISTRY.items():
         lacks = bench.lacks(root, ())
         if lacks:
             typer.echo(f"{name}: {lacks}")
             continue
-        gone = [image_ref(p) for p in bench.images(root) if not image_ref(p).present()]
+        try:  # one damaged annotation file is that benchmark's line, not the end of the check
+            images = bench.images(root)
+        except CompclipError as err:
+            unusable += 1
+            typer.echo(f"{name}: unusable: {err}")
+            continue
+        gone = [image_ref(p) for p in images if not image_ref(p).present()]
         shown = ", ".join(str(p.file.relative_to(root)) for p in gone[:3])
         typer.echo(f"{name}: ready" if not gone else f"{name}: {len(gone)} images missing, e.g. {shown}")
+    if unusable:
+        raise typer.Exit(1)
 
 
 @data_app.command("ccneg")
