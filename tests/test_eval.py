@@ -514,7 +514,7 @@ def test_eval_of_a_run_folder_before_its_first_checkpoint_says_so(tmp_path, caps
     (run / "config.json").write_text(json.dumps(dataclasses.asdict(options)))
     (run / "log.jsonl").write_text("")
     said = (f"{run}: a run folder with no checkpoint yet (its config.json holds the run's options, and training has saved no "
-            "checkpoint): evaluate it once checkpoints/ holds one (this run saves every 200 steps), or give a checkpoint folder")
+            "checkpoint): use it once checkpoints/ holds one (this run saves every 200 steps), or give a checkpoint folder")
     code, _, err = run_main(capsys, "eval", "--model", run, "--benchmark", "sugarcrepe", "--data-root", tmp_path, "--out",
                             tmp_path / "results", "--device", "cpu")
     assert code == 2 and [line for line in err.splitlines() if line.startswith("error: ")] == [f"error: {said}"], err
@@ -522,6 +522,9 @@ def test_eval_of_a_run_folder_before_its_first_checkpoint_says_so(tmp_path, caps
     with pytest.raises(MissingFileError) as raised:
         load_model(run)
     assert str(raised.value) == said
+    for form in ("open_clip", "hf"):  # export reads the folder's config itself: the same line, not "missing keys"
+        code, _, err = run_main(capsys, "export", run, tmp_path / form, "--format", form)
+        assert code == 2 and [line for line in err.splitlines() if line.startswith("error: ")] == [f"error: {said}"], err
 
 
 def test_a_mistyped_model_is_one_line_naming_the_nearest_ids_and_leaves_no_results_folder(tmp_path, capsys):

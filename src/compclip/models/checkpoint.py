@@ -192,6 +192,20 @@ def model_name(name: str | Path) -> str:
     return str(name) if ":" in str(name) or not Path(name).exists() else str(checkpoint_folder(name))
 
 
+RUN_OPTIONS = ("train_data", "save_every")  # keys of a run's config.json (its options), never of a checkpoint's
+
+
+def refuse_unsaved_run(folder: Path, options: dict[str, Any]) -> None:
+    """A run folder whose config.json is the run's options and that has no checkpoints/ yet: one line saying training
+    has saved nothing and what to do, not the run's record read as a checkpoint's ("missing keys"). A run of this
+    compclip is told by its train.log (`RunFolder.unsaved`); this one by its config.json alone (copied without the rest,
+    or written by an earlier compclip)."""
+    if not RunFolder(folder).checkpoints.exists() and all(key in options for key in RUN_OPTIONS):
+        raise MissingFileError(f"{folder}: a run folder with no checkpoint yet (its {CONFIG_NAME} holds the run's options, and "
+                               f"training has saved no checkpoint): use it once {RunFolder.CHECKPOINTS}/ holds one (this "
+                               f"run saves every {options['save_every']} steps), or give a checkpoint folder")
+
+
 def read_config(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / CONFIG_NAME
     try:
@@ -206,6 +220,7 @@ def read_config(folder: str | Path) -> dict[str, Any]:
                          f"checkpoint's: `compclip eval --model {Path(folder)}` scores it; training, export and the other "
                          "commands take open_clip models")
     if missing:
+        refuse_unsaved_run(Path(folder), config)
         raise DataError(f"{path}: missing keys {missing}")
     return config
 

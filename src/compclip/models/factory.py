@@ -28,7 +28,6 @@ from .checkpoint import (
     DIGEST_ATTR,
     SPEC_ATTR,
     WEIGHTS_NAME,
-    RunFolder,
     check_checkpoint_folder,
     load_weights,
     model_name,
@@ -423,28 +422,7 @@ def _seeded(seed: int | None):
         yield
 
 
-RUN_OPTIONS = ("train_data", "save_every")  # keys of a run's config.json (its options), never of a checkpoint's
-
-
-def _refuse_unsaved_run(folder: Path) -> None:
-    """A run folder whose config.json is the run's options and that has no checkpoints/ yet: one line saying training
-    has saved nothing and what to do, not the run's record read as a checkpoint's ("missing keys"). A run of this
-    compclip is told by its train.log (`RunFolder.unsaved`); this one by its config.json alone (copied without the rest,
-    or written by an earlier compclip)."""
-    if RunFolder(folder).checkpoints.exists():
-        return
-    try:
-        options = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return  # not a run's record: check_checkpoint_folder names what is wrong
-    if isinstance(options, dict) and all(key in options for key in RUN_OPTIONS) and "model_cfg" not in options:
-        raise MissingFileError(f"{folder}: a run folder with no checkpoint yet (its {CONFIG_NAME} holds the run's options, and "
-                               f"training has saved no checkpoint): evaluate it once {RunFolder.CHECKPOINTS}/ holds one (this "
-                               f"run saves every {options['save_every']} steps), or give a checkpoint folder")
-
-
 def _load_checkpoint_folder(folder: Path, device, precision: str):
-    _refuse_unsaved_run(folder)
     config = check_checkpoint_folder(folder)
     _refuse_absent_tokenizer(folder / CONFIG_NAME, config["tokenizer"]["source"])
     # a timm tower trained at a forced image size: open_clip sets it through set_input_size, for force_image_size alone
