@@ -119,3 +119,26 @@ def test_a_panel_is_labelled_by_its_run_and_step_where_it_is_a_runs_checkpoint(t
     for name in ("runs/c2lip/checkpoints/step_03x", "runs/c2lip/checkpoints/300"):  # no step folder: the name as given
         assert model_label(name) == name
     assert model_label("ViT-B-16") == "ViT-B-16" and model_label(str(tmp_path)) == tmp_path.name  # a folder: its last part
+
+
+def test_the_legend_of_ten_long_model_names_stays_inside_the_saved_figure(tmp_path, monkeypatch):
+    """The summary figure `compclip report` writes, with ten models named by their run folders: the legend, measured by
+    matplotlib's renderer, lies within the figure, and the saved image's border is bare background (a legend cut off at
+    an edge would cross it)."""
+    import matplotlib.pyplot as plt
+
+    names = [f"runs/c2lip-vitb16-cc3m-seed{i}/checkpoints/step_0001000" for i in range(10)]
+    df = pd.DataFrame({"SC add": [50.0 + i for i in range(10)], "ZS mean": [40.0] * 10}, index=names)
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)  # keeps the figure open to measure it once it is saved
+    path = grouped_bars(df, "summary", tmp_path / "summary.png")
+    (figure,) = kept
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    (legend,) = figure.legends
+    box, frame = legend.get_window_extent(renderer), figure.bbox
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, (box, frame)
+    assert [t.get_text() for t in legend.get_texts()] == names
+    picture = np.asarray(Image.open(path).convert("RGB")).astype(int)
+    border = np.concatenate([picture[0], picture[-1], picture[:, 0], picture[:, -1]])
+    assert (border >= 250).all(), "something is drawn across the image's edge"
