@@ -1435,6 +1435,11 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     # class-specific (CuPL) prompts must name every class
     (B + "zeroshot.py", "        if lacking:\n            raise DataError(f\"{where}: no prompts",
      "        if False:\n            raise DataError(f\"{where}: no prompts", P + "ensembles_prompts"),
+    # docs and CLI texts: the report's legend fits its figure
+    ("plots.py", "if columns == 1 or legend.get_window_extent(renderer).width <= room:", "if True:", "tests/test_plots.py -k legend"),
+    ("plots.py", "fig.set_figwidth(max(fig.get_figwidth(), box.width / fig.dpi + 2 * LEGEND_MARGIN))", "pass",
+     "tests/test_plots.py -k legend"),
+    ("plots.py", "    fig.set_figheight(fig.get_figheight() + box.height / fig.dpi)\n", "", "tests/test_plots.py -k legend"),
 ]
 
 

@@ -42,14 +42,17 @@ def _legend_below(fig) -> None:
     made taller by the legend's height, and wider where a single entry is wider than it: with the `constrained` layout
     the legend is then never clipped and never over the data, however many models and however long their names (run
     folders as labels). Sizes are measured by the renderer, so they hold at any dpi the figure is saved at."""
-    legend = fig.legend(loc="outside lower center", fontsize=8)
+    handles, labels = [], []
+    for ax in fig.axes:
+        found = ax.get_legend_handles_labels()
+        handles, labels = handles + found[0], labels + found[1]
     renderer = fig.canvas.get_renderer()
     room = fig.bbox.width - 2 * LEGEND_MARGIN * fig.dpi
-    columns = max(1, min(len(legend.get_texts()), LEGEND_COLUMNS))
-    legend.set_ncols(columns)
-    while columns > 1 and legend.get_window_extent(renderer).width > room:
-        columns -= 1
-        legend.set_ncols(columns)
+    for columns in range(max(1, min(len(labels), LEGEND_COLUMNS)), 0, -1):  # a legend's columns are laid out when it is made
+        legend = fig.legend(handles, labels, loc="outside lower center", ncol=columns, fontsize=8)
+        if columns == 1 or legend.get_window_extent(renderer).width <= room:
+            break
+        legend.remove()
     box = legend.get_window_extent(renderer)
     fig.set_figwidth(max(fig.get_figwidth(), box.width / fig.dpi + 2 * LEGEND_MARGIN))
     fig.set_figheight(fig.get_figheight() + box.height / fig.dpi)
