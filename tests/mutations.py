@@ -1440,6 +1440,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("plots.py", "fig.set_figwidth(max(fig.get_figwidth(), box.width / fig.dpi + 2 * LEGEND_MARGIN))", "pass",
      "tests/test_plots.py -k legend"),
     ("plots.py", "    fig.set_figheight(fig.get_figheight() + box.height / fig.dpi)\n", "", "tests/test_plots.py -k legend"),
+    ("cli.py", 'public files have pinned checksums: imagecode "', 'public files have pinned checksums: "',
+     "tests/test_cli.py -k data_download_help"),
 ]
 
 
