@@ -1442,6 +1442,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("plots.py", "    fig.set_figheight(fig.get_figheight() + box.height / fig.dpi)\n", "", "tests/test_plots.py -k legend"),
     ("cli.py", 'public files have pinned checksums: imagecode "', 'public files have pinned checksums: "',
      "tests/test_cli.py -k data_download_help"),
+    (B + "imagecode.py", 'DATA_ROOT/imagecode/data/ (`compclip "', 'DATA_ROOT/imagecode/data/ ("', "tests/test_cli.py -k data_line"),
+    (B + "valse.py", 'data/*.json: `compclip data download "', 'data/*.json: "', "tests/test_cli.py -k data_line"),
 ]
 
 

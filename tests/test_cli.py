@@ -841,3 +841,18 @@ def test_data_download_help_names_every_benchmark_with_a_public_download():
     said = " ".join(compclip("data", "download", "--help").stdout.split())
     assert {"valse", "imagecode", "sugarcrepe"} <= set(declared)
     assert not [name for name in declared if not re.search(rf"(?<![\w-]){name}(?![\w-])", said)], said
+
+
+def test_each_benchmark_with_a_download_says_so_in_its_data_line():
+    """`compclip benchmarks`: the data line of each benchmark whose module declares public files names the command that
+    fetches them, where a user reads where the files go."""
+    from typer.testing import CliRunner
+
+    from compclip.cli import app
+    from compclip.eval import REGISTRY
+
+    lines = CliRunner().invoke(app, ["benchmarks"], env={"HF_HUB_OFFLINE": "1"}).output.splitlines()
+    data = {name: lines[lines.index(head) + 1] for name in REGISTRY.names() for head in lines if head.split(" ")[0] == name}
+    fetched = [name for name, bench in REGISTRY.items() if bench.assets]
+    assert {"valse", "imagecode"} <= set(fetched)
+    assert not [name for name in fetched if f"`compclip data download {name}`" not in data[name]], data
