@@ -1440,6 +1440,15 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("cli.py", "        except CompclipError as err:\n            unusable += 1\n",
      "        except ValueError as err:\n            raise\n", "tests/test_cli.py -k damaged_annotation"),
     ("cli.py", "    if unusable:\n        raise typer.Exit(1)\n", "", "tests/test_cli.py -k damaged_annotation"),
+    # docs and CLI texts: the report's legend fits its figure
+    ("plots.py", "if columns == 1 or legend.get_window_extent(renderer).width <= room:", "if True:", "tests/test_plots.py -k legend"),
+    ("plots.py", "fig.set_figwidth(max(fig.get_figwidth(), box.width / fig.dpi + 2 * LEGEND_MARGIN))", "pass",
+     "tests/test_plots.py -k legend"),
+    ("plots.py", "    fig.set_figheight(fig.get_figheight() + box.height / fig.dpi)\n", "", "tests/test_plots.py -k legend"),
+    ("cli.py", 'public files have pinned checksums: imagecode "', 'public files have pinned checksums: "',
+     "tests/test_cli.py -k data_download_help"),
+    (B + "imagecode.py", 'DATA_ROOT/imagecode/data/ (`compclip "', 'DATA_ROOT/imagecode/data/ ("', "tests/test_cli.py -k data_line"),
+    (B + "valse.py", 'data/*.json: `compclip data download "', 'data/*.json: "', "tests/test_cli.py -k data_line"),
 ]
 
 

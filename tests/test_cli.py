@@ -813,3 +813,59 @@ def test_data_check_reports_a_damaged_annotation_file_and_goes_on(tmp_path, caps
     assert code == 1, err
     assert lines["sugarcrepe"].startswith(f"unusable: {tmp_path / 'sugarcrepe' / 'add_att.json'}: unreadable JSON")
     assert "looked for" in lines["winoground"] and "looked for" in lines["zeroshot"]  # the benchmarks after it still listed
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
+
+
+def listed(help_text: str) -> list[str]:
+    """The names under `Commands:` in a group's `--help`."""
+    section = help_text.split("Commands:\n", 1)[1]
+    return [line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.split()]
+
+
+def test_the_guide_names_every_benchmark_and_every_command():
+    """docs/guide.md names each benchmark `compclip benchmarks` lists (as its `--benchmark` name), each command of
+    `compclip --help` in its command-line reference, and each subcommand of a group (`compclip data download`)."""
+    from typer.testing import CliRunner
+
+    from compclip.cli import app
+
+    def output(*args: str) -> str:  # the app as `compclip ARGS` runs it, in this process: no start-up per command
+        return CliRunner().invoke(app, list(args), env={"HF_HUB_OFFLINE": "1", "COLUMNS": "200"}).output
+
+    guide = GUIDE.read_text(encoding="utf-8")
+    reference = guide.split("## Command line\n", 1)[1].split("\n## ", 1)[0]
+    benchmarks = [line.split()[0] for line in output("benchmarks").splitlines() if line and not line[0].isspace()]
+    commands = listed(output("--help"))
+    groups = sorted(group.name for group in app.registered_groups)
+    subcommands = [f"{group} {sub}" for group in groups for sub in listed(output(group, "--help"))]
+    assert len(benchmarks) >= 20 and {"valse", "eqben", "recipes", "data download"} <= {*benchmarks, *commands, *subcommands}
+    assert not [b for b in benchmarks if f"`{b}`" not in guide], "benchmarks the guide does not name"
+    assert not [c for c in commands if f"compclip {c}" not in reference], "commands the guide's command-line reference omits"
+    assert not [c for c in subcommands if f"compclip {c}" not in guide], "subcommands the guide does not name"
+
+
+def test_data_download_help_names_every_benchmark_with_a_public_download():
+    """`compclip data download --help` names every benchmark whose module declares public files to fetch (`assets`), and
+    the COCO files several benchmarks share."""
+    from compclip.eval import REGISTRY
+    from compclip.eval.download import COCO
+
+    declared = [name for name, bench in REGISTRY.items() if bench.assets] + list(COCO)
+    said = " ".join(compclip("data", "download", "--help").stdout.split())
+    assert {"valse", "imagecode", "sugarcrepe"} <= set(declared)
+    assert not [name for name in declared if not re.search(rf"(?<![\w-]){name}(?![\w-])", said)], said
+
+
+def test_each_benchmark_with_a_download_says_so_in_its_data_line():
+    """`compclip benchmarks`: the data line of each benchmark whose module declares public files names the command that
+    fetches them, where a user reads where the files go."""
+    from typer.testing import CliRunner
+
+    from compclip.cli import app
+    from compclip.eval import REGISTRY
+
+    lines = CliRunner().invoke(app, ["benchmarks"], env={"HF_HUB_OFFLINE": "1"}).output.splitlines()
+    data = {name: lines[lines.index(head) + 1] for name in REGISTRY.names() for head in lines if head.split(" ")[0] == name}
+    fetched = [name for name, bench in REGISTRY.items() if bench.assets]
+    assert {"valse", "imagecode"} <= set(fetched)
+    assert not [name for name in fetched if f"`compclip data download {name}`" not in data[name]], data

@@ -3,6 +3,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import pytest
 from PIL import Image
 
 from compclip.plots import distinct_colours, grouped_bars
@@ -119,3 +120,36 @@ def test_a_panel_is_labelled_by_its_run_and_step_where_it_is_a_runs_checkpoint(t
     for name in ("runs/c2lip/checkpoints/step_03x", "runs/c2lip/checkpoints/300"):  # no step folder: the name as given
         assert model_label(name) == name
     assert model_label("ViT-B-16") == "ViT-B-16" and model_label(str(tmp_path)) == tmp_path.name  # a folder: its last part
+
+
+@pytest.mark.parametrize("names", [
+    [f"runs/c2lip-vitb16-cc3m-seed{i}/checkpoints/step_0001000" for i in range(10)],
+    ["/scratch/project/compositionality/runs/c2lip-vitb16-cc3m-lr1e-5-batch768-warmup500-seed0/checkpoints/step_0001000"
+     "/exported/open_clip"],  # one name wider than the figure
+], ids=["ten-run-folders", "one-name-wider-than-the-figure"])
+def test_the_legend_of_long_model_names_stays_inside_the_saved_figure(tmp_path, monkeypatch, names):
+    """The summary figure `compclip report` writes, models named by their run folders: the legend, measured by
+    matplotlib's renderer, lies within the figure, and the saved image's border is bare background (a legend cut off at
+    an edge would cross it). Names that fit the figure's width wrap into rows rather than widen it, and the rows take no
+    height from the bars: the axes are as tall as those of one model named "m"."""
+    import matplotlib.pyplot as plt
+
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)  # keeps each figure open to measure it once it is saved
+    for models in (["m"], names):
+        df = pd.DataFrame({"SC add": [50.0 + i for i in range(len(models))], "ZS mean": [40.0] * len(models)}, index=models)
+        path = grouped_bars(df, "summary", tmp_path / f"summary-{len(kept)}.png")
+    alone, figure = kept
+    for drawn in kept:
+        drawn.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    assert figure.axes[0].get_window_extent(renderer).height == pytest.approx(alone.axes[0].get_window_extent().height, abs=1)
+    (legend,) = figure.legends
+    box, frame = legend.get_window_extent(renderer), figure.bbox
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, (box, frame)
+    assert [t.get_text() for t in legend.get_texts()] == names
+    if len(names) > 1:
+        assert figure.get_figwidth() == 6.0  # the summary's width for two columns of bars
+    picture = np.asarray(Image.open(path).convert("RGB")).astype(int)
+    border = np.concatenate([picture[0], picture[-1], picture[:, 0], picture[:, -1]])
+    assert (border >= 250).all(), "something is drawn across the image's edge"

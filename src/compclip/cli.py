@@ -675,8 +675,10 @@ app.add_typer(data_app, name="data")
 
 @data_app.command("download")
 def data_download(
-    name: str = typer.Argument(..., metavar="NAME", help="A benchmark whose files have pinned checksums (sugarcrepe, "
-                                                         "sugarcrepe_pp), coco_val2017 or coco_captions."),
+    name: str = typer.Argument(..., metavar="NAME", help="A benchmark whose public files have pinned checksums: imagecode "
+                                                         "and valse (their annotations: `compclip benchmarks` says where each "
+                                                         "image set comes from), sugarcrepe, sugarcrepe_pp; or coco_val2017, "
+                                                         "coco_captions."),
     data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help="Benchmark data root (or COMPCLIP_DATA)."),
 ) -> None:
     """Fetch a dataset's official public files: resumable, verified by SHA-256.

@@ -33,13 +33,29 @@ def distinct_colours(n: int) -> list:
     return [tuple(c) for c in plt.get_cmap("turbo")(np.linspace(0.05, 0.95, n))]
 
 
-LEGEND_COLUMNS = 6  # at most, below the axes; a figure grows by a legend row every this many models
+LEGEND_COLUMNS = 6  # at most, below the axes
+LEGEND_MARGIN = 0.15  # inches the legend keeps from each side of the figure (the constrained layout's padding and more)
 
 
-def _legend_below(fig, models: int) -> None:
-    """The legend under the axes, a column per model up to `LEGEND_COLUMNS` (the figure is laid out `constrained`, so it
-    is never clipped and never over the data)."""
-    fig.legend(loc="outside lower center", ncol=max(1, min(models, LEGEND_COLUMNS)), fontsize=8)  # matplotlib < 3.8: ncol 0 fails
+def _legend_below(fig) -> None:
+    """The legend under the axes, in as many columns (up to `LEGEND_COLUMNS`) as the figure's width holds, the figure
+    made taller by the legend's height, and wider where a single entry is wider than it: with the `constrained` layout
+    the legend is then never clipped and never over the data, however many models and however long their names (run
+    folders as labels). Sizes are measured by the renderer, so they hold at any dpi the figure is saved at."""
+    handles, labels = [], []
+    for ax in fig.axes:
+        found = ax.get_legend_handles_labels()
+        handles, labels = handles + found[0], labels + found[1]
+    renderer = fig.canvas.get_renderer()
+    room = fig.bbox.width - 2 * LEGEND_MARGIN * fig.dpi
+    for columns in range(max(1, min(len(labels), LEGEND_COLUMNS)), 0, -1):  # a legend's columns are laid out when it is made
+        legend = fig.legend(handles, labels, loc="outside lower center", ncol=columns, fontsize=8)
+        if columns == 1 or legend.get_window_extent(renderer).width <= room:
+            break
+        legend.remove()
+    box = legend.get_window_extent(renderer)
+    fig.set_figwidth(max(fig.get_figwidth(), box.width / fig.dpi + 2 * LEGEND_MARGIN))
+    fig.set_figheight(fig.get_figheight() + box.height / fig.dpi)
 
 
 def grouped_bars(df, title: str, out: str | Path) -> Path:
@@ -51,8 +67,7 @@ def grouped_bars(df, title: str, out: str | Path) -> Path:
     import pandas as pd
 
     df = df.apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
-    rows = math.ceil(len(df) / LEGEND_COLUMNS)
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(df.columns) + 2), 3.2 + 0.2 * rows), layout="constrained")
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(df.columns) + 2), 3.0), layout="constrained")  # the legend's height added
     width = 0.8 / max(1, len(df))
     for i, ((model, row), colour) in enumerate(zip(df.iterrows(), distinct_colours(len(df)), strict=True)):
         ax.bar([x + i * width for x in range(len(df.columns))], row.values, width, label=str(model), color=colour)
@@ -60,7 +75,7 @@ def grouped_bars(df, title: str, out: str | Path) -> Path:
     ax.set_xticklabels(df.columns, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("%")
     ax.set_title(title)
-    _legend_below(fig, len(df))
+    _legend_below(fig)
     return _save(fig, out)
 
 
@@ -95,8 +110,7 @@ def split_bars(values, low, high, counts: dict[str, str], chance: dict[str, floa
     repeats = [c for c in means if any(values[o].equals(values[c]) for o in columns[: columns.index(c)])]
     values, low, high = (f.drop(columns=repeats) for f in (values, low, high))
     models, splits = len(values), list(values.columns)
-    rows = math.ceil(models / LEGEND_COLUMNS)
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(splits) + 2), 3.6 + 0.2 * rows), layout="constrained")
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(splits) + 2), 3.4), layout="constrained")  # the legend's height added
     width = 0.8 / max(1, models)
     for i, ((model, row), colour) in enumerate(zip(values.iterrows(), distinct_colours(models), strict=True)):
         xs = np.arange(len(splits)) + i * width
@@ -122,7 +136,7 @@ def split_bars(values, low, high, counts: dict[str, str], chance: dict[str, floa
     tops = [top for top in (values.max().max(), high.max().max(), *lines) if np.isfinite(top)]
     ax.set_ylim(0, axis_top(max(tops, default=math.nan)))
     ax.set_title(title)
-    _legend_below(fig, models + bool(chance))
+    _legend_below(fig)
     return _save(fig, out, FIGURE_FORMATS)
 
 
@@ -248,7 +262,7 @@ def interval_bars(numbers: dict[str, dict[str, dict[str, list]]], columns: list[
     splits = sorted({s for by in numbers.values() for s in by}, key=lambda s: (s != "seen", s))
     colours = distinct_colours(len(models))
     width = 0.84 / (len(models) * len(splits))
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * len(columns) + 1), 4.4), layout="constrained")
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * len(columns) + 1), 4.0), layout="constrained")  # the legend's height added
     for m, model in enumerate(models):
         for k, split in enumerate(splits):
             xs, means, halves = [], [], []
@@ -268,5 +282,5 @@ def interval_bars(numbers: dict[str, dict[str, dict[str, list]]], columns: list[
     ax.set_ylim(0, 100)
     ax.grid(axis="y", alpha=0.3)
     ax.set_title(title, fontsize=10)
-    _legend_below(fig, len(models))
+    _legend_below(fig)
     return _save(fig, out)

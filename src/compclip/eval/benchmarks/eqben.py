@@ -48,8 +48,9 @@ class EqBen(Benchmark):
     splits = SUBSETS
     Options = Options
     spectrum = "eqben"  # the group score of each of the five sources, Kubric's three subsets averaged into one
-    layout = ("EqBen: the README's public subset (eqben_vllm.zip: all_select.json and images/) unzipped into DATA_ROOT/eqben/, "
-              "or the full annotation there (--bench-opt eqben.annotation=FILE) with the images in DATA_ROOT/eqben/images/")
+    layout = ("EqBen: the README's public subset (eqben_vllm.zip: all_select.json and images/; the README's 'small EqBen "
+              "subset' link, docs/data.md) unzipped into DATA_ROOT/eqben/, or the full annotation there (--bench-opt "
+              "eqben.annotation=FILE) with the images in DATA_ROOT/eqben/images/ (the README's Google Cloud links)")
 
     def spectrum_parts(self, metrics):
         group = {s: acc_of(metrics, s, "group") for s in self.splits}

@@ -45,8 +45,9 @@ class ImageCoDe(Benchmark):
     splits = SPLITS
     ties = "clip_benchmark"  # the release's argsort of ten scores: the first of equal top scores is chosen
     spectrum = "imagecode"  # one accuracy over every item, static and video (an item-weighted mean of the two)
-    layout = ("ImageCoDe: data/valid_data.json of github.com/McGill-NLP/imagecode in DATA_ROOT/imagecode/data/, the image "
-              "sets (Zenodo's image-sets.zip) unzipped there: DATA_ROOT/imagecode/data/<set>/img<N>.jpg")
+    layout = ("ImageCoDe: data/valid_data.json of github.com/McGill-NLP/imagecode in DATA_ROOT/imagecode/data/ (`compclip "
+              "data download imagecode`), the image sets (https://zenodo.org/record/6518944/files/image-sets.zip, the README's) "
+              "unzipped there: DATA_ROOT/imagecode/data/<set>/img<N>.jpg")
     assets = (Asset(VALID[0], "imagecode/data/valid_data.json", VALID[1]),)
 
     def spectrum_parts(self, metrics):

@@ -37,7 +37,8 @@ class SPEC(Benchmark):
     ties = "clip_benchmark"  # the release's argmax
     splits = SUBSETS
     layout = ("SPEC: the Hub dataset wjpoom/SPEC's data.zip extracted into DATA_ROOT/spec/ (a folder a subset: "
-              "image2text.json, text2image.json and their images)")
+              "image2text.json, text2image.json and their images): `huggingface-cli download wjpoom/SPEC data.zip --repo-type "
+              "dataset --local-dir DATA_ROOT/spec`, then `unzip DATA_ROOT/spec/data.zip -d DATA_ROOT/spec`")
 
     def kind_of(self, split):
         return KINDS.get(split.rsplit("_", 1)[0] if split.endswith(("_i2t", "_t2i")) else split)

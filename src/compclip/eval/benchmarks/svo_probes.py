@@ -74,7 +74,8 @@ class SVOProbes(Benchmark):
     Options = Options
     spectrum = "svo_probes"  # the mean of the subject, verb and object negatives, each scored pairwise
     layout = ("SVO-Probes: svo_probes.csv of github.com/google-deepmind/svo_probes in DATA_ROOT/svo_probes/, its images "
-              "(URLs in image_urls.txt) downloaded into DATA_ROOT/svo_probes/images/<image id>.jpg")
+              "(URLs in image_urls.txt, many of which no longer answer, and no archive is published: rows whose images are not "
+              "there are counted missing) downloaded into DATA_ROOT/svo_probes/images/<image id>.jpg")
 
     def spectrum_parts(self, metrics):
         official = any(isinstance(metrics.get(s), dict) and "pos_acc" in metrics[s] for s in self.splits)

@@ -71,9 +71,10 @@ class VALSE(Benchmark):
     task = "image_caption_selection"
     splits = tuple(INSTRUMENTS)
     spectrum = "valse"  # the mean of the seven pieces, each the mean of its instruments
-    layout = ("VALSE: github.com/Heidelberg-NLP/VALSE cloned into DATA_ROOT/valse/ (its data/*.json), each instrument's "
-              "images where its config.py puts them under DATA_ROOT/valse/data/ (visual7w/images, plurals/test_images, "
-              "relations/test_images, actions/images_512, coref/...), FOIL-it!'s COCO val2014 in DATA_ROOT/coco/val2014/")
+    layout = ("VALSE: github.com/Heidelberg-NLP/VALSE cloned into DATA_ROOT/valse/ (its data/*.json: `compclip data download "
+              "valse`), each instrument's images, from its own source (Visual7W, COCO 2017, SWiG, VisDial: docs/data.md), where "
+              "its config.py puts them under DATA_ROOT/valse/data/ (visual7w/images, plurals/test_images, relations/test_images, "
+              "actions/images_512, coref/...), FOIL-it!'s COCO val2014 in DATA_ROOT/coco/val2014/")
     misplaced = (("valse/existence.json", "the instrument files go in valse/data/, as the repository lays them out"),)
     assets = tuple(Asset(f"{SOURCE}/{file}", f"valse/data/{file}", sha) for file, sha in SHA256.items())  # the JSONs; not the images
 
