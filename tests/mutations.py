@@ -1449,6 +1449,20 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_cli.py -k data_download_help"),
     (B + "imagecode.py", 'DATA_ROOT/imagecode/data/ (`compclip "', 'DATA_ROOT/imagecode/data/ ("', "tests/test_cli.py -k data_line"),
     (B + "valse.py", 'data/*.json: `compclip data download "', 'data/*.json: "', "tests/test_cli.py -k data_line"),
+    # a registry id with -gelu runs its file under plain GELU, the result records it, and report --paper compares it with the row's
+    ("models/released/__init__.py", "return Resolved(entry.architecture, str(_state_dict_file(",
+     "return Resolved(entry.model, str(_state_dict_file(", R + "gelu_after_its_id"),
+    ("models/released/__init__.py", "        return with_plain_gelu(entries[name.removesuffix(GELU_SUFFIX)])",
+     "        return entries[name.removesuffix(GELU_SUFFIX)]", R + "gelu_after_its_id"),
+    ("eval/run.py", '("name", "released", "activation")', '("name", "released")', R + "gelu_after_its_id"),
+    ("eval/report.py", 'r.get("activation") or get_released(entry.id).activation', "get_released(entry.id).activation",
+     "tests/test_papers.py -k plain_gelu"),
+    ("eval/report.py", "if wanted and ran and ran != wanted]", "if wanted and ran and ran != wanted and wanted == 'gelu']",
+     "tests/test_papers.py -k plain_gelu"),
+    ("eval/report.py", "for label, theirs in ran.items() if theirs]", "for label, theirs in ran.items() if theirs == ['gelu']]",
+     "tests/test_papers.py -k plain_gelu"),
+    ("eval/papers/clic.json", '"class folders",\n            "imagenet1k"\n',
+     '"class folders",\n            "imagenet1k",\n            "wds"\n', "tests/test_papers.py -k wds_sets"),
 ]
 
 

@@ -107,11 +107,11 @@ def test_the_report_marks_a_value_computed_by_another_protocol(tmp_path):
     zs = {name: {"acc": 0.5 + i / 100, "subset": 1000, "subset_seed": 1, **theirs} for i, name in enumerate(ten)}
     coco = {"text_retrieval_recall@5": 0.8, "image_retrieval_recall@5": 0.6}
     same = result_folder(tmp_path, "same", {
-        "zeroshot": {**zs, "imagenet": {"acc": 0.6}},
+        "zeroshot": {**zs, "imagenet": {"acc": 0.6, "layout": "class folders"}},
         "retrieval": {"mscoco_captions": {**coco, "layout": "coco_karpathy_test_2017.json"}},
     }, options={"zeroshot": {"subset": 1000}, "retrieval": {"captions": "pre_caption"}})
     other = result_folder(tmp_path, "other", {
-        "zeroshot": {**zs, "imagenet": {"acc": 0.6, "subset": 1000, "subset_seed": 1}},
+        "zeroshot": {**zs, "imagenet": {"acc": 0.6, "subset": 1000, "subset_seed": 1, "layout": "class folders"}},
         "retrieval": {"mscoco_captions": {**coco, "layout": "coco_test_karpathy.json"}},
     }, options={"zeroshot": {"subset": 1000, "subset_skip": ""}})
     for folder, ties in ((same, "strict"), (other, "clip_benchmark")):  # CLIP_benchmark's argmax where the paper ran the official rule
@@ -272,3 +272,62 @@ def test_a_copied_seed_folder_is_one_run_and_a_one_split_results_protocol_is_mar
     assert json.loads((tmp_path / "seed-1" / "sugarcrepe-swap_att.json").read_text())["weights_sha256"]
     assert frame.loc["SC swap att", "mine runs"] == 1
     assert frame.loc["SC swap att", "argmax protocol"] == "ties=clip_benchmark (paper: strict)"
+
+
+def released_run(root, name, released, activation=None):
+    """The results of `compclip eval --model ID` of one released checkpoint: SugarCrepe's swap_att and its swap family,
+    recording the entry's id and, unless None (an earlier compclip's result), the activation it ran."""
+    folder = result_folder(root, name, {"sugarcrepe": {"swap_att": {"acc": 0.7, "n": 666}, "swap": {"acc": 0.7}}})
+    record = json.loads((folder / "sugarcrepe.json").read_text())
+    record.update(released=released, **({"activation": activation} if activation else {}))
+    (folder / "sugarcrepe.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_a_row_published_with_plain_gelu_says_so_and_marks_a_run_of_the_other_activation(tmp_path):
+    """C2LIP's NegCLIP row was scored with plain GELU (the row declares it, with its evidence): beside it a QuickGELU run
+    of the same weights is marked ≠ naming the id that runs GELU, a GELU run (`negclip-b32-gelu`) is not, and a note beside
+    the row says which ran which. CLIC's NegCLIP row was scored with the QuickGELU the weights were trained with: there the
+    GELU run is the one marked. A result of an earlier compclip, which records no activation, ran the registry's QuickGELU."""
+    from compclip.eval.report import load_results
+
+    quick, gelu = released_run(tmp_path, "quick", "negclip-b32", "quickgelu"), released_run(tmp_path, "gelu", "negclip-b32", "gelu")
+    earlier = released_run(tmp_path, "earlier", "negclip-b32")
+    results = load_results([quick, gelu, earlier])
+    frame, about, not_run = paper_comparison(results, "c2lip", "NegCLIP")
+    marked = "activation=quickgelu (paper: gelu, --model negclip-b32-gelu)"
+    assert frame.loc["SC swap att", "quick protocol"] == frame.loc["SC swap att", "earlier protocol"] == marked
+    assert frame.loc["SC swap att", "gelu protocol"] == "" and frame.loc["SC swap att", "gelu"] == pytest.approx(70.0)
+    text = paper_markdown(frame, about, not_run)
+    assert "| SC swap att | Table 3 | 75.4 | 70.0 ≠ | -5.4 | 70.0 | -5.4 | 70.0 ≠ | -5.4 |" in text
+    note = next(line for line in text.splitlines() if line.startswith("Note on this row: Table 3's"))
+    assert note.startswith("Note on this row: Table 3's numbers of this row were computed with plain GELU (ImageNet 55.7 in Table 2")
+    assert note.endswith("--model negclip-b32-gelu scores the weights so; quick ran QuickGELU (≠); gelu ran plain GELU; "
+                         "earlier ran QuickGELU (≠).")
+    frame, about, not_run = paper_comparison(results, "clic", "NegCLIP")
+    assert frame.loc["SC swap", "gelu protocol"] == "activation=gelu (paper: quickgelu, --model negclip-b32)"
+    assert frame.loc["SC swap", "quick protocol"] == frame.loc["SC swap", "earlier protocol"] == ""
+    assert not any(line.startswith("Note on this row: Table") for line in paper_markdown(frame, about, not_run).splitlines())
+    # another checkpoint's results beside the row are another model, not another activation of its weights
+    other, _, _ = paper_comparison(load_results([released_run(tmp_path, "ce", "ce-clip-b32", "quickgelu")]), "c2lip", "NegCLIP")
+    assert other.loc["SC swap att", "ce protocol"] == ""
+
+
+def test_a_column_read_from_clip_benchmarks_wds_sets_is_marked_where_the_paper_read_other_files(tmp_path):
+    """CLIC's ImageNet is its own ImageFolder over the validation class folders and its retrieval BLIP's file under
+    pre_caption: CLIP_benchmark's wds sets (layout `wds`) are marked ≠ there. C2LIP's ImageNet is CLIP_benchmark's own,
+    which its wds set is too: not marked."""
+    from compclip.eval.report import load_results
+
+    coco = {"text_retrieval_recall@5": 0.8, "image_retrieval_recall@5": 0.6}
+    folders = result_folder(tmp_path, "folders", {"zeroshot": {"imagenet": {"acc": 0.6, "layout": "class folders"}}})
+    wds = result_folder(tmp_path, "wds", {"zeroshot": {"imagenet": {"acc": 0.6, "layout": "wds"}},
+                                          "retrieval": {"mscoco_captions": {**coco, "layout": "wds"}}},
+                        options={"retrieval": {"captions": "pre_caption"}})
+    frame, about, not_run = paper_comparison(load_results([folders, wds]), "clic", "CLIC-LAION")
+    assert frame.loc["ImageNet", "wds protocol"] == "imagenet layout=wds (paper: class folders or imagenet1k)"
+    assert frame.loc["ImageNet", "folders protocol"] == ""
+    assert frame.loc["MSCOCO text retrieval R@5", "wds protocol"] == "mscoco_captions layout=wds (paper: coco_karpathy_test_2017.json)"
+    assert "| ImageNet | Table 2 | 61.7 | 60.0 | -1.7 | 60.0 ≠ | -1.7 |" in paper_markdown(frame, about, not_run)
+    c2lip, _, _ = paper_comparison(load_results([wds]), "c2lip")
+    assert c2lip.loc["ImageNet", "wds protocol"] == ""

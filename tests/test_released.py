@@ -168,6 +168,50 @@ def test_a_released_id_scores_exactly_as_its_file_under_the_registered_architect
                         r"load recorded in .+\n", err), err
 
 
+def test_an_openai_fine_tune_with_gelu_after_its_id_runs_its_file_under_plain_gelu(hub_cache, swap_att, tmp_path, capsys):
+    """`negclip-b32-gelu`: NegCLIP's file under open_clip's ViT-B-32, as its release's own loader builds it and C2LIP's
+    row was scored: each residual block's activation torch's GELU, every embedding open_clip's own ViT-B-32's with the
+    same weights; `negclip-b32` stays QuickGELU. Its results record the activation they ran, in a folder of their own
+    name, and `report --paper c2lip` sets them beside the row unmarked, saying they ran its activation."""
+    import open_clip
+    from open_clip.transformer import QuickGELU
+
+    from compclip.eval.sweep import folder_name
+    from compclip.models import load_model
+
+    file = _negclip(hub_cache)
+    reference = open_clip.create_model("ViT-B-32").eval()
+    reference.load_state_dict(torch.load(file, weights_only=True)["state_dict"])
+    gelu, quick = load_model("negclip-b32-gelu")[0], load_model("negclip-b32")[0]
+    activations = lambda m: {type(b.mlp.gelu) for tower in (m.visual.transformer, m.transformer) for b in tower.resblocks}  # noqa: E731
+    assert activations(gelu) == {torch.nn.GELU} and activations(quick) == {QuickGELU}
+    torch.manual_seed(0)
+    inputs = {"encode_image": torch.randn(2, 3, 224, 224), "encode_text": open_clip.tokenize(["a red dog", "a blue cat"])}
+    with torch.no_grad():
+        for encode, x in inputs.items():
+            assert torch.equal(getattr(gelu, encode)(x), getattr(reference, encode)(x)), encode
+            assert not torch.allclose(getattr(quick, encode)(x), getattr(reference, encode)(x), atol=1e-4), encode
+    assert folder_name("negclip-b32-gelu") != folder_name("negclip-b32")  # a sweep of both writes two folders
+    out = tmp_path / folder_name("negclip-b32-gelu")
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "negclip-b32-gelu", "--benchmark", "sugarcrepe/swap_att",
+                            "--data-root", swap_att, "--workers", "0", "--out", out)
+    assert code == 0, err[-3000:]
+    record = json.loads((out / "sugarcrepe-swap_att.json").read_text())
+    assert (record["model"], record["released"], record["activation"]) == ("ViT-B-32", "negclip-b32", "gelu")
+    code, _, err = run_main(capsys, "report", out, "--paper", "c2lip", "--out", tmp_path / "report")
+    assert code == 0, err[-2000:]
+    text = (tmp_path / "report" / "paper.md").read_text()
+    assert "scores the weights so; negclip-b32-gelu ran plain GELU." in text and "activation=" not in text
+
+
+def test_gelu_after_an_id_that_runs_no_quickgelu_file_is_one_line(hub_cache, swap_att, tmp_path, capsys):
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "siglip-b16-webli-gelu", "--benchmark", "sugarcrepe/swap_att",
+                            "--data-root", swap_att, "--workers", "0", "--out", tmp_path / "out")
+    assert code == 2 and err == ("error: siglip-b16-webli-gelu: -gelu loads the weights file of a QuickGELU entry (an OpenAI "
+                                 "fine-tune's, as negclip-b32) under plain GELU; siglip-b16-webli loads as ViT-B-16-SigLIP, and has "
+                                 "no GELU variant\n"), err
+
+
 def test_a_transformers_entry_scores_as_its_hub_id_with_the_score_its_row_used(hub_cache, swap_att, tmp_path, capsys):
     """OC-CLIP's BLIP row: a tiny random BLIP retrieval model at the real repository's cache path, scored by the id as by
     `--model hf:Salesforce/blip-itm-base-coco --blip-score itm+itc` (ARO's score, which OC-CLIP quotes)."""

@@ -291,6 +291,65 @@ def record_differences(record: dict[str, Any], spec: dict[str, Any]) -> list[str
     return found
 
 
+ACTIVATIONS = {"gelu": "plain GELU", "quickgelu": "QuickGELU"}  # a row's or a result's `activation`, as the report says it
+
+
+def row_entry(paper: str, model: str):
+    """The registry entry whose weights are the `paper`'s row `model` (`Released.rows`), or None where none is."""
+    from ..models.released import get_released, list_released
+
+    return next((entry for entry in map(get_released, list_released()) if [paper, model] in entry.rows), None)
+
+
+def row_activation(row: dict[str, Any], entry) -> str | None:
+    """The activation the row's published numbers were computed with: the one it declares (`activation.ran`, with the
+    evidence), else that of the registry's loading of its weights (None where the registry chooses none)."""
+    return row.get("activation", {}).get("ran") or (entry.activation if entry is not None else None)
+
+
+def activations_run(records: dict[str, dict[str, Any]], entry) -> list[str]:
+    """The activations one model's results ran `entry`'s weights with (`eval --model ID` records `activation`; a result
+    of an earlier compclip, which had no `-gelu` ids, ran the entry's own); none where they scored other weights."""
+    from ..models.released import get_released
+
+    if entry is None:
+        return []
+    mine = [r for r in records.values() if r.get("released") == entry.id]
+    return list(dict.fromkeys(r.get("activation") or get_released(entry.id).activation for r in mine))
+
+
+def activation_command(entry, activation: str) -> str:
+    """The `--model` that runs `entry`'s weights with `activation`: its id, or its id with `-gelu` after it."""
+    from ..models.released import GELU_SUFFIX
+
+    return f"--model {entry.id}{GELU_SUFFIX if activation == 'gelu' else ''}"
+
+
+def activation_differences(records: dict[str, dict[str, Any]], row: dict[str, Any], entry) -> list[str]:
+    """How one model's run of the row's weights differs in activation from the row's published numbers, with the id
+    that runs the row's: "activation=quickgelu (paper: gelu, `--model negclip-b32-gelu`)"."""
+    wanted = row_activation(row, entry)
+    return [f"activation={ran} (paper: {wanted}, {activation_command(entry, wanted)})" for ran in activations_run(records, entry)
+            if wanted and ran and ran != wanted]
+
+
+def activation_notes(rows: list[dict[str, Any]], entry, results, runs: dict[str, list[str]]) -> list[str]:
+    """A note for the rows that declare the activation their numbers were computed with: which, the evidence, the id that
+    runs it, and which of the models that scored these weights ran it (≠ beside those that did not)."""
+    ran = {label: list(dict.fromkeys(a for m in members for a in activations_run(results[m], entry))) for label, members in runs.items()}
+    notes = []
+    for row in rows:
+        declared = row.get("activation")
+        if not declared:
+            continue
+        said = [f"{label} ran {' and '.join(ACTIVATIONS[a] for a in theirs)}{'' if theirs == [declared['ran']] else ' (≠)'}"
+                for label, theirs in ran.items() if theirs]
+        command = f"; {activation_command(entry, declared['ran'])} scores the weights so" if entry is not None else ""
+        notes.append(f"{row['table']}'s numbers of this row were computed with {ACTIVATIONS[declared['ran']]} ({declared['evidence']})"
+                     f"{command}; {'; '.join(said) if said else 'none of yours scored these weights'}")
+    return notes
+
+
 def paper_comparison(results, paper: str, model: str | None = None,
                      runs: dict[str, list[str]] | None = None) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
     """Each column the paper reports for `model` (default: its own method's row): the paper's value, each result's, the
@@ -309,25 +368,27 @@ def paper_comparison(results, paper: str, model: str | None = None,
     if not rows:
         models = ", ".join(dict.fromkeys(r["model"] for r in numbers["rows"]))
         raise UsageError(f"--paper-model {model!r}: the {paper} paper has no such row; its rows: {models}")
-    wanted = {col: (value, row["table"]) for row in rows for col, value in row["values"].items()}
+    wanted = {col: (value, row) for row in rows for col, value in row["values"].items()}
+    entry = row_entry(paper, model)
     table, not_run, unreachable = {}, [], {}
-    for col, (value, source) in wanted.items():
+    for col, (value, row) in wanted.items():
         if columns[col].get("reproducible", True) is False:
             unreachable[col] = columns[col]["why"]
             continue
-        line: dict[str, Any] = {"paper": value, "table": source}
+        line: dict[str, Any] = {"paper": value, "table": row["table"]}
         for label, members in runs.items():
             scored = [(m, v) for m in members if not math.isnan(v := column_result(results[m], columns, col))]
             mine, half = interval([v for _, v in scored]) if scored else (math.nan, math.nan)
             line[label], line[f"{label} ±"], line[f"{label} − paper"], line[f"{label} runs"] = mine, half, mine - value, len(scored)
-            differences = (d for m, _ in scored for d in protocol_differences(results[m], columns, col))
+            differences = (d for m, _ in scored for d in [*protocol_differences(results[m], columns, col),
+                                                          *activation_differences(results[m], row, entry)])
             line[f"{label} protocol"] = "; ".join(dict.fromkeys(differences))
         if all(math.isnan(column_result(r, columns, col)) for r in results.values()):
             not_run.append(col)
         table[col] = line
     frame = pd.DataFrame.from_dict(table, orient="index")
     frame.index.name = "column"
-    notes = [r["note"] for r in rows if r.get("note")]
+    notes = [r["note"] for r in rows if r.get("note")] + activation_notes(rows, entry, results, runs)
     assumed = {col: columns[col]["assumed"] for col in table if columns[col].get("assumed")}  # compclip's reading of a silent paper
     averaged = [r["table"] for r in rows if "\\pm" in r["line"]]  # the paper's row printed as mean ± spread over its runs
     from ..recipes import get_recipe, list_recipes

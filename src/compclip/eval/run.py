@@ -236,8 +236,9 @@ def _evaluate(cfg: EvalConfig, pixels: SweepPixels | None, device: str, jobs, ro
     weights = weights_sha256(scorer.model)  # of the file as loaded: a checkpoint replaced meanwhile is not named by its successor
     # `pretrained` a string always, as CLIP_benchmark writes it (`clip_benchmark build` joins it to the model's name)
     head = {"model": model, "pretrained": pretrained or "", "weights_sha256": weights, "precision": precision}
-    if is_released(model_name(cfg.model)):  # the papers' rows it is (`report --paper` sets it beside them)
-        head["released"] = get_released(model_name(cfg.model)).id
+    if is_released(model_name(cfg.model)):  # the papers' rows it is, and the activation it ran (`report --paper` compares both)
+        entry = get_released(model_name(cfg.model))
+        head.update(released=entry.id, **({"activation": entry.activation} if entry.activation else {}))
     records = run_jobs(scorer, jobs, root, made, head, cfg.ties, cfg.blind, out,
                        before_write=lambda: refuse_another_models(out, model, pretrained, weights, cfg.force))
     report(records, out, cfg)
@@ -352,7 +353,7 @@ def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: di
                                   "weights_sha256": head["weights_sha256"], "task": bench.task, "ties": rule, "ties_option": ties,
                                   "precision": head["precision"], "compclip_version": __version__,
                                   "options": dataclasses.asdict(made[job.name]),
-                                  **{key: head[key] for key in ("name", "released") if key in head}}
+                                  **{key: head[key] for key in ("name", "released", "activation") if key in head}}
         record["departures"] = bench.departures(made[job.name], rule, head["pretrained"], job.splits)
         for departure in record["departures"]:
             log.warning("%s departs from the official protocol: %s", job.label, departure)

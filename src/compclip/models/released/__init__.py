@@ -11,7 +11,10 @@ them (`lora`, merged by `compclip.models.released.lora`), is converted once into
 Each entry cites the release it was read from (`source`) and says what was read and what inferred (`verified`).
 
 `resolve` turns an entry into what `load_model` and the transformers scorers already take, so `--model negclip-b32`
-scores as `--model ViT-B-32-quickgelu --pretrained negclip.pth` does. A weights file is checked against the SHA-256 the
+scores as `--model ViT-B-32-quickgelu --pretrained negclip.pth` does. An OpenAI fine-tune's id with `-gelu` after it
+(`negclip-b32-gelu`, `GELU_SUFFIX`) loads the same file under open_clip's plain-GELU twin of its architecture (`ViT-B-32`
+beside `ViT-B-32-quickgelu`): the activation the releases' own loaders build, and some papers' rows were scored with
+(`compclip report --paper` says which). A weights file is checked against the SHA-256 the
 release publishes, or, where it publishes none, against the one recorded at its first load
 (`$HF_HUB_CACHE/compclip-released/<id>.sha256`): a file that changed is refused, naming both. The hash is recorded only
 once the file has loaded (`Resolved.loaded`), so a download cut short, refused at its load, is never the one held to.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -36,6 +39,8 @@ SOURCE_SHA256, SOURCE_SIZE = "compclip_source_sha256", "compclip_source_size"
 HUB_CONFIG = "open_clip_config.json"  # an `hf-hub:` repository's architecture and preprocessing
 OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")  # what open_clip downloads, in its order
 TRANSFORMERS_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+QUICKGELU = "-quickgelu"  # open_clip's architectures with QuickGELU: `ViT-B-32-quickgelu` beside its GELU twin `ViT-B-32`
+GELU_SUFFIX = "-gelu"  # `<id>-gelu`: an entry's weights file under its architecture's GELU twin (`with_plain_gelu`)
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,20 @@ class Released:
     lora: dict | None = None  # {"rank", "alpha", "layers": patterns of the weights with LoRA}: merged when converted
     blip_score: str | None = None
     unavailable: str | None = None
+    plain_gelu: bool = False  # set by `with_plain_gelu` (`<id>-gelu`), never by an entry's file
+
+    @property
+    def architecture(self) -> str | None:
+        """The open_clip architecture its weights load under: the entry's, or its GELU twin for `<id>-gelu`."""
+        return self.model.removesuffix(QUICKGELU) if self.plain_gelu else self.model
+
+    @property
+    def activation(self) -> str | None:
+        """The activation it runs where the registry chooses one (an OpenAI fine-tune's): "quickgelu", or "gelu" as
+        `<id>-gelu`; None for any other entry (its architecture's own)."""
+        if self.plain_gelu:
+            return "gelu"
+        return "quickgelu" if self.loads_as == "open_clip_file" and self.model.endswith(QUICKGELU) else None
 
 
 def _check(entry: Released, file: str) -> Released:
@@ -75,6 +94,8 @@ def _check(entry: Released, file: str) -> Released:
         lacking.append("hub_repo and hub_file, or url, file and get")
     if entry.lora and not entry.state_dict_key:
         lacking.append("state_dict_key (a LoRA checkpoint is converted from where it keeps its weights)")
+    if entry.plain_gelu:
+        raise ValueError(f"released {file}: plain_gelu is what `{entry.id}{GELU_SUFFIX}` sets, never an entry's field")
     if lacking or (entry.loads_as is not None and entry.unavailable):
         raise ValueError(f"released {file}: lacks {', '.join(lacking)}" if lacking else f"released {file}: loadable and unavailable")
     return entry
@@ -95,19 +116,35 @@ def list_released() -> list[str]:
 
 
 def is_released(name: str) -> bool:
-    """Whether `name` is a registry id (and not a folder of that name, which `model_name` has made a path already)."""
-    return name in _entries() and not Path(name).exists()
+    """Whether `name` is a registry id, or one with `-gelu` after it (and not a folder of that name, which `model_name`
+    has made a path already)."""
+    return (name in _entries() or name.removesuffix(GELU_SUFFIX) in _entries()) and not Path(name).exists()
 
 
 def get_released(name: str) -> Released:
-    """The entry whose id is `name`, or whose name is, case aside; an unknown one is an error naming the closest ids."""
+    """The entry whose id is `name`, or whose name is, case aside; `<id>-gelu` the entry under plain GELU
+    (`with_plain_gelu`); an unknown one is an error naming the closest ids."""
     entries = _entries()
     if name in entries:
         return entries[name]
+    if name.endswith(GELU_SUFFIX) and name.removesuffix(GELU_SUFFIX) in entries:
+        return with_plain_gelu(entries[name.removesuffix(GELU_SUFFIX)])
     by_name = {e.name.casefold(): e for e in entries.values()}
     if name.casefold() in by_name:
         return by_name[name.casefold()]
     raise UsageError(f"no released checkpoint {name!r}{did_you_mean(name, entries, n=3)} (`compclip models` lists them)")
+
+
+def with_plain_gelu(entry: Released) -> Released:
+    """The entry's weights file loaded under its architecture's GELU twin (`negclip-b32-gelu` as `ViT-B-32`): fine-tunes
+    of OpenAI's CLIP were trained with its QuickGELU, but the releases' own loaders (ARO's model_zoo for NegCLIP and
+    CE-CLIP) build them as `ViT-B-32`, and the papers that scored them so published those numbers. The same file, its
+    hash record and its conversion as the entry's; only the activation differs."""
+    if entry.loads_as != "open_clip_file" or not entry.model.endswith(QUICKGELU):
+        runs = f"loads as {entry.model}" if entry.loads_as else "cannot be loaded"
+        raise UsageError(f"{entry.id}{GELU_SUFFIX}: {GELU_SUFFIX} loads the weights file of a QuickGELU entry (an OpenAI "
+                         f"fine-tune's, as negclip-b32) under plain GELU; {entry.id} {runs}, and has no GELU variant")
+    return replace(entry, plain_gelu=True)
 
 
 def cache_root() -> Path:
@@ -159,7 +196,7 @@ def resolve(entry: Released, pretrained: str | None = None) -> Resolved:
     file = _given_file(pretrained) if pretrained else _fetch(entry)
     digest, recorded = _check_hash(entry, file)
     unrecorded = None if recorded else (str(_record(entry)), f"{digest}  {file}\n")
-    return Resolved(entry.model, str(_state_dict_file(entry, file, digest)), unrecorded=unrecorded)
+    return Resolved(entry.architecture, str(_state_dict_file(entry, file, digest)), unrecorded=unrecorded)
 
 
 def _given_file(pretrained: str) -> Path:
@@ -364,5 +401,5 @@ def fetch_list(entry: Released) -> list[tuple[str, Path]]:
     return lacking
 
 
-__all__ = ["HUB_CONFIG", "OPEN_CLIP_WEIGHTS", "Released", "Resolved", "absent_from_hub", "cached", "fetch_list", "get_released",
-           "hand_path", "is_released", "list_released", "offline_command", "resolve"]
+__all__ = ["GELU_SUFFIX", "HUB_CONFIG", "OPEN_CLIP_WEIGHTS", "Released", "Resolved", "absent_from_hub", "cached", "fetch_list",
+           "get_released", "hand_path", "is_released", "list_released", "offline_command", "resolve", "with_plain_gelu"]
