@@ -1463,6 +1463,21 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_papers.py -k plain_gelu"),
     ("eval/papers/clic.json", '"class folders",\n            "imagenet1k"\n',
      '"class folders",\n            "imagenet1k",\n            "wds"\n', "tests/test_papers.py -k wds_sets"),
+    # a recipe's global batch says its cost: past 16 micro-batches refused unless asked for, said at the start; a stop said when it arrives
+    ("train/refusals.py", "cfg.accum_freq <= RECIPE_ACCUMULATION_LIMIT", "cfg.accum_freq < RECIPE_ACCUMULATION_LIMIT",
+     "tests/test_recipes.py -k refused_unless_asked"),
+    ("train/refusals.py", " or cfg.accept_accum or ", " or ", "tests/test_recipes.py -k refused_unless_asked"),
+    ("recipes/__init__.py", '        if "global_batch_size" in given:\n            values["accept_accum"] = True\n', "",
+     "tests/test_recipes.py -k refused_unless_asked"),
+    ("train/trainer.py", "        refuse_long_accumulation(cfg, self.env.world_size)\n", "",
+     "tests/test_recipes.py -k refused_unless_asked"),
+    ("train/trainer.py", "log.info(global_batch(self.cfg, self.env.world_size))", "log.debug(global_batch(self.cfg, self.env.world_size))",
+     "tests/test_recipes.py -k refused_unless_asked"),
+    ("train/config.py", "{cfg.accum_freq} {micro} ", "{cfg.accum_freq} micro-batch ", "tests/test_recipes.py -k refused_unless_asked"),
+    ("train/faults.py", "if self.announce and self.signal is None:", "if False:", "tests/test_train.py -k stop_signal_is_said"),
+    ("train/faults.py", "finishing step {self.checked + 1}", "finishing step {self.checked}", "tests/test_train.py -k stop_signal_is_said"),
+    ("train/faults.py", "        self.checked = step\n", "", "tests/test_train.py -k stop_signal_is_said"),
+    ("train/trainer.py", "StopSignals(announce=self.env.is_main)", "StopSignals()", "tests/test_train.py -k stop_signal_is_said"),
 ]
 
 

@@ -184,7 +184,7 @@ def test_train_with_the_c2lip_recipe_runs_its_optimiser_schedule_and_loss_weight
 
     cfg = TrainConfig.from_given({"recipe": "c2lip-cc3m", "model": "compclip-tiny-siglip", "train_data": str(data),
                                   "concepts": str(tmp_path / "store"), "out": str(tmp_path / "other"), "steps": 200,
-                                  "batch_size": 8, "workers": 0, "dataset_resampled": False})
+                                  "batch_size": 8, "workers": 0, "dataset_resampled": False, "accept_accum": True})
     trainer = Trainer(cfg)
     opt = trainer.optimizer
     assert type(opt) is torch.optim.AdamW and trainer.cfg.accum_freq == 96  # 768 images a step from 8 per micro-batch
@@ -238,6 +238,43 @@ def test_epochs_and_a_global_batch_resolve_to_steps_and_accumulation(tmp_path):
     assert Trainer(config(train_num_samples=8, out=str(tmp_path / "p"))).cfg.steps == 6
     with pytest.raises(UsageError, match="shards do not say how many samples they hold; give --train-num-samples"):
         config().resolved(1, WebDatasetReader(str(tmp_path / "s-{0..1}.tar")).num_records)
+
+
+def test_a_recipes_global_batch_past_16_micro_batches_is_refused_unless_asked_for_and_said_at_the_start(tmp_path, capsys):
+    """occlip-coco-openclip-ft fixes open_clip's global batch of 256: at --batch-size 8 that is 256 / 8 = 32 micro-batches
+    a step, twice the 16 allowed, refused before a folder is written in one line naming the numbers and the ways on
+    (16 micro-batches of 8 are 128 images). --accept-accum trains it, saying its global batch before the first step, on
+    stderr and in train.log; the paper's 256 given as --global-batch-size, and --accum-freq 20 given beside the recipe,
+    are asked for and not refused; 16 micro-batches of 16, the recipe's own batch, are within the limit."""
+    data = make_dataset(tmp_path, n=16)
+    given = ["train", "--recipe", "occlip-coco-openclip-ft", "--model", "compclip-tiny-clip", "--train-data", data, "--steps", "1",
+             "--workers", "0", "--batch-size", "8"]
+    code, _, err = run_main(capsys, "-q", *given, "--out", tmp_path / "refused")
+    assert (code, err) == (2, "error: --recipe occlip-coco-openclip-ft: global batch 256 = 8 per rank × 32 micro-batches × 1 rank: "
+                              "more than 16 micro-batches, each step 32 forward and backward passes before its update; keep the "
+                              "paper's batch knowingly with --global-batch-size 256 (or --accept-accum), or choose a smaller one "
+                              "(--global-batch-size 128: 16 micro-batches) or a larger --batch-size\n")
+    assert not (tmp_path / "refused").exists()
+
+    code, _, err = run_main(capsys, *given, "--out", tmp_path / "accepted", "--accept-accum")
+    assert code == 0, err[-3000:]
+    said = "global batch 256 = 8 per rank × 32 micro-batches × 1 rank"
+    for where in (err, (tmp_path / "accepted" / "train.log").read_text()):
+        lines = where.splitlines()
+        first_step = next(i for i, line in enumerate(lines) if "Train Epoch: " in line)
+        assert [line.endswith(f"compclip.train: {said}") for line in lines[:first_step]].count(True) == 1, where
+    assert json.loads((tmp_path / "accepted" / "config.json").read_text())["accum_freq"] == 32
+
+    def micro_batches(**options):
+        cfg = TrainConfig.from_given({"recipe": "occlip-coco-openclip-ft", "model": "compclip-tiny-clip", "train_data": str(data),
+                                      "out": str(tmp_path / "built"), "workers": 0, **options})
+        return Trainer(cfg).cfg.accum_freq
+
+    assert micro_batches(batch_size=8, global_batch_size=256) == 32
+    assert micro_batches(batch_size=8, accum_freq=20) == 20
+    assert micro_batches(batch_size=16) == 16
+    with pytest.raises(UsageError, match=r"global batch 256 = 4 per rank × 64 micro-batches × 1 rank: more than 16"):
+        micro_batches(batch_size=4)
 
 
 def test_the_schedule_starts_at_the_warmup_rate_and_ends_at_the_floor(tmp_path):

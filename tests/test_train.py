@@ -826,3 +826,32 @@ def test_seeds_train_one_run_each_into_its_own_folder(tmp_path, capsys):
     assert code == 0 and "seed 0: " in out and "had finished" in out
     code, _, err = run_main(capsys, *args[:-1], "0,x")
     assert code == 2 and "--seeds 0,x: give comma-separated whole numbers" in err
+
+
+def test_a_stop_signal_is_said_when_it_arrives_not_when_the_step_ends(tmp_path):
+    """A step of 16 micro-batches lasts a second or more on the tiny model. SIGTERM sent while step 2 runs (its data drawn: the
+    epochs its micro-batches end, logged after step 1's line) is said at once, in one line before step 2's own line, naming
+    the step the run finishes; the run then stops at that step's boundary as before, with a checkpoint and the
+    `preempted:` line of the same step."""
+    data = make_dataset(tmp_path, n=16)
+    cmd = [sys.executable, "-m", "compclip", "train", "--method", "clip", "--model", "compclip-tiny-clip", "--train-data", str(data),
+           "--out", str(tmp_path / "run"), "--steps", "3", "--batch-size", "8", "--accum-freq", "16", "--workers", "0",
+           "--save-every", "1000"]
+    lines, stage = [], "step 1"
+    with subprocess.Popen(cmd, env=env_for_children(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if stage == "step 1" and "Train Epoch: " in line and "[1/3 " in line:
+                stage = "step 2"
+            elif stage == "step 2" and "read 16 samples, skipped none" in line:
+                proc.send_signal(signal.SIGTERM)
+                stage = "sent"
+        proc.wait(timeout=120)
+    err = "\n".join(lines)
+    assert proc.returncode == 75, err[-3000:]
+    said = [i for i, line in enumerate(lines) if line.startswith("stop signal ")]
+    assert [lines[i] for i in said] == ["stop signal SIGTERM received: finishing step 2, then saving"], err[-3000:]
+    step_2 = next(i for i, line in enumerate(lines) if "Train Epoch: " in line and "[2/3 " in line)
+    assert said[0] < step_2, err[-3000:]
+    assert lines[-1] == (f"preempted: SIGTERM at step 2 of 3: checkpoint {tmp_path / 'run' / 'checkpoints' / 'step_0000002'} written; "
+                         "run the same command to resume")

@@ -48,13 +48,17 @@ class Recipe:
 
     def apply(self, given: dict[str, Any]) -> dict[str, Any]:
         """`TrainConfig`'s keyword arguments: the recipe's settings, then the `given` ones over them (method options key by
-        key; a given alternative drops the recipe's: `ALTERNATIVES`; a given model drops the recipe model's weights tag)."""
+        key; a given alternative drops the recipe's: `ALTERNATIVES`; a given model drops the recipe model's weights tag).
+        A global batch given is the user's: its accumulation, however long, is asked for (`accept_accum`), where the
+        recipe's is refused past `RECIPE_ACCUMULATION_LIMIT` micro-batches a step."""
         dropped = {ALTERNATIVES.get(g) for g in given} | ({"pretrained"} if "model" in given else set())
         values = {k: v for k, v in self.settings.items() if k not in dropped}
         options = {**values.get("method_options", {}), **given.get("method_options", {})}
         values.update(given)
         values["method_options"] = options
         values["recipe"] = self.name
+        if "global_batch_size" in given:
+            values["accept_accum"] = True
         if isinstance(values.get("betas"), list):
             values["betas"] = tuple(values["betas"])
         return values

@@ -16,6 +16,9 @@ from ..options import MODEL_HELP, flag_of, option
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "const")
+# A step of more micro-batches than this, reached from a recipe's global batch the user did not ask for, is refused
+# (`refusals.refuse_long_accumulation`): each micro-batch is a forward and backward pass before the step's one update.
+RECIPE_ACCUMULATION_LIMIT = 16
 IMAGE_VIEWS = ("train", "eval")  # open_clip's two preprocessings of a model: `image_transform_v2(..., is_train=)`
 VALIDATION_FIGURES = (*(f"val/{way}_{figure}" for way in ("image_to_text", "text_to_image")  # --val-data's, as open_clip_train
                          for figure in ("mean_rank", "median_rank", "R@1", "R@5", "R@10")), "val/clip_val_loss")  # names them
@@ -59,6 +62,9 @@ class TrainConfig:
     accum_freq: int = option(1, "Micro-batches per optimizer step (features cached, open_clip style).")
     global_batch_size: int | None = option(None, "Images per optimizer step over all processes: sets --accum-freq to reach it from "
                                                  "--batch-size and the number of processes (it must divide evenly).")
+    accept_accum: bool = option(False, "Reach a --recipe's global batch however many micro-batches of --batch-size a step takes: "
+                                       f"more than {RECIPE_ACCUMULATION_LIMIT} are refused without it (a --global-batch-size "
+                                       "given beside the recipe is asked for as well).")
     steps: int = option(1000, "Optimizer steps.")
     epochs: int | None = option(None, "Passes over --train-data: sets --steps to ⌈epochs × samples / global batch⌉.")
     train_num_samples: int | None = option(None, "Samples in one epoch of --train-data (open_clip's flag); needed by --epochs on "
@@ -344,7 +350,7 @@ HELP_GROUPS = {
     "Data": ("train_data", "concepts", "image_key", "caption_key", "field_keys", "image_root", "image_view", "train_num_samples",
              "dataset_resampled", "workers", "shuffle", "min_concept_coverage"),
     "Method": ("method", "recipe", "method_options"),
-    "Optimisation": ("batch_size", "accum_freq", "global_batch_size", "steps", "epochs", "lr", "warmup", "warmup_fraction",
+    "Optimisation": ("batch_size", "accum_freq", "global_batch_size", "accept_accum", "steps", "epochs", "lr", "warmup", "warmup_fraction",
                      "warmup_lr", "min_lr", "schedule", "optimizer", "betas", "eps", "weight_decay", "grad_clip_norm", "precision",
                      "seed", "seeds", "skip_nonfinite"),
     "Evaluation": ("eval_benchmarks", "eval_data_root", "eval_every", "val_data", "keep_best"),
@@ -369,6 +375,15 @@ def absolute_path(value: str | None) -> str | None:
             part = str(path.parent.resolve() / path.name)
         parts.append(part)
     return "::".join(parts)
+
+
+def global_batch(cfg: TrainConfig, world_size: int) -> str:
+    """How a step of the resolved options `cfg` reaches its global batch, as a run says it before its first step and a
+    refusal names it: `global batch 1512 = 8 per rank × 189 micro-batches × 1 rank`."""
+    micro = "micro-batch" if cfg.accum_freq == 1 else "micro-batches"
+    ranks = "rank" if world_size == 1 else "ranks"
+    return (f"global batch {cfg.batch_size * cfg.accum_freq * world_size} = {cfg.batch_size} per rank × {cfg.accum_freq} {micro} "
+            f"× {world_size} {ranks}")
 
 
 def reader_kwargs(cfg: TrainConfig, data: str, image_root: str | None) -> dict[str, Any]:

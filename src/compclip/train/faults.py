@@ -8,6 +8,7 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -56,20 +57,29 @@ def peer_lost(e: RuntimeError, env: DistEnv, step: int, latest: Path | None, tim
 
 class StopSignals:
     """SIGTERM and SIGUSR1 ask the run to stop at the next step boundary. `flag` tells the DataLoader workers
-    (`worker_init`), which leave the signal to the trainer; outside the main thread (a caller's) signals stay as they are."""
+    (`worker_init`), which leave the signal to the trainer; outside the main thread (a caller's) signals stay as they are.
+    With `announce` (rank 0) the arrival is said at once, in one line naming the step the run finishes first: a step of
+    many micro-batches may last minutes."""
 
-    def __init__(self):
+    def __init__(self, announce: bool = False):
         self.flag = multiprocessing.Value("b", 0)
         self.signal: int | None = None
+        self.announce = announce
+        self.checked = 0  # the last step whose boundary asked whether to stop (`asked`): a stop now ends the next one
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        self.signal = None
+    def installed(self, at_step: int = 0) -> Iterator[None]:
+        """The handlers, for a run that starts (or resumes) after step `at_step`."""
+        self.signal, self.checked = None, at_step
         if threading.current_thread() is not threading.main_thread():
             yield
             return
+        above_a_bar = "\n" if sys.stderr.isatty() else ""  # a terminal's progress bar holds the current line
 
         def note(signum, _frame):
+            if self.announce and self.signal is None:
+                say(f"{above_a_bar}stop signal {signal.Signals(signum).name} received: finishing step {self.checked + 1}, "
+                    "then saving\n")
             self.signal = signum
             self.flag.value = 1
 
@@ -80,14 +90,23 @@ class StopSignals:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def asked(self, env: DistEnv) -> int | None:
-        """The stop signal any rank received (all ranks agree, so they stop at the same step), or None."""
+    def asked(self, env: DistEnv, step: int) -> int | None:
+        """The stop signal any rank received by the boundary of step `step` (all ranks agree, so they stop at the same
+        step), or None."""
+        self.checked = step
         asked = self.signal or 0
         if env.distributed:
             flag = torch.tensor([asked], device=env.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             asked = int(flag.item())
         return asked or None
+
+
+def say(text: str) -> None:
+    """`text` on stderr from a signal handler: one `os.write` of its bytes, which takes no lock (logging's, or the
+    stream's buffer lock held by the code the signal interrupted, would deadlock or raise)."""
+    with contextlib.suppress(OSError):  # stderr closed or full: the stop itself still goes on
+        os.write(2, text.encode())
 
 
 def worker_init(stopping, _worker: int) -> None:

@@ -12,7 +12,7 @@ import torch
 from ..data.readers import bad_records, field_kind, neighbour_outside
 from ..errors import DataError, UsageError
 from ..models.checkpoint import read_config
-from .config import PATH_OPTIONS, TrainConfig, absolute_path
+from .config import PATH_OPTIONS, RECIPE_ACCUMULATION_LIMIT, TrainConfig, absolute_path, global_batch
 from .run_folder import changed_options, extends
 
 log = logging.getLogger("compclip.train")
@@ -32,6 +32,19 @@ def refuse_what_cannot_learn(cfg: TrainConfig, model: torch.nn.Module, method: t
     if cfg.warmup >= cfg.steps:
         log.warning("--warmup %d is not shorter than the run's %d steps: the learning rate never reaches --lr %g", cfg.warmup,
                     cfg.steps, cfg.lr)
+
+
+def refuse_long_accumulation(cfg: TrainConfig, world_size: int) -> None:
+    """A recipe's global batch reached from a small --batch-size by more than `RECIPE_ACCUMULATION_LIMIT` micro-batches
+    a step, not asked for (`accept_accum`), is refused before a model is built: such a step runs as many forward and
+    backward passes before its one update, and a first step that lasts many minutes would otherwise say nothing."""
+    if cfg.recipe is None or cfg.global_batch_size is None or cfg.accept_accum or cfg.accum_freq <= RECIPE_ACCUMULATION_LIMIT:
+        return
+    within = cfg.batch_size * world_size * RECIPE_ACCUMULATION_LIMIT
+    raise UsageError(f"--recipe {cfg.recipe}: {global_batch(cfg, world_size)}: more than {RECIPE_ACCUMULATION_LIMIT} micro-batches, "
+                     f"each step {cfg.accum_freq} forward and backward passes before its update; keep the paper's batch knowingly "
+                     f"with --global-batch-size {cfg.global_batch_size} (or --accept-accum), or choose a smaller one "
+                     f"(--global-batch-size {within}: {RECIPE_ACCUMULATION_LIMIT} micro-batches) or a larger --batch-size")
 
 
 def refuse_another_run(cfg: TrainConfig, folder: Path | None, data_files: dict[str, Any] | None) -> dict[str, Any] | None:

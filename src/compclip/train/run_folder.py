@@ -18,7 +18,7 @@ LOCK_NAME = ".lock"
 NOT_DEFINING = frozenset({"out", "workers", "save_every", "keep", "log_every", "eval_every", "device", "grad_checkpointing",
                           "min_concept_coverage", "skip_nonfinite", "image_root", "resume", "report_to", "wandb_project_name",
                           "eval_benchmarks", "eval_data_root", "val_data", "keep_best", "torchcompile",
-                          "dist_timeout", "seeds"})
+                          "dist_timeout", "seeds", "accept_accum"})
 
 
 def latest_checkpoint(out: str | Path) -> Path | None:

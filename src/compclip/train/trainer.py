@@ -44,14 +44,20 @@ from ..models.checkpoint import (
 from ..models.tokens import TextWidth, text_width
 from ..precision import autocast, input_dtype, weights_precision
 from ..progress import progress
-from .config import TrainConfig, data_fields, reader_kwargs
+from .config import TrainConfig, data_fields, global_batch, reader_kwargs
 from .coverage import Coverage, check_coverage
 from .distributed import DistEnv, init_distributed, leave
 from .evaluation import RunEvaluation, keep_if_best
 from .faults import NonFiniteGuard, StopSignals, peer_lost, worker_init
 from .loop import train_loop
 from .optim import lr_schedule, make_optimizer, param_groups
-from .refusals import nothing_to_train_on, refuse_another_run, refuse_neighbours_outside, refuse_what_cannot_learn
+from .refusals import (
+    nothing_to_train_on,
+    refuse_another_run,
+    refuse_long_accumulation,
+    refuse_neighbours_outside,
+    refuse_what_cannot_learn,
+)
 from .run_folder import RunLock, latest_checkpoint
 from .run_loggers import RunLoggers
 from .state import TrainState
@@ -85,6 +91,7 @@ class Trainer:
         whole = open_reader(given.train_data, **reader_kwargs(given, given.train_data, given.image_root), admit=self.method.admits,
                             fields=fields)
         self.cfg = cfg = given.resolved(self.env.world_size, lambda: self._records_an_epoch(whole, given), self.method.image_view)
+        refuse_long_accumulation(cfg, self.env.world_size)
         refuse_neighbours_outside(whole)
         self.out = Path(cfg.out)
         self.run_folder = RunFolder(self.out)  # its layout
@@ -141,7 +148,7 @@ class Trainer:
                                   batch_size=cfg.batch_size)
         self.reader.check_partners()  # the reader's own reason, before a DataLoader worker would meet it
         self.evaluation = RunEvaluation(cfg, self.method, self.tokenizer, self.env.device, self.env.is_main, eval_hook)
-        self.signals = StopSignals()
+        self.signals = StopSignals(announce=self.env.is_main)
         self._resume()
 
     # the state's parts, by the names open_clip_train's loop uses
@@ -335,7 +342,7 @@ class Trainer:
         try:
             if self.env.is_main and self.step:
                 self._truncate_log()
-            with self._train_log(), self.signals.installed():
+            with self._train_log(), self.signals.installed(self.step):
                 return self._run()
         except PeerLost:
             lost = True  # ending a group with a rank gone could wait on it
@@ -371,6 +378,8 @@ class Trainer:
         steps = range(self.step, self.cfg.steps)
         if not steps:
             return {}
+        if self.env.is_main and (self.cfg.accum_freq > 1 or self.cfg.global_batch_size is not None):  # a step's cost, said
+            log.info(global_batch(self.cfg, self.env.world_size))
         if self.env.is_main and self.cfg.recipe is not None:  # what the run will not do as the paper did, before it starts
             from ..recipes import get_recipe
 
@@ -436,7 +445,7 @@ class Trainer:
         saved = self.step % cfg.save_every == 0 or self.step == cfg.steps
         if saved:
             self.save()
-        stop = self.signals.asked(self.env) if self.step < cfg.steps else None
+        stop = self.signals.asked(self.env, self.step) if self.step < cfg.steps else None
         if stop is not None:
             if not saved:
                 self.save()
