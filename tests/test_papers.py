@@ -221,16 +221,21 @@ def test_a_model_of_several_seeds_stands_as_its_mean_and_interval_beside_a_paper
     assert said.startswith("swaps only noun phrases and adjectives") and "where NegCLIP swaps six kinds" in said
 
 
-def swap_att_root(folder):
-    """Three SugarCrepe swap-att items on generated images under their COCO names: a data root `compclip eval` scores."""
+COLOURS = ("red", "blue", "green", "white", "yellow", "black", "purple", "orange", "pink", "brown", "grey", "silver")
+
+
+def swap_att_root(folder, n=3):
+    """`n` SugarCrepe swap-att items on generated images (each its own colour) under their COCO names: a data root
+    `compclip eval` scores."""
     from PIL import Image
 
     (folder / "coco" / "val2017").mkdir(parents=True)
     (folder / "sugarcrepe").mkdir()
     records = {}
-    for k, (colour, other) in enumerate([("red", "blue"), ("green", "white"), ("yellow", "black")]):
+    for k in range(n):
+        colour, other = COLOURS[k % len(COLOURS)], COLOURS[(k * 5 + 1) % len(COLOURS)]
         name = f"{k + 1:012d}.jpg"
-        Image.new("RGB", (48, 40), ((60 * k) % 256, 120, 200 - 50 * k)).save(folder / "coco" / "val2017" / name)
+        Image.new("RGB", (48, 40), ((60 * k) % 256, (120 + 37 * k) % 256, (200 - 50 * k) % 256)).save(folder / "coco" / "val2017" / name)
         records[str(k)] = {"filename": name, "caption": f"a {colour} cup on a {other} table",
                            "negative_caption": f"a {other} cup on a {colour} table"}
     (folder / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))

@@ -275,7 +275,6 @@ def record_differences(record: dict[str, Any], spec: dict[str, Any]) -> list[str
     protocol = spec.get("protocol", {})
     found = [] if record.get("complete", True) else [f"{spec['benchmark']} incomplete (images or files were missing)"]
     found += [f"{spec['benchmark']}: {departure}" for departure in record.get("departures", [])]  # the benchmark's own word
-    found += release_differences(record, spec)
     if "ties" in protocol and record.get("ties") != protocol["ties"]:
         found.append(f"ties={record.get('ties', 'unrecorded')} (paper: {protocol['ties']})")
     options = record.get("options") or {}
@@ -289,7 +288,7 @@ def record_differences(record: dict[str, Any], spec: dict[str, Any]) -> list[str
             have = entry.get(key) if isinstance(entry, dict) else None
             if entry is not None and have not in allowed:
                 found.append(f"{dataset} {key}={have} (paper: {' or '.join(str(a) for a in allowed)})")
-    return found
+    return found + release_differences(record, spec)
 
 
 def release_differences(record: dict[str, Any], spec: dict[str, Any]) -> list[str]:
