@@ -79,10 +79,10 @@ def write_items(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def root_relative(file: Path, root: Path) -> str:
     """`file` as a result names it: relative to the data root (as `/`-joined text), or absolute where it lies elsewhere."""
-    for base in (root, root.resolve()):
-        if file.is_relative_to(base):
-            return file.relative_to(base).as_posix()
-    return str(file.resolve())
+    if file.is_relative_to(root):  # as the benchmark made it: the root joined with the file's place (no file system call)
+        return file.relative_to(root).as_posix()
+    resolved = root.resolve()
+    return file.relative_to(resolved).as_posix() if file.is_relative_to(resolved) else str(file.resolve())
 
 
 def relative_images(rows: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
