@@ -1478,6 +1478,19 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("train/faults.py", "finishing step {self.checked + 1}", "finishing step {self.checked}", "tests/test_train.py -k stop_signal_is_said"),
     ("train/faults.py", "        self.checked = step\n", "", "tests/test_train.py -k stop_signal_is_said"),
     ("train/trainer.py", "StopSignals(announce=self.env.is_main)", "StopSignals()", "tests/test_train.py -k stop_signal_is_said"),
+    # results that travel: items name images under the recorded data root; results record their files' SHA-256
+    ("eval/run.py", '"data_root": str(root.resolve())', '"data_root": str(root)', G + "another_folder"),
+    ("eval/run.py", "                items = relative_images(items, root)\n", "", G + "another_folder"),
+    ("eval/results.py", "frame = resolved_images(frame, root, None if data_root is None else Path(data_root))",
+     "frame = resolved_images(frame, root)", G + "not_found"),
+    ("eval/gallery.py", "    if gone:\n        log.warning", "    if False:\n        log.warning", G + "not_found"),
+    ("eval/run.py", 'fields["files"] = files_hashed(read, root)', 'fields["files"] = {}', "tests/test_eval.py -k records_its_data_root"),
+    ("eval/base.py", 'return json.loads(noted(path).read_text(encoding="utf-8-sig"))',
+     'return json.loads(path.read_text(encoding="utf-8-sig"))', "tests/test_eval.py -k records_its_data_root"),
+    ("eval/report.py", "read < sum(official)", "read > sum(official)", "tests/test_papers.py -k copy_of_sugarcrepe"),
+    ("eval/report.py", "files[path] != sha256]", "files[path] == sha256]", "tests/test_papers.py -k copy_of_sugarcrepe"),
+    (B + "sugarcrepe.py", 'return {f"{self.name}/{split}.json": (', 'return {f"{split}.json": (',
+     "tests/test_papers.py -k copy_of_sugarcrepe"),
 ]
 
 

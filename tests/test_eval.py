@@ -540,3 +540,19 @@ def test_a_mistyped_model_is_one_line_naming_the_nearest_ids_and_leaves_no_resul
     assert not (tmp_path / "results" / "negclip").exists()
     (tmp_path / "kept").mkdir()
     assert run_main(capsys, *command, tmp_path / "kept")[0] == 2 and (tmp_path / "kept").is_dir()
+
+
+def test_a_result_records_its_data_root_and_the_sha256_of_each_file_it_read(two_models, swap_root):
+    """`compclip.evaluate` on SugarCrepe's and SugarCrepe++'s swap_att: each result records the data root once, absolute,
+    and the SHA-256 of the annotation file it read (hashlib's, of the shared release files), not of its images; its items
+    name their images relative to that root."""
+    import hashlib
+
+    import pandas as pd
+
+    for bench in ("sugarcrepe", "sugarcrepe_pp"):
+        record = json.loads((two_models / "base" / f"{bench}-swap_att.json").read_text())
+        official = hashlib.sha256(shared_data(bench, "swap_att.json").read_bytes()).hexdigest()
+        assert record["data_root"] == str(swap_root.resolve()) and record["files"] == {f"{bench}/swap_att.json": official}
+        images = pd.read_parquet(two_models / "base" / f"{bench}-swap_att.items.parquet")["image"]
+        assert all(image.startswith("coco/val2017/") and (swap_root / image).is_file() for image in images)

@@ -362,3 +362,80 @@ def test_the_html_report_shows_the_reports_figures(gallery, capsys):
     drawn = sorted((gallery / "report").glob("*.png"))
     assert len(drawn) == 3 and sorted(shown) == sorted(p.read_bytes() for p in drawn)  # summary and the two benchmarks'
     assert page.index("<img src=") < page.index('<div class="card"')
+
+
+@pytest.fixture
+def evaluated_here(tmp_path, capsys, monkeypatch):
+    """Results of `compclip eval --data-root data` run in a folder of its own, the data root given relative to it (as a
+    user types it), 24 SugarCrepe swap-att items on images of a colour each: (the results folder, the data root)."""
+    from test_papers import swap_att_root
+
+    here = tmp_path / "eval-here"
+    root = swap_att_root(here / "data", n=24)
+    monkeypatch.chdir(here)
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "compclip-tiny-clip", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            "data", "--out", "results", "--workers", "0", "--device", "cpu")
+    assert code in (0, None), err
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    return here / "results", root
+
+
+def wrong_images(results, root):
+    """Each wrong item's image file, by item, as the data root and the items file name them."""
+    import pandas as pd
+
+    items = pd.read_parquet(results / "sugarcrepe-swap_att.items.parquet")
+    return {item: root / image for item, image, ok in zip(items["item"], items["image"], items["correct"], strict=True) if not ok}
+
+
+def card_thumbnails(page: str) -> dict[str, str]:
+    """Each card's item and the data URL of its thumbnail (None: the card names a file instead)."""
+    urls = dict(re.findall(r'\.(t\d+) \{ background-image: url\("([^"]+)"\); \}', page))
+    found = {}
+    for card in page.split('<div class="card"')[1:]:
+        item = re.search(r" · item (\S+) · ", card).group(1)
+        thumb = re.search(r'class="thumb (t\d+)"', card)
+        found[item] = urls[thumb.group(1)] if thumb else None
+    return found
+
+
+def test_a_report_run_from_another_folder_shows_every_image(evaluated_here, capsys):
+    """`compclip eval --data-root data` in one folder, `compclip report --html` in another: every wrong item's card shows
+    its own image, embedded (its thumbnail's colour is the image file's), none its path instead; the result records the
+    data root, absolute, once."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    results, root = evaluated_here
+    code, _, err = run_main(capsys, "report", results, "--out", "report", "--html")
+    assert code in (0, None), err
+    page = Path("report", "report.html").read_text(encoding="utf-8")
+    wrong = wrong_images(results, root)
+    shown = card_thumbnails(page)
+    assert wrong and set(shown) == set(wrong) and 'class="noimg"' not in page and "not found" not in err
+    for item, url in shown.items():
+        thumb = Image.open(io.BytesIO(base64.b64decode(url.removeprefix("data:image/jpeg;base64,")))).convert("RGB")
+        colour = Image.open(wrong[item]).convert("RGB").getpixel((0, 0))
+        assert max(abs(a - b) for a, b in zip(thumb.getpixel((5, 5)), colour, strict=True)) < 8, item
+    assert json.loads((results / "sugarcrepe-swap_att.json").read_text())["data_root"] == str(root.resolve())
+
+
+def test_images_not_found_are_counted_in_one_warning_and_report_data_root_finds_them_moved(evaluated_here, capsys):
+    """The data moved after `compclip eval`: the report warns once, counting the images it could not find, and their cards
+    say "not found"; `--data-root` where the data lies now shows every one again."""
+    results, root = evaluated_here
+    moved = root.rename(root.with_name("moved"))
+    code, _, err = run_main(capsys, "report", results, "--out", "report", "--html")
+    assert code in (0, None), err
+    wrong = wrong_images(results, moved)
+    warned = [line for line in err.splitlines() if "not found" in line]
+    assert len(warned) == 1 and f"{len(wrong)} of the {len(wrong)} images shown not found" in warned[0], err
+    page = Path("report", "report.html").read_text(encoding="utf-8")
+    assert page.count('<div class="noimg">not found: ') == len(wrong) and set(card_thumbnails(page).values()) == {None}
+    code, _, err = run_main(capsys, "report", results, "--out", "again", "--html", "--data-root", moved)
+    assert code in (0, None) and "not found" not in err, err
+    page = Path("again", "report.html").read_text(encoding="utf-8")
+    assert 'class="noimg"' not in page and None not in card_thumbnails(page).values() and len(card_thumbnails(page)) == len(wrong)

@@ -12,7 +12,7 @@ import pytest
 from compclip.eval import REGISTRY
 from compclip.eval.protocols import TIES
 from compclip.eval.report import list_papers, paper_comparison, paper_markdown, paper_numbers
-from conftest import shared_paper
+from conftest import shared_data, shared_paper
 from test_recipes import result_folder
 
 FIELDS = {"layout", "subset", "subset_order", "classnames_source", "templates_source", "n"}  # what a result records per dataset that a
@@ -221,16 +221,21 @@ def test_a_model_of_several_seeds_stands_as_its_mean_and_interval_beside_a_paper
     assert said.startswith("swaps only noun phrases and adjectives") and "where NegCLIP swaps six kinds" in said
 
 
-def swap_att_root(folder):
-    """Three SugarCrepe swap-att items on generated images under their COCO names: a data root `compclip eval` scores."""
+COLOURS = ("red", "blue", "green", "white", "yellow", "black", "purple", "orange", "pink", "brown", "grey", "silver")
+
+
+def swap_att_root(folder, n=3):
+    """`n` SugarCrepe swap-att items on generated images (each its own colour) under their COCO names: a data root
+    `compclip eval` scores."""
     from PIL import Image
 
     (folder / "coco" / "val2017").mkdir(parents=True)
     (folder / "sugarcrepe").mkdir()
     records = {}
-    for k, (colour, other) in enumerate([("red", "blue"), ("green", "white"), ("yellow", "black")]):
+    for k in range(n):
+        colour, other = COLOURS[k % len(COLOURS)], COLOURS[(k * 5 + 1) % len(COLOURS)]
         name = f"{k + 1:012d}.jpg"
-        Image.new("RGB", (48, 40), ((60 * k) % 256, 120, 200 - 50 * k)).save(folder / "coco" / "val2017" / name)
+        Image.new("RGB", (48, 40), ((60 * k) % 256, (120 + 37 * k) % 256, (200 - 50 * k) % 256)).save(folder / "coco" / "val2017" / name)
         records[str(k)] = {"filename": name, "caption": f"a {colour} cup on a {other} table",
                            "negative_caption": f"a {other} cup on a {colour} table"}
     (folder / "sugarcrepe" / "swap_att.json").write_text(json.dumps(records))
@@ -241,7 +246,8 @@ def test_a_copied_seed_folder_is_one_run_and_a_one_split_results_protocol_is_mar
     """A seed's results folder copied beside it (the same `weights_sha256`) is that run again, not a second seed: the
     model stands as one run, no ± of zero spread, and the copy is named. A run of one split (`--benchmark
     sugarcrepe/swap_att`, written as sugarcrepe-swap_att.json) scored by CLIP_benchmark's argmax, where OC-CLIP's
-    SugarCrepe counts a tie wrong, is marked ≠ with that difference, as the whole benchmark's result is."""
+    SugarCrepe counts a tie wrong, is marked ≠ with that difference, as the whole benchmark's result is. Both scored a
+    three-item copy of SugarCrepe's swap_att, marked ≠ as a subset of the release."""
     import shutil
 
     import pandas as pd
@@ -262,7 +268,7 @@ def test_a_copied_seed_folder_is_one_run_and_a_one_split_results_protocol_is_mar
                               "--label", "mine", "--label", "argmax", "--out", tmp_path / "report", "--paper", "occlip")
     assert code == 0, err
     row = next(line for line in out.splitlines() if line.startswith("| SC swap att |"))
-    assert row.split(" | ")[3:5] == [f"{acc:.1f}", f"{acc - 87.5:+.1f}"], row  # one run: its value, no ± 0.0
+    assert row.split(" | ")[3:5] == [f"{acc:.1f} ≠", f"{acc - 87.5:+.1f}"], row  # one run: its value, no ± 0.0
     assert row.split(" | ")[5] == f"{acc:.1f} ≠", row
     assert "(2 runs)" not in out and "± 0.0" not in out
     assert ("Counted once, the same weights as a run before them (a copy of its folder, not another seed): mine \\[seed-1\\] "
@@ -271,7 +277,59 @@ def test_a_copied_seed_folder_is_one_run_and_a_one_split_results_protocol_is_mar
     frame = pd.read_csv(tmp_path / "report" / "paper.csv", index_col=0)
     assert json.loads((tmp_path / "seed-1" / "sugarcrepe-swap_att.json").read_text())["weights_sha256"]
     assert frame.loc["SC swap att", "mine runs"] == 1
-    assert frame.loc["SC swap att", "argmax protocol"] == "ties=clip_benchmark (paper: strict)"
+    subset = "sugarcrepe: a subset of the release (3 of 666 items)"
+    assert frame.loc["SC swap att", "argmax protocol"] == f"ties=clip_benchmark (paper: strict); {subset}"
+    assert frame.loc["SC swap att", "mine protocol"] == subset
+
+
+def one_byte_changed(file, into):
+    """`file` copied to `into` with one letter of its first negative caption in the other case: the same records."""
+    data = bytearray(file.read_bytes())
+    at = data.index(b'"negative_caption": "') + len(b'"negative_caption": "')
+    data[at:at + 1] = data[at:at + 1].swapcase()
+    into.write_bytes(bytes(data))
+    return into
+
+
+def test_report_paper_marks_a_copy_of_sugarcrepe_as_a_subset_or_as_other_files_and_leaves_the_release_unmarked(
+        two_models, swap_root, tmp_path, capsys):
+    """SugarCrepe's swap_att scored from the release's own file (`two_models`, the file the shared data holds) stands
+    beside OC-CLIP's SugarCrepe numbers unmarked, and SugarCrepe++'s beside C2LIP's; a 54-item copy of it is marked ≠ as
+    a subset (54 of the release's 666 items); the release's file with one byte changed, all 666 items, as other files.
+    The result records each file's SHA-256 (hashlib's here), by its path under the data root."""
+    import hashlib
+
+    import pandas as pd
+
+    from test_recipes import run_main
+
+    def report(folder, paper="occlip"):
+        code, out, err = run_main(capsys, "report", folder, "--out", tmp_path / f"report-{folder.name}-{paper}", "--paper", paper)
+        assert code == 0, err
+        return pd.read_csv(tmp_path / f"report-{folder.name}-{paper}" / "paper.csv", index_col=0), out
+
+    frame, out = report(two_models / "base")
+    row = next(line for line in out.splitlines() if line.startswith("| SC swap att |"))
+    assert pd.isna(frame.loc["SC swap att", "base protocol"]) and "≠" not in row, row  # no difference named
+    frame, _ = report(two_models / "base", "c2lip")
+    assert frame.loc[["SC swap att", "SC++ swap att ITT", "SC++ swap att TOT"], "base protocol"].isna().all()
+    copy = swap_att_root(tmp_path / "copy", n=54)
+    changed = tmp_path / "changed"
+    (changed / "sugarcrepe").mkdir(parents=True)
+    (changed / "coco").symlink_to(swap_root / "coco")
+    one_byte_changed(shared_data("sugarcrepe", "swap_att.json"), changed / "sugarcrepe" / "swap_att.json")
+    for root in (copy, changed):
+        code, _, err = run_main(capsys, "-q", "eval", "--model", "compclip-tiny-clip", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                                root, "--out", tmp_path / "results" / root.name, "--workers", "0", "--device", "cpu")
+        assert code == 0, err
+        record = json.loads((tmp_path / "results" / root.name / "sugarcrepe-swap_att.json").read_text())
+        own = hashlib.sha256((root / "sugarcrepe" / "swap_att.json").read_bytes()).hexdigest()
+        assert record["files"] == {"sugarcrepe/swap_att.json": own}
+    frame, out = report(tmp_path / "results" / "copy")
+    assert frame.loc["SC swap att", "copy protocol"] == "sugarcrepe: a subset of the release (54 of 666 items)"
+    assert next(line for line in out.splitlines() if line.startswith("| SC swap att |")).split(" | ")[3].endswith(" ≠")
+    frame, _ = report(tmp_path / "results" / "changed")
+    assert frame.loc["SC swap att", "changed protocol"] == "sugarcrepe: files differ from the release (sugarcrepe/swap_att.json)"
 
 
 def released_run(root, name, released, activation=None):

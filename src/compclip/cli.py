@@ -604,6 +604,8 @@ def report(
                                                                          "folder's name]"),
     html: bool = typer.Option(False, "--html", help="Also write report.html: every item a model got wrong, filterable by split, by "
                                                    "what was swapped and by model, and where two models disagree."),
+    data_root: Path = typer.Option(None, "--data-root", help="Where the benchmarks' data lies now, for --html's images.  [default: "
+                                                             "the data root each result records]"),
 ) -> None:
     """Tables (Markdown, CSV) in the layout of the C2LIP paper's Table 2, per-split tables and figures (PNG, PDF, SVG: 95 %
     intervals, n per split, chance), each model against the first item by item; with --paper, the results beside that
@@ -619,7 +621,7 @@ def report(
 
     if label and len(label) != len(results):
         raise UsageError(f"--label names {len(label)} models, {len(results)} are given")
-    written = build_report(results, out, paper, paper_model, label or None, html)
+    written = build_report(results, out, paper, paper_model, label or None, html, data_root)
     typer.echo(f"wrote {written}" + (f" and {written.with_name('report.html')} (open it in a browser)" if html else ""))
     if paper:
         typer.echo((out / "paper.md").read_text(encoding="utf-8").rstrip())

@@ -8,11 +8,13 @@ unreadable is named in `Result.absent`; either marks the result incomplete.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
 import os
 from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,30 @@ MISSING_EXAMPLES = 5
 NOT_APPLICABLE = "n/a"  # a metric the model has no score for (SugarCrepe++ TOT without a text-to-text score)
 
 
+_READING: ContextVar[set[Path] | None] = ContextVar("files_read", default=None)
+
+
+@contextlib.contextmanager
+def files_read() -> Iterator[set[Path]]:
+    """The data files (annotations, Parquet shards) a benchmark reads inside the block, as its readers note them
+    (`noted`): a result records their SHA-256, so that a copy of a benchmark is told from its official release. Image
+    files are not among them: a benchmark reads thousands."""
+    found: set[Path] = set()
+    token = _READING.set(found)
+    try:
+        yield found
+    finally:
+        _READING.reset(token)
+
+
+def noted(path: Path) -> Path:
+    """`path`, noted among the files read where a `files_read` block is open."""
+    found = _READING.get()
+    if found is not None:
+        found.add(Path(path))
+    return path
+
+
 def data_root(root: str | os.PathLike | None = None) -> Path:
     value = root or os.environ.get("COMPCLIP_DATA")
     if not value:
@@ -39,7 +65,7 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
 
 def read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))
+        return json.loads(noted(path).read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise MissingFileError(f"{path}: missing (see `compclip data check`)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -49,7 +75,7 @@ def read_json(path: Path) -> Any:
 def read_jsonl(path: Path) -> list[Any]:
     """One JSON value per non-empty line; a bad line is an error naming the file and line."""
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        lines = noted(path).read_text(encoding="utf-8-sig").splitlines()
     except FileNotFoundError:
         raise MissingFileError(f"{path}: missing (see `compclip data check`)") from None
     records = []
@@ -71,7 +97,7 @@ def read_parquet(files: list[Path], columns: tuple[str, ...], images: tuple[str,
     rows = []
     for file in files:
         try:
-            table = pq.read_table(file)
+            table = pq.read_table(noted(file))
         except (pa.ArrowInvalid, OSError) as e:
             raise DataError(f"{file}: unreadable Parquet ({e})") from None
         lacking = [c for c in (*columns, *images) if c not in table.column_names]
@@ -95,7 +121,7 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[s
     from ..data.table import open_table, table_rows
 
     try:
-        with open_table(path) as f:
+        with open_table(noted(path)) as f:
             header = next(csv.reader([f.readline()]), [])
     except FileNotFoundError:
         raise MissingFileError(f"{path}: missing (see `compclip data check`)") from None
@@ -233,7 +259,10 @@ class Benchmark:
       metrics (None for a part not scored); several benchmarks may feed one column (ARO's three);
     - `verdict`: what an item's `correct` measures, which `compclip compare` names in each row (an accuracy, unless a
       benchmark scores several ways and its items carry one of them: SugarCrepe++'s ITT, Winoground's group score);
-    - `departures(options, ties, pretrained, splits)`: how a run scores otherwise than the official code.
+    - `departures(options, ties, pretrained, splits)`: how a run scores otherwise than the official code;
+    - `release(paths)`, `items_read(metrics, paths)`: the official files a result's metrics at `paths` are scored from,
+      with their published SHA-256 and item counts, and how many items the result read for them, which `report --paper`
+      holds a result's recorded `files` against.
     """
 
     name = ""
@@ -269,6 +298,16 @@ class Benchmark:
         reproducing a paper's column must see it, so the run warns of it, its result records it under `departures`, and
         `report --paper` marks the column ≠. None by default."""
         return []
+
+    def release(self, paths: tuple[str, ...]) -> dict[str, tuple[str, int | None]]:
+        """The official files (relative to the data root) that the metrics at `paths` ("swap_att", "add",
+        "replace_att.itt") are scored from, each with its published SHA-256 and its number of items (None: not known).
+        Default: every file `compclip data download` fetches unpacked (`assets`), counts not known."""
+        return {asset.path: (asset.sha256, None) for asset in self.assets if asset.unzip_to is None}
+
+    def items_read(self, metrics: dict[str, Any], paths: tuple[str, ...]) -> int | None:
+        """How many items of the files `release(paths)` names a result of these `metrics` read; None: not known."""
+        return None
 
     def images(self, root: Path) -> list[Image]:
         """Every image the benchmark reads (for `compclip data check`); folder-based ones list what is there."""

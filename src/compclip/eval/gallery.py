@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import logging
 import os
 import re
 from collections import Counter
@@ -32,6 +33,8 @@ from ..io import atomic_path
 from ..stats import wilson
 from .base import REGISTRY
 from .items import IDENTITY, identified
+
+log = logging.getLogger("compclip.eval.gallery")
 
 SHOWN = 500  # wrong items shown per model and split; the totals count them all
 THUMBNAIL = 128
@@ -160,6 +163,7 @@ def write_gallery(items: pd.DataFrame, out: Path, figures: list[Path] | tuple[Pa
     with ThreadPoolExecutor(max_workers=cores) as pool:
         thumbs = dict(zip(shown, pool.map(thumbnail, shown), strict=True))
     names = {image: f"t{k}" for k, image in enumerate(shown)}
+    gone = not_found([image for image in shown if not thumbs[image]], out, len(shown))
     totals, cards = [], []
     splits_first = sorted(items.groupby(["benchmark", "split"], sort=True), key=lambda part: is_retrieval(part[1]))  # as the cards
     for (bench, split), group in splits_first:
@@ -180,7 +184,7 @@ def write_gallery(items: pd.DataFrame, out: Path, figures: list[Path] | tuple[Pa
         for image, title in ((row.image, "its image"), *([(second, "the other image")] if isinstance(second, str) and second else [])):
             name = names[image] if thumbs[image] else None
             pictures.append(f'<div class="thumb {name}" role="img" title="{title}"></div>' if name else
-                            f'<div class="noimg">{_e(image)}</div>')
+                            f'<div class="noimg">{"not found: " if image in gone else ""}{_e(image)}</div>')
         picture = "".join(pictures)
         false = str(row.false)
         if retrieval and row.direction == "text→image":  # `false` names the image retrieved: say what it shows
@@ -206,6 +210,16 @@ def write_gallery(items: pd.DataFrame, out: Path, figures: list[Path] | tuple[Pa
     with atomic_path(out) as tmp:
         tmp.write_text(page, encoding="utf-8")
     return out
+
+
+def not_found(unshown: list[str], page: Path, shown: int) -> set[str]:
+    """The images without a thumbnail whose file is not there (not those there but undecodable), said in one warning
+    line with their count: a page whose cards show file names instead of images says so where it is written."""
+    gone = {image for image in unshown if not Path(image.partition("::")[0]).is_file()}
+    if gone:
+        log.warning("%s: %d of the %d images shown not found, e.g. %s: their cards say so; where the data has moved since "
+                    "`compclip eval`, give `compclip report --data-root` where it lies now", page, len(gone), shown, min(gone))
+    return gone
 
 
 def _e(text: Any) -> str:

@@ -2,7 +2,8 @@
 
 Every row has the same leading columns, whatever the benchmark: `split`, `item` (the item's id as the official file
 names it: its key, its `id` field, else its position in the file), `image` (the image file, or the Parquet shard and row
-of an image held in one), `true` and `false` (the true caption and the false one the model scored highest), their
+of an image held in one, relative to the data root the result records once as `data_root`; absolute where it lies
+elsewhere), `true` and `false` (the true caption and the false one the model scored highest), their
 scores `score_true` and `score_false`, `correct` (under the run's tie rule) and `tie` (the two scores equal). A
 benchmark adds its own columns after them: every option's text and score (`texts`, `scores`), Winoground's and
 InpaintCOCO's second image and partial scores, a retrieval query's direction and rank. `compclip.load_items` reads
@@ -18,6 +19,7 @@ import torch
 
 from ..data.images import image_ref
 
+IMAGES = ("image", "image_2")  # the columns that name an image
 COLUMNS = ("split", "item", "image", "true", "false", "score_true", "score_false", "correct", "tie")
 SUFFIX = ".items.parquet"
 
@@ -73,6 +75,50 @@ def write_items(path: Path, rows: list[dict[str, Any]]) -> None:
     frame = pd.DataFrame(rows) if rows else pd.DataFrame({c: [] for c in COLUMNS})
     with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
+
+
+def root_relative(file: Path, root: Path) -> str:
+    """`file` as a result names it: relative to the data root (as `/`-joined text), or absolute where it lies elsewhere."""
+    if file.is_relative_to(root):  # as the benchmark made it: the root joined with the file's place (no file system call)
+        return file.relative_to(root).as_posix()
+    resolved = root.resolve()
+    return file.relative_to(resolved).as_posix() if file.is_relative_to(resolved) else str(file.resolve())
+
+
+def relative_images(rows: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
+    """The rows with each image (`IMAGES`: a file, or `shard::member` of one held in a Parquet shard) named relative to
+    the data root, which the result records once: a results folder read from another working folder, or with the data
+    moved (`compclip report --data-root`), still finds them."""
+    names: dict[str, str] = {}
+
+    def relative(image: Any) -> Any:
+        if not isinstance(image, str) or not image:
+            return image
+        if image not in names:
+            file, sep, member = image.partition("::")
+            names[image] = root_relative(Path(file), root) + sep + member
+        return names[image]
+
+    return [{**row, **{c: relative(row[c]) for c in IMAGES if c in row}} for row in rows]
+
+
+def resolved_images(items, root: str | None, moved_to: Path | None = None):
+    """`items` (one items file's DataFrame) with each image a path that opens from any working folder: a relative one
+    under `moved_to` (`report --data-root`: where the data lies now) or else under the recorded `root`. The images of a
+    result that recorded no root (an older compclip's: absolute, or relative to where it ran) are left as written."""
+    if not root:
+        return items
+    base = moved_to if moved_to is not None else Path(root)
+    paths: dict[str, str] = {}
+
+    def resolved(image: Any) -> Any:
+        if not isinstance(image, str) or not image or Path(image.partition("::")[0]).is_absolute():
+            return image
+        if image not in paths:
+            paths[image] = str(base / image)
+        return paths[image]
+
+    return items.assign(**{c: items[c].map(resolved) for c in IMAGES if c in items.columns})
 
 
 def image_name(image: Any) -> str:

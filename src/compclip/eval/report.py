@@ -288,7 +288,25 @@ def record_differences(record: dict[str, Any], spec: dict[str, Any]) -> list[str
             have = entry.get(key) if isinstance(entry, dict) else None
             if entry is not None and have not in allowed:
                 found.append(f"{dataset} {key}={have} (paper: {' or '.join(str(a) for a in allowed)})")
-    return found
+    return found + release_differences(record, spec)
+
+
+def release_differences(record: dict[str, Any], spec: dict[str, Any]) -> list[str]:
+    """How the files one result scored for the paper column `spec` differ from the benchmark's official release
+    (`Benchmark.release`): fewer items than the release's files hold ("a subset of the release (N of M items)", also
+    for a result that recorded no files, by its counts), else a file whose recorded SHA-256 (`files`) is not the
+    published one ("files differ from the release"); nothing where they are the release's or nothing is known of it."""
+    paths, bench = tuple(spec["metric"]), REGISTRY[spec["benchmark"]]
+    release = bench.release(paths)
+    if not release:
+        return []
+    official = [count for _, count in release.values()]
+    read = bench.items_read(record.get("metrics", {}), paths)
+    if read is not None and None not in official and read < sum(official):
+        return [f"{spec['benchmark']}: a subset of the release ({read:,} of {sum(official):,} items)"]
+    files = record.get("files") or {}
+    differ = [path for path, (sha256, _) in release.items() if path in files and files[path] != sha256]
+    return [f"{spec['benchmark']}: files differ from the release ({', '.join(differ)})"] if differ else []
 
 
 ACTIVATIONS = {"gelu": "plain GELU", "quickgelu": "QuickGELU"}  # a row's or a result's `activation`, as the report says it
@@ -518,12 +536,13 @@ def paper_markdown(frame: pd.DataFrame, about: dict[str, Any], not_run: list[str
 
 
 def build_report(folders: list[str | Path], out: str | Path, paper: str | None = None, paper_model: str | None = None,
-                 labels: list[str] | None = None, html: bool = False) -> Path:
+                 labels: list[str] | None = None, html: bool = False, data_root: str | Path | None = None) -> Path:
     """Write `OUT/report.md`, `OUT/summary.csv`, `OUT/<benchmark>.csv` and `OUT/<benchmark>.png` (with PDF and SVG: each
     split's bars with 95 % intervals, item counts and chance); with `paper`, also the results beside that paper's
     published numbers (`OUT/paper.csv`, `OUT/paper.md` and a section of the report). `labels` name the models (default:
     their folders'). Where the folders hold per-item results, each model is compared item by item with the first
-    (`compclip compare`), and with `html` an error gallery is written (`OUT/report.html`, the figures at its top)."""
+    (`compclip compare`), and with `html` an error gallery is written (`OUT/report.html`, the figures at its top), its
+    images found under the data root each result records, or under `data_root` where the data has moved since."""
     out = Path(out)
     groups = [str(f).split(",") for f in folders]  # a model's several runs (seeds) comma-joined, as `compclip compare` takes them
     folders = [run for group in groups for run in group]
@@ -537,7 +556,7 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
     names = {run: model if len(members) == 1 else f"{model} [{run}]" for model, members in runs.items() for run in members}
     results = {names[m]: r for m, r in results.items()}
     runs = {model: [names[run] for run in members] for model, members in runs.items()}
-    items = _items_of(folders, names)
+    items = _items_of(folders, names, data_root)
     if html and items is None:
         raise UsageError("--html shows each item a model got wrong: these results have no per-item files (<benchmark>.items.parquet); "
                          "run `compclip eval` again for them")
@@ -613,11 +632,11 @@ def build_report(folders: list[str | Path], out: str | Path, paper: str | None =
     return out / "report.md"
 
 
-def _items_of(folders: list[str | Path], names: dict[str, str]) -> pd.DataFrame | None:
+def _items_of(folders: list[str | Path], names: dict[str, str], data_root: str | Path | None = None) -> pd.DataFrame | None:
     """Every model's per-item results under its name, or None where a folder has none (results of an older compclip)."""
     if not all(any(Path(f).glob(f"*{ITEMS_SUFFIX}")) for f in folders):
         return None
-    items = items_frame(folders)
+    items = items_frame(folders, data_root)
     return items.assign(model=items["model"].map(names))
 
 

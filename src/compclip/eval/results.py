@@ -12,6 +12,7 @@ import pandas as pd
 from ..errors import DataError, MissingFileError, UsageError
 from .items import COLUMNS as ITEM_COLUMNS
 from .items import SUFFIX as ITEMS_SUFFIX
+from .items import resolved_images
 
 
 def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -52,9 +53,11 @@ def given_name(folder: Path) -> str | None:
     return found.pop() if len(found) == 1 and None not in found else None
 
 
-def items_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
+def items_frame(folders: str | Path | list[str | Path], data_root: str | Path | None = None) -> pd.DataFrame:
     """Every scored item of result folders as one DataFrame: model (the folder's label), benchmark (the result file's
-    name), then the item's columns (`compclip.eval.items`); a benchmark's own columns are empty for the others'."""
+    name), then the item's columns (`compclip.eval.items`); a benchmark's own columns are empty for the others'. Each
+    image is a path that opens from here: under the data root its result records, or under `data_root` where the data
+    has moved since."""
     frames = []
     for label, folder in folder_labels([folders] if isinstance(folders, (str, Path)) else list(folders)).items():
         for file in sorted(folder.glob(f"*{ITEMS_SUFFIX}")):
@@ -64,12 +67,24 @@ def items_frame(folders: str | Path | list[str | Path]) -> pd.DataFrame:
                 raise DataError(f"{file}: not a readable items file ({type(e).__name__}: {e}); run `compclip eval` again for "
                                 "it") from None
             check_items(file, frame)
+            root = recorded_root(file.with_name(file.name.removesuffix(ITEMS_SUFFIX) + ".json"))
+            frame = resolved_images(frame, root, None if data_root is None else Path(data_root))
             frames.append(frame.assign(model=label, benchmark=file.name.removesuffix(ITEMS_SUFFIX)))
     if not frames:
         raise MissingFileError(f"{folders}: no items files (<benchmark>{ITEMS_SUFFIX}): results written by an older compclip; run "
                                "`compclip eval` again")
     table = pd.concat(frames, ignore_index=True)
     return table[["model", "benchmark", *[c for c in table.columns if c not in ("model", "benchmark")]]]
+
+
+def recorded_root(result: Path) -> str | None:
+    """The data root a result file records (`data_root`), or None: a result of an older compclip, whose items name their
+    images as the run found them (`_read_result` names a result file that does not read)."""
+    try:
+        root = json.loads(result.read_text(encoding="utf-8")).get("data_root")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    return root if isinstance(root, str) and root else None
 
 
 def check_items(file: Path, frame: pd.DataFrame) -> None:

@@ -23,10 +23,10 @@ from ..options import make_options
 from ..precision import resolve_device
 from ..text import did_you_mean
 from . import protocols
-from .base import REGISTRY, data_root
+from .base import REGISTRY, data_root, files_read
 from .config import EvalConfig
 from .items import SUFFIX as ITEMS_SUFFIX
-from .items import write_items
+from .items import relative_images, root_relative, write_items
 from .scorer import UnreadableImagesError, load_scorer, model_scorer
 
 if TYPE_CHECKING:
@@ -352,7 +352,7 @@ def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: di
         record: dict[str, Any] = {"dataset": job.label, "model": head["model"], "pretrained": head["pretrained"],
                                   "weights_sha256": head["weights_sha256"], "task": bench.task, "ties": rule, "ties_option": ties,
                                   "precision": head["precision"], "compclip_version": __version__,
-                                  "options": dataclasses.asdict(made[job.name]),
+                                  "options": dataclasses.asdict(made[job.name]), "data_root": str(root.resolve()),
                                   **{key: head[key] for key in ("name", "released", "activation") if key in head}}
         record["departures"] = bench.departures(made[job.name], rule, head["pretrained"], job.splits)
         for departure in record["departures"]:
@@ -362,6 +362,7 @@ def run_jobs(scorer, jobs: list[Job], root: Path, made: dict[str, Any], head: di
             try:
                 fields, items = score_job(scorer, bench, job, root, rule, made[job.name], blind)
                 record.update(fields)
+                items = relative_images(items, root)
             except (DataError, MissingFileError) as e:  # this benchmark's files are unusable: the next ones are still scored
                 lacks = str(e)
         if lacks:
@@ -396,12 +397,29 @@ def write_result(out: Path, job: Job, record: dict[str, Any], items: list[dict[s
         raise StorageError(f"{e}; nor is {rows.name} kept without it: run the same command again once there is room") from None
 
 
+_HASHED: dict[tuple[str, int, int], str] = {}  # (file, size, modified): SHA-256, each file hashed once a process (a sweep)
+
+
+def files_hashed(files: set[Path], root: Path) -> dict[str, str]:
+    """The SHA-256 of each data file a benchmark read (`files_read`; its images are not among them), by its path relative to
+    the data root (absolute where it lies elsewhere): `report --paper` tells a copy of a benchmark from its release by them."""
+    hashed = {}
+    for file in sorted(f for f in files if f.is_file()):
+        stat = file.stat()
+        key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
+        if key not in _HASHED:
+            _HASHED[key] = sha256_of(file)
+        hashed[root_relative(file, root)] = _HASHED[key]
+    return hashed
+
+
 def score_job(scorer, bench, job: Job, root: Path, rule: str, options: Any, blind: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The scored fields of one job's record (metrics, completeness, what was missing, the blind scores), and its items."""
     fields: dict[str, Any] = {}
     start = time.perf_counter()
-    with scorer.asked() if blind else contextlib.nullcontext(set()) as asked, scorer.labelled(job.label):
+    with scorer.asked() if blind else contextlib.nullcontext(set()) as asked, scorer.labelled(job.label), files_read() as read:
         result = run_skipping_unreadable(bench, job.label, scorer, root, rule, job.splits, options)
+    fields["files"] = files_hashed(read, root)
     if blind and asked:
         with scorer.blind(asked), scorer.labelled(f"{job.label} (blind)"):
             fields["blind"] = with_flat_splits(null_nans(bench.run(scorer, root, rule, job.splits, options).metrics)[0])

@@ -39,7 +39,7 @@ from ...errors import DataError, UsageError
 from ...options import option
 from ...text import sentences
 from .. import protocols
-from ..base import Benchmark, Missing, Result, mean, read_json, read_jsonl, register
+from ..base import Benchmark, Missing, Result, mean, noted, read_json, read_jsonl, register
 from ..items import retrieval_rows
 from .wds_retrieval import SHARDS, is_wds, read_wds
 
@@ -149,6 +149,7 @@ def captioned(pairs: list, options: Options) -> list:
 
 
 def _file_pairs(file: Path, split: str) -> list[tuple[Path, str]]:
+    noted(file)  # read below by csv and as text too, not only by `read_json`: its SHA-256 is recorded all the same
     inside = file.parent.name == "annotations" and f"annotations/{file.name}" in LAYOUTS
     folder = file.parent.parent if inside else file.parent
     if file.name == "captions.csv":

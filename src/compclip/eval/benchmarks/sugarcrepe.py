@@ -21,6 +21,8 @@ SPLITS = ("add_obj", "add_att", "replace_obj", "replace_att", "replace_rel", "sw
 FAMILIES = {"add": SPLITS[:2], "replace": SPLITS[2:5], "swap": SPLITS[5:]}
 KINDS = {"att": "attribute", "obj": "object", "rel": "relation"}  # a split's last part: what its false captions change
 SOURCE = "https://raw.githubusercontent.com/RAIVNLab/sugar-crepe/main/data"
+# each split file of RAIVNLab/sugar-crepe's data/ (main): its SHA-256, which `compclip data download` checks and
+# `report --paper` holds a result's files against, and its records (a result of fewer is marked a subset)
 SHA256 = {
     "add_att": "012d88d729693d193760e6f3393b06a1cf874380a9db0062e937201199fe044d",
     "add_obj": "1b9d76b93139a937b8dc1ada92a4f05ecc821bb3c291d752428bafadd4bb0682",
@@ -30,6 +32,9 @@ SHA256 = {
     "swap_att": "7a7ce04e5c4c80412b48c6f0c1347fb1a2f5d54c0be6aa429b64d390e442f8d0",
     "swap_obj": "073cdb8e253d053614e80710834d9773b09dbc1dd0a412f6f9492262caa1dcad",
 }
+
+ITEMS = {"add_att": 692, "add_obj": 2062, "replace_att": 788, "replace_obj": 1652, "replace_rel": 1406, "swap_att": 666,
+         "swap_obj": 245}
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -49,6 +54,7 @@ class SugarCrepe(Benchmark):
               "(`compclip data download sugarcrepe`), COCO val2017 images in DATA_ROOT/coco/val2017/")
     assets = tuple(Asset(f"{SOURCE}/{split}.json", f"sugarcrepe/{split}.json", sha) for split, sha in SHA256.items())
     columns = (("SC add", ("add",)), ("SC replace", ("replace",)), ("SC swap", ("swap",)), ("SC swap-att", ("swap_att",)))
+    release_sha256, release_items = SHA256, ITEMS  # each split file's in the release
 
     def spectrum_parts(self, metrics):
         parts = []
@@ -60,6 +66,25 @@ class SugarCrepe(Benchmark):
 
     def kind_of(self, split):
         return KINDS.get(split.rpartition("_")[2])
+
+    def splits_of(self, paths: tuple[str, ...]) -> list[str]:
+        """The splits the metrics at `paths` average: a split's own ("swap_att", "swap_att.itt"), a family's members
+        ("add", "replace_itt"), or all of them ("overall")."""
+        found = []
+        for path in paths:
+            name = path.split(".")[0].removesuffix("_itt").removesuffix("_tot")
+            found += [name] if name in self.splits else list(self.families.get(name, self.splits if name == "overall" else ()))
+        return list(dict.fromkeys(found))
+
+    def release(self, paths):
+        return {f"{self.name}/{split}.json": (self.release_sha256[split], self.release_items[split]) for split in self.splits_of(paths)}
+
+    def items_read(self, metrics, paths):
+        """The records of each split file read: those scored (`n`) and those whose image was missing (`n_missing`)."""
+        counts = [metrics.get(split) for split in self.splits_of(paths)]
+        if not counts or any(not isinstance(c, dict) or not isinstance(c.get("n"), int) for c in counts):
+            return None
+        return sum(c["n"] + c.get("n_missing", 0) for c in counts)
 
     def file(self, root: Path, split: str) -> Path:
         return root / self.name / f"{split}.json"

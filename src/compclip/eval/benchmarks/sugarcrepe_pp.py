@@ -12,12 +12,16 @@ from .. import protocols
 from ..base import NOT_APPLICABLE, Missing, Result, rate, read_json, register
 from ..download import Asset
 from ..items import choice_rows
+from .sugarcrepe import ITEMS as SUGARCREPE_ITEMS
 from .sugarcrepe import SPLITS as SUGARCREPE_SPLITS
 from .sugarcrepe import SugarCrepe, coco_image
 
 SPLITS = tuple(s for s in SUGARCREPE_SPLITS if not s.startswith("add_"))  # SugarCrepe++ has no add splits
 FAMILIES = {"replace": SPLITS[:3], "swap": SPLITS[3:]}
+ITEMS = {split: SUGARCREPE_ITEMS[split] for split in SPLITS}
 SOURCE = "https://raw.githubusercontent.com/Sri-Harsha/scpp/main/data"
+# each split file of Sri-Harsha/scpp's data/ (main): its SHA-256 (`compclip data download` checks it, `report --paper` holds a
+# result's files against it) and its records, SugarCrepe's of the same split
 SHA256 = {
     "replace_att": "6826413592894754eeca02aeebbcbbc8b95a7456998abcc714e71c033ce6fe87",
     "replace_obj": "5c6dc499ec8f511a8aa4ec1b7b5eb0eca90317488abe36ec39573355e2d361ab",
@@ -39,6 +43,7 @@ class SugarCrepePP(SugarCrepe):
     layout = ("SugarCrepe++: the 5 split files of github.com/Sri-Harsha/scpp data/ in DATA_ROOT/sugarcrepe_pp/ "
               "(`compclip data download sugarcrepe_pp`), COCO val2017 images in DATA_ROOT/coco/val2017/")
     assets = tuple(Asset(f"{SOURCE}/{split}.json", f"sugarcrepe_pp/{split}.json", sha) for split, sha in SHA256.items())
+    release_sha256, release_items = SHA256, ITEMS
     columns = (("SC++ replace ITT", ("replace_itt",)), ("SC++ replace TOT", ("replace_tot",)), ("SC++ swap ITT", ("swap_itt",)),
                ("SC++ swap TOT", ("swap_tot",)), ("SC++ ITT", ("overall_itt",)), ("SC++ TOT", ("overall_tot",)))
 
