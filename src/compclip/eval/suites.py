@@ -199,6 +199,12 @@ def names_in_file(file: Path) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def is_list_file(given: str) -> bool:
+    """Whether `given` is a text file of names (CLIP_benchmark's `--dataset benchmark/webdatasets.txt`), each checked
+    now, before a model loads: a wrong line is one error naming it."""
+    return Path(given).is_file() and bool(names_in_file(Path(given)))
+
+
 @dataclasses.dataclass(frozen=True)
 class Selection:
     """What a `zeroshot/<split>` run scores: one set, a suite, or a file's list (a suite of its own)."""
@@ -233,7 +239,7 @@ def selects(benchmark: str, split: str) -> bool:
     """Whether `<benchmark>/<split>` selects CLIP_benchmark's sets: `zeroshot/` a suite, a text file of names or a
     classification set; `retrieval/` a retrieval set."""
     if benchmark == "zeroshot":
-        return split in SUITES or Path(split).is_file() or classification_name(split)
+        return split in SUITES or classification_name(split) or is_list_file(split)
     return benchmark == "retrieval" and split in RETRIEVAL_NAMES
 
 
@@ -241,7 +247,7 @@ def benchmark_item(item: str) -> str | None:
     """CLIP_benchmark's `--dataset` name (or suite, or text file of names) as compclip's `--benchmark` item
     (`zeroshot/cifar10`, `retrieval/flickr30k`, `sugarcrepe/swap_att`); None where `item` is none of them. A set compclip
     does not read is refused in one line saying why."""
-    if item in SUITES or classification_name(item) or Path(item).is_file():
+    if item in SUITES or classification_name(item) or is_list_file(item):
         return f"zeroshot/{item}"
     if item in RETRIEVAL_NAMES:
         return f"retrieval/{item}"
