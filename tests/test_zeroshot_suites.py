@@ -123,3 +123,26 @@ def test_clip_benchmarks_collections_are_its_own_lists():
 
     for name in ("vtab", "vtab+", "imagenet_robustness"):
         assert [m.name for m in SUITES[name].members] == builder.dataset_collection[name], name
+
+
+def test_a_suite_for_several_models_decodes_each_image_once_and_scores_each_as_alone(tmp_path, capsys):
+    """Two models of one preprocessing (the tiny model and its other weights in a checkpoint folder) over a suite: the
+    second model decodes no image, takes each of the suite's images from the first, and scores as it does alone."""
+    from test_sweep import checkpoint
+
+    data = tmp_path / "data"
+    two_sets(data)
+    other = checkpoint(tmp_path / "other", init_seed=1)
+    assert cli(tmp_path, data, "sweep", "--dataset", "clic_zs10", "--model", f"compclip-tiny-clip,{other}") == 0
+    said = capsys.readouterr()
+    assert "decoded 0 images, took 24 more as the sweep's models of the same preprocessing decoded them" in said.out + said.err
+    assert cli(tmp_path, data, "alone", "--dataset", "clic_zs10", "--model", str(other)) == 0
+    swept = result(tmp_path, "sweep", f"{folder_of(other)}/zeroshot-clic_zs10.json")["metrics"]
+    alone = result(tmp_path, "alone", "zeroshot-clic_zs10.json")["metrics"]
+    assert swept["suites"] == alone["suites"] and swept["cifar10"]["acc1"] == alone["cifar10"]["acc1"]
+
+
+def folder_of(model: Path) -> str:
+    from compclip.eval.sweep import folder_name
+
+    return folder_name(str(model))
