@@ -182,16 +182,14 @@ class ZeroShot(Benchmark):
             picked = suites.selection(split)
             named += [picked.suite] if picked.suite else []
             for member in picked.members:
-                folder = suites.find_folder(root / "zeroshot", member.name) if member.task == "classification" else None
-                if folder is not None:
-                    chosen.append((member.name, folder, member.name))
-                    continue
+                folder = suites.find_folder(root / "zeroshot", member.name)
                 if member.task != "classification":
                     skipped[member.name] = f"not scored here: {member.why}"
-                    continue
-                first, *others = suites.folder_names(member.name)
-                skipped[str(root / "zeroshot" / first)] = (f"absent (CLIP_benchmark's {member.name}; looked for "
-                                                           f"{', '.join(others)} too)")
+                elif folder is None:
+                    first, *others = suites.folder_names(member.name)
+                    skipped[str(root / "zeroshot" / first)] = f"absent (CLIP_benchmark's {member.name}; looked for {', '.join(others)} too)"
+                else:
+                    chosen.append((member.name, folder, member.name))
         return list({name: (name, folder, clip) for name, folder, clip in chosen}.values()), skipped, named
 
     def datasets(self, root) -> list[Path]:
