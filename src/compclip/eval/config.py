@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import UsageError
 from ..loggers import REPORTERS
 from ..names import BENCHMARK_LISTING, BLIP_SCORES, PRECISIONS, check_names
+from ..names import known_names as benchmark_names_of
 from ..options import MODEL_HELP, option
 
 
@@ -71,8 +72,10 @@ class EvalConfig:
         checks the rest: splits, options, files)."""
         from .suites import DATASET_LISTING, benchmark_item, known_names
 
+        benchmarks = benchmark_names_of("benchmark")  # a benchmark's name is one, whatever file of that name the folder holds
         items = [item for item in map(str.strip, self.benchmark.split(",")) if item and item != "all"]
-        check_names("benchmark", [item.partition("/")[0] for item in items if benchmark_item(item) is None],
+        check_names("benchmark", [item.partition("/")[0] for item in items
+                                  if item.partition("/")[0] in benchmarks or benchmark_item(item) is None],
                     BENCHMARK_LISTING + DATASET_LISTING, tuple(known_names()))
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, not {self.batch_size}")
