@@ -1491,6 +1491,24 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/report.py", "files[path] != sha256]", "files[path] == sha256]", "tests/test_papers.py -k copy_of_sugarcrepe"),
     (B + "sugarcrepe.py", 'return {f"{self.name}/{split}.json": (', 'return {f"{split}.json": (',
      "tests/test_papers.py -k copy_of_sugarcrepe"),
+    # zero-shot suites and CLIP_benchmark's --dataset names
+    ("eval/suites.py", 'Member(n, "mean_per_class_recall" if n in recall else "acc1")', 'Member(n, "acc1")',
+     "tests/test_zeroshot_suites.py -k main_metric"),
+    ("eval/suites.py", 'f"wds_{cleaned}", f"wds_{cleaned}_test"]', 'f"wds_{cleaned}"]', "tests/test_zeroshot_suites.py -k each_alone"),
+    ("eval/suites.py", "        if not classification_name(name):\n", "        if False:\n",
+     "tests/test_zeroshot_suites.py -k closest_names"),
+    (B + "zeroshot.py", '"scored": len(scored), "not_scored": lacking, "complete": not lacking,',
+     '"scored": len(scored), "not_scored": lacking, "complete": True,', "tests/test_zeroshot_suites.py -k each_alone"),
+    (B + "zeroshot.py", "skipped[str(root / \"zeroshot\" / first)] = f\"absent", "_ = f\"absent",
+     "tests/test_zeroshot_suites.py -k each_alone"),
+    (B + "zeroshot.py", "figures = {m.name: scored[m.name].get(m.main_metric)", 'figures = {m.name: scored[m.name].get("acc1")',
+     "tests/test_zeroshot_suites.py -k main_metric"),
+    (B + "retrieval.py", "return [p for p in found if not splits or any(", "return [p for p in found if True or any(",
+     "tests/test_zeroshot_suites.py -k alone"),
+    ("eval/run.py", "if name not in REGISTRY and suites.benchmark_item(item) is not None:", "if False:",
+     "tests/test_zeroshot_suites.py -k alone"),
+    ("names.py", "did_you_mean(name, [*known, *suggested], n=2)", "did_you_mean(name, known, n=2)",
+     "tests/test_zeroshot_suites.py -k closest_names"),
 ]
 
 

@@ -37,12 +37,13 @@ def known_names(kind: str) -> list[str]:
     return sorted({*shipped, *(entry.name for entry in entry_points(group=group))})
 
 
-def check_names(kind: str, names: list[str], listing: str = "") -> None:
+def check_names(kind: str, names: list[str], listing: str = "", suggested: tuple[str, ...] = ()) -> None:
     """Refuse a name of `kind` nobody declares, in the words of its registry (`listing` ends them), before the registry is
-    imported; where it is imported already, a module of this process may have registered more: the registry answers."""
+    imported; where it is imported already, a module of this process may have registered more: the registry answers.
+    `suggested`: other names the same flag takes (CLIP_benchmark's dataset names), offered beside the kind's own."""
     if KINDS[kind][2] in sys.modules:
         return
     known = known_names(kind)
     for name in names:
         if name not in known:
-            raise UsageError(f"unknown {kind} {name!r}{did_you_mean(name, known, n=2)}; known: {', '.join(known)}{listing}")
+            raise UsageError(f"unknown {kind} {name!r}{did_you_mean(name, [*known, *suggested], n=2)}; known: {', '.join(known)}{listing}")

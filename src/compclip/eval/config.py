@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import UsageError
 from ..loggers import REPORTERS
 from ..names import BENCHMARK_LISTING, BLIP_SCORES, PRECISIONS, check_names
+from ..names import known_names as benchmark_names_of
 from ..options import MODEL_HELP, option
 
 
@@ -30,7 +31,10 @@ class EvalConfig:
                              "Several, comma-separated or a .txt file of names (one a line): each into OUT/<name>/, those with "
                              "every result there skipped.")
     benchmark: str = option(help="Comma-separated benchmarks, NAME or NAME/SPLIT (`compclip benchmarks` lists them); all: every "
-                                 "benchmark whose files are under the data root.", aliases=("--dataset",), names="benchmark")
+                                 "benchmark whose files are under the data root. CLIP_benchmark's dataset names too (cifar10, "
+                                 "wds/vtab/cifar10, flickr30k), a suite (datacomp, clic_zs10, elevater, vtab, vtab+, "
+                                 "imagenet_robustness) or a text file of names, one a line: every set of it in one run.",
+                            aliases=("--dataset",), names="benchmark")
     out: str = option(help="Folder for the <benchmark>.json results.")
     pretrained: str | None = option(None, "open_clip pretrained tag or weights file for --model.")
     data_root: str | None = option(None, "Benchmark data root (docs/data.md).  [default: $COMPCLIP_DATA]", aliases=("--dataset_root",))
@@ -66,8 +70,13 @@ class EvalConfig:
         """The values checked by their declarations alone (benchmark names, numbers, precision), importing nothing heavy:
         the command line runs this before torch's import, so that a typo is answered at once (`eval.run.check_options`
         checks the rest: splits, options, files)."""
-        check_names("benchmark", [item.partition("/")[0] for item in map(str.strip, self.benchmark.split(",")) if item and item != "all"],
-                    BENCHMARK_LISTING)
+        from .suites import DATASET_LISTING, benchmark_item, known_names
+
+        benchmarks = benchmark_names_of("benchmark")  # a benchmark's name is one, whatever file of that name the folder holds
+        items = [item for item in map(str.strip, self.benchmark.split(",")) if item and item != "all"]
+        check_names("benchmark", [item.partition("/")[0] for item in items
+                                  if item.partition("/")[0] in benchmarks or benchmark_item(item) is None],
+                    BENCHMARK_LISTING + DATASET_LISTING, tuple(known_names()))
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, not {self.batch_size}")
         if self.workers < 0:

@@ -22,7 +22,7 @@ from ..models.released import resolve as resolve_released
 from ..options import make_options
 from ..precision import resolve_device
 from ..text import did_you_mean
-from . import protocols
+from . import protocols, suites
 from .base import REGISTRY, data_root, files_read
 from .config import EvalConfig
 from .items import SUFFIX as ITEMS_SUFFIX
@@ -70,11 +70,14 @@ def resolve(items: str | list[str], root: Path | None = None) -> list[Job]:
     jobs = []
     for item in items:
         name, _, split = item.partition("/")
+        if name not in REGISTRY and suites.benchmark_item(item) is not None:  # CLIP_benchmark's --dataset name, suite or list
+            item = suites.benchmark_item(item)
+            name, _, split = item.partition("/")
         if name not in REGISTRY:
-            raise UsageError(f"unknown benchmark {name!r}{did_you_mean(name, REGISTRY, n=2)}; known: {', '.join(sorted(REGISTRY))} "
-                             "(`compclip benchmarks` lists them)")
+            raise UsageError(f"unknown benchmark {name!r}{did_you_mean(name, [*REGISTRY, *suites.known_names()], n=2)}; known: "
+                             f"{', '.join(sorted(REGISTRY))} (`compclip benchmarks` lists them){suites.DATASET_LISTING}")
         splits = REGISTRY[name].splits
-        if split and split not in splits:
+        if split and split not in splits and not suites.selects(name, split):
             known = f"its splits: {', '.join(splits)}" if splits else "it has no splits"
             raise UsageError(f"--benchmark {item}: {name} has no split {split!r}{did_you_mean(split, splits, n=2)}; {known}")
         jobs.append(Job(item, name, (split,) if split else ()))

@@ -41,6 +41,7 @@ from ...text import sentences
 from .. import protocols
 from ..base import Benchmark, Missing, Result, mean, noted, read_json, read_jsonl, register
 from ..items import retrieval_rows
+from ..suites import folder_names
 from .wds_retrieval import SHARDS, is_wds, read_wds
 
 log = logging.getLogger("compclip.eval")
@@ -194,12 +195,15 @@ class Retrieval(Benchmark):
               f"(huggingface-cli download clip-benchmark/wds_<dataset> --repo-type dataset --local-dir DATA_ROOT/retrieval/<dataset>)")
     columns = (("retrieval R@1", ("mean_recall@1",)), ("retrieval R@5", ("mean_recall@5",)))
 
-    def datasets(self, root) -> list[Path]:
+    def datasets(self, root, splits=()) -> list[Path]:
+        """The dataset folders under `retrieval/`; with `splits` (CLIP_benchmark's names: `--dataset flickr30k`), theirs only."""
         folder = root / "retrieval"
-        return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+        found = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+        return [p for p in found if not splits or any(p.name in folder_names(split) for split in splits)]
 
     def lacks(self, root, splits):
-        return None if self.datasets(root) else f"looked for dataset folders in {root / 'retrieval'}: none. {self.layout}"
+        looked = f"{', '.join(f'retrieval/{n}' for split in splits for n in folder_names(split))}" if splits else "dataset folders"
+        return None if self.datasets(root, splits) else f"looked for {looked} in {root}: none. {self.layout}"
 
     @staticmethod
     def read(folder: Path, options: Options, absent: dict[str, str]) -> tuple[str, list] | None:
@@ -219,7 +223,7 @@ class Retrieval(Benchmark):
     def run(self, scorer, root, ties, splits=(), options=None):
         missing, metrics, absent, items = Missing.of(scorer), {}, {}, []
         options = options or Options()
-        for folder in self.datasets(root):
+        for folder in self.datasets(root, splits):
             scorer.at(folder.name)
             read = self.read(folder, options, absent)
             if read is None:

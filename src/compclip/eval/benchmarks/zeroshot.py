@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -25,10 +26,12 @@ import torch
 
 from ...errors import DataError, MissingFileError, UsageError
 from ...options import option
-from .. import protocols
+from .. import protocols, suites
 from ..base import Benchmark, Missing, Result, accuracy, mean, rate, read_json, register
 from ..items import class_rows
 from ..zeroshot_sources import Source, clip_benchmark_json, is_other_task, open_source
+
+log = logging.getLogger("compclip.eval")
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
 
@@ -109,6 +112,24 @@ def mean_average_precision(scores: torch.Tensor, labels: list[tuple[int, ...]], 
     return sum(precisions) / len(precisions) if precisions else math.nan
 
 
+def suite_summary(suite: suites.Suite, metrics: dict[str, Any]) -> dict[str, Any]:
+    """A suite's figures as its authors report them: each member's acc1 and the figure its mean takes (DataComp's
+    `main_metric`), the mean over the members scored, and whether that is the suite's own mean (every member scored) or
+    a part of it, with the members not scored counted and named."""
+    scored = {m.name: metrics[m.name] for m in suite.members if isinstance(metrics.get(m.name), dict)}
+    figures = {m.name: scored[m.name].get(m.main_metric) for m in suite.members if m.name in scored}
+    lacking = [m.name for m in suite.members if m.name not in scored]
+    return {
+        "title": suite.title, "source": suite.source, "mean_rule": suite.mean_rule, "members": len(suite.members),
+        "scored": len(scored), "not_scored": lacking, "complete": not lacking,
+        "acc1": {name: m.get("acc1") for name, m in scored.items()},
+        "main_metric": {m.name: m.main_metric for m in suite.members if m.name in scored},
+        "mean": mean(v for v in figures.values() if v is not None and not math.isnan(v)),
+        **({"departs": suite.departs} if suite.departs else {}),
+        **({"why_not_scored": {m.name: m.why for m in suite.members if m.why}} if any(m.why for m in suite.members) else {}),
+    }
+
+
 # the order a subset is drawn over: the class folders in name order, each one's files in name order. CLIC draws over a
 # CLIP_benchmark dataset's own order (eval/eval_utils.py, shuffle_and_select), which no folder of images records.
 SUBSET_ORDER = "class folders, then file names"
@@ -138,7 +159,38 @@ class ZeroShot(Benchmark):
     columns = (("ImageNet", ("imagenet",)), ("zero-shot mean", ("overall",)), ("ZS shape", ("shape",)), ("ZS colour", ("color",)))
 
     def lacks(self, root, splits):
+        if splits:
+            wanted = [m.name for split in splits for m in suites.selection(split).members if m.task == "classification"]
+            if not any(suites.find_folder(root / "zeroshot", name) for name in wanted):
+                return (f"none of {', '.join(wanted[:5])}{' ...' if len(wanted) > 5 else ''} ({len(wanted)} sets) under "
+                        f"{root / 'zeroshot'} (each looked for as zeroshot/{'|'.join(suites.folder_names(wanted[0]))} ...). {self.layout}"
+                        if wanted else f"{', '.join(splits)}: no set compclip scores by zero-shot classification")
+            return None
         return None if self.datasets(root) else f"looked for dataset folders in {root / 'zeroshot'}: none. {self.layout}"
+
+    def departures(self, options, ties, pretrained, splits):
+        return [said for split in splits for said in suites.departures(split, (options or Options()).subset)]
+
+    def chosen(self, root, splits) -> tuple[list[tuple[str, Path, str | None]], dict[str, str], list[suites.Suite]]:
+        """The datasets a run scores, each (its name in the result, its folder, its CLIP_benchmark name where `splits`
+        named it), what `splits` name and is not there or not scored here (a named skip each, path or member: why), and the
+        suites named. No splits: every dataset folder under zeroshot/, named by its folder."""
+        if not splits:
+            return [(folder.name, folder, None) for folder in self.datasets(root)], {}, []
+        chosen, skipped, named = [], {}, []
+        for split in splits:
+            picked = suites.selection(split)
+            named += [picked.suite] if picked.suite else []
+            for member in picked.members:
+                folder = suites.find_folder(root / "zeroshot", member.name)
+                if member.task != "classification":
+                    skipped[member.name] = f"not scored here: {member.why}"
+                elif folder is None:
+                    first, *others = suites.folder_names(member.name)
+                    skipped[str(root / "zeroshot" / first)] = f"absent (CLIP_benchmark's {member.name}; looked for {', '.join(others)} too)"
+                else:
+                    chosen.append((member.name, folder, member.name))
+        return list({name: (name, folder, clip) for name, folder, clip in chosen}.values()), skipped, named
 
     def datasets(self, root) -> list[Path]:
         """The dataset folders under `zeroshot/`, less the wds sets of another task (`other_tasks`)."""
@@ -156,10 +208,13 @@ class ZeroShot(Benchmark):
     def run(self, scorer, root, ties, splits=(), options=None):
         options = options or Options()
         classnames, templates = (read_json(Path(f)) if f else {} for f in (options.classnames, options.templates))
-        metrics, missing, items, absent = {}, Missing.of(scorer), [], {}
-        for folder in self.datasets(root):
-            scorer.at(folder.name)
+        metrics, missing, items = {}, Missing.of(scorer), []
+        chosen, absent, named = self.chosen(root, splits)
+        for key, folder, clip_name in chosen:
+            scorer.at(key)
             source = open_source(folder)
+            if source is not None and clip_name is not None:  # build_dataset's lookup keys of the name it was given
+                source.keys = [f"wds/{suites.bare(clip_name)}", suites.bare(clip_name)] if source.layout == "wds" else [clip_name]
             if source is None:
                 every, names, names_from, names_kind, prompts, prompts_from, prompts_kind, order = self.class_folders(
                     folder, classnames, templates, options)
@@ -168,7 +223,7 @@ class ZeroShot(Benchmark):
                 names, names_from, names_kind = self.source_classnames(source, classnames, options.classnames)
                 prompts, prompts_from, prompts_kind = self.source_prompts(source, names, templates, options.templates)
                 absent.update(source.absent)
-            drawn = bool(options.subset) and folder.name not in options.subset_skip.split(",")
+            drawn = bool(options.subset) and key not in options.subset_skip.split(",")
             if drawn:
                 every = [every[i] for i in seeded_subset(len(every), options.subset, options.subset_seed)]
             kept = [(p, label) for p, label in every if missing.keep([p])]
@@ -182,19 +237,24 @@ class ZeroShot(Benchmark):
                           "templates_from": prompts_from, "classnames_source": names_kind, "templates_source": prompts_kind,
                           "layout": source.layout if source else "class folders"}
             if source is not None and source.multilabel is not None:
-                metrics[folder.name] = {"mean_average_precision": mean_average_precision(scores, labels, len(names)), "n": len(labels),
-                                        **provenance}
+                metrics[key] = {"mean_average_precision": mean_average_precision(scores, labels, len(names)), "n": len(labels),
+                                **provenance}
                 continue
             target = torch.tensor(labels, dtype=torch.long)
             correct = protocols.picks(scores, target, ties)
-            items += class_rows(folder.name, [str(f) for f in files], labels, names, scores, correct, folder)
-            metrics[folder.name] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), **provenance}
+            items += class_rows(key, [str(f) for f in files], labels, names, scores, correct, folder)
+            metrics[key] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), **provenance}
         datasets = [m for m in metrics.values() if "acc" in m]  # the single-label ones: a multi-label set has no accuracy
         metrics["overall"] = mean(m["acc"] for m in datasets)
-        if self.other_tasks(root):
+        if not splits and self.other_tasks(root):
             metrics["other_tasks"] = self.other_tasks(root)
-        for key in ("acc1", "acc5", "mean_per_class_recall"):  # CLIP_benchmark's keys, over the datasets
-            metrics[key] = mean(m[key] for m in datasets)
+        for figure in ("acc1", "acc5", "mean_per_class_recall"):  # CLIP_benchmark's keys, over the datasets
+            metrics[figure] = mean(m[figure] for m in datasets)
+        for suite in named:
+            summary = metrics.setdefault("suites", {})[suite.name] = suite_summary(suite, metrics)
+            log.info("%s: %d of its %d sets scored%s; %s: %.4f%s", suite.name, summary["scored"], summary["members"],
+                     f" ({len(summary['not_scored'])} not: {', '.join(summary['not_scored'])})" if summary["not_scored"] else "",
+                     suite.mean_rule, summary["mean"], "" if summary["complete"] else ", over the sets scored: not the suite's own mean")
         return Result(metrics, missing, absent, items=items)
 
     def class_folders(self, folder: Path, classnames: dict[str, Any], templates: dict[str, Any], options: Options):
