@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import run_main
+from conftest import run_main, shared_data
 
 WORDS = ["a", "the", "red", "small", "green", "blue", "dog", "cat", "man", "bike", "car", "park", "people", "sleeps", "rides",
          "walk", "in", "on", "two", "runs", "grass", "big", "sits"]
@@ -144,3 +144,55 @@ def test_a_killed_run_resumes_and_writes_no_chunk_twice(tmp_path, tiny_bert, cap
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["caption"] for r in written] == captions  # each record once, in the data's order
     assert all(isinstance(r["llm_negatives"], list) and "ceclip_negatives" not in r for r in written)
+
+
+def test_ceclip_lm_negatives_are_three_more_types_read_from_the_data_field():
+    """`--method-opt lm_negatives=true`: each caption's ceclip_negatives (what `compclip negatives --what ceclip` writes) are
+    its adjective, noun and verb negatives, types 1 to 3 beside the relation swap (type 0: none here, no concepts); a
+    record holding two has no verb negative; the loss ranks four types."""
+    import torch
+
+    from compclip.methods import build_method
+    from compclip.models import load_model
+
+    method = build_method("ceclip", lm_negatives=True)
+    assert method.sample_fields == ("ceclip_negatives",) and build_method("ceclip").sample_fields == ()
+    model, _, tokenizer = load_model("compclip-tiny-siglip")
+    samples = [{"image": torch.zeros(3, 64, 64), "caption": "a red dog runs", "ceclip_negatives": ["a blue dog runs", "a red cat runs",
+                                                                                                    "a red dog sleeps"]},
+               {"image": torch.zeros(3, 64, 64), "caption": "the small cat", "ceclip_negatives": ["the big cat", "the small dog"]}]
+    batch = method.bind(model).collate(samples, tokenizer)
+    assert batch["negative_mask"].tolist() == [[0, 1, 1, 1], [0, 1, 1, 0]]
+    expected = ["a blue dog runs", "a red cat runs", "a red dog sleeps", "the big cat", "the small dog"]
+    assert torch.equal(batch["negative_text"], tokenizer(expected))
+    assert method.parts[0].thresholds.shape == (4,)
+
+
+@pytest.fixture(scope="module")
+def coco():
+    return [a["caption"].strip() for a in json.loads(shared_data("coco", "captions_val2017.json").read_text())["annotations"][:1000]]
+
+
+def test_dac_lm_negatives_draw_the_word_list_negative_or_a_fill_evenly(coco):
+    """`--method-opt lm_negatives=true` (the released --neg_type rand_both): on 1,000 COCO captions each caption's negative
+    is the word-list rule's, drawn from the same generator after the coin, or one of its llm_negatives other than the
+    caption, about half each (1,000 fair draws fall within 440-560 beyond 99.98 %)."""
+    from compclip.methods import build_method
+    from compclip.methods.dac import word_list_negative
+    from compclip.methods.text import caption_rng
+
+    method = build_method("dac", lm_negatives=True)
+    assert method.sample_fields == ("dense_captions", "llm_negatives")
+    part = method.parts[0]
+    captions = list(dict.fromkeys(coco))[:1000]
+    filled = 0
+    for c in captions:
+        given = [f"{c} indeed", c]
+        made = part.caption_negative(c, {"llm_negatives": given}, caption_rng(0, c))
+        rng = caption_rng(0, c)
+        if rng.choice([0, 1]) == 0:
+            assert made == word_list_negative(c, rng), c
+        else:
+            assert made == f"{c} indeed", c
+            filled += 1
+    assert 440 <= filled <= 560, filled
