@@ -91,14 +91,19 @@ def write_data(path, records):
 def test_fields_equal_the_fill_mask_pipelines_and_bad_records_are_skipped_and_counted(tmp_path, tiny_bert, capsys):
     records = [{"image": f"{i}.jpg", "caption": c} for i, c in enumerate(CAPTIONS)]
     data = write_data(tmp_path / "data.jsonl", [records[0], "{not json", records[1], {"image": "x.jpg"}, records[2],
-                                                {"image": "y.jpg", "caption": "a [MASK] dog"}, records[3]])
+                                                {"image": "y.jpg", "caption": "a [MASK] dog"}, records[3],
+                                                {"image": "z.jpg", "caption": " ".join(["a red dog"] * 11)}])
+    with open(data, "ab") as f:
+        f.write(b'{"image": "w.jpg", "caption": "a red \xff dog"}\n')
     out = tmp_path / "data-negatives.jsonl"
     code, stdout, stderr = run_main(capsys, "-q", "negatives", data, "--out", out, "--fill-model", tiny_bert, "--shard-size", 3)
     assert code is None or code == 0, stderr
-    assert f"wrote {out} (3 record(s) of DATA left out" in stdout
+    assert f"wrote {out} (5 record(s) of DATA left out" in stdout
+    assert f"skipped 1 record(s): the caption is not UTF-8 (first: {data}:9)" in stderr
     assert f"skipped 1 record(s): not JSON (first: {data}:2)" in stderr
     assert f"skipped 1 record(s): no caption text in field 'caption' (first: {data}:4)" in stderr
     assert f"skipped 1 record(s): the caption holds the fill model's mask token '[MASK]' (first: {data}:6)" in stderr
+    assert f"skipped 1 record(s): longer than the fill model reads (32 tokens) (first: {data}:8)" in stderr
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert [{k: r[k] for k in ("image", "caption")} for r in written] == records
     fills = fill_mask(tiny_bert, {t for c in CAPTIONS for t in masked_texts(c)})
@@ -110,6 +115,28 @@ def test_fields_equal_the_fill_mask_pipelines_and_bad_records_are_skipped_and_co
     assert any(record["llm_negatives"] for record in written)
     assert not (tmp_path / "data-negatives.jsonl.parts").exists()
     assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())
+
+
+def test_parts_split_the_chunks_and_the_last_to_finish_writes_out(tmp_path, tiny_bert, capsys):
+    """`--part 1/2` writes chunks 1 and 3 of 4 and waits; `--part 0/2` writes 0 and 2 and joins: OUT is one run's. A model
+    that does not load is one error line; so is a second run into a finished OUT."""
+    data = write_data(tmp_path / "data.jsonl", [{"image": f"{i}.jpg", "caption": c} for i, c in enumerate(CAPTIONS * 2)])
+    args = ["-q", "negatives", data, "--fill-model", tiny_bert, "--shard-size", 2, "--what", "llm"]
+    code, _, err = run_main(capsys, *args[:-4], "--fill-model", tmp_path / "no-model", "--out", tmp_path / "x.jsonl")
+    assert code == 2 and err.startswith(f"error: --fill-model {tmp_path / 'no-model'}: no fill-mask model loads") and err.count("\n") == 1
+    assert not (tmp_path / "x.jsonl.parts").exists(), "nothing is left behind"
+    out = tmp_path / "out.jsonl"
+    code, stdout, _ = run_main(capsys, *args, "--out", out, "--part", "1/2")
+    assert "part 1/2: 2 chunks written (4 records), 0 already there" in stdout
+    assert "waiting for 2 chunk(s) of other parts (first: chunk 0)" in stdout
+    assert not out.exists()
+    code, stdout, _ = run_main(capsys, *args, "--out", out, "--part", "0/2")
+    assert "part 0/2: 2 chunks written (4 records)" in stdout and f"wrote {out}" in stdout
+    whole = tmp_path / "whole.jsonl"
+    run_main(capsys, *args, "--out", whole)
+    assert out.read_text() == whole.read_text()
+    code, _, err = run_main(capsys, *args, "--out", whole)
+    assert code == 2 and f"--out {whole} exists" in err
 
 
 def current_umask():

@@ -315,7 +315,8 @@ def negatives(
     for reason, (count, where) in stats["skips"].items():
         typer.echo(f"warning: skipped {count} record(s): {reason} (first: {where})", err=True)
     if not stats["complete"]:
-        typer.echo(f"waiting for chunks {', '.join(map(str, stats['missing']))}: the last part to finish writes {out}")
+        missing = stats["missing"]
+        typer.echo(f"waiting for {len(missing)} chunk(s) of other parts (first: chunk {missing[0]}): the last part to finish writes {out}")
         return
     left_out = sum(count for count, _ in stats["skips_in_all"].values())
     typer.echo(f"wrote {out}" + (f" ({left_out} record(s) of DATA left out: no negatives made)" if left_out else ""))

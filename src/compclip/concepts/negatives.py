@@ -17,7 +17,7 @@ of the training data (JSON lines) as data fields the methods read.
 The data is split into chunks of `shard_size` records, chunk c belonging to part c mod n; each chunk is written
 atomically into `OUT.parts/`, so a killed run resumes at the first chunk it lacks and writes none twice. The part that
 finds every chunk written joins them into OUT. A record that is no JSON object, has no caption text, holds the fill
-model's mask token, or is longer than the fill model reads is left out, counted and named.
+model's mask token, is not UTF-8, or is longer than the fill model reads is left out, counted and named.
 """
 from __future__ import annotations
 
@@ -111,6 +111,8 @@ class Filler:
 
 def _refusal(value: Any, caption_key: str, mask: str) -> str | None:
     """Why a record gets no negatives (left out of OUT), or None."""
+    from ..data.readers import undecodable
+
     if isinstance(value, json.JSONDecodeError):
         return "not JSON"
     if not isinstance(value, dict):
@@ -118,6 +120,8 @@ def _refusal(value: Any, caption_key: str, mask: str) -> str | None:
     caption = value.get(caption_key)
     if not isinstance(caption, str) or not caption.strip():
         return f"no caption text in field {caption_key!r}"
+    if undecodable(caption):
+        return "the caption is not UTF-8"
     if mask in caption:
         return f"the caption holds the fill model's mask token {mask!r}"
     return None
@@ -199,8 +203,6 @@ def _skips_path(folder: Path, number: int) -> Path:
 def _start(data: Path, out: Path, cfg: NegativesConfig, kinds: tuple[str, ...]) -> Path:
     """The parts folder, its manifest written, or checked to be this run's: a resumed run must make the same fields."""
     folder = parts_folder(out)
-    if out.exists() and not folder.exists():
-        raise UsageError(f"--out {out} exists: choose another, or remove it to write it again")
     config = {"data": str(data.resolve()), **asdict(cfg), "what": list(kinds)}
     del config["part"], config["batch_size"]  # neither changes a record
     manifest = folder / MANIFEST
@@ -231,10 +233,12 @@ def build_negatives(data: str | Path, out: str | Path, cfg: NegativesConfig = Ne
         raise UsageError(f"{data}: negatives are written into JSON lines records (.jsonl), which carry a method's data fields")
     if cfg.shard_size < 1 or cfg.batch_size < 1:
         raise UsageError(f"--shard-size and --batch-size must be at least 1, not {cfg.shard_size} and {cfg.batch_size}")
+    if out.exists() and not parts_folder(out).exists():
+        raise UsageError(f"--out {out} exists: choose another, or remove it to write it again")
+    filler, nlp = Filler(cfg.fill_model, cfg.batch_size), load_nlp()  # first: a model that does not load leaves nothing behind
     folder = _start(data, out, cfg, kinds)
     i, n = part
     stats: dict[str, Any] = {"chunks_written": 0, "chunks_there": 0, "records": 0, "skips": {}}
-    nlp = filler = None
     with FolderLock(folder / f".part-{i}-of-{n}.lock", f"another compclip negatives run of part {i}/{n}"):
         chunks = 0
         for number, records in _chunks(json_lines(data), cfg.shard_size):
@@ -244,8 +248,6 @@ def build_negatives(data: str | Path, out: str | Path, cfg: NegativesConfig = Ne
             if _chunk_path(folder, number).is_file():
                 stats["chunks_there"] += 1
                 continue
-            if filler is None:
-                nlp, filler = load_nlp(), Filler(cfg.fill_model, cfg.batch_size)
             written, skips = fill_chunk(records, cfg, kinds, nlp, filler)
             _write_chunk(folder, number, written, skips)
             stats["chunks_written"] += 1
@@ -261,7 +263,8 @@ def build_negatives(data: str | Path, out: str | Path, cfg: NegativesConfig = Ne
 def _write_chunk(folder: Path, number: int, records: list[dict[str, Any]], skips: dict[str, list]) -> None:
     """A chunk's skips, then its records: each file atomic, the records' file the mark that the chunk is done."""
     write_json(_skips_path(folder, number), skips)
-    with atomic_path(_chunk_path(folder, number)) as tmp, open(tmp, "w", encoding="utf-8") as f:
+    # another field's bytes that are not UTF-8 are copied as they were read (surrogate-escaped)
+    with atomic_path(_chunk_path(folder, number)) as tmp, open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
 
