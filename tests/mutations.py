@@ -1506,6 +1506,21 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_zeroshot_suites.py -k alone"),
     ("names.py", "did_you_mean(name, [*known, *suggested], n=2)", "did_you_mean(name, known, n=2)",
      "tests/test_zeroshot_suites.py -k closest_names"),
+    # compclip negatives: the released masked-LM negatives as data fields, and the methods that read them
+    ("concepts/negatives.py", "fills[min(CECLIP_KEPT, len(fills) - 1)]", "fills[0]", "tests/test_negatives_command.py -k fields_equal"),
+    ("concepts/negatives.py", ' if f["token_str"].strip(" ") != word]', "]", "tests/test_negatives_command.py -k fields_equal"),
+    ("concepts/negatives.py", "    if mask in caption:\n", "    if False:\n", "tests/test_negatives_command.py -k fields_equal"),
+    ("concepts/negatives.py", "        shutil.rmtree(folder)\n", "", "tests/test_negatives_command.py -k fields_equal"),
+    ("concepts/negatives.py", "            if _chunk_path(folder, number).is_file():", "            if False:",
+     "tests/test_negatives_command.py -k killed_run"),
+    ("concepts/negatives.py", "            if number % n != i:", "            if False:", "tests/test_negatives_command.py -k parts_split"),
+    ("concepts/negatives.py", "    if undecodable(caption):", "    if False:", "tests/test_negatives_command.py -k fields_equal"),
+    ("concepts/negatives.py", "        if any(filler.too_long(t) for t in _texts(masked)):", "        if False:",
+     "tests/test_negatives_command.py -k fields_equal"),
+    ("methods/ceclip.py", "mask[owners[seen], kinds[seen]] = 1.0", "mask[owners[seen], 0] = 1.0",
+     "tests/test_negatives_command.py -k ceclip_lm_negatives"),
+    ("methods/dac.py", "            return rand_both_negative(caption, sample[LLM_NEGATIVES], rng)",
+     "            return word_list_negative(caption, rng)", "tests/test_negatives_command.py -k dac_lm_negatives"),
 ]
 
 

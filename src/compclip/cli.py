@@ -20,7 +20,7 @@ from typing import Any, Optional
 import typer
 
 from . import __version__, progress
-from .concepts.config import ConceptConfig
+from .concepts.config import ConceptConfig, NegativesConfig
 from .demo import DemoConfig
 from .eval.config import EvalConfig
 from .options import MODEL_HELP, field_flag, key_values
@@ -285,6 +285,41 @@ def concepts(
         typer.echo(f"waiting for parts {', '.join(f'{m}/{n}' for m in stats['missing_parts'])}: the last part to finish indexes the store")
     else:
         typer.echo(f"indexed {len(store)} records")
+
+
+@app.command()
+@declared(NegativesConfig)
+def negatives(
+    data: Path = typer.Argument(..., metavar="DATA", help="Training data as JSON lines (.jsonl), a record a line."),
+    out: Path = typer.Option(..., "--out", help="The JSON lines file to write: DATA's records with the negative fields (image "
+                                                "paths as in DATA: write it beside DATA, or train with --image-root)."),
+    **options: Any,
+) -> None:
+    """Fill in the negatives the released CE-CLIP, SVLC-R+L and DAC made with a masked language model, as data fields of a
+    copy of DATA (resumable, in parts).
+
+    Example:
+
+    \b
+    compclip negatives data/coco.jsonl --out data/coco-negatives.jsonl --what ceclip,llm
+    """
+    from .concepts.negatives import build_negatives
+    from .parts import parse_part
+
+    cfg = NegativesConfig(**declared_values(NegativesConfig, options))
+    i, n = parse_part(cfg.part, what="the records")
+    stats = build_negatives(data, out, cfg, (i, n))
+    of_part = f"part {i}/{n}: " if n > 1 else ""
+    typer.echo(f"{of_part}{stats['chunks_written']} chunks written ({stats['records']} records), {stats['chunks_there']} "
+               "already there")
+    for reason, (count, where) in stats["skips"].items():
+        typer.echo(f"warning: skipped {count} record(s): {reason} (first: {where})", err=True)
+    if not stats["complete"]:
+        missing = stats["missing"]
+        typer.echo(f"waiting for {len(missing)} chunk(s) of other parts (first: chunk {missing[0]}): the last part to finish writes {out}")
+        return
+    left_out = sum(count for count, _ in stats["skips_in_all"].values())
+    typer.echo(f"wrote {out}" + (f" ({left_out} record(s) of DATA left out: no negatives made)" if left_out else ""))
 
 
 @app.command(cls=grouped_help(TrainConfig, HELP_GROUPS))

@@ -18,3 +18,23 @@ class ConceptConfig:
     shard_size: int = option(SHARD_SIZE, "Records per store shard: the unit a killed run resumes from.")
     part: str | None = option(None, "Run part i/n of the captions (0-based, split by caption hash).  [default: a SLURM array task's "
                                     "place, else all]")
+
+
+NEGATIVE_KINDS = ("ceclip", "llm")  # --what of `compclip negatives`: which released negatives to fill in
+CECLIP_NEGATIVES = "ceclip_negatives"  # the data field: CE-CLIP's adjective, noun and verb fills of a record's caption
+LLM_NEGATIVES = "llm_negatives"  # the data field: SVLC-R+L's and DAC's fill-mask sentences of a record's caption
+NEGATIVES_SHARD_SIZE = 10_000  # records per chunk: the unit a killed run resumes from and parts divide
+
+
+@dataclass(frozen=True)
+class NegativesConfig:
+    what: str = option(",".join(NEGATIVE_KINDS), "Comma-separated negatives: ceclip (CE-CLIP's adjective, noun and verb fills: "
+                                                 "ceclip_negatives), llm (SVLC-R+L's and DAC's fill-mask sentences: llm_negatives).")
+    fill_model: str = option("distilroberta-base", "The masked language model that fills the words in: a Hub name or a local "
+                                                   "folder (the releases' own: distilroberta-base).")
+    caption_key: str = option("caption", "Caption key of each JSON lines record.")
+    shard_size: int = option(NEGATIVES_SHARD_SIZE, "Records per chunk: the unit a killed run resumes from.")
+    part: str | None = option(None, "Run part i/n of the chunks (0-based, every n-th chunk).  [default: a SLURM array task's place, "
+                                    "else all]")
+    seed: int = option(0, "Seed of CE-CLIP's draw of which adjective, noun or verb is masked (drawn per caption).")
+    batch_size: int = option(64, "Masked texts the fill model reads at once.")

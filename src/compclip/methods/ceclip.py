@@ -13,7 +13,8 @@ Three terms over a caption's typed hard negatives (docs/methods.md §2.4), from 
 
 The released data files carry four negatives per caption, precomputed by `data/dataset.py` (`TextAugment.mask_captions`):
 a relation swap and three words filled in by a masked language model. compclip makes the relation swap in the batch
-transform from the concept store's POS tags; the filled-in words need that language model, which compclip does not run.
+transform from the concept store's POS tags; the three fills (an adjective, a noun, a verb) are the data field
+`ceclip_negatives` that `compclip negatives --what ceclip` writes, read with `lm_negatives` as three more types.
 """
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
+from ..concepts.config import CECLIP_NEGATIVES
 from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import encode_short_texts
 from .base import ROWS, LossPart, Output, image_rows, option, register_method, text_width_of
 
-TYPES = ("relation",)  # the released negative types compclip makes; the others are filled in by a masked LM
+TYPES = ("relation",)  # the released negative type compclip makes from the caption
+LM_TYPES = ("adjective", "noun", "verb")  # the released types a masked LM filled in: the data field ceclip_negatives, in order
 IMC_TARGETS = ("first_negative", "image")
 
 
@@ -137,10 +140,14 @@ class Options:
                                                "before the negatives (get_imc_loss of 2024-01-31, commit 7f4433a)")
     threshold_reset: int = option(0, "set the thresholds back to 0 every this many steps, as the released train_one_epoch "
                                      "does at each epoch (give the run's steps per epoch); 0: never")
+    lm_negatives: bool = option(False, "the released data's three masked-LM negatives too (adjective, noun, verb), each its own "
+                                       "type: each record's data field ceclip_negatives (`compclip negatives --what ceclip`); "
+                                       "off: the relation swap alone")
 
 
 class CECLIPPart(LossPart):
-    """CE-CLIP's three terms; the batch transform makes each caption's relation swap from its concept record."""
+    """CE-CLIP's three terms; the batch transform makes each caption's relation swap from its concept record, and with
+    `lm_negatives` takes its three masked-LM negatives from the data field `ceclip_negatives`."""
 
     name = "ceclip"
     contrastive = True
@@ -155,8 +162,10 @@ class CECLIPPart(LossPart):
                              f"{options.threshold_reset}")
         self.loss = CECLIPLoss(options.cmr_weight, options.imc_weight, options.upper_bound, options.imc_target)
         self.reset = options.threshold_reset
+        self.types = TYPES + LM_TYPES if options.lm_negatives else TYPES
+        self.sample_fields = (CECLIP_NEGATIVES,) if options.lm_negatives else ()
         # the released train_one_epoch starts each epoch at 0; not saved: a resumed run starts there too
-        self.register_buffer("thresholds", torch.zeros(len(TYPES)), persistent=False)
+        self.register_buffer("thresholds", torch.zeros(len(self.types)), persistent=False)
         self.following: torch.Tensor | None = None
 
     def begin_step(self, step: int) -> None:
@@ -167,25 +176,35 @@ class CECLIPPart(LossPart):
         if self.reset and step % self.reset == 0:
             self.thresholds = torch.zeros_like(self.thresholds)
 
+    def negatives(self, caption: str, record: dict[str, Any] | None, sample: Mapping[str, Any]) -> list[str | None]:
+        """One caption's negative of each type (None: none of it): the relation swap, then the three masked-LM fills
+        (a record holding fewer has none of the types after)."""
+        made = [relation_negative(caption, record)]
+        if len(self.types) > len(TYPES):
+            given = list(sample[CECLIP_NEGATIVES][:len(LM_TYPES)])
+            made += given + [None] * (len(LM_TYPES) - len(given))
+        return made
+
     def prepare(self, batch, samples, tokenizer):
         records = batch.get("concepts") or [None] * len(batch["caption"])
-        made = [relation_negative(c, r) for c, r in zip(batch["caption"], records, strict=True)]
-        texts = [m for m in made if m is not None]
-        tokens = tokenizer(texts) if texts else batch["text"][:0]
-        owners = torch.tensor([i for i, m in enumerate(made) if m is not None], dtype=torch.long)
+        made = [self.negatives(c, r, s) for c, r, s in zip(batch["caption"], records, samples, strict=True)]
+        where = [(i, k) for i, row in enumerate(made) for k, text in enumerate(row) if text is not None]
+        tokens = tokenizer([made[i][k] for i, k in where]) if where else batch["text"][:0]
+        owners = torch.tensor([i for i, _ in where], dtype=torch.long)
+        kinds = torch.tensor([k for _, k in where], dtype=torch.long)
         # a change past the context's end leaves the caption's own tokens: that would be the positive, trained as a negative
         seen = (tokens != batch["text"][owners]).any(dim=1)
-        mask = torch.zeros(len(made), len(TYPES))
-        mask[owners[seen], 0] = 1.0
+        mask = torch.zeros(len(made), len(self.types))
+        mask[owners[seen], kinds[seen]] = 1.0
         batch["negative_text"], batch["negative_owner"], batch["negative_mask"] = tokens[seen], owners[seen], mask
+        batch["negative_type"] = kinds[seen]
 
     def extend(self, model, batch, out):
         texts, mask = batch["negative_text"], batch["negative_mask"].to(out["image_features"].device)
         features = out["text_features"].new_zeros((*mask.shape, out["text_features"].shape[1]))
         if texts.shape[0]:
             encoded = F.normalize(encode_short_texts(model, texts, text_width_of(batch, "negative_text")), dim=-1)
-            features = features.index_put((batch["negative_owner"].to(features.device), torch.zeros_like(batch["negative_owner"],
-                                                                                                          device=features.device)),
+            features = features.index_put((batch["negative_owner"].to(features.device), batch["negative_type"].to(features.device)),
                                           encoded.to(features.dtype))
         out["negative_features"], out["negative_mask"] = features, mask.to(features.dtype)
 

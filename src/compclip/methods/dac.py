@@ -20,9 +20,11 @@ webdataset readers take from each record (docs/data.md). Three terms, from `Clip
 The negatives are `Negatives.create_negs` of `src/SVLC_learning/negs_and_pos.py` (`word_list_negative`): a word of
 one of five lists (colour, action, material, size, state) exchanged for another of its list, SVLC's rule and lists
 (`svlc.list_negatives`). The released
-`RandBothNegatives` draws it or, half the time, `Negatives_Auto`, a word filled in by a masked language model, which
-compclip does not run. A text without a negative has, in the released MIL term, an all-zero token row that the text
-tower encodes (`absent_negative=zeros`); its caption term leaves it out.
+`RandBothNegatives` draws it or, half the time, `Negatives_Auto`, a word filled in by a masked language model: with
+`lm_negatives` a caption's negative is drawn so (`rand_both_negative`), from the data field `llm_negatives` that
+`compclip negatives --what llm` writes (SVLC-R+L's field: DAC's `src/SVLC_learning` is SVLC's); the MIL texts'
+negatives stay the word lists'. A text without a negative has, in the released MIL term, an all-zero token row that
+the text tower encodes (`absent_negative=zeros`); its caption term leaves it out.
 
 Declaring a data field (`LossPart.sample_fields`) is how any method reads more per sample than (image, caption): the
 readers carry it, a format that cannot hold it is refused; CoN-CLIP's negated captions (a text) and SVLC-R+L's
@@ -38,6 +40,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from ..concepts.config import LLM_NEGATIVES
 from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import encode_short_texts
@@ -55,6 +58,16 @@ def word_list_negative(caption: str, rng: random.Random) -> str | None:
     `src/SVLC_learning` is SVLC's): None where the list drawn has none of the caption's words."""
     made = list_negatives(caption, rng)
     return made[0] if made else None
+
+
+def rand_both_negative(caption: str, filled: Sequence[str], rng: random.Random) -> str | None:
+    """The released `RandBothNegatives.create_negs` (num_negs 1): a fair draw between the word-list negative and one of
+    the caption's masked-LM fills (`Negatives_Auto`; `filled`, the data field `llm_negatives`), those equal to the
+    caption left out; None where the draw finds none, as the released code gives none for a caption without a word."""
+    if rng.choice([0, 1]) == 0:
+        return word_list_negative(caption, rng)
+    filled = [t for t in filled if t != caption]
+    return filled[rng.randrange(len(filled))] if filled else None
 
 
 def dense_draw(caption: str, dense: Sequence[str], k: int, rng: random.Random) -> list[str]:
@@ -149,6 +162,9 @@ class Options:
                                                   "--no_neg_in_contrastive off)")
     absent_negative: str = option("zeros", "a MIL text without a negative: zeros, an all-zero token row encoded as its negative "
                                            "(the released CsvDataset); masked, left out of its log-sum-exp")
+    lm_negatives: bool = option(False, "each caption's negative is, half the time, one of its masked-LM fills (the released "
+                                       "--neg_type rand_both, Negatives_Auto): each record's data field llm_negatives (`compclip "
+                                       "negatives --what llm`); off: the word-list negative alone")
 
 
 class DACPart(LossPart):
@@ -166,6 +182,7 @@ class DACPart(LossPart):
         if options.mil_batch < 1:
             raise UsageError(f"mil_batch must be 1 or more, not {options.mil_batch}")
         self.k, self.seed, self.options = options.mil_batch, seed, options
+        self.sample_fields = (DENSE_CAPTIONS, LLM_NEGATIVES) if options.lm_negatives else (DENSE_CAPTIONS,)
         self.loss = DACLoss(options.neg_weight, options.negatives_in_contrastive, options.absent_negative)
 
     def prepare(self, batch, samples, tokenizer):
@@ -174,7 +191,7 @@ class DACPart(LossPart):
         captions, drawn, negatives, dense_negatives = batch["caption"], [], [], []
         for caption, sample in zip(captions, samples, strict=True):
             rng = caption_rng(self.seed, "dac", caption, *(str(sample[k]) for k in ("shard", "pos") if k in sample))
-            negatives.append(word_list_negative(caption, rng) if self.options.caption_negatives else None)
+            negatives.append(self.caption_negative(caption, sample, rng) if self.options.caption_negatives else None)
             texts = dense_draw(caption, sample[DENSE_CAPTIONS], self.k, rng)
             drawn += texts
             dense_negatives += [word_list_negative(t, rng) for t in texts] if self.options.dense_negatives else []
@@ -193,6 +210,11 @@ class DACPart(LossPart):
             batch["dense_negative_mask"] = exists.float().view(len(captions), self.k)
         else:
             batch["dense_negative_mask"] = torch.zeros(len(captions), self.k)
+
+    def caption_negative(self, caption: str, sample: Mapping, rng: random.Random) -> str | None:
+        if self.options.lm_negatives:
+            return rand_both_negative(caption, sample[LLM_NEGATIVES], rng)
+        return word_list_negative(caption, rng)
 
     def extend(self, model, batch, out):
         image = out["image_features"]

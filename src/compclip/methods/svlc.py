@@ -18,8 +18,8 @@ The loss, `src/open_clip/loss.py`, `ClipLoss.forward` with `--vl_negs` (`svlc_lo
   own negatives with the caption the class, averaged over those images; a batch without any trains the InfoNCE alone.
 
 SVLC-R+L (`llm_negatives`): `BothNegatives` draws, per caption, the rule-based negatives or the language model's
-(`NegativesLLM`: a fill-mask pipeline's word in place of a spaCy-tagged one), which compclip reads from a data field the
-user fills (`both_negatives`), as compclip runs no language model. Departures: the
+(`NegativesLLM`: a fill-mask pipeline's word in place of a spaCy-tagged one), which compclip reads from the data field
+`llm_negatives` (`both_negatives`) that `compclip negatives --what llm` writes. Departures: the
 released code fine-tunes LoRA adapters (`--lora 4`), compclip every weight; the draws come from (seed, caption)
 (`text.caption_rng`), not the process's `random` state; a negative cut back to its caption by the context length is
 dropped. Across ranks the loss is the whole batch's, as on one process: the released `gather_features` slices the
@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
+from ..concepts.config import LLM_NEGATIVES
 from ..concepts.svlc_lists import LISTS
 from ..errors import UsageError
 from ..gather import GatheredLoss
@@ -48,7 +49,6 @@ from .text import caption_rng
 
 TYPES = tuple(LISTS)
 REPLACE = ("substring", "word")
-LLM_NEGATIVES = "llm_negatives"  # SVLC-R+L's data field: a record's language-model negatives of its caption
 
 
 def rule_based_negatives(caption: str, k: int = 1, seed: int = 0, types: Sequence[str] = TYPES,
@@ -155,9 +155,9 @@ class Options:
     replace: str = option("substring", "substring: the word is replaced wherever it occurs, inside other words too (the "
                                        "released str.replace); word: whole-word occurrences only")
     llm_negatives: bool = option(False, "SVLC-R+L: each record also holds its caption's language-model negatives, a data field "
-                                        "llm_negatives (the released NegativesLLM's fill-mask sentences, made by the user), and "
-                                        "each caption draws those or the rule-based ones evenly (negs_and_pos.py, BothNegatives; "
-                                        "--neg_type both); off: SVLC-R (--neg_type rule_based)")
+                                        "llm_negatives (the released NegativesLLM's fill-mask sentences: `compclip negatives --what "
+                                        "llm`), and each caption draws those or the rule-based ones evenly (negs_and_pos.py, "
+                                        "BothNegatives; --neg_type both); off: SVLC-R (--neg_type rule_based)")
 
 
 class SVLCPart(HardNegativePart):
