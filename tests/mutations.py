@@ -1435,6 +1435,13 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     # class-specific (CuPL) prompts must name every class
     (B + "zeroshot.py", "        if lacking:\n            raise DataError(f\"{where}: no prompts",
      "        if False:\n            raise DataError(f\"{where}: no prompts", P + "ensembles_prompts"),
+    # released-checkpoint rows: CLIPS's tokenizer, taken from its own repository and its 'clips' mode required
+    ("models/released/__init__.py", "    if mode != entry.tokenizer_mode:\n", "    if False:\n", R + "clips_fine_tune"),
+    ("models/released/__init__.py",
+     "return dataclasses.replace(resolved, tokenizer=_checked_tokenizer(entry)) if entry.tokenizer else resolved",
+     "return resolved", R + "clips_fine_tune"),
+    ("models/factory.py", "_tokenizer_for(resolved.tokenizer if resolved is not None and resolved.tokenizer else name, cfg)",
+     "_tokenizer_for(name, cfg)", R + "clips_fine_tune"),
 ]
 
 

@@ -23,6 +23,43 @@ ENTRIES = [get_released(i) for i in list_released()]
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
 
 
+UCSC_CLIPS = "UCSC-VLAA/ViT-L-14-CLIPS-224-Recap-DataComp-1B"  # the repository CLIC's models.py takes CLIPS's tokenizer from
+CLIPS_L14 = "ViT-L-14-CLIPS"  # no open_clip architecture: `clips_config` of CLIPA's ViT-L-14
+# CLIPS's WordPiece ids as CLIC's clips/tokenizer.py writes them: [PAD] 0, the start and end of text 1 and 2
+# (bert-base-uncased's [unused0] and [unused1]), the class token [CLS] 101; the other stand-ins' words between
+CLIPS_VOCAB = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[SEP]", "[MASK]", "a", "dog", "cat", "red", "blue", "on", "the", "mat",
+               "is", "of", "photo", "green", "under", "big", "small", "beside"]
+CLIPS_VOCAB += [f"[unused{i}]" for i in range(2, 103 - len(CLIPS_VOCAB))] + ["[CLS]"]
+
+
+def clips_config(base: dict, tokenizer_mode: str | None = "clips") -> dict:
+    """A CLIPS open_clip_config.json's model_cfg: CLIPA's towers (the same group's) with CLIPS's 80-token text, tanh GELU
+    and its tokenizer, the repository's own WordPiece in open_clip's 'clips' mode (`tokenizer_mode` None: a config
+    without it, which open_clip tokenizes as plain BERT)."""
+    import copy
+
+    cfg = copy.deepcopy(base)
+    cfg["text_cfg"].update(context_length=80, hf_tokenizer_name=UCSC_CLIPS, act_kwargs={"approximate": "tanh"})
+    cfg["vision_cfg"]["act_kwargs"] = {"approximate": "tanh"}
+    if tokenizer_mode:
+        cfg["text_cfg"]["tokenizer_mode"] = tokenizer_mode
+    return cfg
+
+
+def _clips_tokenizer(snapshot: Path) -> None:
+    """CLIPS's tokenizer files as its repository serves them: a WordPiece whose start and end of text are ids 1 and 2."""
+    from transformers import BertTokenizerFast
+
+    (snapshot / "vocab.txt").write_text("\n".join(CLIPS_VOCAB) + "\n")
+    BertTokenizerFast(str(snapshot / "vocab.txt"), bos_token="[unused0]", eos_token="[unused1]").save_pretrained(snapshot)
+
+
+def _plant_clips_tokenizer(hub: Path, model_cfg: dict, preprocess: dict | None = None) -> Path:
+    """CLIPS's repository as the tokenizer's source: its open_clip_config.json and tokenizer files; returns the config."""
+    config = json.dumps({"model_cfg": model_cfg, "preprocess_cfg": preprocess or {}}).encode()
+    return plant_hub_repo(hub, UCSC_CLIPS, {"open_clip_config.json": config, "tokenizer": _clips_tokenizer}) / "open_clip_config.json"
+
+
 def test_every_row_of_the_four_papers_is_in_exactly_one_entry_and_every_entry_row_is_a_papers():
     rows = {(paper, row["model"]) for paper in list_papers() for row in paper_numbers(paper)["rows"]}
     listed = [tuple(r) for e in ENTRIES for r in e.rows]
@@ -365,6 +402,50 @@ def test_a_hub_repository_in_the_cache_without_its_weights_is_one_line_not_a_ran
     assert not (tmp_path / "plain" / "sugarcrepe-swap_att.json").exists()
 
 
+# a model of CLIPS's layout small enough to build in a moment (`clips_config` of it is CLIPS's text and tokenizer)
+TINY_CLIPS_TOWERS = {"embed_dim": 32,
+                     "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16, "no_ln_pre": True,
+                                    "pool_type": "avg", "final_ln_after_pool": True},
+                     "text_cfg": {"vocab_size": len(CLIPS_VOCAB), "width": 32, "heads": 2, "layers": 1, "pool_type": "last",
+                                  "no_causal_mask": True}}
+
+
+@pytest.mark.parametrize("tokenizer_mode", ["clips", None], ids=["clips_mode", "no_mode"])
+def test_a_clips_fine_tune_tokenizes_as_clips_and_a_clips_config_without_its_mode_is_one_line(tokenizer_mode, hub_cache, swap_att,
+                                                                                              tmp_path, capsys):
+    """CLIC's CLIPS fine-tune, its repository's config naming bert-base-uncased (open_clip would give plain BERT tokens,
+    [CLS] ... [SEP]), tokenizes with CLIPS's tokenizer from UCSC-VLAA's repository as CLIC's models.py does: each
+    caption's WordPiece ids between 1 and 2, zeros after, 101 in the last place (CLIC's clips/tokenizer.py). A CLIPS
+    config without text_cfg.tokenizer_mode 'clips' is refused in one line naming it, not scored with BERT tokens."""
+    import open_clip
+    from safetensors.torch import save_file
+
+    model_cfg = clips_config(TINY_CLIPS_TOWERS, tokenizer_mode=None)
+    model_cfg["text_cfg"].update(hf_tokenizer_name="bert-base-uncased", tokenizer_kwargs={"strip_sep_token": True})
+    torch.manual_seed(0)
+    config = json.dumps({"model_cfg": model_cfg, "preprocess_cfg": {}}).encode()
+    snapshot = plant_hub_repo(hub_cache, "nmndeep/CLIC-CLIPS-ViT-L-14-224-CogVLM", {"open_clip_config.json": config})
+    save_file(open_clip.CLIP(**model_cfg).state_dict(), str(snapshot / "open_clip_model.safetensors"))
+    plant_hub_repo(hub_cache, "bert-base-uncased", {"tokenizer": _bert_tokenizer})
+    clips = _plant_clips_tokenizer(hub_cache, clips_config(TINY_CLIPS_TOWERS, tokenizer_mode))
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "clic-laion-clips-l14", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--workers", "0", "--out", tmp_path / "out")
+    if tokenizer_mode is None:
+        assert (code, err.count("\n")) == (2, 1), err
+        assert err.startswith(f"error: {clips}: model_cfg.text_cfg.tokenizer_mode is None, not 'clips': open_clip would tokenize "
+                              "clic-laion-clips-l14's text as plain BERT tokens"), err
+        assert not (tmp_path / "out" / "sugarcrepe-swap_att.json").exists()
+        return
+    assert code == 0, err[-3000:]
+    from compclip.models import load_model
+
+    model, _, tokenizer = load_model("clic-laion-clips-l14")
+    captions = ["a red dog beside a blue cat", "the cat is small"]
+    words = [[CLIPS_VOCAB.index(w) for w in caption.split()] for caption in captions]
+    assert torch.equal(tokenizer(captions), torch.tensor([[1, *ids, 2] + [0] * (80 - 3 - len(ids)) + [101] for ids in words]))
+    assert model.compclip_spec["tokenizer"] == {"source": f"hf-hub:{UCSC_CLIPS}", "context_length": 80}
+
+
 def test_an_entry_that_cannot_load_is_one_line_with_its_reason(hub_cache, swap_att, tmp_path, capsys):
     code, _, err = run_main(capsys, "-q", "eval", "--model", "svlc-r-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
                             swap_att, "--out", tmp_path / "out")
@@ -404,15 +485,23 @@ DEFAULT_LARGE = {"openai-clip-l14", "clic-laion-l14", "conclip-l14"}
 def _architecture(entry) -> str | None:
     """The open_clip architecture of the entry's weights: its own `model`, or for a hub repository the one its
     open_clip_config.json is taken to hold (CLIC's ViTs fine-tune OpenAI's CLIP, so QuickGELU; open_clip has no CLIPS
-    config, so CLIPS's repositories stand in with CLIPA's, the same group's ViT-L-14 with the same BERT tokenizer)."""
+    config, so CLIPS's repositories hold `CLIPS_L14`, `clips_config` of CLIPA's ViT-L-14)."""
     if entry.loads_as in ("open_clip", "open_clip_file"):
         return entry.model
     if entry.loads_as == "open_clip_hub":
         repo = entry.model.removeprefix("hf-hub:")
-        if "CLIPA" in repo or "CLIPS" in repo:
+        if "CLIPS" in repo:
+            return CLIPS_L14
+        if "CLIPA" in repo:
             return "ViT-L-14-CLIPA"
         return re.search(r"ViT-[BL]-\d+", repo).group() + "-quickgelu"
     return None
+
+
+def _model_config(arch: str) -> dict:
+    import open_clip
+
+    return clips_config(open_clip.get_model_config("ViT-L-14-CLIPA")) if arch == CLIPS_L14 else open_clip.get_model_config(arch)
 
 
 def _loadable_params():
@@ -440,7 +529,8 @@ class StandIns:
 
             self.states.clear()  # one architecture's weights in memory at a time (a ViT-L's are 0.9 GB)
             with torch.device("meta"):
-                shapes = open_clip.create_model(arch, device="meta").state_dict()
+                shapes = open_clip.CLIP(**_model_config(arch)).state_dict() if arch == CLIPS_L14 else \
+                    open_clip.create_model(arch, device="meta").state_dict()
             g = torch.Generator().manual_seed(zlib.crc32(arch.encode()))
             self.states[arch] = {k: (0.02 * torch.randn(v.shape, generator=g)).half() for k, v in shapes.items()}
         return self.states[arch]
@@ -487,13 +577,14 @@ def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[
 
     from test_recipes import _stand_in_tokenizer
 
-    cfg, state = open_clip.get_model_config(arch), dict(stand_ins.state(arch))
+    cfg, state = _model_config(arch), dict(stand_ins.state(arch))
     if entry.loads_as == "open_clip":
         preprocess = open_clip.get_pretrained_cfg(entry.model, entry.pretrained)
         path = plant_hub_repo(hub, preprocess["hf_hub"].strip("/"), {}) / "open_clip_model.safetensors"
         stand_ins.link(arch, "safetensors", path)
     elif entry.loads_as == "open_clip_hub":  # as open_clip's push_to_hf_hub writes a repository
-        base = open_clip.get_pretrained_cfg(arch, open_clip.list_pretrained_tags_by_model(arch)[0])
+        pretrained_as = "ViT-L-14-CLIPA" if arch == CLIPS_L14 else arch  # CLIPS preprocesses as CLIPA does
+        base = open_clip.get_pretrained_cfg(pretrained_as, open_clip.list_pretrained_tags_by_model(pretrained_as)[0])
         preprocess = {k: base[k] for k in ("mean", "std", "interpolation", "resize_mode")}
         config = json.dumps({"model_cfg": cfg, "preprocess_cfg": preprocess}).encode()
         path = plant_hub_repo(hub, entry.model.removeprefix("hf-hub:"), {"open_clip_config.json": config}) / "open_clip_model.safetensors"
@@ -508,7 +599,9 @@ def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[
                 weight = key + "weight" if key.endswith(".") else key.removesuffix("_")
                 state[weight] = state[weight].float() + scaling * (lora[key + "lora_B"] @ lora[key + "lora_A"]).view(state[weight].shape)
     tokenizer = cfg["text_cfg"].get("hf_tokenizer_name")
-    if tokenizer:
+    if entry.tokenizer:  # CLIPS's, from its own repository
+        _plant_clips_tokenizer(hub, cfg, preprocess)
+    elif tokenizer:
         plant_hub_repo(hub, tokenizer, {"tokenizer": _bert_tokenizer if tokenizer.startswith("bert-") else _stand_in_tokenizer})
     return cfg, preprocess, state, path
 

@@ -18,6 +18,7 @@ once the file has loaded (`Resolved.loaded`), so a download cut short, refused a
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -61,6 +62,11 @@ class Released:
     state_dict_key: str | None = None  # where the file keeps the state dict under another key than open_clip's "state_dict"
     lora: dict | None = None  # {"rank", "alpha", "layers": patterns of the weights with LoRA}: merged when converted
     blip_score: str | None = None
+    # the `hf-hub:` repository whose tokenizer the release's text was trained with, where not the model's own (CLIC's
+    # CLIPS fine-tunes take CLIPS's), and the `tokenizer_mode` its open_clip_config.json must set (open_clip builds
+    # CLIPS's tokens only under 'clips', plain BERT ones otherwise)
+    tokenizer: str | None = None
+    tokenizer_mode: str | None = None
     unavailable: str | None = None
 
 
@@ -73,6 +79,8 @@ def _check(entry: Released, file: str) -> Released:
     lacking = [k for k in needs[entry.loads_as] if not getattr(entry, k)]
     if entry.loads_as == "open_clip_file" and not (entry.hub_repo and entry.hub_file) and not (entry.url and entry.file and entry.get):
         lacking.append("hub_repo and hub_file, or url, file and get")
+    if bool(entry.tokenizer) != bool(entry.tokenizer_mode) or (entry.tokenizer and not entry.tokenizer.startswith("hf-hub:")):
+        lacking.append("tokenizer (an hf-hub: repository) and tokenizer_mode, both or neither")
     if entry.lora and not entry.state_dict_key:
         lacking.append("state_dict_key (a LoRA checkpoint is converted from where it keeps its weights)")
     if lacking or (entry.loads_as is not None and entry.unavailable):
@@ -130,6 +138,7 @@ class Resolved:
     pretrained: str | None = None
     blip_score: str | None = None
     unrecorded: tuple[str, str] | None = None
+    tokenizer: str | None = None  # the tokenizer's source where it is not the model's own (`Released.tokenizer`), checked
 
     def loaded(self) -> None:
         """Record the weights file's SHA-256 as its first load's, called once the model holds its weights: a file whose
@@ -143,7 +152,13 @@ class Resolved:
 def resolve(entry: Released, pretrained: str | None = None) -> Resolved:
     """The entry as compclip's loaders name it, its weights file fetched into the Hugging Face cache and its hash checked.
     `pretrained`: a copy of the weights the user has already, loaded in place of the entry's under its architecture (an
-    `hf-hub:` repository's with the repository's open_clip_config.json beside it); a weights file is checked as above."""
+    `hf-hub:` repository's with the repository's open_clip_config.json beside it); a weights file is checked as above.
+    A release tokenized with another repository's tokenizer (CLIPS's) names it, that repository's config checked."""
+    resolved = _resolve_weights(entry, pretrained)
+    return dataclasses.replace(resolved, tokenizer=_checked_tokenizer(entry)) if entry.tokenizer else resolved
+
+
+def _resolve_weights(entry: Released, pretrained: str | None) -> Resolved:
     if entry.loads_as is None:
         raise UsageError(f"{entry.id} ({entry.name}) cannot be loaded: {entry.unavailable}")
     if pretrained and entry.loads_as == "transformers":
@@ -160,6 +175,28 @@ def resolve(entry: Released, pretrained: str | None = None) -> Resolved:
     digest, recorded = _check_hash(entry, file)
     unrecorded = None if recorded else (str(_record(entry)), f"{digest}  {file}\n")
     return Resolved(entry.model, str(_state_dict_file(entry, file, digest)), unrecorded=unrecorded)
+
+
+def _checked_tokenizer(entry: Released) -> str:
+    """The entry's own tokenizer source (`Released.tokenizer`), its repository's open_clip_config.json fetched and read:
+    one whose text_cfg does not set the entry's `tokenizer_mode` is refused in one line, for open_clip would build plain
+    BERT tokens from it and every caption would be scored as the model never read one."""
+    from huggingface_hub import hf_hub_download
+
+    repo = entry.tokenizer.removeprefix("hf-hub:")
+    try:
+        config = Path(hf_hub_download(repo, HUB_CONFIG))
+    except Exception as e:
+        raise absent_from_hub(entry.id, f"{repo}/{HUB_CONFIG} (its tokenizer's)", e) from None
+    try:
+        mode = json.loads(config.read_text(encoding="utf-8"))["model_cfg"]["text_cfg"].get("tokenizer_mode")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        raise DataError(f"{config}: not an open_clip config with a model_cfg.text_cfg, where {entry.id}'s tokenizer is read from") from None
+    if mode != entry.tokenizer_mode:
+        raise DataError(f"{config}: model_cfg.text_cfg.tokenizer_mode is {mode!r}, not {entry.tokenizer_mode!r}: open_clip would tokenize "
+                        f"{entry.id}'s text as plain BERT tokens, not as {entry.name} was trained (every score would change); refused: "
+                        f"fetch {repo} anew, or set text_cfg.tokenizer_mode {entry.tokenizer_mode!r} in that config")
+    return entry.tokenizer
 
 
 def _given_file(pretrained: str) -> Path:
@@ -319,7 +356,8 @@ def _hub_files(entry: Released) -> list[tuple[str, tuple[str, ...]]]:
         return [(entry.hf_hub, OPEN_CLIP_WEIGHTS)]
     if entry.loads_as == "open_clip_hub":
         repo = entry.model.removeprefix("hf-hub:")
-        return [(repo, (HUB_CONFIG,)), (repo, OPEN_CLIP_WEIGHTS)]
+        tokenizer = entry.tokenizer.removeprefix("hf-hub:") if entry.tokenizer else repo
+        return [(repo, (HUB_CONFIG,)), (repo, OPEN_CLIP_WEIGHTS), *([(tokenizer, (HUB_CONFIG,))] if tokenizer != repo else [])]
     if entry.loads_as == "transformers":
         return [(entry.model.removeprefix("hf:"), TRANSFORMERS_WEIGHTS)]
     return [(entry.hub_repo, (entry.hub_file,))] if entry.hub_repo else []
