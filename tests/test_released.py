@@ -478,7 +478,7 @@ def test_the_models_page_lists_every_entry():
 # the model's fp32); a file is written once per architecture and format and hard-linked into each test's cache.
 LOADABLE = [e for e in ENTRIES if e.loads_as is not None]
 # the ViT-L entries of the default run: one per route that has any, all three of ViT-L-14's weights (made once); the
-# others (CLIPA's, CLIPS's, SigLIP-L's, the second CLIC) run in `make test-released`
+# others (CLIPA's, CLIPS's, SigLIP-L's, EVA02-L's, the second CLIC) and ViT-H's and ViT-bigG's run in `make test-released`
 DEFAULT_LARGE = {"openai-clip-l14", "clic-laion-l14", "conclip-l14"}
 
 
@@ -506,7 +506,7 @@ def _model_config(arch: str) -> dict:
 
 def _loadable_params():
     for e in sorted(LOADABLE, key=lambda e: (_architecture(e) or "", e.id)):  # each architecture's entries together
-        large = "-L-" in (_architecture(e) or "") and e.id not in DEFAULT_LARGE
+        large = any(size in (_architecture(e) or "") for size in ("-L-", "-H-", "-bigG-")) and e.id not in DEFAULT_LARGE
         yield pytest.param(e.id, marks=[pytest.mark.slow] if large else [], id=e.id)
 
 
