@@ -1442,6 +1442,15 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "return resolved", R + "clips_fine_tune"),
     ("models/factory.py", "_tokenizer_for(resolved.tokenizer if resolved is not None and resolved.tokenizer else name, cfg)",
      "_tokenizer_for(name, cfg)", R + "clips_fine_tune"),
+    # released-checkpoint rows: FineCLIP's EVA-CLIP key names renamed into open_clip's EVA02-B-16
+    ("models/released/eva_clip.py", '            if "rope." in key:\n                continue\n', "", R + "fineclip"),
+    ("models/released/eva_clip.py", '("mlp.w1.", "mlp.fc1_g."), ("mlp.w2.", "mlp.fc1_x.")',
+     '("mlp.w1.", "mlp.fc1_x."), ("mlp.w2.", "mlp.fc1_g.")', R + "fineclip"),
+    ("models/released/eva_clip.py", '("attn.q_bias", "attn.q_proj.bias"), ("attn.v_bias", "attn.v_proj.bias")',
+     '("attn.q_bias", "attn.v_proj.bias"), ("attn.v_bias", "attn.q_proj.bias")', R + "fineclip"),
+    ("models/released/eva_clip.py", '    if not any(k.removeprefix("module.") == "visual.pos_embed" for k in state):',
+     "    if False:", R + "fineclip"),
+    ("models/released/__init__.py", '    if entry.key_layout == "eva_clip":\n', "    if False:\n", R + "fineclip"),
 ]
 
 

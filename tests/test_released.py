@@ -327,6 +327,68 @@ def test_a_lora_checkpoint_loads_merged_and_embeds_as_its_layers_unmerged(hub_ca
     torch.testing.assert_close(text, want_text, atol=1e-5, rtol=0)
 
 
+# EVA-CLIP's names of the image tower's block modules, by open_clip's (timm's Eva) names: FineCLIP's eva_vit_model.py
+# Attention (q_bias, v_bias beside bias-free q/k/v projections, the sub-LN inner_attn_ln) and SwiGLU (w1 the gate, w2, w3, ffn_ln)
+EVA_CLIP_NAMES = {"attn.q_proj.bias": "attn.q_bias", "attn.v_proj.bias": "attn.v_bias", "attn.norm.weight": "attn.inner_attn_ln.weight",
+                  "attn.norm.bias": "attn.inner_attn_ln.bias", "mlp.fc1_g.weight": "mlp.w1.weight", "mlp.fc1_g.bias": "mlp.w1.bias",
+                  "mlp.fc1_x.weight": "mlp.w2.weight", "mlp.fc1_x.bias": "mlp.w2.bias", "mlp.fc2.weight": "mlp.w3.weight",
+                  "mlp.fc2.bias": "mlp.w3.bias", "mlp.norm.weight": "mlp.ffn_ln.weight", "mlp.norm.bias": "mlp.ffn_ln.bias"}
+
+
+def eva_clip_layout(state: dict) -> dict:
+    """An open_clip EVA02 state dict as EVA-CLIP's `CustomCLIP` saves it: the image tower straight under `visual.` (no
+    timm `trunk.`), each block's modules under EVA-CLIP's names (`EVA_CLIP_NAMES`), the text tower and logit scale as
+    open_clip has them, and the rotary tables EVA-CLIP keeps as buffers, the tower's and each block's attention's."""
+    saved = {}
+    for key, value in state.items():
+        block = re.fullmatch(r"visual\.trunk\.(blocks\.\d+)\.(.+)", key)
+        if block:
+            saved[f"visual.{block[1]}.{EVA_CLIP_NAMES.get(block[2], block[2])}"] = value
+        else:
+            saved[key.replace("visual.trunk.", "visual.", 1)] = value
+    tables = torch.arange(196 * 64, dtype=torch.float32).reshape(196, 64)
+    blocks = sorted({m[1] for k in state if (m := re.match(r"visual\.trunk\.blocks\.(\d+)\.", k))}, key=int)
+    for where in ["visual.rope", *(f"visual.blocks.{b}.attn.rope" for b in blocks)]:
+        saved[f"{where}.freqs_cos"], saved[f"{where}.freqs_sin"] = tables.cos(), tables.sin()
+    return saved
+
+
+def _eva02_b16_state() -> dict:
+    """Random weights of open_clip's EVA02-B-16, seeded, without building the model's own initialisation."""
+    import open_clip
+
+    with torch.device("meta"):
+        shapes = open_clip.create_model("EVA02-B-16", device="meta").state_dict()
+    g = torch.Generator().manual_seed(5)
+    return {k: 0.02 * torch.randn(v.shape, generator=g) for k, v in shapes.items()}
+
+
+@pytest.mark.parametrize("layout", ["eva_clip", "open_clip"])
+def test_fineclips_checkpoint_in_eva_clips_key_names_loads_into_open_clips_eva02_b16(layout, hub_cache, swap_att, tmp_path, capsys):
+    """FineCLIP's FineCLIP_coco_vitb16.pt as its training/main.py saves it (the model's state dict under "state_dict",
+    beside the epoch, run name and optimizer), its keys EVA-CLIP's: `--model fineclip-coco-b16` loads it into open_clip's
+    EVA02-B-16, every weight the file's, and scores. A file under open_clip's own names is not FineCLIP's: one line."""
+    state = _eva02_b16_state()
+    path = hand_path(get_released("fineclip-coco-b16"))
+    path.parent.mkdir(parents=True)
+    torch.save({"epoch": 10, "name": "train_vitb16", "state_dict": eva_clip_layout(state) if layout == "eva_clip" else state,
+                "optimizer": {"state": {}, "param_groups": []}}, path)
+    capsys.readouterr()  # what making the stand-in's weights logged
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "fineclip-coco-b16", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--workers", "0", "--out", tmp_path / "out")
+    if layout == "open_clip":
+        assert (code, err.count("\n")) == (2, 1), err
+        assert err.startswith(f"error: {path}: no visual.pos_embed, so no EVA-CLIP image tower where the release keeps its weights"), err
+        return
+    assert code == 0, err[-3000:]
+    from compclip.models import load_model
+
+    model, _, _ = load_model("fineclip-coco-b16")
+    assert model.compclip_spec["model_name"] == "EVA02-B-16"
+    loaded = model.state_dict()
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], v) for k, v in state.items())
+
+
 @pytest.mark.parametrize("keys,said", [
     ({"visual.transformer.resblocks.3.mlp.c_fc.lora_A": (4, 768)},
      "visual.transformer.resblocks.3.mlp.c_fc.lora_A is there but visual.transformer.resblocks.3.mlp.c_fc.lora_B is not, the other "
@@ -543,6 +605,8 @@ class StandIns:
             state, file = self.state(arch), self.root / f"{arch}.{how}"
             if how == "safetensors":
                 save_file(state, str(file))
+            elif how == "eva_clip":  # as FineCLIP's training/main.py saves it, the keys EVA-CLIP's code names
+                torch.save({"epoch": 10, "name": "train_vitb16", "state_dict": eva_clip_layout(state)}, file)
             elif how == "lora":  # as DAC's training/main.py saves it: a distributed run's keys, the LoRA halves beside
                 torch.save({"epoch": 5, "state_dict": {f"module.{k}": v for k, v in {**state, **_lora_halves()}.items()}}, file)
             else:  # a plain state dict, or under the key its release keeps it under (open_clip's training: "state_dict")
@@ -592,7 +656,8 @@ def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[
     else:
         preprocess = {"mean": open_clip.OPENAI_DATASET_MEAN}
         path = hand_path(entry) if entry.url else plant_hub_repo(hub, entry.hub_repo, {}) / entry.hub_file
-        stand_ins.link(arch, "lora" if entry.lora else entry.state_dict_key or ("state_dict" if entry.url else "plain"), path)
+        how = "lora" if entry.lora else entry.key_layout or entry.state_dict_key or ("state_dict" if entry.url else "plain")
+        stand_ins.link(arch, how, path)
         if entry.lora:  # W + (B A)·alpha/r, written out: loralib's merge
             lora, scaling = _lora_halves(), entry.lora["alpha"] / entry.lora["rank"]
             for key in [k.removesuffix("lora_A") for k in lora if k.endswith("lora_A")]:

@@ -37,6 +37,7 @@ SOURCE_SHA256, SOURCE_SIZE = "compclip_source_sha256", "compclip_source_size"
 HUB_CONFIG = "open_clip_config.json"  # an `hf-hub:` repository's architecture and preprocessing
 OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")  # what open_clip downloads, in its order
 TRANSFORMERS_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+KEY_LAYOUTS = ("eva_clip",)  # the key names a conversion renames into open_clip's (`Released.key_layout`)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Released:
     sha256: str | None = None  # only where the release publishes one
     state_dict_key: str | None = None  # where the file keeps the state dict under another key than open_clip's "state_dict"
     lora: dict | None = None  # {"rank", "alpha", "layers": patterns of the weights with LoRA}: merged when converted
+    key_layout: str | None = None  # the code that named the file's keys where not open_clip: "eva_clip" (renamed when converted)
     blip_score: str | None = None
     # the `hf-hub:` repository whose tokenizer the release's text was trained with, where not the model's own (CLIC's
     # CLIPS fine-tunes take CLIPS's), and the `tokenizer_mode` its open_clip_config.json must set (open_clip builds
@@ -83,6 +85,8 @@ def _check(entry: Released, file: str) -> Released:
         lacking.append("tokenizer (an hf-hub: repository) and tokenizer_mode, both or neither")
     if entry.lora and not entry.state_dict_key:
         lacking.append("state_dict_key (a LoRA checkpoint is converted from where it keeps its weights)")
+    if entry.key_layout and (entry.key_layout not in KEY_LAYOUTS or not entry.state_dict_key):
+        lacking.append(f"a key_layout of {KEY_LAYOUTS} and state_dict_key (a renamed checkpoint is converted from where it keeps them)")
     if lacking or (entry.loads_as is not None and entry.unavailable):
         raise ValueError(f"released {file}: lacks {', '.join(lacking)}" if lacking else f"released {file}: loadable and unavailable")
     return entry
@@ -310,17 +314,19 @@ def _check_hash(entry: Released, file: Path) -> tuple[str, bool]:
 
 
 def _state_dict_file(entry: Released, file: Path, digest: str) -> Path:
-    """A file whose state dict sits under another key (CoN-CLIP's "model"), or whose LoRA halves are to be merged (DAC's,
-    SVLC's), as a safetensors file open_clip's loader reads, written beside the hand-downloaded one. It records the size
-    and SHA-256 of the file it was converted from, and is converted again when they are not the file's now: a replaced
-    file keeps no modification time a copy can be trusted with (`cp -p`, `rsync -a` and `unzip` set an older one)."""
+    """A file whose state dict sits under another key (CoN-CLIP's "model"), whose LoRA halves are to be merged (DAC's,
+    SVLC's) or whose keys another code named (FineCLIP's, EVA-CLIP's), as a safetensors file open_clip's loader reads,
+    written beside the hand-downloaded one. It records the size and SHA-256 of the file it was converted from, and is
+    converted again when they are not the file's now: a replaced file keeps no modification time a copy can be trusted
+    with (`cp -p`, `rsync -a` and `unzip` set an older one)."""
     if not entry.state_dict_key:
         return file
     from safetensors.torch import save_file
 
     from ..checkpoint import read_pickled
 
-    out = cache_root() / entry.id / f"{file.stem}.{entry.state_dict_key}{'.merged' if entry.lora else ''}.safetensors"
+    converted = "".join(f".{step}" for step in ("merged" if entry.lora else None, entry.key_layout) if step)
+    out = cache_root() / entry.id / f"{file.stem}.{entry.state_dict_key}{converted}.safetensors"
     source = {SOURCE_SHA256: digest, SOURCE_SIZE: str(file.stat().st_size)}
     if _converted_from(out) == source:
         return out
@@ -332,6 +338,10 @@ def _state_dict_file(entry: Released, file: Path, digest: str) -> Path:
         from .lora import merge
 
         state = merge(state, entry.lora, entry.model, file)
+    if entry.key_layout == "eva_clip":
+        from .eva_clip import to_open_clip
+
+        state = to_open_clip(state, file)
     with atomic_path(out) as tmp:
         save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata=source)
     return out
