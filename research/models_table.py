@@ -28,10 +28,14 @@ How an entry loads (`loads_as`):
   looks for it at `$HF_HUB_CACHE/compclip-released/<id>/<file>`, and where it is not there says where to get it and
   that path. `--model ID --pretrained FILE` loads a copy you have elsewhere. A file that open_clip cannot read as it stands
   is converted into a safetensors file beside it, which records the size and SHA-256 of the file it came from and is
-  converted again when the file is replaced (whatever its time): CoN-CLIP's weights taken from under their key, and DAC's and
-  SVLC's LoRA checkpoints merged (W + (B A)·alpha/r for each LoRA layer, the file's other keys open_clip's own), a
-  LoRA half without its other half, of another rank or of no LoRA layer refused in one line naming the key.
+  converted again when the file is replaced (whatever its time): CoN-CLIP's weights taken from under their key, FineCLIP's
+  EVA-CLIP key names renamed into open_clip's EVA02 (timm's Eva) ones, and DAC's and SVLC's LoRA checkpoints merged
+  (W + (B A)·alpha/r for each LoRA layer, the file's other keys open_clip's own), a LoRA half without its other half, of
+  another rank or of no LoRA layer refused in one line naming the key.
 - `transformers`: an `hf:ORG/NAME` model that compclip's transformers scorers load (BLIP with the score the row used).
+  FG-CLIP's repository names its own Python; on a short caption it is CLIP, so compclip converts it once into a plain
+  `CLIPModel` folder (`$HF_HUB_CACHE/compclip-released/fg-clip-base/clip`), its long-caption weights dropped, and
+  scores that.
   A repository or folder is checked before it loads: an `auto_map` in any of its configs, no tokenizer files, or
   weights of another class than its `config.json` names is one `error:` line naming the folder and the file.
 
@@ -63,8 +67,10 @@ def how(entry) -> str:
     elif entry.loads_as == "open_clip_file":
         said = f"`{entry.model}` + " + (f"Hub `{entry.hub_repo}/{entry.hub_file}`" if entry.hub_repo else f"`{entry.file}` by hand")
         said += f", its rank-{entry.lora['rank']} LoRA merged" if entry.lora else ""
+        said += ", its EVA-CLIP key names renamed" if entry.key_layout == "eva_clip" else ""
     else:
         said = f"`{entry.model}`" + (f" (score {entry.blip_score})" if entry.blip_score else "")
+        said += " as CLIPModel" if entry.key_layout == "fg_clip" else ""
         said += f", tokenizer `{entry.tokenizer}` ({entry.tokenizer_mode})" if entry.tokenizer else ""
     doubt = " (candidate: see `verified`)" if "CANDIDATE" in entry.verified else ""
     return f"{entry.loads_as}: {said}{doubt}"

@@ -1451,6 +1451,14 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("models/released/eva_clip.py", '    if not any(k.removeprefix("module.") == "visual.pos_embed" for k in state):',
      "    if False:", R + "fineclip"),
     ("models/released/__init__.py", '    if entry.key_layout == "eva_clip":\n', "    if False:\n", R + "fineclip"),
+    # released-checkpoint rows: FG-CLIP's repository converted into a plain CLIPModel folder
+    ("models/released/fg_clip.py", 'DROPPED = ("text_filip_projection.weight", ', "DROPPED = (", R + "fg_clips"),
+    ("models/released/fg_clip.py", '    config.pop("auto_map", None)\n', "", R + "fg_clips"),
+    ("models/released/fg_clip.py", 'return {**config, "architectures": ["CLIPModel"]}', "return config", R + "fg_clips"),
+    ("models/released/__init__.py", '    if _converted_from(out / "model.safetensors") != source:',
+     '    if _converted_from(out / "model.safetensors") is None:', R + "fg_clips"),
+    ("models/released/__init__.py", '    if entry.key_layout == "fg_clip":\n        return Resolved(str(_clip_folder(entry)))\n', "",
+     R + "fg_clips"),
 ]
 
 

@@ -508,6 +508,58 @@ def test_a_clips_fine_tune_tokenizes_as_clips_and_a_clips_config_without_its_mod
     assert model.compclip_spec["tokenizer"] == {"source": f"hf-hub:{UCSC_CLIPS}", "context_length": 80}
 
 
+def fg_clip_repository(clip: Path, **extra) -> dict:
+    """The files of FG-CLIP's Hub repository made from a plain CLIPModel folder: its config naming FGCLIPModel through the
+    repository's own Python (`auto_map`), its weights with FG-CLIP's own beside CLIP's (fgclip.py: the long captions'
+    projection and 248-position embeddings, the training losses' logit scales), and `extra` weights."""
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((clip / "config.json").read_text())
+    config.update(architectures=["FGCLIPModel"], auto_map={"AutoModel": "modeling_fgclip.FGCLIPModel"})
+    state = load_file(clip / "model.safetensors")
+    width, projection = state["text_projection.weight"].shape[1], state["text_projection.weight"].shape[0]
+    g = torch.Generator().manual_seed(4)
+    state |= {"text_filip_projection.weight": torch.randn(projection, width, generator=g), "logit_scale_finegraind": torch.tensor(2.5),
+              "logit_scale_hardneg": torch.tensor(2.5), **extra,
+              **{f"text_model.embeddings.position_embedding_{k}.weight": torch.randn(248, width, generator=g) for k in ("res", "ori")}}
+    save_file(state, str(clip / "fg.safetensors"))
+    files = {f.name: f.read_bytes() for f in clip.iterdir() if f.name not in ("config.json", "model.safetensors", "fg.safetensors")}
+    files |= {"config.json": json.dumps(config).encode(), "model.safetensors": (clip / "fg.safetensors").read_bytes()}
+    (clip / "fg.safetensors").unlink()
+    return files
+
+
+@pytest.mark.parametrize("extra", [{}, {"text_model.dense_head.weight": torch.zeros(4, 16)}], ids=["fg_clip", "unplaced_key"])
+def test_fg_clips_repository_scores_as_the_plain_clip_its_short_captions_run(extra, hub_cache, swap_att, tmp_path, capsys):
+    """FG-CLIP's repository (FGCLIPModel through its own Python, with its long-caption weights) by the id scores exactly as
+    the CLIPModel of the same CLIP weights does (its short captions' computation), no repository code run, and as the new
+    weights once the repository's are replaced; a weight of no CLIPModel is one line naming it."""
+    from conftest import HUB_COMMIT
+    from test_transformers_models import tiny_model
+
+    clip = tiny_model("clip", tmp_path / "clip")
+    plant_hub_repo(hub_cache, "qihoo360/fg-clip-base", fg_clip_repository(clip, **extra), absent=())
+    capsys.readouterr()  # what saving the stand-in logged
+    if extra:
+        code, _, err = run_main(capsys, "-q", "eval", "--model", "fg-clip-base", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                                swap_att, "--workers", "0", "--out", tmp_path / "out")
+        assert (code, err.count("\n")) == (2, 1), err
+        weights = hub_cache / "models--qihoo360--fg-clip-base" / "snapshots" / HUB_COMMIT / "model.safetensors"
+        assert err == (f"error: {weights}: text_model.dense_head.weight is no weight of transformers' CLIPModel nor one FG-CLIP keeps "
+                       "for long captions: not FG-CLIP's CLIP weights\n"), err
+        assert not (hub_cache / "compclip-released" / "fg-clip-base" / "clip").exists()
+        return
+    by_id = _scores(capsys, swap_att, tmp_path / "by-id", "--model", "fg-clip-base")
+    by_clip = _scores(capsys, swap_att, tmp_path / "by-clip", "--model", clip)
+    pd.testing.assert_frame_equal(by_id, by_clip, check_exact=True)
+    # the repository's weights replaced (a new revision): converted again, never the folder made from the old ones
+    other = tiny_model("clip", tmp_path / "other", seed=1)
+    plant_hub_repo(hub_cache, "qihoo360/fg-clip-base", fg_clip_repository(other), absent=())
+    capsys.readouterr()
+    again = _scores(capsys, swap_att, tmp_path / "again", "--model", "fg-clip-base")
+    pd.testing.assert_frame_equal(again, _scores(capsys, swap_att, tmp_path / "by-other", "--model", other), check_exact=True)
+
+
 def test_an_entry_that_cannot_load_is_one_line_with_its_reason(hub_cache, swap_att, tmp_path, capsys):
     code, _, err = run_main(capsys, "-q", "eval", "--model", "svlc-r-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
                             swap_att, "--out", tmp_path / "out")
@@ -707,8 +759,11 @@ def test_every_loadable_entry_loads_a_stand_in_at_its_real_path_by_its_id_and_sc
         repo = entry.model.removeprefix("hf:")
         kind = max((k for k in KINDS if k in repo.lower()), key=len)
         folder = tiny_model(kind, tmp_path / kind)
-        plant_hub_repo(hub_cache, repo, {f.name: f.read_bytes() for f in folder.iterdir()}, absent=())
-        model = load_scorer(entry.model, blip_score=entry.blip_score).model
+        files = fg_clip_repository(folder) if entry.key_layout == "fg_clip" else {f.name: f.read_bytes() for f in folder.iterdir()}
+        plant_hub_repo(hub_cache, repo, files, absent=())
+        from compclip.models.released import resolve
+
+        model = load_scorer(resolve(entry).model, blip_score=entry.blip_score).model
         assert type(model).__name__ == json.loads((folder / "config.json").read_text())["architectures"][0]
         saved, loaded = load_file(folder / "model.safetensors"), model.state_dict()
         assert all(torch.equal(loaded[k], v) for k, v in saved.items())

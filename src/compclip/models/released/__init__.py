@@ -37,7 +37,10 @@ SOURCE_SHA256, SOURCE_SIZE = "compclip_source_sha256", "compclip_source_size"
 HUB_CONFIG = "open_clip_config.json"  # an `hf-hub:` repository's architecture and preprocessing
 OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")  # what open_clip downloads, in its order
 TRANSFORMERS_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-KEY_LAYOUTS = ("eva_clip",)  # the key names a conversion renames into open_clip's (`Released.key_layout`)
+# the code that named a release's keys, converted for the route that loads it (`Released.key_layout`): EVA-CLIP's into
+# open_clip's EVA02, FG-CLIP's into transformers' CLIPModel
+KEY_LAYOUTS = {"eva_clip": "open_clip_file", "fg_clip": "transformers"}
+CONVERTED_FOLDER = "clip"  # under the entry's folder in the cache: a converted transformers folder
 
 
 @dataclass(frozen=True)
@@ -85,8 +88,9 @@ def _check(entry: Released, file: str) -> Released:
         lacking.append("tokenizer (an hf-hub: repository) and tokenizer_mode, both or neither")
     if entry.lora and not entry.state_dict_key:
         lacking.append("state_dict_key (a LoRA checkpoint is converted from where it keeps its weights)")
-    if entry.key_layout and (entry.key_layout not in KEY_LAYOUTS or not entry.state_dict_key):
-        lacking.append(f"a key_layout of {KEY_LAYOUTS} and state_dict_key (a renamed checkpoint is converted from where it keeps them)")
+    renamed_file = entry.loads_as == "open_clip_file"  # a file's renamed keys are converted from where it keeps its weights
+    if entry.key_layout and (KEY_LAYOUTS.get(entry.key_layout) != entry.loads_as or renamed_file != bool(entry.state_dict_key)):
+        lacking.append(f"a key_layout of its route's ({KEY_LAYOUTS}), and state_dict_key where a file is renamed")
     if lacking or (entry.loads_as is not None and entry.unavailable):
         raise ValueError(f"released {file}: lacks {', '.join(lacking)}" if lacking else f"released {file}: loadable and unavailable")
     return entry
@@ -173,6 +177,8 @@ def _resolve_weights(entry: Released, pretrained: str | None) -> Resolved:
         return Resolved(f"local-dir:{_repository_copy(entry, _given_file(pretrained))}", pretrained)
     if entry.loads_as in ("open_clip", "open_clip_hub"):
         _fetch_hub_files(entry)
+    if entry.key_layout == "fg_clip":
+        return Resolved(str(_clip_folder(entry)))
     if entry.loads_as != "open_clip_file":
         return Resolved(entry.model, entry.pretrained, entry.blip_score)
     file = _given_file(pretrained) if pretrained else _fetch(entry)
@@ -201,6 +207,23 @@ def _checked_tokenizer(entry: Released) -> str:
                         f"{entry.id}'s text as plain BERT tokens, not as {entry.name} was trained (every score would change); refused: "
                         f"fetch {repo} anew, or set text_cfg.tokenizer_mode {entry.tokenizer_mode!r} in that config")
     return entry.tokenizer
+
+
+def _clip_folder(entry: Released) -> Path:
+    """FG-CLIP's repository as a folder of transformers' CLIPModel (`compclip.models.released.fg_clip`), in the cache
+    beside the entry's other files: made once, and again when the repository's weights are not those it was made from
+    (their size and SHA-256, recorded in its weights)."""
+    from ..hf_folders import hub_snapshot
+    from .fg_clip import make_clip_folder, source_weights
+
+    _fetch_hub_files(entry)
+    snapshot = hub_snapshot(entry.id, entry.model.removeprefix("hf:"))
+    weights = source_weights(entry.id, snapshot)
+    source = {SOURCE_SHA256: sha256_of(weights), SOURCE_SIZE: str(weights.stat().st_size)}
+    out = cache_root() / entry.id / CONVERTED_FOLDER
+    if _converted_from(out / "model.safetensors") != source:
+        make_clip_folder(snapshot, weights, out, source)
+    return out
 
 
 def _given_file(pretrained: str) -> Path:
