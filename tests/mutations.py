@@ -1521,6 +1521,30 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_negatives_command.py -k ceclip_lm_negatives"),
     ("methods/dac.py", "            return rand_both_negative(caption, sample[LLM_NEGATIVES], rng)",
      "            return word_list_negative(caption, rng)", "tests/test_negatives_command.py -k dac_lm_negatives"),
+    # released-checkpoint rows: CLIPS's tokenizer, taken from its own repository and its 'clips' mode required
+    ("models/released/__init__.py", "    if mode != entry.tokenizer_mode:\n", "    if False:\n", R + "clips_fine_tune"),
+    ("models/released/__init__.py",
+     "return dataclasses.replace(resolved, tokenizer=_checked_tokenizer(entry)) if entry.tokenizer else resolved",
+     "return resolved", R + "clips_fine_tune"),
+    ("models/factory.py", "_tokenizer_for(resolved.tokenizer if resolved is not None and resolved.tokenizer else name, cfg)",
+     "_tokenizer_for(name, cfg)", R + "clips_fine_tune"),
+    # released-checkpoint rows: FineCLIP's EVA-CLIP key names renamed into open_clip's EVA02-B-16
+    ("models/released/eva_clip.py", '            if "rope." in key:\n                continue\n', "", R + "fineclip"),
+    ("models/released/eva_clip.py", '("mlp.w1.", "mlp.fc1_g."), ("mlp.w2.", "mlp.fc1_x.")',
+     '("mlp.w1.", "mlp.fc1_x."), ("mlp.w2.", "mlp.fc1_g.")', R + "fineclip"),
+    ("models/released/eva_clip.py", '("attn.q_bias", "attn.q_proj.bias"), ("attn.v_bias", "attn.v_proj.bias")',
+     '("attn.q_bias", "attn.v_proj.bias"), ("attn.v_bias", "attn.q_proj.bias")', R + "fineclip"),
+    ("models/released/eva_clip.py", '    if not any(k.removeprefix("module.") == "visual.pos_embed" for k in state):',
+     "    if False:", R + "fineclip"),
+    ("models/released/__init__.py", '    if entry.key_layout == "eva_clip":\n', "    if False:\n", R + "fineclip"),
+    # released-checkpoint rows: FG-CLIP's repository converted into a plain CLIPModel folder
+    ("models/released/fg_clip.py", 'DROPPED = ("text_filip_projection.weight", ', "DROPPED = (", R + "fg_clips"),
+    ("models/released/fg_clip.py", '    config.pop("auto_map", None)\n', "", R + "fg_clips"),
+    ("models/released/fg_clip.py", 'return {**config, "architectures": ["CLIPModel"]}', "return config", R + "fg_clips"),
+    ("models/released/__init__.py", '    if _converted_from(out / "model.safetensors") != source:',
+     '    if _converted_from(out / "model.safetensors") is None:', R + "fg_clips"),
+    ("models/released/__init__.py", '    if entry.key_layout == "fg_clip":\n        return Resolved(str(_clip_folder(entry)))\n', "",
+     R + "fg_clips"),
 ]
 
 

@@ -23,6 +23,43 @@ ENTRIES = [get_released(i) for i in list_released()]
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
 
 
+UCSC_CLIPS = "UCSC-VLAA/ViT-L-14-CLIPS-224-Recap-DataComp-1B"  # the repository CLIC's models.py takes CLIPS's tokenizer from
+CLIPS_L14 = "ViT-L-14-CLIPS"  # no open_clip architecture: `clips_config` of CLIPA's ViT-L-14
+# CLIPS's WordPiece ids as CLIC's clips/tokenizer.py writes them: [PAD] 0, the start and end of text 1 and 2
+# (bert-base-uncased's [unused0] and [unused1]), the class token [CLS] 101; the other stand-ins' words between
+CLIPS_VOCAB = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[SEP]", "[MASK]", "a", "dog", "cat", "red", "blue", "on", "the", "mat",
+               "is", "of", "photo", "green", "under", "big", "small", "beside"]
+CLIPS_VOCAB += [f"[unused{i}]" for i in range(2, 103 - len(CLIPS_VOCAB))] + ["[CLS]"]
+
+
+def clips_config(base: dict, tokenizer_mode: str | None = "clips") -> dict:
+    """A CLIPS open_clip_config.json's model_cfg: CLIPA's towers (the same group's) with CLIPS's 80-token text, tanh GELU
+    and its tokenizer, the repository's own WordPiece in open_clip's 'clips' mode (`tokenizer_mode` None: a config
+    without it, which open_clip tokenizes as plain BERT)."""
+    import copy
+
+    cfg = copy.deepcopy(base)
+    cfg["text_cfg"].update(context_length=80, hf_tokenizer_name=UCSC_CLIPS, act_kwargs={"approximate": "tanh"})
+    cfg["vision_cfg"]["act_kwargs"] = {"approximate": "tanh"}
+    if tokenizer_mode:
+        cfg["text_cfg"]["tokenizer_mode"] = tokenizer_mode
+    return cfg
+
+
+def _clips_tokenizer(snapshot: Path) -> None:
+    """CLIPS's tokenizer files as its repository serves them: a WordPiece whose start and end of text are ids 1 and 2."""
+    from transformers import BertTokenizerFast
+
+    (snapshot / "vocab.txt").write_text("\n".join(CLIPS_VOCAB) + "\n")
+    BertTokenizerFast(str(snapshot / "vocab.txt"), bos_token="[unused0]", eos_token="[unused1]").save_pretrained(snapshot)
+
+
+def _plant_clips_tokenizer(hub: Path, model_cfg: dict, preprocess: dict | None = None) -> Path:
+    """CLIPS's repository as the tokenizer's source: its open_clip_config.json and tokenizer files; returns the config."""
+    config = json.dumps({"model_cfg": model_cfg, "preprocess_cfg": preprocess or {}}).encode()
+    return plant_hub_repo(hub, UCSC_CLIPS, {"open_clip_config.json": config, "tokenizer": _clips_tokenizer}) / "open_clip_config.json"
+
+
 def test_every_row_of_the_four_papers_is_in_exactly_one_entry_and_every_entry_row_is_a_papers():
     rows = {(paper, row["model"]) for paper in list_papers() for row in paper_numbers(paper)["rows"]}
     listed = [tuple(r) for e in ENTRIES for r in e.rows]
@@ -334,6 +371,68 @@ def test_a_lora_checkpoint_loads_merged_and_embeds_as_its_layers_unmerged(hub_ca
     torch.testing.assert_close(text, want_text, atol=1e-5, rtol=0)
 
 
+# EVA-CLIP's names of the image tower's block modules, by open_clip's (timm's Eva) names: FineCLIP's eva_vit_model.py
+# Attention (q_bias, v_bias beside bias-free q/k/v projections, the sub-LN inner_attn_ln) and SwiGLU (w1 the gate, w2, w3, ffn_ln)
+EVA_CLIP_NAMES = {"attn.q_proj.bias": "attn.q_bias", "attn.v_proj.bias": "attn.v_bias", "attn.norm.weight": "attn.inner_attn_ln.weight",
+                  "attn.norm.bias": "attn.inner_attn_ln.bias", "mlp.fc1_g.weight": "mlp.w1.weight", "mlp.fc1_g.bias": "mlp.w1.bias",
+                  "mlp.fc1_x.weight": "mlp.w2.weight", "mlp.fc1_x.bias": "mlp.w2.bias", "mlp.fc2.weight": "mlp.w3.weight",
+                  "mlp.fc2.bias": "mlp.w3.bias", "mlp.norm.weight": "mlp.ffn_ln.weight", "mlp.norm.bias": "mlp.ffn_ln.bias"}
+
+
+def eva_clip_layout(state: dict) -> dict:
+    """An open_clip EVA02 state dict as EVA-CLIP's `CustomCLIP` saves it: the image tower straight under `visual.` (no
+    timm `trunk.`), each block's modules under EVA-CLIP's names (`EVA_CLIP_NAMES`), the text tower and logit scale as
+    open_clip has them, and the rotary tables EVA-CLIP keeps as buffers, the tower's and each block's attention's."""
+    saved = {}
+    for key, value in state.items():
+        block = re.fullmatch(r"visual\.trunk\.(blocks\.\d+)\.(.+)", key)
+        if block:
+            saved[f"visual.{block[1]}.{EVA_CLIP_NAMES.get(block[2], block[2])}"] = value
+        else:
+            saved[key.replace("visual.trunk.", "visual.", 1)] = value
+    tables = torch.arange(196 * 64, dtype=torch.float32).reshape(196, 64)
+    blocks = sorted({m[1] for k in state if (m := re.match(r"visual\.trunk\.blocks\.(\d+)\.", k))}, key=int)
+    for where in ["visual.rope", *(f"visual.blocks.{b}.attn.rope" for b in blocks)]:
+        saved[f"{where}.freqs_cos"], saved[f"{where}.freqs_sin"] = tables.cos(), tables.sin()
+    return saved
+
+
+def _eva02_b16_state() -> dict:
+    """Random weights of open_clip's EVA02-B-16, seeded, without building the model's own initialisation."""
+    import open_clip
+
+    with torch.device("meta"):
+        shapes = open_clip.create_model("EVA02-B-16", device="meta").state_dict()
+    g = torch.Generator().manual_seed(5)
+    return {k: 0.02 * torch.randn(v.shape, generator=g) for k, v in shapes.items()}
+
+
+@pytest.mark.parametrize("layout", ["eva_clip", "open_clip"])
+def test_fineclips_checkpoint_in_eva_clips_key_names_loads_into_open_clips_eva02_b16(layout, hub_cache, swap_att, tmp_path, capsys):
+    """FineCLIP's FineCLIP_coco_vitb16.pt as its training/main.py saves it (the model's state dict under "state_dict",
+    beside the epoch, run name and optimizer), its keys EVA-CLIP's: `--model fineclip-coco-b16` loads it into open_clip's
+    EVA02-B-16, every weight the file's, and scores. A file under open_clip's own names is not FineCLIP's: one line."""
+    state = _eva02_b16_state()
+    path = hand_path(get_released("fineclip-coco-b16"))
+    path.parent.mkdir(parents=True)
+    torch.save({"epoch": 10, "name": "train_vitb16", "state_dict": eva_clip_layout(state) if layout == "eva_clip" else state,
+                "optimizer": {"state": {}, "param_groups": []}}, path)
+    capsys.readouterr()  # what making the stand-in's weights logged
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "fineclip-coco-b16", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--workers", "0", "--out", tmp_path / "out")
+    if layout == "open_clip":
+        assert (code, err.count("\n")) == (2, 1), err
+        assert err.startswith(f"error: {path}: no visual.pos_embed, so no EVA-CLIP image tower where the release keeps its weights"), err
+        return
+    assert code == 0, err[-3000:]
+    from compclip.models import load_model
+
+    model, _, _ = load_model("fineclip-coco-b16")
+    assert model.compclip_spec["model_name"] == "EVA02-B-16"
+    loaded = model.state_dict()
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], v) for k, v in state.items())
+
+
 @pytest.mark.parametrize("keys,said", [
     ({"visual.transformer.resblocks.3.mlp.c_fc.lora_A": (4, 768)},
      "visual.transformer.resblocks.3.mlp.c_fc.lora_A is there but visual.transformer.resblocks.3.mlp.c_fc.lora_B is not, the other "
@@ -409,6 +508,102 @@ def test_a_hub_repository_in_the_cache_without_its_weights_is_one_line_not_a_ran
     assert not (tmp_path / "plain" / "sugarcrepe-swap_att.json").exists()
 
 
+# a model of CLIPS's layout small enough to build in a moment (`clips_config` of it is CLIPS's text and tokenizer)
+TINY_CLIPS_TOWERS = {"embed_dim": 32,
+                     "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16, "no_ln_pre": True,
+                                    "pool_type": "avg", "final_ln_after_pool": True},
+                     "text_cfg": {"vocab_size": len(CLIPS_VOCAB), "width": 32, "heads": 2, "layers": 1, "pool_type": "last",
+                                  "no_causal_mask": True}}
+
+
+@pytest.mark.parametrize("tokenizer_mode", ["clips", None], ids=["clips_mode", "no_mode"])
+def test_a_clips_fine_tune_tokenizes_as_clips_and_a_clips_config_without_its_mode_is_one_line(tokenizer_mode, hub_cache, swap_att,
+                                                                                              tmp_path, capsys):
+    """CLIC's CLIPS fine-tune, its repository's config naming bert-base-uncased (open_clip would give plain BERT tokens,
+    [CLS] ... [SEP]), tokenizes with CLIPS's tokenizer from UCSC-VLAA's repository as CLIC's models.py does: each
+    caption's WordPiece ids between 1 and 2, zeros after, 101 in the last place (CLIC's clips/tokenizer.py). A CLIPS
+    config without text_cfg.tokenizer_mode 'clips' is refused in one line naming it, not scored with BERT tokens."""
+    import open_clip
+    from safetensors.torch import save_file
+
+    model_cfg = clips_config(TINY_CLIPS_TOWERS, tokenizer_mode=None)
+    model_cfg["text_cfg"].update(hf_tokenizer_name="bert-base-uncased", tokenizer_kwargs={"strip_sep_token": True})
+    torch.manual_seed(0)
+    config = json.dumps({"model_cfg": model_cfg, "preprocess_cfg": {}}).encode()
+    snapshot = plant_hub_repo(hub_cache, "nmndeep/CLIC-CLIPS-ViT-L-14-224-CogVLM", {"open_clip_config.json": config})
+    save_file(open_clip.CLIP(**model_cfg).state_dict(), str(snapshot / "open_clip_model.safetensors"))
+    plant_hub_repo(hub_cache, "bert-base-uncased", {"tokenizer": _bert_tokenizer})
+    clips = _plant_clips_tokenizer(hub_cache, clips_config(TINY_CLIPS_TOWERS, tokenizer_mode))
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "clic-laion-clips-l14", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                            swap_att, "--workers", "0", "--out", tmp_path / "out")
+    if tokenizer_mode is None:
+        assert (code, err.count("\n")) == (2, 1), err
+        assert err.startswith(f"error: {clips}: model_cfg.text_cfg.tokenizer_mode is None, not 'clips': open_clip would tokenize "
+                              "clic-laion-clips-l14's text as plain BERT tokens"), err
+        assert not (tmp_path / "out" / "sugarcrepe-swap_att.json").exists()
+        return
+    assert code == 0, err[-3000:]
+    from compclip.models import load_model
+
+    model, _, tokenizer = load_model("clic-laion-clips-l14")
+    captions = ["a red dog beside a blue cat", "the cat is small"]
+    words = [[CLIPS_VOCAB.index(w) for w in caption.split()] for caption in captions]
+    assert torch.equal(tokenizer(captions), torch.tensor([[1, *ids, 2] + [0] * (80 - 3 - len(ids)) + [101] for ids in words]))
+    assert model.compclip_spec["tokenizer"] == {"source": f"hf-hub:{UCSC_CLIPS}", "context_length": 80}
+
+
+def fg_clip_repository(clip: Path, **extra) -> dict:
+    """The files of FG-CLIP's Hub repository made from a plain CLIPModel folder: its config naming FGCLIPModel through the
+    repository's own Python (`auto_map`), its weights with FG-CLIP's own beside CLIP's (fgclip.py: the long captions'
+    projection and 248-position embeddings, the training losses' logit scales), and `extra` weights."""
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((clip / "config.json").read_text())
+    config.update(architectures=["FGCLIPModel"], auto_map={"AutoModel": "modeling_fgclip.FGCLIPModel"})
+    state = load_file(clip / "model.safetensors")
+    width, projection = state["text_projection.weight"].shape[1], state["text_projection.weight"].shape[0]
+    g = torch.Generator().manual_seed(4)
+    state |= {"text_filip_projection.weight": torch.randn(projection, width, generator=g), "logit_scale_finegraind": torch.tensor(2.5),
+              "logit_scale_hardneg": torch.tensor(2.5), **extra,
+              **{f"text_model.embeddings.position_embedding_{k}.weight": torch.randn(248, width, generator=g) for k in ("res", "ori")}}
+    save_file(state, str(clip / "fg.safetensors"))
+    files = {f.name: f.read_bytes() for f in clip.iterdir() if f.name not in ("config.json", "model.safetensors", "fg.safetensors")}
+    files |= {"config.json": json.dumps(config).encode(), "model.safetensors": (clip / "fg.safetensors").read_bytes()}
+    (clip / "fg.safetensors").unlink()
+    return files
+
+
+@pytest.mark.parametrize("extra", [{}, {"text_model.dense_head.weight": torch.zeros(4, 16)}], ids=["fg_clip", "unplaced_key"])
+def test_fg_clips_repository_scores_as_the_plain_clip_its_short_captions_run(extra, hub_cache, swap_att, tmp_path, capsys):
+    """FG-CLIP's repository (FGCLIPModel through its own Python, with its long-caption weights) by the id scores exactly as
+    the CLIPModel of the same CLIP weights does (its short captions' computation), no repository code run, and as the new
+    weights once the repository's are replaced; a weight of no CLIPModel is one line naming it."""
+    from conftest import HUB_COMMIT
+    from test_transformers_models import tiny_model
+
+    clip = tiny_model("clip", tmp_path / "clip")
+    plant_hub_repo(hub_cache, "qihoo360/fg-clip-base", fg_clip_repository(clip, **extra), absent=())
+    capsys.readouterr()  # what saving the stand-in logged
+    if extra:
+        code, _, err = run_main(capsys, "-q", "eval", "--model", "fg-clip-base", "--benchmark", "sugarcrepe/swap_att", "--data-root",
+                                swap_att, "--workers", "0", "--out", tmp_path / "out")
+        assert (code, err.count("\n")) == (2, 1), err
+        weights = hub_cache / "models--qihoo360--fg-clip-base" / "snapshots" / HUB_COMMIT / "model.safetensors"
+        assert err == (f"error: {weights}: text_model.dense_head.weight is no weight of transformers' CLIPModel nor one FG-CLIP keeps "
+                       "for long captions: not FG-CLIP's CLIP weights\n"), err
+        assert not (hub_cache / "compclip-released" / "fg-clip-base" / "clip").exists()
+        return
+    by_id = _scores(capsys, swap_att, tmp_path / "by-id", "--model", "fg-clip-base")
+    by_clip = _scores(capsys, swap_att, tmp_path / "by-clip", "--model", clip)
+    pd.testing.assert_frame_equal(by_id, by_clip, check_exact=True)
+    # the repository's weights replaced (a new revision): converted again, never the folder made from the old ones
+    other = tiny_model("clip", tmp_path / "other", seed=1)
+    plant_hub_repo(hub_cache, "qihoo360/fg-clip-base", fg_clip_repository(other), absent=())
+    capsys.readouterr()
+    again = _scores(capsys, swap_att, tmp_path / "again", "--model", "fg-clip-base")
+    pd.testing.assert_frame_equal(again, _scores(capsys, swap_att, tmp_path / "by-other", "--model", other), check_exact=True)
+
+
 def test_an_entry_that_cannot_load_is_one_line_with_its_reason(hub_cache, swap_att, tmp_path, capsys):
     code, _, err = run_main(capsys, "-q", "eval", "--model", "svlc-r-b32", "--benchmark", "sugarcrepe/swap_att", "--data-root",
                             swap_att, "--out", tmp_path / "out")
@@ -441,27 +636,35 @@ def test_the_models_page_lists_every_entry():
 # the model's fp32); a file is written once per architecture and format and hard-linked into each test's cache.
 LOADABLE = [e for e in ENTRIES if e.loads_as is not None]
 # the ViT-L entries of the default run: one per route that has any, all three of ViT-L-14's weights (made once); the
-# others (CLIPA's, CLIPS's, SigLIP-L's, the second CLIC) run in `make test-released`
+# others (CLIPA's, CLIPS's, SigLIP-L's, EVA02-L's, the second CLIC) and ViT-H's and ViT-bigG's run in `make test-released`
 DEFAULT_LARGE = {"openai-clip-l14", "clic-laion-l14", "conclip-l14"}
 
 
 def _architecture(entry) -> str | None:
     """The open_clip architecture of the entry's weights: its own `model`, or for a hub repository the one its
     open_clip_config.json is taken to hold (CLIC's ViTs fine-tune OpenAI's CLIP, so QuickGELU; open_clip has no CLIPS
-    config, so CLIPS's repositories stand in with CLIPA's, the same group's ViT-L-14 with the same BERT tokenizer)."""
+    config, so CLIPS's repositories hold `CLIPS_L14`, `clips_config` of CLIPA's ViT-L-14)."""
     if entry.loads_as in ("open_clip", "open_clip_file"):
         return entry.model
     if entry.loads_as == "open_clip_hub":
         repo = entry.model.removeprefix("hf-hub:")
-        if "CLIPA" in repo or "CLIPS" in repo:
+        if "CLIPS" in repo:
+            return CLIPS_L14
+        if "CLIPA" in repo:
             return "ViT-L-14-CLIPA"
         return re.search(r"ViT-[BL]-\d+", repo).group() + "-quickgelu"
     return None
 
 
+def _model_config(arch: str) -> dict:
+    import open_clip
+
+    return clips_config(open_clip.get_model_config("ViT-L-14-CLIPA")) if arch == CLIPS_L14 else open_clip.get_model_config(arch)
+
+
 def _loadable_params():
     for e in sorted(LOADABLE, key=lambda e: (_architecture(e) or "", e.id)):  # each architecture's entries together
-        large = "-L-" in (_architecture(e) or "") and e.id not in DEFAULT_LARGE
+        large = any(size in (_architecture(e) or "") for size in ("-L-", "-H-", "-bigG-")) and e.id not in DEFAULT_LARGE
         yield pytest.param(e.id, marks=[pytest.mark.slow] if large else [], id=e.id)
 
 
@@ -484,7 +687,8 @@ class StandIns:
 
             self.states.clear()  # one architecture's weights in memory at a time (a ViT-L's are 0.9 GB)
             with torch.device("meta"):
-                shapes = open_clip.create_model(arch, device="meta").state_dict()
+                shapes = open_clip.CLIP(**_model_config(arch)).state_dict() if arch == CLIPS_L14 else \
+                    open_clip.create_model(arch, device="meta").state_dict()
             g = torch.Generator().manual_seed(zlib.crc32(arch.encode()))
             self.states[arch] = {k: (0.02 * torch.randn(v.shape, generator=g)).half() for k, v in shapes.items()}
         return self.states[arch]
@@ -497,6 +701,8 @@ class StandIns:
             state, file = self.state(arch), self.root / f"{arch}.{how}"
             if how == "safetensors":
                 save_file(state, str(file))
+            elif how == "eva_clip":  # as FineCLIP's training/main.py saves it, the keys EVA-CLIP's code names
+                torch.save({"epoch": 10, "name": "train_vitb16", "state_dict": eva_clip_layout(state)}, file)
             elif how == "lora":  # as DAC's training/main.py saves it: a distributed run's keys, the LoRA halves beside
                 torch.save({"epoch": 5, "state_dict": {f"module.{k}": v for k, v in {**state, **_lora_halves()}.items()}}, file)
             else:  # a plain state dict, or under the key its release keeps it under (open_clip's training: "state_dict")
@@ -531,13 +737,14 @@ def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[
 
     from test_recipes import _stand_in_tokenizer
 
-    cfg, state = open_clip.get_model_config(arch), dict(stand_ins.state(arch))
+    cfg, state = _model_config(arch), dict(stand_ins.state(arch))
     if entry.loads_as == "open_clip":
         preprocess = open_clip.get_pretrained_cfg(entry.model, entry.pretrained)
         path = plant_hub_repo(hub, preprocess["hf_hub"].strip("/"), {}) / "open_clip_model.safetensors"
         stand_ins.link(arch, "safetensors", path)
     elif entry.loads_as == "open_clip_hub":  # as open_clip's push_to_hf_hub writes a repository
-        base = open_clip.get_pretrained_cfg(arch, open_clip.list_pretrained_tags_by_model(arch)[0])
+        pretrained_as = "ViT-L-14-CLIPA" if arch == CLIPS_L14 else arch  # CLIPS preprocesses as CLIPA does
+        base = open_clip.get_pretrained_cfg(pretrained_as, open_clip.list_pretrained_tags_by_model(pretrained_as)[0])
         preprocess = {k: base[k] for k in ("mean", "std", "interpolation", "resize_mode")}
         config = json.dumps({"model_cfg": cfg, "preprocess_cfg": preprocess}).encode()
         path = plant_hub_repo(hub, entry.model.removeprefix("hf-hub:"), {"open_clip_config.json": config}) / "open_clip_model.safetensors"
@@ -545,14 +752,17 @@ def _plant_open_clip(entry, arch: str, stand_ins: StandIns, hub: Path) -> tuple[
     else:
         preprocess = {"mean": open_clip.OPENAI_DATASET_MEAN}
         path = hand_path(entry) if entry.url else plant_hub_repo(hub, entry.hub_repo, {}) / entry.hub_file
-        stand_ins.link(arch, "lora" if entry.lora else entry.state_dict_key or ("state_dict" if entry.url else "plain"), path)
+        how = "lora" if entry.lora else entry.key_layout or entry.state_dict_key or ("state_dict" if entry.url else "plain")
+        stand_ins.link(arch, how, path)
         if entry.lora:  # W + (B A)·alpha/r, written out: loralib's merge
             lora, scaling = _lora_halves(), entry.lora["alpha"] / entry.lora["rank"]
             for key in [k.removesuffix("lora_A") for k in lora if k.endswith("lora_A")]:
                 weight = key + "weight" if key.endswith(".") else key.removesuffix("_")
                 state[weight] = state[weight].float() + scaling * (lora[key + "lora_B"] @ lora[key + "lora_A"]).view(state[weight].shape)
     tokenizer = cfg["text_cfg"].get("hf_tokenizer_name")
-    if tokenizer:
+    if entry.tokenizer:  # CLIPS's, from its own repository
+        _plant_clips_tokenizer(hub, cfg, preprocess)
+    elif tokenizer:
         plant_hub_repo(hub, tokenizer, {"tokenizer": _bert_tokenizer if tokenizer.startswith("bert-") else _stand_in_tokenizer})
     return cfg, preprocess, state, path
 
@@ -593,8 +803,11 @@ def test_every_loadable_entry_loads_a_stand_in_at_its_real_path_by_its_id_and_sc
         repo = entry.model.removeprefix("hf:")
         kind = max((k for k in KINDS if k in repo.lower()), key=len)
         folder = tiny_model(kind, tmp_path / kind)
-        plant_hub_repo(hub_cache, repo, {f.name: f.read_bytes() for f in folder.iterdir()}, absent=())
-        model = load_scorer(entry.model, blip_score=entry.blip_score).model
+        files = fg_clip_repository(folder) if entry.key_layout == "fg_clip" else {f.name: f.read_bytes() for f in folder.iterdir()}
+        plant_hub_repo(hub_cache, repo, files, absent=())
+        from compclip.models.released import resolve
+
+        model = load_scorer(resolve(entry).model, blip_score=entry.blip_score).model
         assert type(model).__name__ == json.loads((folder / "config.json").read_text())["architectures"][0]
         saved, loaded = load_file(folder / "model.safetensors"), model.state_dict()
         assert all(torch.equal(loaded[k], v) for k, v in saved.items())

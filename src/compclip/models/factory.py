@@ -381,7 +381,7 @@ def load_model(
         raise
     if weights_file is not None:
         setattr(model, DIGEST_ATTR, load_weights(model, weights_file))
-    tokenizer = _tokenizer_for(name, cfg)
+    tokenizer = _tokenizer_for(resolved.tokenizer if resolved is not None and resolved.tokenizer else name, cfg)
     _attach_spec(model, name, cfg, str(pretrained) if pretrained else None, tokenizer)
     if resolved is not None:  # its weights loaded: a first load's hash is recorded now, never a refused file's
         resolved.loaded()

@@ -73,7 +73,7 @@ def transformers_model(name: str) -> TransformersModel | None:
         repo = name.removeprefix(PREFIX)
         config = _hub_config(name, repo)
         cls = model_class(name, config)
-        check_folder(name, _hub_files(name, repo), cls)
+        check_folder(name, hub_snapshot(name, repo), cls)
         return TransformersModel(name, repo, cls)
     folder = Path(name)
     if ":" in name or not folder.is_dir() or not is_transformers_folder(folder):
@@ -98,7 +98,7 @@ def _hub_config(name: str, repo: str) -> Path:
         raise DownloadError(f"{name}: its {CONFIG_NAME} could not be had: {where}") from None
 
 
-def _hub_files(name: str, repo: str) -> Path:
+def hub_snapshot(name: str, repo: str) -> Path:
     """The repository's snapshot folder in the Hugging Face cache, holding the files `HUB_FILES` names (fetched unless
     HF_HUB_OFFLINE), what `check_folder` reads."""
     from huggingface_hub import snapshot_download

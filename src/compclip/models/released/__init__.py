@@ -21,6 +21,7 @@ once the file has loaded (`Resolved.loaded`), so a download cut short, refused a
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, replace
@@ -41,6 +42,10 @@ OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin
 TRANSFORMERS_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 QUICKGELU = "-quickgelu"  # open_clip's architectures with QuickGELU: `ViT-B-32-quickgelu` beside its GELU twin `ViT-B-32`
 GELU_SUFFIX = "-gelu"  # `<id>-gelu`: an entry's weights file under its architecture's GELU twin (`with_plain_gelu`)
+# the code that named a release's keys, converted for the route that loads it (`Released.key_layout`): EVA-CLIP's into
+# open_clip's EVA02, FG-CLIP's into transformers' CLIPModel
+KEY_LAYOUTS = {"eva_clip": "open_clip_file", "fg_clip": "transformers"}
+CONVERTED_FOLDER = "clip"  # under the entry's folder in the cache: a converted transformers folder
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,13 @@ class Released:
     sha256: str | None = None  # only where the release publishes one
     state_dict_key: str | None = None  # where the file keeps the state dict under another key than open_clip's "state_dict"
     lora: dict | None = None  # {"rank", "alpha", "layers": patterns of the weights with LoRA}: merged when converted
+    key_layout: str | None = None  # the code that named the file's keys where not open_clip: "eva_clip" (renamed when converted)
     blip_score: str | None = None
+    # the `hf-hub:` repository whose tokenizer the release's text was trained with, where not the model's own (CLIC's
+    # CLIPS fine-tunes take CLIPS's), and the `tokenizer_mode` its open_clip_config.json must set (open_clip builds
+    # CLIPS's tokens only under 'clips', plain BERT ones otherwise)
+    tokenizer: str | None = None
+    tokenizer_mode: str | None = None
     unavailable: str | None = None
     plain_gelu: bool = False  # set by `with_plain_gelu` (`<id>-gelu`), never by an entry's file
 
@@ -92,10 +103,15 @@ def _check(entry: Released, file: str) -> Released:
     lacking = [k for k in needs[entry.loads_as] if not getattr(entry, k)]
     if entry.loads_as == "open_clip_file" and not (entry.hub_repo and entry.hub_file) and not (entry.url and entry.file and entry.get):
         lacking.append("hub_repo and hub_file, or url, file and get")
+    if bool(entry.tokenizer) != bool(entry.tokenizer_mode) or (entry.tokenizer and not entry.tokenizer.startswith("hf-hub:")):
+        lacking.append("tokenizer (an hf-hub: repository) and tokenizer_mode, both or neither")
     if entry.lora and not entry.state_dict_key:
         lacking.append("state_dict_key (a LoRA checkpoint is converted from where it keeps its weights)")
     if entry.plain_gelu:
         raise ValueError(f"released {file}: plain_gelu is what `{entry.id}{GELU_SUFFIX}` sets, never an entry's field")
+    renamed_file = entry.loads_as == "open_clip_file"  # a file's renamed keys are converted from where it keeps its weights
+    if entry.key_layout and (KEY_LAYOUTS.get(entry.key_layout) != entry.loads_as or renamed_file != bool(entry.state_dict_key)):
+        lacking.append(f"a key_layout of its route's ({KEY_LAYOUTS}), and state_dict_key where a file is renamed")
     if lacking or (entry.loads_as is not None and entry.unavailable):
         raise ValueError(f"released {file}: lacks {', '.join(lacking)}" if lacking else f"released {file}: loadable and unavailable")
     return entry
@@ -167,6 +183,7 @@ class Resolved:
     pretrained: str | None = None
     blip_score: str | None = None
     unrecorded: tuple[str, str] | None = None
+    tokenizer: str | None = None  # the tokenizer's source where it is not the model's own (`Released.tokenizer`), checked
 
     def loaded(self) -> None:
         """Record the weights file's SHA-256 as its first load's, called once the model holds its weights: a file whose
@@ -180,7 +197,13 @@ class Resolved:
 def resolve(entry: Released, pretrained: str | None = None) -> Resolved:
     """The entry as compclip's loaders name it, its weights file fetched into the Hugging Face cache and its hash checked.
     `pretrained`: a copy of the weights the user has already, loaded in place of the entry's under its architecture (an
-    `hf-hub:` repository's with the repository's open_clip_config.json beside it); a weights file is checked as above."""
+    `hf-hub:` repository's with the repository's open_clip_config.json beside it); a weights file is checked as above.
+    A release tokenized with another repository's tokenizer (CLIPS's) names it, that repository's config checked."""
+    resolved = _resolve_weights(entry, pretrained)
+    return dataclasses.replace(resolved, tokenizer=_checked_tokenizer(entry)) if entry.tokenizer else resolved
+
+
+def _resolve_weights(entry: Released, pretrained: str | None) -> Resolved:
     if entry.loads_as is None:
         raise UsageError(f"{entry.id} ({entry.name}) cannot be loaded: {entry.unavailable}")
     if pretrained and entry.loads_as == "transformers":
@@ -191,12 +214,53 @@ def resolve(entry: Released, pretrained: str | None = None) -> Resolved:
         return Resolved(f"local-dir:{_repository_copy(entry, _given_file(pretrained))}", pretrained)
     if entry.loads_as in ("open_clip", "open_clip_hub"):
         _fetch_hub_files(entry)
+    if entry.key_layout == "fg_clip":
+        return Resolved(str(_clip_folder(entry)))
     if entry.loads_as != "open_clip_file":
         return Resolved(entry.model, entry.pretrained, entry.blip_score)
     file = _given_file(pretrained) if pretrained else _fetch(entry)
     digest, recorded = _check_hash(entry, file)
     unrecorded = None if recorded else (str(_record(entry)), f"{digest}  {file}\n")
     return Resolved(entry.architecture, str(_state_dict_file(entry, file, digest)), unrecorded=unrecorded)
+
+
+def _checked_tokenizer(entry: Released) -> str:
+    """The entry's own tokenizer source (`Released.tokenizer`), its repository's open_clip_config.json fetched and read:
+    one whose text_cfg does not set the entry's `tokenizer_mode` is refused in one line, for open_clip would build plain
+    BERT tokens from it and every caption would be scored as the model never read one."""
+    from huggingface_hub import hf_hub_download
+
+    repo = entry.tokenizer.removeprefix("hf-hub:")
+    try:
+        config = Path(hf_hub_download(repo, HUB_CONFIG))
+    except Exception as e:
+        raise absent_from_hub(entry.id, f"{repo}/{HUB_CONFIG} (its tokenizer's)", e) from None
+    try:
+        mode = json.loads(config.read_text(encoding="utf-8"))["model_cfg"]["text_cfg"].get("tokenizer_mode")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        raise DataError(f"{config}: not an open_clip config with a model_cfg.text_cfg, where {entry.id}'s tokenizer is read from") from None
+    if mode != entry.tokenizer_mode:
+        raise DataError(f"{config}: model_cfg.text_cfg.tokenizer_mode is {mode!r}, not {entry.tokenizer_mode!r}: open_clip would tokenize "
+                        f"{entry.id}'s text as plain BERT tokens, not as {entry.name} was trained (every score would change); refused: "
+                        f"fetch {repo} anew, or set text_cfg.tokenizer_mode {entry.tokenizer_mode!r} in that config")
+    return entry.tokenizer
+
+
+def _clip_folder(entry: Released) -> Path:
+    """FG-CLIP's repository as a folder of transformers' CLIPModel (`compclip.models.released.fg_clip`), in the cache
+    beside the entry's other files: made once, and again when the repository's weights are not those it was made from
+    (their size and SHA-256, recorded in its weights)."""
+    from ..hf_folders import hub_snapshot
+    from .fg_clip import make_clip_folder, source_weights
+
+    _fetch_hub_files(entry)
+    snapshot = hub_snapshot(entry.id, entry.model.removeprefix("hf:"))
+    weights = source_weights(entry.id, snapshot)
+    source = {SOURCE_SHA256: sha256_of(weights), SOURCE_SIZE: str(weights.stat().st_size)}
+    out = cache_root() / entry.id / CONVERTED_FOLDER
+    if _converted_from(out / "model.safetensors") != source:
+        make_clip_folder(snapshot, weights, out, source)
+    return out
 
 
 def _given_file(pretrained: str) -> Path:
@@ -310,17 +374,19 @@ def _check_hash(entry: Released, file: Path) -> tuple[str, bool]:
 
 
 def _state_dict_file(entry: Released, file: Path, digest: str) -> Path:
-    """A file whose state dict sits under another key (CoN-CLIP's "model"), or whose LoRA halves are to be merged (DAC's,
-    SVLC's), as a safetensors file open_clip's loader reads, written beside the hand-downloaded one. It records the size
-    and SHA-256 of the file it was converted from, and is converted again when they are not the file's now: a replaced
-    file keeps no modification time a copy can be trusted with (`cp -p`, `rsync -a` and `unzip` set an older one)."""
+    """A file whose state dict sits under another key (CoN-CLIP's "model"), whose LoRA halves are to be merged (DAC's,
+    SVLC's) or whose keys another code named (FineCLIP's, EVA-CLIP's), as a safetensors file open_clip's loader reads,
+    written beside the hand-downloaded one. It records the size and SHA-256 of the file it was converted from, and is
+    converted again when they are not the file's now: a replaced file keeps no modification time a copy can be trusted
+    with (`cp -p`, `rsync -a` and `unzip` set an older one)."""
     if not entry.state_dict_key:
         return file
     from safetensors.torch import save_file
 
     from ..checkpoint import read_pickled
 
-    out = cache_root() / entry.id / f"{file.stem}.{entry.state_dict_key}{'.merged' if entry.lora else ''}.safetensors"
+    converted = "".join(f".{step}" for step in ("merged" if entry.lora else None, entry.key_layout) if step)
+    out = cache_root() / entry.id / f"{file.stem}.{entry.state_dict_key}{converted}.safetensors"
     source = {SOURCE_SHA256: digest, SOURCE_SIZE: str(file.stat().st_size)}
     if _converted_from(out) == source:
         return out
@@ -332,6 +398,10 @@ def _state_dict_file(entry: Released, file: Path, digest: str) -> Path:
         from .lora import merge
 
         state = merge(state, entry.lora, entry.model, file)
+    if entry.key_layout == "eva_clip":
+        from .eva_clip import to_open_clip
+
+        state = to_open_clip(state, file)
     with atomic_path(out) as tmp:
         save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata=source)
     return out
@@ -356,7 +426,8 @@ def _hub_files(entry: Released) -> list[tuple[str, tuple[str, ...]]]:
         return [(entry.hf_hub, OPEN_CLIP_WEIGHTS)]
     if entry.loads_as == "open_clip_hub":
         repo = entry.model.removeprefix("hf-hub:")
-        return [(repo, (HUB_CONFIG,)), (repo, OPEN_CLIP_WEIGHTS)]
+        tokenizer = entry.tokenizer.removeprefix("hf-hub:") if entry.tokenizer else repo
+        return [(repo, (HUB_CONFIG,)), (repo, OPEN_CLIP_WEIGHTS), *([(tokenizer, (HUB_CONFIG,))] if tokenizer != repo else [])]
     if entry.loads_as == "transformers":
         return [(entry.model.removeprefix("hf:"), TRANSFORMERS_WEIGHTS)]
     return [(entry.hub_repo, (entry.hub_file,))] if entry.hub_repo else []
