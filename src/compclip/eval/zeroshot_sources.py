@@ -434,10 +434,12 @@ def read_torchvision(folder: Path) -> Source:
 
 def read_caltech101(folder: Path) -> Source:
     """CLIP_benchmark's own Caltech101 (datasets/caltech101.py, the background class kept): the category folders of
-    101_ObjectCategories in sorted order, each one's `image_0001.jpg` up to its count of .jpg files."""
-    base = folder / "101_ObjectCategories"
+    caltech101/101_ObjectCategories in sorted order (its root is `<root>/caltech101`, as torchvision's), each one's
+    `image_0001.jpg` up to its count of .jpg files."""
+    base = folder / "caltech101" / "101_ObjectCategories"
     if not base.is_dir():
-        raise MissingFileError(f"{base}: absent; CLIP_benchmark's Caltech101 reads its category folders there")
+        raise MissingFileError(f"{base}: absent; CLIP_benchmark's Caltech101 reads its category folders there "
+                               "(101_ObjectCategories.tar.gz unpacked into caltech101/)")
     categories = sorted(p.name for p in base.iterdir())
     classnames = _bundled_classnames("caltech101", folder, len(categories))
     images, labels = [], []
