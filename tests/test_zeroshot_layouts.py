@@ -562,10 +562,23 @@ def imagenetv2_fixture(folder: Path) -> None:
     save_pictures([folder / "ImageNetV2-matched-frequency" / str((7 * k) % 13) / f"{k}.jpeg" for k in range(14)], first=190)
 
 
+def pcam_fixture(folder: Path, count: int = 12) -> None:
+    """torchvision's PCAM layout: pcam/camelyonpatch_level_2_split_test_x.h5 (`x`, N x 96 x 96 x 3) and _y.h5 (`y`,
+    N x 1 x 1 x 1), written with h5py as the release's are."""
+    import h5py
+
+    (folder / "pcam").mkdir(parents=True)
+    with h5py.File(folder / "pcam" / "camelyonpatch_level_2_split_test_x.h5", "w") as f:
+        f["x"] = np.stack([np.asarray(picture(210 + k, (96, 96))) for k in range(count)])
+    with h5py.File(folder / "pcam" / "camelyonpatch_level_2_split_test_y.h5", "w") as f:
+        f["y"] = np.array([(k * 5) % 3 % 2 for k in range(count)], dtype=np.uint8).reshape(-1, 1, 1, 1)
+
+
 LAYOUT_FIXTURES = {"stl10": stl10_fixture, "sun397": sun397_fixture, "cars": cars_fixture, "fgvc_aircraft": fgvc_aircraft_fixture,
                    "pets": pets_fixture, "gtsrb": gtsrb_fixture, "eurosat": eurosat_fixture, "country211": country211_fixture,
                    "renderedsst2": renderedsst2_fixture, "fer2013": fer2013_fixture, "caltech101": caltech101_fixture,
-                   "objectnet": objectnet_fixture, "imagenet_sketch": imagenet_sketch_fixture, "imagenetv2": imagenetv2_fixture}
+                   "objectnet": objectnet_fixture, "imagenet_sketch": imagenet_sketch_fixture, "imagenetv2": imagenetv2_fixture,
+                   "pcam": pcam_fixture}
 IMAGENET_CLASSES = ("objectnet", "imagenet_sketch", "imagenetv2")  # ImageNet's 80 templates: one keeps the scoring fast
 
 
@@ -577,6 +590,8 @@ def test_each_layout_reads_torchvisions_images_labels_and_classes_and_scores_as_
 
     from compclip.eval.zeroshot_sources import open_source
 
+    if name == "pcam":
+        pytest.importorskip("h5py")  # torchvision's PCAM reads HDF5 with it; compclip's lock leaves it out
     monkeypatch.setattr(torchvision.datasets.stl10, "check_integrity", lambda path, md5=None: True)  # not the release, no train files
     monkeypatch.setattr(imagenetv2, "V2_DATASET_SIZE", 14)  # the release holds 10,000: the fixture is the whole set to CLIP_benchmark
     root = tmp_path / "data"
@@ -593,3 +608,21 @@ def test_each_layout_reads_torchvisions_images_labels_and_classes_and_scores_as_
     ours = compclip_metrics(tmp_path, root, name, **options)
     assert ours[name]["classes"] == len(dataset.classes) and ours[name]["n"] == len(dataset)
     assert_same(ours[name], reference(tiny, dataset, dataset.classes, dataset.templates))
+
+
+def test_pcam_without_h5py_is_one_line_naming_the_package_and_its_pip_command(tmp_path, capsys, monkeypatch):
+    from compclip.cli import main
+
+    monkeypatch.setitem(sys.modules, "h5py", None)  # not installed: compclip's lock leaves it out
+    folder = tmp_path / "data" / "zeroshot" / "pcam"
+    (folder / "pcam").mkdir(parents=True)
+    for part in ("x", "y"):  # torchvision's PCAM layout: pcam/camelyonpatch_level_2_split_test_{x,y}.h5
+        (folder / "pcam" / f"camelyonpatch_level_2_split_test_{part}.h5").write_bytes(b"\x89HDF\r\n\x1a\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", "compclip-tiny-clip", "--benchmark", "zeroshot", "--out", str(tmp_path / "out"),
+              "--data-root", str(tmp_path / "data"), "--workers", "0", "--device", "cpu"])
+    said = capsys.readouterr()
+    assert exit_info.value.code != 0 and "Traceback" not in said.out + said.err
+    lines = [line for line in (said.out + said.err).splitlines() if "h5py" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {folder}: torchvision's PCAM reads its files with the package h5py")
+    assert lines[0].endswith("pip install h5py") and not (tmp_path / "out" / "zeroshot.json").exists()  # stopped: nothing scored
