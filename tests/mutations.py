@@ -1435,6 +1435,21 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     # class-specific (CuPL) prompts must name every class
     (B + "zeroshot.py", "        if lacking:\n            raise DataError(f\"{where}: no prompts",
      "        if False:\n            raise DataError(f\"{where}: no prompts", P + "ensembles_prompts"),
+    # zero-shot layouts: each torchvision/CLIP_benchmark layout against its own class, PCAM without h5py
+    ("eval/zeroshot_sources.py", 'base = folder / "caltech101" / "101_ObjectCategories"', 'base = folder / "101_ObjectCategories"',
+     "tests/test_zeroshot_layouts.py -k 'each_layout and caltech101'"),
+    ("eval/zeroshot_sources.py", "    _require_package(root, layout)\n", "", "tests/test_zeroshot_layouts.py -k pcam_without_h5py"),
+    ("eval/zeroshot_sources.py", '_pcam, "clip_benchmark", needs="h5py")', '_pcam, "clip_benchmark")',
+     "tests/test_zeroshot_layouts.py -k pcam_without_h5py"),
+    ("eval/zeroshot_sources.py", 'spaced="_/")', 'spaced="_")', "tests/test_zeroshot_layouts.py -k 'each_layout and sun397'"),
+    ("eval/zeroshot_sources.py", "np.asarray(ds.data).transpose(0, 2, 3, 1)", "np.asarray(ds.data).transpose(0, 3, 2, 1)",
+     "tests/test_zeroshot_layouts.py -k 'each_layout and stl10'"),
+    ("eval/zeroshot_sources.py", "[to_label[c].lower() for c in kept]", "[to_label[c] for c in kept]",
+     "tests/test_zeroshot_layouts.py -k 'each_layout and objectnet'"),
+    ("eval/zeroshot_sources.py", "file.suffix.lower() in {", "file.suffix in {",
+     "tests/test_zeroshot_layouts.py -k 'each_layout and sketch'"),
+    ("eval/zeroshot_sources.py", '"clip_benchmark", subfolder="test")', '"clip_benchmark")',
+     "tests/test_zeroshot_layouts.py -k 'each_layout and fer2013'"),
 ]
 
 
