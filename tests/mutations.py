@@ -1450,6 +1450,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_zeroshot_layouts.py -k 'each_layout and sketch'"),
     ("eval/zeroshot_sources.py", '"clip_benchmark", subfolder="test")', '"clip_benchmark")',
      "tests/test_zeroshot_layouts.py -k 'each_layout and fer2013'"),
+    ("scoring.py", "flat = self.texts([p for class_prompts in prompts for p in class_prompts])",
+     "flat = torch.cat([self.texts(list(class_prompts)) for class_prompts in prompts])", "tests/test_zeroshot_layouts.py -k one_pass"),
+    ("scoring.py", "flat.split([len(p) for p in prompts])", "flat.split([len(prompts[0])] * len(prompts))",
+     "tests/test_zeroshot_layouts.py -k one_pass"),
 ]
 
 

@@ -626,3 +626,28 @@ def test_pcam_without_h5py_is_one_line_naming_the_package_and_its_pip_command(tm
     lines = [line for line in (said.out + said.err).splitlines() if "h5py" in line]
     assert len(lines) == 1 and lines[0].startswith(f"error: {folder}: torchvision's PCAM reads its files with the package h5py")
     assert lines[0].endswith("pip install h5py") and not (tmp_path / "out" / "zeroshot.json").exists()  # stopped: nothing scored
+
+
+def test_every_class_prompt_reaches_the_text_tower_in_one_pass_with_each_class_weight_unchanged(tiny, tmp_path):
+    """Zero-shot's classifier, as `compclip eval --benchmark zeroshot` builds it: the prompts of all classes go to the text
+    tower together (a pass a class made the classifier of a few hundred classes a few hundred small passes), and each
+    class is still the normalised mean of its own prompts' normalised embeddings, computed here a class at a time."""
+    import torch.nn.functional as F
+
+    from compclip.eval import DualEncoderScorer
+
+    model, preprocess, tokenizer = tiny
+    files = [tmp_path / f"{k}.png" for k in range(4)]
+    save_pictures(files)
+    prompts = [[t.format(c=c) for t in TEMPLATES[: 1 + k % 2]] for k, c in enumerate(COLOURS)]  # classes of one and two prompts
+    passes = []
+    hook = model.token_embedding.register_forward_hook(lambda module, args, out: passes.append(args[0].shape[0]))
+    try:
+        scores = DualEncoderScorer(model, preprocess, tokenizer, workers=0).class_scores(files, prompts)
+    finally:
+        hook.remove()
+    assert sum(passes) == sum(map(len, prompts)) and len(passes) <= 2  # one pass, or two of similar lengths
+    with torch.no_grad():
+        weights = torch.stack([F.normalize(F.normalize(model.encode_text(tokenizer(p)), dim=-1).mean(0), dim=0) for p in prompts])
+        images = F.normalize(model.encode_image(torch.stack([preprocess(Image.open(f).convert("RGB")) for f in files])), dim=-1)
+    assert torch.allclose(scores, images @ weights.T, atol=1e-5)
