@@ -91,6 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     if os.environ.get("COMPCLIP_BENCH_PATH"):
         sys.path.append(os.environ["COMPCLIP_BENCH_PATH"])
+    load_before = os.getloadavg()[0]  # other processes on the same cores make both sides slower, unevenly: printed below
     with tempfile.TemporaryDirectory() as work:
         root = Path(work) / "data"
         write_set(root / "zeroshot" / "stand-in", args.images, args.per_shard)
@@ -103,6 +104,7 @@ def main() -> None:
     print(f"CLIP_benchmark {their_seconds:8.1f} s")
     print(f"compclip       {our_seconds:8.1f} s")
     print(f"ratio          {our_seconds / their_seconds:8.2f}x  (target <= 0.9x)")
+    print(f"load average   {load_before:8.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -1545,6 +1545,25 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      '    if _converted_from(out / "model.safetensors") is None:', R + "fg_clips"),
     ("models/released/__init__.py", '    if entry.key_layout == "fg_clip":\n        return Resolved(str(_clip_folder(entry)))\n', "",
      R + "fg_clips"),
+    # zero-shot layouts: each torchvision/CLIP_benchmark layout against its own class, PCAM without h5py
+    ("eval/zeroshot_sources.py", 'base = folder / "caltech101" / "101_ObjectCategories"', 'base = folder / "101_ObjectCategories"',
+     "tests/test_zeroshot_layouts.py -k 'each_layout and caltech101'"),
+    ("eval/zeroshot_sources.py", "    _require_package(root, layout)\n", "", "tests/test_zeroshot_layouts.py -k pcam_without_h5py"),
+    ("eval/zeroshot_sources.py", '_pcam, "clip_benchmark", needs="h5py")', '_pcam, "clip_benchmark")',
+     "tests/test_zeroshot_layouts.py -k pcam_without_h5py"),
+    ("eval/zeroshot_sources.py", 'spaced="_/")', 'spaced="_")', "tests/test_zeroshot_layouts.py -k 'each_layout and sun397'"),
+    ("eval/zeroshot_sources.py", "np.asarray(ds.data).transpose(0, 2, 3, 1)", "np.asarray(ds.data).transpose(0, 3, 2, 1)",
+     "tests/test_zeroshot_layouts.py -k 'each_layout and stl10'"),
+    ("eval/zeroshot_sources.py", "[to_label[c].lower() for c in kept]", "[to_label[c] for c in kept]",
+     "tests/test_zeroshot_layouts.py -k 'each_layout and objectnet'"),
+    ("eval/zeroshot_sources.py", "file.suffix.lower() in {", "file.suffix in {",
+     "tests/test_zeroshot_layouts.py -k 'each_layout and sketch'"),
+    ("eval/zeroshot_sources.py", '"clip_benchmark", subfolder="test")', '"clip_benchmark")',
+     "tests/test_zeroshot_layouts.py -k 'each_layout and fer2013'"),
+    ("scoring.py", "flat = self.texts([p for class_prompts in prompts for p in class_prompts])",
+     "flat = torch.cat([self.texts(list(class_prompts)) for class_prompts in prompts])", "tests/test_zeroshot_layouts.py -k one_pass"),
+    ("scoring.py", "flat.split([len(p) for p in prompts])", "flat.split([len(prompts[0])] * len(prompts))",
+     "tests/test_zeroshot_layouts.py -k one_pass"),
 ]
 
 

@@ -12,6 +12,7 @@ its images and the batch being decoded. The bundled `clip_benchmark_en_*.json` a
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import io
 import json
 import pickle
@@ -336,10 +337,8 @@ def _mnist(ds, root: Path):
 
 def _pcam(ds, root: Path):
     """PCAM's test HDF5 files: each image a row of `x`, read when decoded; the labels `y[:, 0, 0, 0]`, as its `__getitem__`."""
-    try:
-        import h5py
-    except ImportError:
-        raise UsageError(f"{root}: torchvision's PCAM is HDF5, read with h5py, which is not installed (pip install h5py)") from None
+    import h5py
+
     images, targets = (ds._base_folder / ds._FILES["test"][kind][0] for kind in ("images", "targets"))
     with h5py.File(targets, "r") as f:
         labels = [int(y) for y in np.asarray(f["y"])[:, 0, 0, 0]]
@@ -359,6 +358,7 @@ class TorchvisionLayout:
     classnames: str = "torchvision"
     spaced: str = ""
     subfolder: str = ""  # fer2013: build_dataset's ImageFolder reads root/test
+    needs: str = ""  # a package the class imports that compclip's lock leaves out (pcam: h5py)
 
 
 TORCHVISION = {
@@ -374,10 +374,22 @@ TORCHVISION = {
     "gtsrb": TorchvisionLayout("GTSRB", {"split": "test"}, _paths("_samples"), "clip_benchmark"),
     "eurosat": TorchvisionLayout("EuroSAT", {}, _paths("samples"), "clip_benchmark"),
     "country211": TorchvisionLayout("Country211", {"split": "test"}, _paths("samples"), "clip_benchmark"),
-    "pcam": TorchvisionLayout("PCAM", {"split": "test"}, _pcam, "clip_benchmark"),
+    "pcam": TorchvisionLayout("PCAM", {"split": "test"}, _pcam, "clip_benchmark", needs="h5py"),
     "renderedsst2": TorchvisionLayout("RenderedSST2", {"split": "test"}, _paths("_samples")),
     "fer2013": TorchvisionLayout("ImageFolder", {}, _paths("samples"), "clip_benchmark", subfolder="test"),
 }
+
+
+def _require_package(root: Path, layout: TorchvisionLayout) -> None:
+    """The package `layout.needs` importable, or one line naming it and its pip command: torchvision's own refusal (a
+    RuntimeError, as for absent files) would otherwise read as files missing."""
+    if not layout.needs:
+        return
+    try:
+        importlib.import_module(layout.needs)
+    except ImportError:
+        raise UsageError(f"{root}: torchvision's {layout.cls} reads its files with the package {layout.needs}, which is not "
+                         f"installed (compclip does not require it): pip install {layout.needs}") from None
 
 
 def _torchvision_dataset(folder: Path, layout: TorchvisionLayout):
@@ -386,6 +398,7 @@ def _torchvision_dataset(folder: Path, layout: TorchvisionLayout):
     import torchvision.datasets
 
     root = folder / layout.subfolder
+    _require_package(root, layout)
     extra = {} if layout.cls == "ImageFolder" else {"download": False}
     try:
         return getattr(torchvision.datasets, layout.cls)(root=str(root), transform=None, **layout.arguments, **extra)
@@ -434,10 +447,12 @@ def read_torchvision(folder: Path) -> Source:
 
 def read_caltech101(folder: Path) -> Source:
     """CLIP_benchmark's own Caltech101 (datasets/caltech101.py, the background class kept): the category folders of
-    101_ObjectCategories in sorted order, each one's `image_0001.jpg` up to its count of .jpg files."""
-    base = folder / "101_ObjectCategories"
+    caltech101/101_ObjectCategories in sorted order (its root is `<root>/caltech101`, as torchvision's), each one's
+    `image_0001.jpg` up to its count of .jpg files."""
+    base = folder / "caltech101" / "101_ObjectCategories"
     if not base.is_dir():
-        raise MissingFileError(f"{base}: absent; CLIP_benchmark's Caltech101 reads its category folders there")
+        raise MissingFileError(f"{base}: absent; CLIP_benchmark's Caltech101 reads its category folders there "
+                               "(101_ObjectCategories.tar.gz unpacked into caltech101/)")
     categories = sorted(p.name for p in base.iterdir())
     classnames = _bundled_classnames("caltech101", folder, len(categories))
     images, labels = [], []
