@@ -40,7 +40,7 @@ def step(method: str, rank: int = 0, world_size: int = 1):
         word_list_negative,
     )
     from compclip.methods.c2lip import Options as C2LIPOptions
-    from compclip.methods.text import caption_rng
+    from compclip.text import caption_rng
 
     torch.manual_seed(0)
     model, _, tokenizer = load_model("compclip-tiny-siglip")

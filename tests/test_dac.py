@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from compclip.data import open_reader
 from compclip.methods import DACLoss, word_list_negative
-from compclip.methods.text import caption_rng
+from compclip.text import caption_rng
 from conftest import assert_same_terms, run_main, shared_data
 
 

@@ -411,7 +411,7 @@ def test_a_swap_past_the_context_is_no_negative():
         assert batch["negative_text"].shape[0] == batch["negative_image"].shape[0] > 0
     # hardneg's replace form: the long caption's colour swaps fall past the context and go; the draws that pick the
     # columns they replace go with them, so each kept negative keeps its own caption's draw
-    from compclip.methods.text import caption_rng
+    from compclip.text import caption_rng
 
     method = build_method("hardneg", negatives=3, negative_classes="color")  # "A dog." is an object keyword inside the context
     batch = method.collate([{"image": torch.zeros(3, 64, 64), "caption": c} for c in (long, short)], tokenizer)

@@ -206,7 +206,7 @@ def test_dac_lm_negatives_draw_the_word_list_negative_or_a_fill_evenly(coco):
     caption, about half each (1,000 fair draws fall within 440-560 beyond 99.98 %)."""
     from compclip.methods import build_method
     from compclip.methods.dac import word_list_negative
-    from compclip.methods.text import caption_rng
+    from compclip.text import caption_rng
 
     method = build_method("dac", lm_negatives=True)
     assert method.sample_fields == ("dense_captions", "llm_negatives")

@@ -143,8 +143,8 @@ def test_svlc_rl_draws_the_language_models_negatives_or_the_rule_based_ones_even
     beyond 99.98 %); none equals its caption; an empty list gives no negative where the draw falls on it. The batch
     transform reads the list from each sample's data field."""
     from compclip.methods.svlc import list_negatives
-    from compclip.methods.text import caption_rng
     from compclip.models import load_model
+    from compclip.text import caption_rng
 
     captions = list(dict.fromkeys(coco))[:1000]
     given = {c: [f"{c} indeed", f"not quite {c}", c] for c in captions}  # the caption itself among them: never a negative

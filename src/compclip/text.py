@@ -9,7 +9,9 @@ GitHub, the Hub or a browser renders or runs.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import html
+import random
 import re
 from collections.abc import Iterable
 
@@ -47,3 +49,9 @@ def did_you_mean(name: str, known: Iterable[str], n: int = 1) -> str:
     known = sorted(known)
     close = [k for k in known if k.startswith(name) and name][:n] or difflib.get_close_matches(name, known, n=n)
     return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def caption_rng(seed: int, *texts: str) -> random.Random:
+    """A generator fixed by (seed, texts): the same caption or batch gets the same draws in every epoch, worker and rank."""
+    key = "\0".join((str(seed), *texts)).encode("utf-8", "replace")
+    return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little"))

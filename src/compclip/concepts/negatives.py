@@ -130,7 +130,7 @@ def _refusal(value: Any, caption_key: str, mask: str) -> str | None:
 def fill_chunk(records: list[tuple[str, Any]], cfg: NegativesConfig, kinds: tuple[str, ...], nlp, filler: Filler
                ) -> tuple[list[dict[str, Any]], dict[str, list]]:
     """The chunk's records with their negative fields, and its skips: {reason: [count, first record's place]}."""
-    from ..methods.text import caption_rng
+    from ..text import caption_rng
 
     skips: dict[str, list] = {}
 

@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import encode_short_texts
-from ..text import sentences
+from ..text import caption_rng, sentences
 from .base import ROWS, LossPart, Output, option, owned, register_method, text_width_of, with_text
 from .clip import CLIPLoss, clip_loss
-from .text import caption_rng, join_sentences, recase
+from .text import join_sentences, recase
 
 UNI_DISTANCES = ("squared", "l2")
 PARTNERS = ("dataset", "batch")

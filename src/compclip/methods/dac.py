@@ -44,10 +44,10 @@ from ..concepts.config import LLM_NEGATIVES
 from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import encode_short_texts
+from ..text import caption_rng
 from .base import ROWS, LossPart, Output, option, register_method, text_width_of
 from .clip import clip_loss
 from .svlc import list_negatives
-from .text import caption_rng
 
 DENSE_CAPTIONS = "dense_captions"  # the data field: each sample's dense captions, a list of texts
 ABSENT = ("zeros", "masked")

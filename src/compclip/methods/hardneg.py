@@ -19,8 +19,8 @@ from ..concepts.keywords import KEYWORDS, find_keywords, replacements, table, wi
 from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import encode_short_texts
+from ..text import caption_rng
 from .base import LossPart, Output, image_rows, option, owned, register_method, text_width_of
-from .text import caption_rng
 
 CLASSES = tuple(KEYWORDS)
 

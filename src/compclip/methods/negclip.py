@@ -31,12 +31,12 @@ from ..concepts.keywords import with_case_of
 from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import encode_short_texts
-from ..text import sentences
+from ..text import caption_rng, sentences
 from .base import ROWS, LossPart, option, owned, register_method, text_width_of
 from .clip import clip_loss
 from .hardneg import HardNegativePart
 from .hardneg import Options as HardNegativeOptions
-from .text import caption_rng, recase
+from .text import recase
 from .tripletclip import NEGATIVE_CAPTION, NEGATIVE_IMAGE
 
 Span = tuple[int, int]

@@ -29,8 +29,8 @@ from ..errors import UsageError
 from ..gather import GatheredLoss
 from ..models.tokens import check_layer, encode_short_texts, visual_token_embeddings
 from ..scoring import DualEncoderScorer, Scorer
+from ..text import caption_rng
 from .base import LossPart, Output, option, owned, register_method, text_width_of
-from .text import caption_rng
 
 ENDS = 6  # per relation: subject, object; swapped subject, object (Ḡ); random subject, object (G̃)
 

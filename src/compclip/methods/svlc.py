@@ -41,11 +41,11 @@ from ..concepts.config import LLM_NEGATIVES
 from ..concepts.svlc_lists import LISTS
 from ..errors import UsageError
 from ..gather import GatheredLoss
+from ..text import caption_rng
 from .base import LossPart, Output, option, owned, register_method
 from .clip import clip_loss
 from .hardneg import HardNegativePart
 from .hardneg import Options as HardNegativeOptions
-from .text import caption_rng
 
 TYPES = tuple(LISTS)
 REPLACE = ("substring", "word")

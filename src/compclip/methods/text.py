@@ -1,14 +1,6 @@
-"""Caption surgery shared by the negative makers: seeded choices, joined sentences, case that stays in place."""
+"""Caption surgery shared by the negative makers: joined sentences, case that stays in place (their seeded choices:
+`compclip.text.caption_rng`)."""
 from __future__ import annotations
-
-import hashlib
-import random
-
-
-def caption_rng(seed: int, *texts: str) -> random.Random:
-    """A generator fixed by (seed, texts): the same caption or batch gets the same draws in every epoch, worker and rank."""
-    key = "\0".join((str(seed), *texts)).encode("utf-8", "replace")
-    return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little"))
 
 
 def join_sentences(*parts: str) -> str:
