@@ -54,15 +54,15 @@ def tags(caption):
 
 
 def expected_svlc(caption, fills):
-    """NegativesLLM's fills of every word it may mask: punctuation removed, NOUN/ADP/ADJ/VERB words of the caption, each place
-    masked, its fills less the word itself."""
-    clean = " ".join(caption.translate(str.maketrans("", "", string.punctuation)).split())
-    words = {w for w, tag in tags(clean) if tag in ("NOUN", "ADP", "ADJ", "VERB")} & set(caption.split())
+    """NegativesLLM's fills of every word it may mask, as it draws them: per word (punctuation removed, the NOUN/ADP/ADJ/VERB
+    words of the caption, each once, in the order each first stands), per place it stands (masked), its fills less the
+    word itself."""
+    clean = " ".join(caption.translate(str.maketrans("", "", string.punctuation)).split()).split()
+    words = {w for w, tag in tags(" ".join(clean)) if tag in ("NOUN", "ADP", "ADJ", "VERB")} & set(caption.split())
     out = []
-    for i, word in enumerate(clean.split()):
-        if word in words:
-            masked = " ".join("[MASK]" if j == i else w for j, w in enumerate(clean.split()))
-            out += [f["sequence"] for f in fills[masked] if f["token_str"].strip() != word]
+    for word in dict.fromkeys(w for w in clean if w in words):
+        places = [" ".join("[MASK]" if j == i else w for j, w in enumerate(clean)) for i, w in enumerate(clean) if w == word]
+        out.append([[f["sequence"] for f in fills[masked] if f["token_str"].strip() != word] for masked in places])
     return out
 
 
@@ -214,7 +214,7 @@ def test_dac_lm_negatives_draw_the_word_list_negative_or_a_fill_evenly(coco):
     captions = list(dict.fromkeys(coco))[:1000]
     filled = 0
     for c in captions:
-        given = [f"{c} indeed", c]
+        given = [[[f"{c} indeed", c]]]
         made = part.caption_negative(c, {"llm_negatives": given}, caption_rng(0, c))
         rng = caption_rng(0, c)
         if rng.choice([0, 1]) == 0:
@@ -223,3 +223,37 @@ def test_dac_lm_negatives_draw_the_word_list_negative_or_a_fill_evenly(coco):
             assert made == f"{c} indeed", c
             filled += 1
     assert 440 <= filled <= 560, filled
+
+
+# Three masked words as `llm_negatives` holds them (per word, per place, its fills): "a" one place of one fill, "b" one
+# place of four, "c" two places, of one fill and of three
+WORD_FILLS = [[["a1"]], [["b1", "b2", "b3", "b4"]], [["c1"], ["c2", "c3", "c4"]]]
+
+
+def release_fill_shares(fills):
+    """NegativesLLM's and Negatives_Auto's chance of each fill, written out: a word uniformly among the words, a place
+    uniformly among its places, a fill uniformly among the place's."""
+    return {text: 1 / len(fills) / len(word) / len(place) for word in fills for place in word for text in place}
+
+
+@pytest.mark.parametrize("method", ["svlc", "dac"])
+def test_lm_negatives_draw_a_word_then_a_place_then_a_fill_as_the_releases(method):
+    """SVLC-R+L (`llm_negatives=true`) and DAC (`lm_negatives=true`) draw a caption's language-model negative as the
+    releases' NegativesLLM / Negatives_Auto: over 6,000 captions (seeded), each fill comes as often as the rule gives
+    (a word's one fill 1/3, not 1/9 as one flat list would give it), within 5 standard deviations of the binomial."""
+    from compclip.methods import build_method
+    from compclip.text import caption_rng
+
+    part = build_method(method, **{"llm_negatives" if method == "svlc" else "lm_negatives": True}).parts[0]
+    captions = [f"zz{i} qq" for i in range(6000)]  # no word of SVLC's lists: the word-list half gives no negative
+    if method == "svlc":
+        drawn = [t for c in captions for t in part.negatives(c, {"llm_negatives": WORD_FILLS})]
+    else:
+        drawn = [part.caption_negative(c, {"llm_negatives": WORD_FILLS}, caption_rng(0, c)) for c in captions]
+        drawn = [t for t in drawn if t is not None]
+    assert 2700 <= len(drawn) <= 3300, len(drawn)  # the fair coin between the two kinds
+    counts = {text: drawn.count(text) for text in release_fill_shares(WORD_FILLS)}
+    assert sum(counts.values()) == len(drawn), set(drawn) - set(counts)
+    for text, share in release_fill_shares(WORD_FILLS).items():
+        expected = len(drawn) * share
+        assert abs(counts[text] - expected) <= 5 * (expected * (1 - share)) ** 0.5, (text, counts[text], expected)

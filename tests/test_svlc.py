@@ -147,7 +147,7 @@ def test_svlc_rl_draws_the_language_models_negatives_or_the_rule_based_ones_even
     from compclip.text import caption_rng
 
     captions = list(dict.fromkeys(coco))[:1000]
-    given = {c: [f"{c} indeed", f"not quite {c}", c] for c in captions}  # the caption itself among them: never a negative
+    given = {c: [[[f"{c} indeed", c]], [[f"not quite {c}"]]] for c in captions}  # the caption itself among them: never a negative
     method = build_method("svlc", llm_negatives=True, negatives=2)
     assert method.sample_fields == ("llm_negatives",) and build_method("svlc").sample_fields == ()
     part = method.parts[0]
@@ -158,7 +158,7 @@ def test_svlc_rl_draws_the_language_models_negatives_or_the_rule_based_ones_even
         if rng.choice([0, 1]) == 0:
             assert made == list_negatives(c, rng, 2), c
         else:
-            assert len(made) == 2 and set(made) <= set(given[c][:2]), (c, made)
+            assert len(made) == 2 and set(made) <= {f"{c} indeed", f"not quite {c}"}, (c, made)
             from_list += 1
         assert c not in made
     assert 440 <= from_list <= 560, from_list
@@ -170,9 +170,10 @@ def test_svlc_rl_draws_the_language_models_negatives_or_the_rule_based_ones_even
     assert torch.equal(batch["negative_text"], tokenizer(expected))
 
 
-def test_svlc_rl_reads_its_negatives_from_json_lines_and_refuses_a_csv(tmp_path, capsys):
-    """`compclip train --method svlc --method-opt llm_negatives=true` trains on JSON lines holding `llm_negatives`; a
-    CSV, which cannot hold a list, is refused naming the field."""
+def test_svlc_rl_reads_its_negatives_from_json_lines_and_refuses_a_csv_and_a_flat_list(tmp_path, capsys):
+    """`compclip train --method svlc --method-opt llm_negatives=true` trains on JSON lines holding `llm_negatives` (per
+    masked word, per place, its fills); a CSV, which cannot hold a list, is refused naming the field; fills in one flat
+    list (an older `compclip negatives`'), whose words cannot be told apart, are refused in one line naming the record."""
     from PIL import Image
 
     from conftest import run_main
@@ -181,7 +182,7 @@ def test_svlc_rl_reads_its_negatives_from_json_lines_and_refuses_a_csv(tmp_path,
     lines = []
     for i in range(4):
         Image.new("RGB", (16, 16), (40 * i, 80, 120)).save(tmp_path / "img" / f"{i}.png")
-        lines.append({"image": f"img/{i}.png", "caption": f"a red car number {i}", "llm_negatives": [f"a red bus number {i}"]})
+        lines.append({"image": f"img/{i}.png", "caption": f"a red car number {i}", "llm_negatives": [[[f"a red bus number {i}"]]]})
     data = tmp_path / "t.jsonl"
     data.write_text("".join(json.dumps(line) + "\n" for line in lines))
     args = ["train", "--method", "svlc", "--method-opt", "llm_negatives=true", "--model", "compclip-tiny-siglip", "--steps", "1",
@@ -193,3 +194,8 @@ def test_svlc_rl_reads_its_negatives_from_json_lines_and_refuses_a_csv(tmp_path,
     csv.write_text("image,caption\n" + "".join(f"img/{i}.png,a red car\n" for i in range(4)))
     code, _, err = run_main(capsys, *args, "--train-data", csv, "--out", tmp_path / "run2")
     assert code == 2 and f"{csv}: the method reads a field 'llm_negatives' per sample" in err, err[-2000:]
+    flat = tmp_path / "flat.jsonl"
+    flat.write_text("".join(json.dumps({**line, "llm_negatives": line["llm_negatives"][0][0] * 2}) + "\n" for line in lines))
+    code, _, err = run_main(capsys, "-q", *args, "--train-data", flat, "--out", tmp_path / "run3")
+    assert code == 2 and err.startswith(f"error: {flat}:") and "field 'llm_negatives' holds its fills as one flat list" in err, err
+    assert len(err.strip().splitlines()) == 1, err

@@ -22,7 +22,8 @@ class ConceptConfig:
 
 NEGATIVE_KINDS = ("ceclip", "llm")  # --what of `compclip negatives`: which released negatives to fill in
 CECLIP_NEGATIVES = "ceclip_negatives"  # the data field: CE-CLIP's adjective, noun and verb fills of a record's caption
-LLM_NEGATIVES = "llm_negatives"  # the data field: SVLC-R+L's and DAC's fill-mask sentences of a record's caption
+LLM_NEGATIVES = "llm_negatives"  # the data field: SVLC-R+L's and DAC's fill-mask sentences of a record's caption, a list
+# per masked word of a list per place it stands of that place's fills (`negatives.llm_masks`), as the releases draw them
 NEGATIVES_SHARD_SIZE = 10_000  # records per chunk: the unit a killed run resumes from and parts divide
 
 

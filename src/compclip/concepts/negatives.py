@@ -11,8 +11,10 @@ of the training data (JSON lines) as data fields the methods read.
   rule): the caption (its first 100 characters past 512) without punctuation; each word spaCy tags NOUN, ADP, ADJ or
   VERB (the READMEs' `--llm_neg_types` / `--auto_neg_types`) that is also a word of the caption, at each place it
   stands, masked and filled by `pipeline("fill-mask")` (transformers' default, distilroberta-base), its five fills
-  less the word itself. The release draws one of a drawn word's fills at every read; the field holds every fill the
-  draw could give, and the methods draw among them.
+  less the word itself. The release draws at every read: one of the masked words (a set of them: each equally often),
+  one of the places it stands, then one of that place's fills. The field keeps that structure, a list per masked
+  word of a list per place of its fills, so that the methods draw as the release does (`svlc.llm_negative`): a word
+  with more fills or places is not drawn more often.
 
 The data is split into chunks of `shard_size` records, chunk c belonging to part c mod n; each chunk is written
 atomically into `OUT.parts/`, so a killed run resumes at the first chunk it lacks and writes none twice. The part that
@@ -74,12 +76,17 @@ def llm_clean(caption: str) -> str:
     return " ".join(caption.translate(str.maketrans("", "", string.punctuation)).split())
 
 
-def llm_masks(caption: str, doc, mask: str) -> list[tuple[str, str]]:
-    """(word, masked text) for every place of every word `NegativesLLM` may mask; `doc` parses `llm_clean(caption)`."""
+def llm_masks(caption: str, doc, mask: str) -> list[tuple[str, list[str]]]:
+    """(word, its masked texts: one a place it stands) for each word `NegativesLLM` may mask, in the order each first
+    stands; `doc` parses `llm_clean(caption)`. The release draws a word, then a place: the grouping is the draw's."""
     cut = caption[:LLM_CUT] if len(caption) > LLM_LONG else caption
     words = {token.text for token in doc if token.pos_ in LLM_TAGS} & set(cut.split())
     clean = llm_clean(caption).split()
-    return [(w, " ".join([*clean[:i], mask, *clean[i + 1:]])) for i, w in enumerate(clean) if w in words]
+    places: dict[str, list[str]] = {}
+    for i, word in enumerate(clean):
+        if word in words:
+            places.setdefault(word, []).append(" ".join([*clean[:i], mask, *clean[i + 1:]]))
+    return list(places.items())
 
 
 class Filler:
@@ -165,14 +172,19 @@ def fill_chunk(records: list[tuple[str, Any]], cfg: NegativesConfig, kinds: tupl
         if "ceclip" in masked:
             record[CECLIP_NEGATIVES] = [kept(next(fills)) for _ in masked["ceclip"]]
         if "llm" in masked:
-            record[LLM_NEGATIVES] = [f["sequence"] for word, _ in masked["llm"] for f in next(fills) if f["token_str"].strip(" ") != word]
+            record[LLM_NEGATIVES] = [[llm_fills(next(fills), word) for _ in texts] for word, texts in masked["llm"]]
         out.append(record)
     return out, skips
 
 
 def _texts(masked: dict[str, Any]) -> list[str]:
-    """A record's masked texts in the order they are filled: CE-CLIP's three, then each of SVLC's."""
-    return [*masked.get("ceclip", ()), *(text for _, text in masked.get("llm", ()))]
+    """A record's masked texts in the order they are filled: CE-CLIP's three, then each of SVLC's, word by word."""
+    return [*masked.get("ceclip", ()), *(text for _, texts in masked.get("llm", ()) for text in texts)]
+
+
+def llm_fills(fills: list[dict[str, Any]], word: str) -> list[str]:
+    """`NegativesLLM`'s fills of one place of `word`: the sentences of those that are not the word itself."""
+    return [f["sequence"] for f in fills if f["token_str"].strip(" ") != word]
 
 
 def kept(fills: list[dict[str, Any]]) -> str:

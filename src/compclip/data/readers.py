@@ -149,6 +149,33 @@ def bad_texts(value: Any) -> str | None:
     return None if bad is None else f"holds {bad!r}, not a text"
 
 
+def bad_fills(value: Any) -> str | None:
+    """What is wrong with a data field of masked-LM fills (`llm_negatives`, `compclip negatives` writes it), or None: a
+    list per masked word (an empty list: a caption with none) of a list per place the word stands of that place's fills
+    (`bad_texts`; a place whose fills were all the word itself has none)."""
+    if value is _ABSENT:
+        return "absent"
+    if not isinstance(value, list):
+        return f"a {type(value).__name__}, not a list per masked word"
+    for word in value:
+        if not isinstance(word, list) or not word:
+            return f"holds {word!r}, not a word's list of places"
+        bad = next((reason for reason in map(bad_texts, word) if reason), None)
+        if bad:
+            return f"a place of a word: {bad}"
+    return None
+
+
+def refuse_flat_fills(value: Any, where: str, key: str) -> None:
+    """Fills in one flat list of texts, as `compclip negatives` wrote them before it kept each word's apart, refused in one
+    line naming the record: drawn among as they are, a word with more fills would come more often than the releases draw
+    it (a word, then a place, then a fill), and which fills belong to which word is no longer there to read."""
+    if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
+        raise DataError(f"{where}: field {key!r} holds its fills as one flat list of texts, as an older compclip negatives wrote "
+                        "them; the releases draw a masked word, then one of its fills, which needs them per word: write them "
+                        "again (compclip negatives DATA --what llm --out OUT)")
+
+
 def bad_text(value: Any) -> str | None:
     """What is wrong with a data field of one text (TripletCLIP's negative caption), or None: a text, not empty, in UTF-8."""
     if value is _ABSENT:
@@ -178,17 +205,18 @@ def neighbour_outside(where: str, key: str, index: int, data: str, total: int) -
 _ABSENT = object()  # a declared field the record does not have
 
 # What each data field a method may declare holds (`LossPart.sample_fields`), by its name: a list of texts (DAC's dense
-# captions, any name not listed), one text, one image, which the reader decodes and views as the sample's own image
-# (TripletCLIP's negative image, CoN-CLIP's distractor: a path in JSON lines, a member or the json's path in a shard, a row
-# of an array), or record indices of the same data (NegCLIP's nearest neighbours: the reader draws one and gives its image
-# and caption as the sample's `negative_image` and `negative_caption`, `ImageTextReader._neighbour`)
+# captions, any name not listed), masked-LM fills per word and place (SVLC-R+L's and DAC's, `bad_fills`), one text, one
+# image, which the reader decodes and views as the sample's own image (TripletCLIP's negative image, CoN-CLIP's
+# distractor: a path in JSON lines, a member or the json's path in a shard, a row of an array), or record indices of
+# the same data (NegCLIP's nearest neighbours: the reader draws one and gives its image and caption as the sample's
+# `negative_image` and `negative_caption`, `ImageTextReader._neighbour`)
 FIELD_KINDS = {"negative_caption": "text", "negative_image": "image", "negated_caption": "text", "distractor_image": "image",
-               "neighbours": "records"}
+               "neighbours": "records", "llm_negatives": "fills"}
 NEIGHBOUR_FIELDS = ("negative_image", "negative_caption")  # what a drawn neighbour gives its sample: its image, its caption
 
 
 def field_kind(name: str) -> str:
-    """"texts", "text", "image" or "records": what the data field `name` holds (`FIELD_KINDS`)."""
+    """"texts", "fills", "text", "image" or "records": what the data field `name` holds (`FIELD_KINDS`)."""
     return FIELD_KINDS.get(name, "texts")
 
 
@@ -421,7 +449,9 @@ class ImageTextReader(IterableDataset):
         declared = {name: extra.get(name, _ABSENT) for name in self.fields}
         for name, value in declared.items():
             kind = field_kind(name)
-            judge = {"text": bad_text, "records": bad_records}.get(kind, bad_texts)
+            if kind == "fills":
+                refuse_flat_fills(value, where, self.fields[name])
+            judge = {"text": bad_text, "records": bad_records, "fills": bad_fills}.get(kind, bad_texts)
             reason = None if kind == "image" and value is not _ABSENT else judge(value)
             if reason:
                 skips.skip("bad_record", where, f"field {self.fields[name]!r}: {reason}")
@@ -446,7 +476,7 @@ class ImageTextReader(IterableDataset):
             fields.update(self._view(decoded, name))
         if record is not None:
             fields["concepts"] = record
-        strip = {"text": str.strip, "records": list}
+        strip = {"text": str.strip, "records": list, "fills": lambda v: [[[t.strip() for t in place] for place in word] for word in v]}
         fields.update({name: strip.get(field_kind(name), lambda v: [t.strip() for t in v])(value)
                        for name, value in declared.items() if field_kind(name) != "image"})
         return {**fields, "caption": caption.strip(), "key": where}
@@ -738,6 +768,7 @@ def open_reader(path: str | os.PathLike, transform: Callable | None = None, **kw
         name, key = next(iter(kwargs["fields"].items()))
         kind = field_kind(name)
         held = {"texts": ("a list of texts", "list", "[...]", ", or webdataset shards whose .json holds it"),
+                "fills": ("fills per masked word and place", "list", "[[[...]]]", ", or webdataset shards whose .json holds it"),
                 "text": ("a text", "text", '"..."', f", or webdataset shards with a .{key} member or a .json that holds it"),
                 "image": ("an image", "image path", '"....jpg"', f", or webdataset shards with a .{key} image member"),
                 # shards are read in order: no record of the whole data can be drawn

@@ -28,7 +28,7 @@ the text tower encodes (`absent_negative=zeros`); its caption term leaves it out
 
 Declaring a data field (`LossPart.sample_fields`) is how any method reads more per sample than (image, caption): the
 readers carry it, a format that cannot hold it is refused; CoN-CLIP's negated captions (a text) and SVLC-R+L's
-language-model negatives (a list of texts, as the dense captions) are such fields.
+language-model negatives (a list per masked word of its places' fills) are such fields.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from ..models.tokens import encode_short_texts
 from ..text import caption_rng
 from .base import ROWS, LossPart, Output, option, register_method, text_width_of
 from .clip import clip_loss
-from .svlc import list_negatives
+from .svlc import list_negatives, llm_negative
 
 DENSE_CAPTIONS = "dense_captions"  # the data field: each sample's dense captions, a list of texts
 ABSENT = ("zeros", "masked")
@@ -60,14 +60,14 @@ def word_list_negative(caption: str, rng: random.Random) -> str | None:
     return made[0] if made else None
 
 
-def rand_both_negative(caption: str, filled: Sequence[str], rng: random.Random) -> str | None:
+def rand_both_negative(caption: str, filled: Sequence[Sequence[Sequence[str]]], rng: random.Random) -> str | None:
     """The released `RandBothNegatives.create_negs` (num_negs 1): a fair draw between the word-list negative and one of
-    the caption's masked-LM fills (`Negatives_Auto`; `filled`, the data field `llm_negatives`), those equal to the
-    caption left out; None where the draw finds none, as the released code gives none for a caption without a word."""
+    the caption's masked-LM fills (`Negatives_Auto`, SVLC's `NegativesLLM` rule: a word, one of its places, one of that
+    place's fills, `svlc.llm_negative`; `filled`, the data field `llm_negatives`); None where the draw finds none, as the
+    released code gives none for a caption without a word."""
     if rng.choice([0, 1]) == 0:
         return word_list_negative(caption, rng)
-    filled = [t for t in filled if t != caption]
-    return filled[rng.randrange(len(filled))] if filled else None
+    return llm_negative(caption, filled, rng)
 
 
 def dense_draw(caption: str, dense: Sequence[str], k: int, rng: random.Random) -> list[str]:
@@ -163,8 +163,8 @@ class Options:
     absent_negative: str = option("zeros", "a MIL text without a negative: zeros, an all-zero token row encoded as its negative "
                                            "(the released CsvDataset); masked, left out of its log-sum-exp")
     lm_negatives: bool = option(False, "each caption's negative is, half the time, one of its masked-LM fills (the released "
-                                       "--neg_type rand_both, Negatives_Auto): each record's data field llm_negatives (`compclip "
-                                       "negatives --what llm`); off: the word-list negative alone")
+                                       "--neg_type rand_both, Negatives_Auto: a word, a place of it, a fill): each record's data "
+                                       "field llm_negatives (`compclip negatives --what llm`); off: the word-list negative alone")
 
 
 class DACPart(LossPart):

@@ -19,7 +19,8 @@ The loss, `src/open_clip/loss.py`, `ClipLoss.forward` with `--vl_negs` (`svlc_lo
 
 SVLC-R+L (`llm_negatives`): `BothNegatives` draws, per caption, the rule-based negatives or the language model's
 (`NegativesLLM`: a fill-mask pipeline's word in place of a spaCy-tagged one), which compclip reads from the data field
-`llm_negatives` (`both_negatives`) that `compclip negatives --what llm` writes. Departures: the
+`llm_negatives` (`both_negatives`) that `compclip negatives --what llm` writes, a list per masked word of its places'
+fills, drawn word, place, fill as the release draws (`llm_negative`). Departures: the
 released code fine-tunes LoRA adapters (`--lora 4`), compclip every weight; the draws come from (seed, caption)
 (`text.caption_rng`), not the process's `random` state; a negative cut back to its caption by the context length is
 dropped. Across ranks the loss is the whole batch's, as on one process: the released `gather_features` slices the
@@ -79,18 +80,31 @@ def list_negatives(caption: str, rng: random.Random, k: int = 1, types: Sequence
     return made
 
 
-def both_negatives(caption: str, given: Sequence[str], k: int = 1, seed: int = 0, types: Sequence[str] = TYPES,
+def llm_negative(caption: str, fills: Sequence[Sequence[Sequence[str]]], rng: random.Random) -> str | None:
+    """One language-model negative as `NegativesLLM.create_negs` draws it (github.com/SivanDoveh/TSVLC,
+    `src/SVLC_learning/negs_and_pos.py` at commit 051718a; DAC's `Negatives_Auto`, github.com/SivanDoveh/DAC, the same
+    file at commit 5b8476a): one of the masked words uniformly (`positives_in_cap`, a set of words), one of the places
+    it stands uniformly (`random.choice(pos_incides)`), then one of that place's fills other than the word. `fills` is
+    the data field `llm_negatives`: a list per word of a list per place of its fills. None where there is no word, or
+    the place has no fill (the release's caught error: no negative); a fill equal to the caption is left out."""
+    if not fills:
+        return None
+    places = fills[rng.randrange(len(fills))]
+    found = [t for t in places[rng.randrange(len(places))] if t != caption]
+    return found[rng.randrange(len(found))] if found else None
+
+
+def both_negatives(caption: str, given: Sequence[Sequence[Sequence[str]]], k: int = 1, seed: int = 0, types: Sequence[str] = TYPES,
                    replace: str = "substring") -> list[str]:
     """SVLC-R+L's negatives (the released `BothNegatives.create_negs`): a fair draw between the rule-based negatives
-    (`list_negatives`) and `k` drawn from `given`, the caption's language-model negatives (`NegativesLLM.create_negs`
-    draws one fill-mask sentence a negative, with replacement; those equal to the caption left out), none where the draw
-    falls on an empty list, as the released code returns none for a caption without a word to mask. The draws come from
-    (seed, caption)."""
+    (`list_negatives`) and `k` drawn from `given`, the caption's language-model fills (`llm_negative`, each drawn anew:
+    word, place, fill), a draw that finds none giving no negative, as the released code returns none for a caption
+    without a word to mask. The draws come from (seed, caption)."""
     rng = caption_rng(seed, caption)
     if rng.choice([0, 1]) == 0:
         return list_negatives(caption, rng, k, types, replace)
-    given = [t for t in given if t != caption]
-    return [given[rng.randrange(len(given))] for _ in range(k)] if given else []
+    drawn = (llm_negative(caption, given, rng) for _ in range(k))
+    return [text for text in drawn if text is not None]
 
 
 def svlc_loss(image: torch.Tensor, text: torch.Tensor, negatives: torch.Tensor, negative_image: torch.Tensor,
@@ -155,9 +169,9 @@ class Options:
     replace: str = option("substring", "substring: the word is replaced wherever it occurs, inside other words too (the "
                                        "released str.replace); word: whole-word occurrences only")
     llm_negatives: bool = option(False, "SVLC-R+L: each record also holds its caption's language-model negatives, a data field "
-                                        "llm_negatives (the released NegativesLLM's fill-mask sentences: `compclip negatives --what "
-                                        "llm`), and each caption draws those or the rule-based ones evenly (negs_and_pos.py, "
-                                        "BothNegatives; --neg_type both); off: SVLC-R (--neg_type rule_based)")
+                                        "llm_negatives (the released NegativesLLM's fill-mask sentences per masked word and place: "
+                                        "`compclip negatives --what llm`), and each caption draws those or the rule-based ones evenly "
+                                        "(negs_and_pos.py, BothNegatives; --neg_type both); off: SVLC-R (--neg_type rule_based)")
 
 
 class SVLCPart(HardNegativePart):

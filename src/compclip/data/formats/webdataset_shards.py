@@ -187,7 +187,7 @@ class WebDatasetReader(ImageTextReader):
         extra = {name: meta[key] for name, key in self.fields.items()
                  if isinstance(meta, dict) and key in meta and field_kind(name) != "image"}
         extra |= {name: self._member(name, sample[key.lower()]) for name, key in self.fields.items()
-                  if key.lower() in sample and field_kind(name) != "texts"}
+                  if key.lower() in sample and field_kind(name) not in ("texts", "fills")}
         if CONCEPTS_MEMBER in sample:
             extra["concepts"] = sample[CONCEPTS_MEMBER]
         return where, image, caption, extra or None
