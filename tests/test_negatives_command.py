@@ -89,9 +89,9 @@ def write_data(path, records):
 
 
 def test_fields_equal_the_fill_mask_pipelines_and_bad_records_are_skipped_and_counted(tmp_path, tiny_bert, capsys):
-    records = [{"image": f"{i}.jpg", "caption": c} for i, c in enumerate(CAPTIONS)]
+    records = [{"image": f"{i}.jpg", "caption": c} for i, c in enumerate([*CAPTIONS, "a cat on a red car on grass"])]  # "on" twice
     data = write_data(tmp_path / "data.jsonl", [records[0], "{not json", records[1], {"image": "x.jpg"}, records[2],
-                                                {"image": "y.jpg", "caption": "a [MASK] dog"}, records[3],
+                                                {"image": "y.jpg", "caption": "a [MASK] dog"}, records[3], records[4],
                                                 {"image": "z.jpg", "caption": " ".join(["a red dog"] * 11)}])
     with open(data, "ab") as f:
         f.write(b'{"image": "w.jpg", "caption": "a red \xff dog"}\n')
@@ -99,20 +99,21 @@ def test_fields_equal_the_fill_mask_pipelines_and_bad_records_are_skipped_and_co
     code, stdout, stderr = run_main(capsys, "-q", "negatives", data, "--out", out, "--fill-model", tiny_bert, "--shard-size", 3)
     assert code is None or code == 0, stderr
     assert f"wrote {out} (5 record(s) of DATA left out" in stdout
-    assert f"skipped 1 record(s): the caption is not UTF-8 (first: {data}:9)" in stderr
+    assert f"skipped 1 record(s): the caption is not UTF-8 (first: {data}:10)" in stderr
     assert f"skipped 1 record(s): not JSON (first: {data}:2)" in stderr
     assert f"skipped 1 record(s): no caption text in field 'caption' (first: {data}:4)" in stderr
     assert f"skipped 1 record(s): the caption holds the fill model's mask token '[MASK]' (first: {data}:6)" in stderr
-    assert f"skipped 1 record(s): longer than the fill model reads (32 tokens) (first: {data}:8)" in stderr
+    assert f"skipped 1 record(s): longer than the fill model reads (32 tokens) (first: {data}:9)" in stderr
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert [{k: r[k] for k in ("image", "caption")} for r in written] == records
-    fills = fill_mask(tiny_bert, {t for c in CAPTIONS for t in masked_texts(c)})
+    fills = fill_mask(tiny_bert, {t for r in records for t in masked_texts(r["caption"])})
     for record in written:
         assert record["llm_negatives"] == expected_svlc(record["caption"], fills)
         choices = ceclip_choices(record["caption"], fills)
         assert len(record["ceclip_negatives"]) == 3
         assert all(fill in choice for fill, choice in zip(record["ceclip_negatives"], choices, strict=True))
     assert any(record["llm_negatives"] for record in written)
+    assert any(len(places) == 2 for record in written for places in record["llm_negatives"])  # a word that stands twice
     assert not (tmp_path / "data-negatives.jsonl.parts").exists()
     assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())
 
