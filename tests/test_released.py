@@ -621,8 +621,13 @@ def test_compclip_models_lists_every_entry_and_whether_its_weights_are_here(hub_
     assert said["ce-clip-b32"] == said["openai-clip-b32"] == "cached"
     assert said["negclip-b32"] == said["openai-clip-b16"] == said["clic-laion-b32"] == said["flava-full"] == "not cached"
     assert said["svlc-r-b32"] == f"unavailable: {get_released('svlc-r-b32').unavailable}"
+    # an OpenAI fine-tune's QuickGELU weights file (open_clip_file under a -quickgelu architecture) also loads as ID-gelu
+    takes_gelu = [e.id for e in ENTRIES if e.loads_as == "open_clip_file" and e.model.endswith("-quickgelu")]
+    assert "negclip-b32" in takes_gelu and "openai-clip-b32" not in takes_gelu
+    assert re.findall(r"^  (\S+)-gelu: the same file as (\S+) \(plain GELU", out, re.M) == [
+        (i, get_released(i).model.removesuffix("-quickgelu")) for i in takes_gelu]
     code, out, _ = run_main(capsys, "models", "--ids")
-    assert out.split() == [e.id for e in ENTRIES if e.loads_as is not None]
+    assert out.split() == [i for e in ENTRIES if e.loads_as is not None for i in (e.id, *[f"{e.id}-gelu"] * (e.id in takes_gelu))]
 
 
 def test_the_models_page_lists_every_entry():

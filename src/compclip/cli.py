@@ -584,12 +584,14 @@ def benchmarks() -> None:
 
 
 @app.command()
-def models(ids: bool = typer.Option(False, "--ids", help="Only the ids of the loadable ones, one a line (for a shell loop)."),
+def models(ids: bool = typer.Option(False, "--ids", help="Only the ids of the loadable ones, one a line (for a shell loop); an "
+                                     "OpenAI fine-tune's `-gelu` id after its own."),
            fetch_list: bool = typer.Option(False, "--fetch-list", help="Only what is not on this machine: for each file an entry "
                                            "lacks, its id, where to download it and the path (folder and file name) compclip "
                                            "looks for it at, tab-separated, one a line.")) -> None:
     """List the papers' released checkpoints (`eval --model ID`): each one's name, the papers' rows it is, the architecture
-    and route it loads by, its source, and whether its weights are cached, or why it cannot be loaded (docs/models.md).
+    and route it loads by, its `-gelu` id where it takes one (the same file under plain GELU), its source, and whether its
+    weights are cached, or why it cannot be loaded (docs/models.md).
 
     Example:
 
@@ -599,7 +601,7 @@ def models(ids: bool = typer.Option(False, "--ids", help="Only the ids of the lo
     compclip models --fetch-list   # download each on a machine with internet, copy the Hugging Face cache here
     """
     from .errors import UsageError
-    from .models.released import cached, get_released, list_released
+    from .models.released import cached, gelu_variant, get_released, list_released
     from .models.released import fetch_list as lacking
 
     if ids and fetch_list:
@@ -609,9 +611,11 @@ def models(ids: bool = typer.Option(False, "--ids", help="Only the ids of the lo
             for url, path in lacking(entry):
                 typer.echo(f"{entry.id}\t{url}\t{path}")
             continue
+        gelu = gelu_variant(entry)
         if ids:
-            if entry.loads_as is not None:
-                typer.echo(entry.id)
+            for loadable in (entry.id, gelu) if entry.loads_as is not None else ():
+                if loadable:
+                    typer.echo(loadable)
             continue
         where = (entry.hub_repo and f"{entry.hub_repo}/{entry.hub_file}") or entry.url or entry.pretrained or entry.model
         state = f"unavailable: {entry.unavailable}" if entry.loads_as is None else "cached" if cached(entry) else "not cached"
@@ -619,6 +623,9 @@ def models(ids: bool = typer.Option(False, "--ids", help="Only the ids of the lo
         typer.echo(f"  rows: {'; '.join(f'{paper} {row!r}' for paper, row in entry.rows)}")
         if entry.loads_as is not None:
             typer.echo(f"  loads as: {entry.loads_as} {entry.model}" + (f" from {where}" if where != entry.model else ""))
+        if gelu:
+            typer.echo(f"  {gelu}: the same file as {get_released(gelu).architecture} (plain GELU, as the releases' own loaders "
+                       "build it, for the papers' rows scored under it)")
         elif entry.model:
             typer.echo(f"  architecture: {entry.model}")
         typer.echo(f"  source: {entry.source}")

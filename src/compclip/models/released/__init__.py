@@ -131,6 +131,12 @@ def list_released() -> list[str]:
     return sorted(_entries())
 
 
+def gelu_variant(entry: Released) -> str | None:
+    """`<id>-gelu` where the entry takes it (a QuickGELU weights file of an OpenAI fine-tune, `with_plain_gelu`), else
+    None: the id `compclip models` lists beside the entry's, for the papers' rows scored under plain GELU."""
+    return f"{entry.id}{GELU_SUFFIX}" if entry.loads_as == "open_clip_file" and entry.model.endswith(QUICKGELU) else None
+
+
 def is_released(name: str) -> bool:
     """Whether `name` is a registry id, or one with `-gelu` after it (and not a folder of that name, which `model_name`
     has made a path already)."""
@@ -156,7 +162,7 @@ def with_plain_gelu(entry: Released) -> Released:
     of OpenAI's CLIP were trained with its QuickGELU, but the releases' own loaders (ARO's model_zoo for NegCLIP and
     CE-CLIP) build them as `ViT-B-32`, and the papers that scored them so published those numbers. The same file, its
     hash record and its conversion as the entry's; only the activation differs."""
-    if entry.loads_as != "open_clip_file" or not entry.model.endswith(QUICKGELU):
+    if gelu_variant(entry) is None:
         runs = f"loads as {entry.model}" if entry.loads_as else "cannot be loaded"
         raise UsageError(f"{entry.id}{GELU_SUFFIX}: {GELU_SUFFIX} loads the weights file of a QuickGELU entry (an OpenAI "
                          f"fine-tune's, as negclip-b32) under plain GELU; {entry.id} {runs}, and has no GELU variant")
@@ -473,4 +479,4 @@ def fetch_list(entry: Released) -> list[tuple[str, Path]]:
 
 
 __all__ = ["GELU_SUFFIX", "HUB_CONFIG", "OPEN_CLIP_WEIGHTS", "Released", "Resolved", "absent_from_hub", "cached", "fetch_list",
-           "get_released", "hand_path", "is_released", "list_released", "offline_command", "resolve", "with_plain_gelu"]
+           "gelu_variant", "get_released", "hand_path", "is_released", "list_released", "offline_command", "resolve", "with_plain_gelu"]
