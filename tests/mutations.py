@@ -1564,6 +1564,22 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "flat = torch.cat([self.texts(list(class_prompts)) for class_prompts in prompts])", "tests/test_zeroshot_layouts.py -k one_pass"),
     ("scoring.py", "flat.split([len(p) for p in prompts])", "flat.split([len(prompts[0])] * len(prompts))",
      "tests/test_zeroshot_layouts.py -k one_pass"),
+    # the LM negatives' structure as the releases draw them; -gelu ids in compclip models
+    ("methods/svlc.py", "places = fills[rng.randrange(len(fills))]", "places = [place for word in fills for place in word]",
+     "tests/test_negatives_command.py -k 'word_then_a_place and svlc'"),
+    ("methods/svlc.py", "found = [t for t in places[rng.randrange(len(places))] if t != caption]",
+     "found = [t for place in places for t in place if t != caption]", "tests/test_negatives_command.py -k 'word_then_a_place and dac'"),
+    ("concepts/negatives.py", "[[llm_fills(next(fills), word) for _ in texts] for word, texts in masked[\"llm\"]]",
+     "[[f for _ in texts for f in llm_fills(next(fills), word)] for word, texts in masked[\"llm\"]]",
+     "tests/test_negatives_command.py -k fields_equal"),
+    ("concepts/negatives.py", "places.setdefault(word, []).append(", "places.setdefault(f\"{word} {i}\", []).append(",
+     "tests/test_negatives_command.py -k fields_equal"),
+    ("data/readers.py", "if isinstance(value, list) and value and all(isinstance(t, str) for t in value):",
+     "if isinstance(value, str):", "tests/test_svlc.py -k svlc_rl_reads"),
+    ("models/released/__init__.py", "entry.loads_as == \"open_clip_file\" and entry.model.endswith(QUICKGELU) else None",
+     "entry.loads_as is not None and entry.model.endswith(QUICKGELU) else None", R + "compclip_models_lists"),
+    ("cli.py", "for loadable in (entry.id, gelu) if entry.loads_as is not None else ():",
+     "for loadable in (entry.id,) if entry.loads_as is not None else ():", R + "compclip_models_lists"),
 ]
 
 
