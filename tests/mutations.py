@@ -1563,6 +1563,16 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "flat = torch.cat([self.texts(list(class_prompts)) for class_prompts in prompts])", "tests/test_zeroshot_layouts.py -k one_pass"),
     ("scoring.py", "flat.split([len(p) for p in prompts])", "flat.split([len(prompts[0])] * len(prompts))",
      "tests/test_zeroshot_layouts.py -k one_pass"),
+    # repeated code in the benchmarks and io: the shared JSON readers, SugarCrepe's one run loop, atomic_dir's exchange
+    ("eval/base.py", "    if not isinstance(found, shape):\n", "    if not isinstance(found, (list, dict)):\n", MAL + "valse or swapped"),
+    ("eval/base.py", "        else:\n            yield key, record", "        yield key, record", MAL + "spec or valse"),
+    (B + "sugarcrepe_pp.py", 'averaged = (("itt", "_itt"), ("tot", "_tot"))', 'averaged = (("itt", "_itt"),)',
+     P + "without_text_scores"),
+    ("io.py", "                swapped = _exchanged(folder, path)", "                swapped = None",
+     "tests/test_cluster.py -k mid_swap"),
+    ("io.py", "RENAME_EXCHANGE = 2", "RENAME_EXCHANGE = 1", "tests/test_cluster.py -k mid_swap"),
+    ("io.py", "        if tmp is not None and tmp.is_dir() and not tmp.is_symlink():\n            shutil.rmtree(tmp)",
+     "        if tmp is not None and tmp.is_dir() and not tmp.is_symlink():\n            pass", "tests/test_cluster.py -k mid_swap"),
 ]
 
 
