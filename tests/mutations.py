@@ -1564,8 +1564,8 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("scoring.py", "flat.split([len(p) for p in prompts])", "flat.split([len(prompts[0])] * len(prompts))",
      "tests/test_zeroshot_layouts.py -k one_pass"),
     # repeated code in the benchmarks and io: the shared JSON readers, SugarCrepe's one run loop, atomic_dir's exchange
-    ("eval/base.py", "    if not isinstance(found, shape):\n", "    if not isinstance(found, (list, dict)):\n", MAL + "valse or swapped"),
-    ("eval/base.py", "        else:\n            yield key, record", "        yield key, record", MAL + "spec or valse"),
+    ("eval/base.py", "    if not isinstance(found, shape):\n", "    if not isinstance(found, (list, dict)):\n", MAL + "'valse or swapped'"),
+    ("eval/base.py", "        else:\n            yield key, record", "        yield key, record", MAL + "'spec or valse'"),
     (B + "sugarcrepe_pp.py", 'averaged = (("itt", "_itt"), ("tot", "_tot"))', 'averaged = (("itt", "_itt"),)',
      P + "without_text_scores"),
     ("io.py", "                swapped = _exchanged(folder, path)", "                swapped = None",
