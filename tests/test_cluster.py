@@ -117,6 +117,68 @@ def test_a_checkpoint_is_on_disk_before_its_folder_is_renamed_into_place(tmp_pat
     assert ("fsync", str(folder.parent)) in calls[named + 1:]
 
 
+# Run in its own interpreter: an audit hook (PEP 578) stays for the life of the process. At each step a folder write
+# takes in the folder's parent once its contents are written (each file opened, renamed or removed there), the hook
+# reads the folder as a reader would, and at the step numbered `write_at` a second writer of the same folder writes it
+# whole, as a second process's write landing there would.
+SWAP_WATCHED = r"""
+import json, sys
+from pathlib import Path
+from compclip.io import atomic_dir
+
+target, write_at = Path(sys.argv[1]), int(sys.argv[2])
+seen, state = [], {"calls": 0, "inside": False, "committing": False}
+
+def write(version):
+    with atomic_dir(target) as tmp:
+        for k in range(3):
+            (tmp / f"part{k}.txt").write_text(version)
+        state["committing"] = state["committing"] or version == "first"
+
+def read():
+    parts = sorted(target.glob("part*.txt")) if target.is_dir() else []
+    versions = {p.read_text() for p in parts}
+    return versions.pop() if len(parts) == 3 and len(versions) == 1 else f"{len(parts)} parts {sorted(versions)}"
+
+def hook(event, args):
+    if state["inside"] or not state["committing"] or event not in ("open", "os.rename", "os.remove", "os.rmdir", "shutil.rmtree"):
+        return
+    if not any(isinstance(a, (str, Path)) and str(a).startswith(str(target.parent)) for a in args):
+        return
+    state["inside"] = True
+    seen.append(read())
+    if state["calls"] == write_at:
+        write("second")
+    state["calls"] += 1
+    state["inside"] = False
+
+write("old")
+sys.addaudithook(hook)
+write("first")
+state["committing"] = False
+print(json.dumps({"seen": seen, "after": read(), "calls": state["calls"],
+                  "left": sorted(p.name for p in target.parent.iterdir() if p != target)}))
+"""
+
+
+def test_a_folder_rewritten_is_always_there_whole_and_a_second_writer_meeting_it_mid_swap_wins(tmp_path):
+    """A reader of a folder being written again (a checkpoint, an export) finds the old one or the new one, whole, at
+    every step of the swap, never no folder; a second writer whose write lands between any two steps of the first leaves
+    one of the two whole folders and no temporary sibling, and neither write fails."""
+    landed = 0
+    while True:
+        target = tmp_path / str(landed) / "best"
+        done = subprocess.run([sys.executable, "-c", SWAP_WATCHED, str(target), str(landed)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        report = json.loads(done.stdout)
+        assert set(report["seen"]) <= {"old", "first", "second"}, report["seen"]
+        assert report["after"] in ("first", "second") and report["left"] == [], report
+        if report["calls"] <= landed + 1:  # the second writer landed before the first's last step: every step is met
+            break
+        landed += 1
+    assert report["calls"] > landed  # it did land mid-swap
+
+
 def retrieval_data(root):
     """A data root with one small retrieval set: four coloured squares and their captions."""
     from PIL import Image

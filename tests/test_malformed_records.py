@@ -266,3 +266,26 @@ def test_an_unusable_file_of_one_benchmark_does_not_stop_the_next_in_the_same_co
     bad = json.loads((tmp_path / "out" / "imagecode.json").read_text())
     assert bad["metrics"] == {} and not bad["complete"] and "valid_data.json: not {image set" in bad["lacks"]
     assert "Traceback" not in err
+
+
+def test_sugarcrepe_and_its_plus_plus_files_swapped_are_each_named_in_one_line(tmp_path, capsys):
+    """`compclip eval --benchmark sugarcrepe,sugarcrepe_pp` with each one's swap_att.json in the other's folder (sugar-crepe
+    writes an object keyed by record id, scpp a list of records): each benchmark says in one line which file is not of
+    its release's shape, and the command exits 1 without a traceback."""
+    from test_recipes import run_main
+
+    root = tmp_path / "root"
+    solid(root / "coco" / "val2017" / "a.jpg", "red")
+    record = {"filename": "a.jpg", "caption": "a red car", "caption2": "a car that is red", "negative_caption": "a blue car"}
+    (root / "sugarcrepe").mkdir()
+    (root / "sugarcrepe_pp").mkdir()
+    (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps([record]))
+    (root / "sugarcrepe_pp" / "swap_att.json").write_text(json.dumps({"0": record}))
+    code, out, err = run_main(capsys, "-q", "eval", "--model", "compclip-tiny-clip", "--benchmark",
+                              "sugarcrepe/swap_att,sugarcrepe_pp/swap_att", "--data-root", root, "--out", tmp_path / "out",
+                              "--workers", "0", "--device", "cpu")
+    assert code == 1 and "Traceback" not in err, err[-2000:]
+    said = {line.split(": ", 1)[0]: line for line in out.splitlines() if line.startswith("sugarcrepe")}
+    sugarcrepe_said = said["sugarcrepe/swap_att"]
+    assert f"{root / 'sugarcrepe' / 'swap_att.json'}: a JSON list, not sugar-crepe's {{record id: record}} object" in sugarcrepe_said
+    assert f"{root / 'sugarcrepe_pp' / 'swap_att.json'}: a JSON dict, not scpp's list of records" in said["sugarcrepe_pp/swap_att"]

@@ -4,9 +4,13 @@ one `StorageError` naming the file and what was kept. Files compclip appends to 
 following a link planted there, and a folder's lock names its owner."""
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
 import fcntl
+import functools
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -14,7 +18,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -146,25 +150,37 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary sibling of `path`; on success it replaces `path` in one rename."""
-    path = Path(path)
-    with storage_errors(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_left_behind(path)
-        tmp = None
-        try:
-            with stops.held():  # a stop between making the file and holding its name would leave it behind
+def _sibling(path: Path, folder: bool) -> Iterator[Path]:
+    """A new temporary sibling of `path` (a folder, or a file), named for this process, removed when the block ends unless
+    renamed meanwhile; the siblings killed writers of `path` on this host left are removed first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_left_behind(path)
+    tmp = None
+    try:
+        with stops.held():  # a stop between making the sibling and holding its name would leave it behind
+            if folder:
+                tmp = Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent))
+            else:
                 fd, name = tempfile.mkstemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent)
                 tmp = Path(name)
                 os.close(fd)
-            yield tmp
-            _as_open_would(tmp)
-            _fsync(tmp)
-            os.replace(tmp, path)
-        finally:
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
+        yield tmp
+    finally:
+        if tmp is not None and tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp)
+        elif tmp is not None:
+            tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling of `path`; on success it replaces `path` in one rename."""
+    path = Path(path)
+    with storage_errors(path), _sibling(path, folder=False) as tmp:
+        yield tmp
+        _as_open_would(tmp)
+        _fsync(tmp)
+        os.replace(tmp, path)
 
 
 def sha256_of(path: str | os.PathLike) -> str:
@@ -185,32 +201,72 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling folder that becomes `path` once everything in it is written.
 
-    An existing `path` is swapped out and removed only after the new folder is in place,
-    so readers see either the old folder or the new one, never a mix. Everything in the folder is on disk before the
+    An existing `path` is exchanged with the new folder in one step (`_put_in_place`) and removed after, so a reader
+    finds the old folder or the new one, whole, at every moment, never a mix and never none; a second writer of the same
+    path meeting this one mid-way leaves one of the two whole folders. Everything in the folder is on disk before the
     rename, and the rename after it, so a power loss leaves the old folder or the whole new one.
     """
     path = Path(path)
-    with storage_errors(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_left_behind(path)
-        tmp = None
-        try:
-            with stops.held():  # as in `atomic_path`
-                tmp = Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".tmp", dir=path.parent))
-            yield tmp
-            _as_open_would(tmp)
-            _fsync_tree(tmp)
-            old = None
-            if path.exists():
-                old = Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".old", dir=path.parent))
-                os.replace(path, old / path.name)
-            os.replace(tmp, path)
-            _fsync(path.parent)  # the rename itself
-            if old is not None:
-                shutil.rmtree(old)
-        finally:
-            if tmp is not None and tmp.exists():
-                shutil.rmtree(tmp)
+    with storage_errors(path), _sibling(path, folder=True) as tmp:
+        yield tmp
+        _as_open_would(tmp)
+        _fsync_tree(tmp)
+        _put_in_place(tmp, path)
+        _fsync(path.parent)  # the rename itself
+
+
+RENAME_EXCHANGE = 2  # renameat2(2)'s flag (linux/fs.h)
+AT_FDCWD = -100
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """Linux's renameat2 from the C library (glibc 2.28 and later), or None where there is none."""
+    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
+def _exchanged(folder: Path, path: Path) -> bool | None:
+    """Swap `folder` and the existing `path` in one step (renameat2's RENAME_EXCHANGE): `path` names the old folder until
+    the instant it names the new, and `folder` then holds the old one. False where `path` is gone meanwhile; None where
+    the system or its file system has no such exchange (another OS, NFS)."""
+    swap = _renameat2()
+    if swap is None:
+        return None
+    if swap(AT_FDCWD, os.fsencode(folder), AT_FDCWD, os.fsencode(path), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return None
+    if code == errno.ENOENT:
+        return False
+    raise OSError(code, os.strerror(code), str(folder), None, str(path))
+
+
+def _put_in_place(folder: Path, path: Path) -> None:
+    """Make `folder` `path`: exchanged with an existing one (whose folder, now in `folder`, the caller removes), renamed
+    where there is none. A folder another writer put at `path` between the two is met by `os.replace`'s refusal (a
+    folder not empty) and exchanged in turn, so the later write wins and neither fails. Without the exchange the old
+    `path` is first moved aside, into a `.old` sibling removed after, and a reader finds no `path` until the rename."""
+    aside = None
+    try:
+        for attempt in itertools.count():
+            if os.path.lexists(path):
+                swapped = _exchanged(folder, path)
+                if swapped:
+                    return
+                if swapped is None:
+                    aside = aside or Path(tempfile.mkdtemp(prefix=_owned_prefix(path), suffix=".old", dir=path.parent))
+                    with contextlib.suppress(FileNotFoundError):  # another writer moved it first
+                        os.replace(path, aside / str(attempt))
+            try:
+                os.replace(folder, path)
+                return
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+    finally:
+        if aside is not None:
+            shutil.rmtree(aside)
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import csv
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +70,28 @@ def read_json(path: Path) -> Any:
         raise MissingFileError(f"{path}: missing (see `compclip data check`)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: unreadable JSON ({e})") from None
+
+
+def json_records(path: Path, what: str, shape: type = list) -> Any:
+    """The records of an official JSON file that holds them in one `shape` (a list; an object keyed by record id): a file
+    of another shape is one `DataError` naming it, what it holds, and `what` the release's file is."""
+    found = read_json(path)
+    if not isinstance(found, shape):
+        raise DataError(f"{path}: a JSON {type(found).__name__}, not {what}")
+    return found
+
+
+def well_formed(found: Iterable[tuple[Any, Any]], problem: Callable[[Any], str | None], malformed: Malformed, place: str,
+                subset: str | None = None) -> Iterator[tuple[Any, Any]]:
+    """Each (index or key, record) of `found` in which `problem` finds nothing wrong; each other record skipped and named
+    in `malformed` by `place` (its file, with its subset where it has one) and its index or key, so a benchmark scores
+    fewer records than its file holds only by saying which and why."""
+    for key, record in found:
+        why = problem(record)
+        if why:
+            malformed.skip(place, key, why, subset)
+        else:
+            yield key, record
 
 
 def read_jsonl(path: Path) -> list[Any]:

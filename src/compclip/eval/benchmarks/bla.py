@@ -23,9 +23,8 @@ from typing import Any
 
 import torch
 
-from ...errors import DataError
 from .. import protocols
-from ..base import Benchmark, Malformed, Missing, Result, rate, read_json, register, text_problem
+from ..base import Benchmark, Malformed, Missing, Result, json_records, rate, register, text_problem, well_formed
 from ..items import choice_rows
 
 TASKS = ("active_passive_captions", "coordination_captions", "relative_clause_captions")
@@ -56,19 +55,10 @@ class Bla(Benchmark):
         """The task's records, each with its index as `id`, its image file and its four captions, trues first; one not of
         the release's format is skipped and named in `malformed` under its task."""
         file = self.file(root, task)
-        found = read_json(file)
-        if not isinstance(found, list):
-            raise DataError(f"{file}: not a list of {{image_id, caption_group}} records")
-        records = []
-        for k, record in enumerate(found):
-            why = record_problem(record)
-            if why:
-                malformed.skip(str(file), k, why, task)
-                continue
-            group = record["caption_group"][0]
-            records.append({"id": k, "image": self.base(root) / "images" / f"{record['image_id']}.jpg",
-                            "captions": [group[c] for c in CAPTIONS]})
-        return records
+        found = json_records(file, "a list of {image_id, caption_group} records")
+        return [{"id": k, "image": self.base(root) / "images" / f"{record['image_id']}.jpg",
+                 "captions": [record["caption_group"][0][c] for c in CAPTIONS]}
+                for k, record in well_formed(enumerate(found), record_problem, malformed, str(file), task)]
 
     def images(self, root):
         present = [t for t in self.splits if self.file(root, t).is_file()]

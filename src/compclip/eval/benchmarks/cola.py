@@ -23,9 +23,8 @@ from urllib.parse import urlparse
 
 import torch
 
-from ...errors import DataError
 from .. import protocols
-from ..base import Benchmark, Malformed, Missing, Result, rate, read_json, register, text_problem
+from ..base import Benchmark, Malformed, Missing, Result, json_records, rate, register, text_problem, well_formed
 from ..items import grid_rows
 
 FILE = "COLA_multiobjects_matching_benchmark.json"
@@ -52,19 +51,10 @@ class Cola(Benchmark):
         """The file's records, each with its index as `id` and its two images as files; one not of the release's format is
         skipped and named in `malformed`."""
         file = self.file(root)
-        found = read_json(file)
-        if not isinstance(found, list):
-            raise DataError(f"{file}: not a list of [image 1 link, caption 1, image 2 link, caption 2] records")
-        records = []
-        for k, record in enumerate(found):
-            why = record_problem(record)
-            if why:
-                malformed.skip(str(file), k, why)
-                continue
-            link_0, caption_0, link_1, caption_1 = record
-            records.append({"id": k, "image_0": file.parent / link_name(link_0), "image_1": file.parent / link_name(link_1),
-                            "caption_0": caption_0, "caption_1": caption_1})
-        return records
+        found = json_records(file, "a list of [image 1 link, caption 1, image 2 link, caption 2] records")
+        return [{"id": k, "image_0": file.parent / link_name(link_0), "image_1": file.parent / link_name(link_1),
+                 "caption_0": caption_0, "caption_1": caption_1}
+                for k, (link_0, caption_0, link_1, caption_1) in well_formed(enumerate(found), record_problem, malformed, str(file))]
 
     def images(self, root):
         return list(dict.fromkeys(r[i] for r in self.records(root, Malformed()) for i in ("image_0", "image_1")))

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import torch
 
-from ...errors import DataError
 from ...options import option
 from .. import protocols
-from ..base import Benchmark, Malformed, Missing, Result, acc_of, rate, read_json, register
+from ..base import Benchmark, Malformed, Missing, Result, acc_of, json_records, rate, register
 from ..items import grid_rows
 
 SUBSETS = ("eqbenag", "eqbenyoucook2", "eqbengebc", "eqbenkubric_loc", "eqbenkubric_attr", "eqbenkubric_cnt", "eqbensd")
@@ -71,9 +70,7 @@ class EqBen(Benchmark):
         """The annotation's records, each with its index as `id`, its captions' first and its subset; a record not of the
         release's format is skipped and named in `malformed`."""
         file = self.file(root, options)
-        found = read_json(file)
-        if not isinstance(found, list):
-            raise DataError(f"{file}: not a list of {{{', '.join(FIELDS)}}} records")
+        found = json_records(file, f"a list of {{{', '.join(FIELDS)}}} records")
         records = []
         for k, r in enumerate(found):
             why, subset = record_problem(r)

@@ -22,7 +22,19 @@ import torch
 
 from ...errors import DataError
 from .. import protocols
-from ..base import Benchmark, Malformed, Missing, Result, integer_problem, mean_present, rate, read_json, register, text_problem
+from ..base import (
+    Benchmark,
+    Malformed,
+    Missing,
+    Result,
+    integer_problem,
+    json_records,
+    mean_present,
+    rate,
+    register,
+    text_problem,
+    well_formed,
+)
 from ..items import choice_rows, image_choice_rows
 
 SUBSETS = ("absolute_size", "relative_size", "absolute_spatial", "relative_spatial", "existence", "count")
@@ -63,17 +75,8 @@ class SPEC(Benchmark):
         """The file's samples of `direction` (i2t, t2i), each with its index; one not of the release's format is skipped
         and named in `malformed`."""
         file = self.folder(root, subset) / ("image2text.json" if direction == "i2t" else "text2image.json")
-        samples = read_json(file)
-        if not isinstance(samples, list):
-            raise DataError(f"{file}: a JSON {type(samples).__name__}, not the release's list of {{query, keys, label}} samples")
-        kept = []
-        for k, sample in enumerate(samples):
-            why = sample_problem(sample)
-            if why:
-                malformed.skip(f"{file} [{subset}]", k, why, subset)
-            else:
-                kept.append((k, sample))
-        return kept
+        samples = json_records(file, "the release's list of {query, keys, label} samples")
+        return list(well_formed(enumerate(samples), sample_problem, malformed, f"{file} [{subset}]", subset))
 
     def images(self, root):
         found = []

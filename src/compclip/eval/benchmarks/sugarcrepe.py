@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from .. import protocols
-from ..base import Benchmark, Missing, Result, accuracy, mean, read_json, register
+from ..base import Benchmark, Missing, Result, accuracy, json_records, mean, register
 from ..download import Asset
 from ..items import choice_rows
 
@@ -49,6 +49,7 @@ class SugarCrepe(Benchmark):
     task = "image_caption_selection"
     splits = SPLITS
     families = FAMILIES
+    averaged = (("acc", ""),)  # each split metric the families and `overall` average, with the suffix of their names
     spectrum = "sugarcrepe"  # the mean of add, replace and swap, each the accuracy over all its items
     layout = ("SugarCrepe: the 7 split files of github.com/RAIVNLab/sugar-crepe data/ in DATA_ROOT/sugarcrepe/ "
               "(`compclip data download sugarcrepe`), COCO val2017 images in DATA_ROOT/coco/val2017/")
@@ -91,7 +92,8 @@ class SugarCrepe(Benchmark):
 
     def records(self, root: Path, split: str) -> list[dict]:
         """The split's records, each with its key in the file ("0".."N", maybe gapped) as `id`."""
-        return [{"id": key, **record} for key, record in read_json(self.file(root, split)).items()]
+        found = json_records(self.file(root, split), "sugar-crepe's {record id: record} object", dict)
+        return [{"id": key, **record} for key, record in found.items()]
 
     def lacks(self, root, splits):
         present = [s for s in splits or self.splits if self.file(root, s).is_file()]
@@ -111,16 +113,21 @@ class SugarCrepe(Benchmark):
         present, absent = self.present(root, splits)
         for split in present:
             scorer.at(split)
-            records = self.records(root, split)
-            kept = [r for r in records if missing.keep([coco_image(root, r["filename"])])]
-            images = [coco_image(root, r["filename"]) for r in kept]
-            texts = [(r["caption"], r["negative_caption"]) for r in kept]
-            scores = torch.stack([scorer.pairs(images, [t[k] for t in texts]) for k in (0, 1)], dim=1) if kept else torch.zeros(0, 2)
-            correct = protocols.pair_accuracy(scores[:, 0], scores[:, 1], ties)
-            metrics[split] = {**accuracy(correct), "n_missing": len(records) - len(kept)}
-            items += choice_rows(split, [r["id"] for r in kept], images, texts, scores, correct)
-        self.average(metrics, "acc", present)
+            metrics[split], rows = self.score(scorer, root, split, self.records(root, split), missing, ties)
+            items += rows
+        for key, suffix in self.averaged:
+            self.average(metrics, key, present, suffix)
         return Result(metrics, missing, absent, items)
+
+    def score(self, scorer, root: Path, split: str, records: list[dict], missing: Missing, ties: str) -> tuple[dict, list[dict]]:
+        """A split's metrics and item rows: each record whose image is there, its caption against its negative one."""
+        kept = [r for r in records if missing.keep([coco_image(root, r["filename"])])]
+        images = [coco_image(root, r["filename"]) for r in kept]
+        texts = [(r["caption"], r["negative_caption"]) for r in kept]
+        scores = torch.stack([scorer.pairs(images, [t[k] for t in texts]) for k in (0, 1)], dim=1) if kept else torch.zeros(0, 2)
+        correct = protocols.pair_accuracy(scores[:, 0], scores[:, 1], ties)
+        rows = choice_rows(split, [r["id"] for r in kept], images, texts, scores, correct)
+        return {**accuracy(correct), "n_missing": len(records) - len(kept)}, rows
 
     def average(self, metrics: dict, key: str, present: list[str], suffix: str = "") -> None:
         """Each family with a split present, and `overall`, as the mean of its present splits' `key`."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import protocols
-from ..base import NOT_APPLICABLE, Missing, Result, rate, read_json, register
+from ..base import NOT_APPLICABLE, json_records, rate, register
 from ..download import Asset
 from ..items import choice_rows
 from .sugarcrepe import ITEMS as SUGARCREPE_ITEMS
@@ -39,6 +39,7 @@ class SugarCrepePP(SugarCrepe):
     verdict = "ITT accuracy"  # an item's `correct`; its TOT verdict is the `tot` column
     splits = SPLITS
     families = FAMILIES
+    averaged = (("itt", "_itt"), ("tot", "_tot"))
     spectrum = ""  # not one of vl_compo's twelve
     layout = ("SugarCrepe++: the 5 split files of github.com/Sri-Harsha/scpp data/ in DATA_ROOT/sugarcrepe_pp/ "
               "(`compclip data download sugarcrepe_pp`), COCO val2017 images in DATA_ROOT/coco/val2017/")
@@ -48,33 +49,26 @@ class SugarCrepePP(SugarCrepe):
                ("SC++ swap TOT", ("swap_tot",)), ("SC++ ITT", ("overall_itt",)), ("SC++ TOT", ("overall_tot",)))
 
     def records(self, root, split):
-        return read_json(self.file(root, split))
+        return json_records(self.file(root, split), "scpp's list of records")
 
-    def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics, items = Missing.of(scorer), {}, []
-        present, absent = self.present(root, splits)
-        for split in present:
-            scorer.at(split)
-            records = self.records(root, split)
-            p1, p2, n = ([r[k] for r in records] for k in ("caption", "caption2", "negative_caption"))
-            p1_p2 = scorer.text_pairs(p1, p2)
-            tot = None if p1_p2 is None else protocols.tot(p1_p2, scorer.text_pairs(p1, n), scorer.text_pairs(p2, n), ties)
-            kept = [i for i, r in enumerate(records) if missing.keep([coco_image(root, r["filename"])])]
-            if kept:
-                images = [coco_image(root, records[i]["filename"]) for i in kept]
-                texts = [(p1[i], p2[i], n[i]) for i in kept]
-                scores = torch.stack([scorer.pairs(images, [t[k] for t in texts]) for k in range(3)], dim=1)
-                itt = protocols.itt(scores[:, 0], scores[:, 1], scores[:, 2], ties)
-                rows = choice_rows(split, [records[i].get("id", i) for i in kept], images, texts, scores, itt, n_true=2)
-                for row, i in zip(rows, kept, strict=True):  # the text-only verdict beside it (None: no text-to-text score)
-                    row["tot"] = None if tot is None else bool(tot[i])
-                items += rows
-            metrics[split] = {
-                "itt": rate(itt) if kept else float("nan"),
-                "tot": NOT_APPLICABLE if tot is None else rate(tot),
-                "n": len(records),
-                "n_itt": len(kept),
-            }
-        for mode in ("itt", "tot"):
-            self.average(metrics, mode, present, f"_{mode}")
-        return Result(metrics, missing, absent, items)
+    def score(self, scorer, root, split, records, missing, ties):
+        """A split's ITT over the records whose image is there and TOT over every record, with one row per ITT item."""
+        p1, p2, n = ([r[k] for r in records] for k in ("caption", "caption2", "negative_caption"))
+        p1_p2 = scorer.text_pairs(p1, p2)
+        tot = None if p1_p2 is None else protocols.tot(p1_p2, scorer.text_pairs(p1, n), scorer.text_pairs(p2, n), ties)
+        kept = [i for i, r in enumerate(records) if missing.keep([coco_image(root, r["filename"])])]
+        rows = []
+        if kept:
+            images = [coco_image(root, records[i]["filename"]) for i in kept]
+            texts = [(p1[i], p2[i], n[i]) for i in kept]
+            scores = torch.stack([scorer.pairs(images, [t[k] for t in texts]) for k in range(3)], dim=1)
+            itt = protocols.itt(scores[:, 0], scores[:, 1], scores[:, 2], ties)
+            rows = choice_rows(split, [records[i].get("id", i) for i in kept], images, texts, scores, itt, n_true=2)
+            for row, i in zip(rows, kept, strict=True):  # the text-only verdict beside it (None: no text-to-text score)
+                row["tot"] = None if tot is None else bool(tot[i])
+        return {
+            "itt": rate(itt) if kept else float("nan"),
+            "tot": NOT_APPLICABLE if tot is None else rate(tot),
+            "n": len(records),
+            "n_itt": len(kept),
+        }, rows

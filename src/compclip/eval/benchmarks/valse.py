@@ -25,7 +25,20 @@ import torch
 
 from ...errors import DataError
 from .. import protocols
-from ..base import Benchmark, Malformed, Missing, Result, acc_of, accuracy, integer_problem, mean_present, read_json, register, text_problem
+from ..base import (
+    Benchmark,
+    Malformed,
+    Missing,
+    Result,
+    acc_of,
+    accuracy,
+    integer_problem,
+    json_records,
+    mean_present,
+    register,
+    text_problem,
+    well_formed,
+)
 from ..download import Asset
 from ..items import choice_rows
 
@@ -98,17 +111,9 @@ class VALSE(Benchmark):
         """The instrument's validated samples, each with its key in the file as `id`; a sample not of the official format
         is skipped and named in `malformed`."""
         file = self.file(root, split)
-        found = read_json(file)
-        if not isinstance(found, dict):
-            raise DataError(f"{file}: a JSON {type(found).__name__}, not the official {{sample id: sample}} object")
-        kept = []
-        for key, record in found.items():
-            why = sample_problem(record)
-            if why:
-                malformed.skip(f"{file} [{split}]", key, why, split)
-            elif record["mturk"]["caption"] >= VALIDATED:
-                kept.append({"id": key, **record})
-        return kept
+        found = json_records(file, "the official {sample id: sample} object", dict)
+        return [{"id": key, **record} for key, record in well_formed(found.items(), sample_problem, malformed, f"{file} [{split}]", split)
+                if record["mturk"]["caption"] >= VALIDATED]
 
     def present(self, root: Path, splits: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
         chosen = splits or self.splits
