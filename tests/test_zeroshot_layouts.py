@@ -728,3 +728,32 @@ def test_see_through_and_16_bit_images_in_clip_benchmarks_layouts_are_its_pixels
     assert_same(ours["renderedsst2"], reference(tiny, sst2_set, sst2_set.classes, sst2_set.templates))
     assert not any("colours" in said for said in records["clip_benchmark"].get("departures", []))
     assert any("zeroshot.colours=viewer" in said for said in records["viewer"]["departures"])
+
+
+def test_one_file_in_two_colour_rules_is_two_images_to_the_memo_the_cache_and_a_sweep(tiny, tmp_path):
+    """A see-through PNG made RGB by CLIP_benchmark's rule and by the viewer's is two images: a scorer's memo, its
+    embedding cache (written by one scorer, read by the next) and a sweep's decoded pixels each give the second rule the
+    embedding it has alone, never the first one's."""
+    from compclip.data.images import ImageRef
+    from compclip.eval import DualEncoderScorer
+    from compclip.eval.pixels import SweepPixels
+
+    file = tmp_path / "see_through.png"
+    see_through(0).save(file)
+    refs = [ImageRef(file, colours=colours) for colours in ("clip_benchmark", "viewer")]
+    model, preprocess, tokenizer = tiny
+    alone = [DualEncoderScorer(model, preprocess, tokenizer, workers=0).images([ref])[0] for ref in refs]
+    assert not torch.allclose(alone[0], alone[1])
+    one = DualEncoderScorer(model, preprocess, tokenizer, workers=0)
+    assert torch.equal(one.images(refs), torch.stack(alone))  # the memo
+    for first, second in ((refs[0], refs[1]), (refs[1], refs[0])):
+        cache = tmp_path / f"cache-{first.colours}"
+        DualEncoderScorer(model, preprocess, tokenizer, workers=0, cache_dir=cache).images([first])
+        again = DualEncoderScorer(model, preprocess, tokenizer, workers=0, cache_dir=cache).images([second])[0]
+        assert torch.equal(again, alone[refs.index(second)]), second.colours  # the embedding cache
+    sweep = SweepPixels(tmp_path / "sweep")
+    (tmp_path / "sweep").mkdir()
+    for ref in refs:  # two models of one preprocessing, each scoring the file in one rule
+        scorer = DualEncoderScorer(model, preprocess, tokenizer, workers=0)
+        scorer.pixels = sweep.of({"same": "preprocessing"})
+        assert torch.equal(scorer.images([ref])[0], alone[refs.index(ref)]), ref.colours
