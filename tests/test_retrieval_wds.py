@@ -182,7 +182,7 @@ def test_see_through_and_16_bit_images_of_a_wds_set_are_clip_benchmarks_pixels_a
 
     from compclip.data.readers import to_rgb
     from compclip.eval.benchmarks.wds_retrieval import read_wds
-    from test_zeroshot_layouts import encoded, see_through
+    from test_zeroshot_layouts import assert_scored_apart, encoded, see_through
 
     checkpoint, model, preprocess, tokenizer = tiny_checkpoint
     items = [{**item, "png": encoded(see_through(k), "png")} for k, item in enumerate(samples(12))]
@@ -212,3 +212,4 @@ def test_see_through_and_16_bit_images_of_a_wds_set_are_clip_benchmarks_pixels_a
         assert records["clip_benchmark"]["metrics"]["flickr30k"][key] == pytest.approx(value, abs=1e-9), key
     assert not records["clip_benchmark"].get("departures")
     assert any("retrieval.colours=viewer" in said for said in records["viewer"]["departures"])
+    assert_scored_apart(tmp_path, "retrieval")

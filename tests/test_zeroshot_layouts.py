@@ -728,6 +728,19 @@ def test_see_through_and_16_bit_images_in_clip_benchmarks_layouts_are_its_pixels
     assert_same(ours["renderedsst2"], reference(tiny, sst2_set, sst2_set.classes, sst2_set.templates))
     assert not any("colours" in said for said in records["clip_benchmark"].get("departures", []))
     assert any("zeroshot.colours=viewer" in said for said in records["viewer"]["departures"])
+    assert_scored_apart(tmp_path, "zeroshot")
+
+
+def assert_scored_apart(tmp_path: Path, benchmark: str) -> None:
+    """Every item's score in the run under tmp_path/viewer differs from its score under tmp_path/clip_benchmark: the
+    option changed each image's pixels, not only what the result says."""
+    import pandas as pd
+
+    from compclip.eval.items import SUFFIX
+
+    scores = [pd.read_parquet(tmp_path / colours / f"{benchmark}{SUFFIX}")["score_true"].to_numpy()
+              for colours in ("clip_benchmark", "viewer")]
+    assert len(scores[0]) == len(scores[1]) > 0 and (scores[0] != scores[1]).all()
 
 
 def test_one_file_in_two_colour_rules_is_two_images_to_the_memo_the_cache_and_a_sweep(tiny, tmp_path):
