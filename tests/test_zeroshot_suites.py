@@ -157,7 +157,7 @@ def test_datacomp_scores_its_retrieval_members_present_as_each_alone_and_names_t
 
     data = tmp_path / "data"
     write_wds(data / "zeroshot" / "wds_cifar10", count=12, per_shard=12)
-    write_set(data / "retrieval" / "flickr30k", samples(9))
+    write_set(data / "retrieval" / "flickr30k", samples(12))  # text and image recall@1 differ: the mean is neither
     assert cli(tmp_path, data, "suite", "--dataset", "datacomp") == 0
     said = capsys.readouterr()
     assert cli(tmp_path, data, "alone", "--dataset", "flickr30k,cifar10") == 0
