@@ -32,6 +32,10 @@ S = "tests/test_spectrum.py"
 R = "tests/test_released.py -k "
 MAL = "tests/test_malformed_records.py -k "
 C = "tests/test_cluster.py -k 'colleague or private_feature or without_flock'"
+LAYOUT_COLOURS = "tests/test_zeroshot_layouts.py --basetemp=/tmp/pt-p-mut -k see_through"
+WDS_COLOURS = "tests/test_retrieval_wds.py --basetemp=/tmp/pt-p-mut -k see_through"
+TWO_RULES = "tests/test_zeroshot_layouts.py --basetemp=/tmp/pt-p-mut -k two_colour_rules"
+SUITE_RETRIEVAL = "tests/test_zeroshot_suites.py --basetemp=/tmp/pt-p-mut -k retrieval_members"
 TO_FLICKR = ('\n        },\n        "options": {\n          "captions": "pre_caption",\n          "max_words": 30\n'
              '        }\n      }\n    },\n    "Flickr30k ')  # a COCO retrieval column's end in papers/clic.json
 
@@ -1587,6 +1591,30 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("io.py", "RENAME_EXCHANGE = 2", "RENAME_EXCHANGE = 1", "tests/test_cluster.py -k mid_swap"),
     ("io.py", "        if tmp is not None and tmp.is_dir() and not tmp.is_symlink():\n            shutil.rmtree(tmp)",
      "        if tmp is not None and tmp.is_dir() and not tmp.is_symlink():\n            pass", "tests/test_cluster.py -k mid_swap"),
+    # CLIP_benchmark's pixels in its layouts (colours option, the scorer's key by rule) and DataComp's retrieval members
+    ("data/readers.py", '"clip_benchmark": pil_rgb}', '"clip_benchmark": to_rgb}', LAYOUT_COLOURS),
+    ("eval/zeroshot_sources.py", "source.images = in_colours(source.images, colours)", "source.images = list(source.images)",
+     LAYOUT_COLOURS),
+    (B + "zeroshot.py", "source = open_source(folder, options.colours)", "source = open_source(folder)",
+     LAYOUT_COLOURS),
+    ("scoring.py", ' + ("" if image.colours == "viewer" else f" [{image.colours} RGB]")', "",
+     TWO_RULES),
+    ("data/images.py", "decode_image(self.data if self.member else self.file, self.colours)",
+     "decode_image(self.data if self.member else self.file)", TWO_RULES),
+    ("eval/zeroshot_sources.py", "decode_image(f.read(self.size), self.colours)", "decode_image(f.read(self.size))",
+     LAYOUT_COLOURS),
+    (B + "wds_retrieval.py", "decode_image(f.read(self.size), self.colours)", "decode_image(f.read(self.size))",
+     WDS_COLOURS),
+    (B + "retrieval.py", "found = read_wds(folder, options.colours)", "found = read_wds(folder)", WDS_COLOURS),
+    (B + "retrieval.py", "return (options or Options()).colours_departures()", "return []", WDS_COLOURS),
+    (B + "zeroshot.py", " + options.colours_departures()", "", LAYOUT_COLOURS),
+    ("eval/suites.py", '"mean_recall@1", "retrieval", reads="flickr30k"', '"acc1", "retrieval", reads="flickr30k"',
+     SUITE_RETRIEVAL),
+    (B + "zeroshot.py", "metrics[key] = {**scored, **retrieval.mean_recalls([scored])}", "metrics[key] = scored",
+     SUITE_RETRIEVAL),
+    ("eval/suites.py", 'for parent in ("retrieval", "zeroshot")', 'for parent in ("zeroshot",)', SUITE_RETRIEVAL),
+    (B + "retrieval.py", '(m[f"image_retrieval_recall@{k}"] + m[f"text_retrieval_recall@{k}"]) / 2', 'm[f"image_retrieval_recall@{k}"]',
+     SUITE_RETRIEVAL),
 ]
 
 

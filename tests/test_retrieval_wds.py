@@ -172,3 +172,44 @@ def test_a_classification_set_and_a_cut_shard_are_named_not_scored(tmp_path):
     assert result.absent[str(cut / "test" / "0.tar")] == ("unreadable tar (ReadError: unexpected end of data): its samples "
                                                           "from s0000005 on are not scored")
     assert result.metrics["cut"]["images"] == 5
+
+
+def test_see_through_and_16_bit_images_of_a_wds_set_are_clip_benchmarks_pixels_and_recalls(tmp_path, capsys, tiny_checkpoint):
+    """RGBA, transparent palette and 16-bit grey PNGs in a wds retrieval set: each image's pixels are those CLIP_benchmark's
+    reader gives (webdataset's "pil" decoding), its recalls CLIP_benchmark's; retrieval.colours=viewer gives compclip's
+    viewer's colours and records the departure."""
+    import numpy as np
+
+    from compclip.data.readers import to_rgb
+    from compclip.eval.benchmarks.wds_retrieval import read_wds
+    from test_zeroshot_layouts import assert_scored_apart, encoded, see_through
+
+    checkpoint, model, preprocess, tokenizer = tiny_checkpoint
+    items = [{**item, "png": encoded(see_through(k), "png")} for k, item in enumerate(samples(12))]
+    for item in items:  # one image a sample: the PNG
+        item.pop("webp", None), item.pop("jpg", None)
+    folder = tmp_path / "data" / "retrieval" / "flickr30k"
+    write_set(folder, items)
+    _, builder = clip_benchmark()
+    theirs = builder.build_dataset("wds/set", root=str(folder), transform=lambda image: image, split="test", task="zeroshot_retrieval")
+    pixels = [np.asarray(image) for image, _ in theirs]
+    viewed = [np.asarray(to_rgb(Image.open(io.BytesIO(item["png"])))) for item in items]
+    for colours, expected in (("clip_benchmark", pixels), ("viewer", viewed)):
+        refs = list(dict.fromkeys(ref for ref, _ in read_wds(folder, colours).pairs))
+        assert [np.array_equal(np.asarray(ref.decode()), e) for ref, e in zip(refs, expected, strict=True)] == [True] * len(items), colours
+    assert not any(np.array_equal(view, pixel) for view, pixel in zip(viewed, pixels, strict=True))
+
+    recalls, _ = clip_benchmark_recalls(folder, model, preprocess, tokenizer)
+    records = {}
+    for colours in ("clip_benchmark", "viewer"):
+        out = tmp_path / colours
+        code, _, err = run_main(capsys, "eval", "--model", checkpoint, "--benchmark", "retrieval", "--data-root", tmp_path / "data",
+                                "--out", out, "--workers", 0, "--device", "cpu", "--ties", "clip_benchmark",
+                                "--bench-opt", f"retrieval.colours={colours}")
+        assert code in (0, None), err[-2000:]
+        records[colours] = json.loads((out / "retrieval.json").read_text())
+    for key, value in recalls.items():
+        assert records["clip_benchmark"]["metrics"]["flickr30k"][key] == pytest.approx(value, abs=1e-9), key
+    assert not records["clip_benchmark"].get("departures")
+    assert any("retrieval.colours=viewer" in said for said in records["viewer"]["departures"])
+    assert_scored_apart(tmp_path, "retrieval")

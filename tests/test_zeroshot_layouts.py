@@ -51,16 +51,17 @@ def encoded(image: Image.Image, fmt: str) -> bytes:
     return out.getvalue()
 
 
-def write_wds(folder: Path, count: int = 30, per_shard: int = 12, drop_cls: int | None = None, label_of=None) -> None:
+def write_wds(folder: Path, count: int = 30, per_shard: int = 12, drop_cls: int | None = None, label_of=None, image_of=None) -> None:
     """A set as `clip_benchmark_export_wds` writes it (clip_benchmark/webdataset_builder.py, `convert_dataset`): webdataset's
-    ShardWriter into test/%d.tar, keys s%07d, then nshards.txt, classnames.txt and the templates."""
+    ShardWriter into test/%d.tar, keys s%07d, then nshards.txt, classnames.txt and the templates. `image_of(k)`: sample
+    k's image (PNG), else `picture(k)` in webp, png and jpeg by turns."""
     import webdataset
 
     (folder / "test").mkdir(parents=True)
     sink = webdataset.ShardWriter(str(folder / "test" / "%d.tar"), maxcount=per_shard, verbose=0)
     for k in range(count):
-        fmt = ("webp", "png", "jpeg")[k % 3]
-        sample = {"__key__": f"s{k:07d}", fmt.replace("jpeg", "jpg"): encoded(picture(k), fmt)}
+        fmt = ("webp", "png", "jpeg")[k % 3] if image_of is None else "png"
+        sample = {"__key__": f"s{k:07d}", fmt.replace("jpeg", "jpg"): encoded(picture(k) if image_of is None else image_of(k), fmt)}
         if k != drop_cls:
             sample["cls"] = (label_of or (lambda i: i % len(COLOURS)))(k)
         sink.write(sample)
@@ -666,3 +667,106 @@ def test_every_class_prompt_reaches_the_text_tower_in_one_pass_with_each_class_w
         weights = torch.stack([F.normalize(F.normalize(model.encode_text(tokenizer(p)), dim=-1).mean(0), dim=0) for p in prompts])
         images = F.normalize(model.encode_image(torch.stack([preprocess(Image.open(f).convert("RGB")) for f in files])), dim=-1)
     assert torch.allclose(scores, images @ weights.T, atol=1e-5)
+
+
+def see_through(k: int) -> Image.Image:
+    """Images whose RGB depends on the rule that makes it: RGBA with an alpha that varies over the picture, a palette
+    image with a transparent index, a 16-bit grey whose levels pass 255 (by turns)."""
+    image = picture(k)
+    if k % 3 == 0:
+        alpha = np.tile(np.linspace(0, 255, image.width, dtype=np.uint8), (image.height, 1))
+        return Image.merge("RGBA", (*image.split(), Image.fromarray(alpha)))
+    if k % 3 == 1:
+        palette = image.quantize(8)
+        palette.info["transparency"] = int(np.asarray(palette)[0, 0])  # the first pixel's colour see-through
+        return palette
+    grey = np.asarray(image.convert("L")) * np.linspace(1, 4, image.width)  # PIL clips the right part at 255, not all: no twins
+    return Image.fromarray(grey.astype(np.uint16))
+
+
+def test_see_through_and_16_bit_images_in_clip_benchmarks_layouts_are_its_pixels_and_figures(clip_benchmark, tiny, tmp_path):
+    """A wds set and torchvision's RenderedSST2 layout of RGBA, transparent palette and 16-bit grey PNGs: each image's
+    pixels are CLIP_benchmark's (its own dataset, no preprocess: PIL's convert('RGB')) and so are the figures; with
+    zeroshot.colours=viewer they are compclip's viewer's colours, and the result records the departure."""
+    from clip_benchmark.datasets.builder import build_wds_dataset
+
+    from compclip.data.readers import to_rgb
+    from compclip.eval import EvalConfig, evaluate
+    from compclip.eval.zeroshot_sources import open_source
+
+    root = tmp_path / "data"
+    wds = root / "zeroshot" / "wds_colours"
+    write_wds(wds, count=18, per_shard=7, image_of=see_through)
+    sst2 = root / "zeroshot" / "renderedsst2"
+    for k in range(12):
+        file = sst2 / "rendered-sst2" / "test" / ("negative", "positive")[k % 2] / f"{k:04d}.png"
+        file.parent.mkdir(parents=True, exist_ok=True)
+        see_through(k).save(file)
+    theirs = {"wds_colours": build_wds_dataset("colours", lambda image: image, data_dir=str(wds)),
+              "renderedsst2": build_theirs("renderedsst2", sst2, None)}
+    for name, dataset in theirs.items():
+        source, images = open_source(root / "zeroshot" / name), [image for image, _ in dataset]
+        assert len(source.images) == len(images) > 0
+        for k, (ref, image) in enumerate(zip(source.images, images, strict=True)):
+            assert np.array_equal(np.asarray(ref.decode()), np.asarray(image.convert("RGB"))), (name, k)
+        for ref, image in zip(open_source(root / "zeroshot" / name, "viewer").images, images, strict=True):
+            k = int(Path(ref.member or ref.file).stem.lstrip("s"))  # the sample's key or the file's name: its number
+            with Image.open(io.BytesIO(encoded(see_through(k), "png"))) as original:  # the viewer's colours, not CLIP_benchmark's
+                assert np.array_equal(np.asarray(ref.decode()), np.asarray(to_rgb(original))), (name, k)
+            assert not np.array_equal(np.asarray(ref.decode()), np.asarray(image)), (name, k)
+
+    records = {}
+    for colours in ("clip_benchmark", "viewer"):
+        out = tmp_path / colours
+        evaluate(EvalConfig(model="compclip-tiny-clip", benchmark="zeroshot", out=str(out), data_root=str(root), workers=0,
+                            device="cpu", precision="fp32", ties="clip_benchmark", bench_options={"zeroshot": {"colours": colours}}))
+        records[colours] = json.loads((out / "zeroshot.json").read_text())
+    ours = records["clip_benchmark"]["metrics"]
+    wds_set = build_wds_dataset("colours", tiny[1], data_dir=str(wds))
+    assert_same(ours["wds_colours"], reference(tiny, wds_set.batched(8), wds_set.classes, wds_set.templates, batched=True))
+    sst2_set = build_theirs("renderedsst2", sst2, tiny)
+    assert_same(ours["renderedsst2"], reference(tiny, sst2_set, sst2_set.classes, sst2_set.templates))
+    assert not any("colours" in said for said in records["clip_benchmark"].get("departures", []))
+    assert any("zeroshot.colours=viewer" in said for said in records["viewer"]["departures"])
+    assert_scored_apart(tmp_path, "zeroshot")
+
+
+def assert_scored_apart(tmp_path: Path, benchmark: str) -> None:
+    """Every item's score in the run under tmp_path/viewer differs from its score under tmp_path/clip_benchmark: the
+    option changed each image's pixels, not only what the result says."""
+    import pandas as pd
+
+    from compclip.eval.items import SUFFIX
+
+    scores = [pd.read_parquet(tmp_path / colours / f"{benchmark}{SUFFIX}")["score_true"].to_numpy()
+              for colours in ("clip_benchmark", "viewer")]
+    assert len(scores[0]) == len(scores[1]) > 0 and (scores[0] != scores[1]).all()
+
+
+def test_one_file_in_two_colour_rules_is_two_images_to_the_memo_the_cache_and_a_sweep(tiny, tmp_path):
+    """A see-through PNG made RGB by CLIP_benchmark's rule and by the viewer's is two images: a scorer's memo, its
+    embedding cache (written by one scorer, read by the next) and a sweep's decoded pixels each give the second rule the
+    embedding it has alone, never the first one's."""
+    from compclip.data.images import ImageRef
+    from compclip.eval import DualEncoderScorer
+    from compclip.eval.pixels import SweepPixels
+
+    file = tmp_path / "see_through.png"
+    see_through(0).save(file)
+    refs = [ImageRef(file, colours=colours) for colours in ("clip_benchmark", "viewer")]
+    model, preprocess, tokenizer = tiny
+    alone = [DualEncoderScorer(model, preprocess, tokenizer, workers=0).images([ref])[0] for ref in refs]
+    assert not torch.allclose(alone[0], alone[1])
+    one = DualEncoderScorer(model, preprocess, tokenizer, workers=0)
+    assert torch.equal(one.images(refs), torch.stack(alone))  # the memo
+    for first, second in ((refs[0], refs[1]), (refs[1], refs[0])):
+        cache = tmp_path / f"cache-{first.colours}"
+        DualEncoderScorer(model, preprocess, tokenizer, workers=0, cache_dir=cache).images([first])
+        again = DualEncoderScorer(model, preprocess, tokenizer, workers=0, cache_dir=cache).images([second])[0]
+        assert torch.equal(again, alone[refs.index(second)]), second.colours  # the embedding cache
+    sweep = SweepPixels(tmp_path / "sweep")
+    (tmp_path / "sweep").mkdir()
+    for ref in refs:  # two models of one preprocessing, each scoring the file in one rule
+        scorer = DualEncoderScorer(model, preprocess, tokenizer, workers=0)
+        scorer.pixels = sweep.of({"same": "preprocessing"})
+        assert torch.equal(scorer.images([ref])[0], alone[refs.index(ref)]), ref.colours

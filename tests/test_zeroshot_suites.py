@@ -146,3 +146,31 @@ def folder_of(model: Path) -> str:
     from compclip.eval.sweep import folder_name
 
     return folder_name(str(model))
+
+
+def test_datacomp_scores_its_retrieval_members_present_as_each_alone_and_names_the_absent(tmp_path, capsys):
+    """DataComp's suite over a classification set and flickr30k's wds set (mscoco_captions absent): flickr30k is scored in
+    the suite's run with the figures `--dataset flickr30k` gives alone, counted in the suite's mean by DataComp's main
+    metric for retrieval (eval_utils/retr_eval.py: mean_recall@1, the mean of the text and image recall@1); mscoco's set
+    is named absent in a line of its own."""
+    from test_retrieval_wds import samples, write_set
+
+    data = tmp_path / "data"
+    write_wds(data / "zeroshot" / "wds_cifar10", count=12, per_shard=12)
+    write_set(data / "retrieval" / "flickr30k", samples(12))  # text and image recall@1 differ: the mean is neither
+    assert cli(tmp_path, data, "suite", "--dataset", "datacomp") == 0
+    said = capsys.readouterr()
+    assert cli(tmp_path, data, "alone", "--dataset", "flickr30k,cifar10") == 0
+    suite = result(tmp_path, "suite", "zeroshot-datacomp.json")["metrics"]
+    alone = result(tmp_path, "alone", "retrieval-flickr30k.json")["metrics"]["flickr30k"]
+    cifar10 = result(tmp_path, "alone", "zeroshot-cifar10.json")["metrics"]["cifar10"]
+    flickr = suite["retrieval/flickr30k"]
+    for figure, value in alone.items():
+        assert flickr[figure] == value, figure
+    summary = suite["suites"]["datacomp"]
+    assert (summary["scored"], summary["main_metric"]["retrieval/flickr30k"]) == (2, "mean_recall@1")
+    assert "retrieval/mscoco_2014_5k_test_image_text_retrieval" in summary["not_scored"]
+    recall1 = (alone["image_retrieval_recall@1"] + alone["text_retrieval_recall@1"]) / 2
+    assert math.isclose(summary["mean"], (cifar10["acc1"] + recall1) / 2)
+    lines = (said.out + said.err).splitlines()
+    assert len([line for line in lines if str(data / "retrieval" / "mscoco_captions") in line and "absent" in line]) == 1, lines

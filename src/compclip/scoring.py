@@ -46,8 +46,10 @@ Image = ImageRef | str | Path  # what a benchmark hands a scorer: a file, or an 
 
 def _image_key(real: str, image: ImageRef, box: Box | None) -> str:
     """An image's identity for the scorer's memo: its file's real path `real` (links and `..` resolved, so that one file
-    named two ways is encoded once), its place in that file, its crop."""
-    key = real + (f"::{image.member}" if image.member else "")
+    named two ways is encoded once), its place in that file, how its pixels become RGB where not by compclip's viewer
+    (`ImageRef.colours`: the memo, the embedding cache and a sweep's decoded pixels never take one rule's for the
+    other's), its crop."""
+    key = real + (f"::{image.member}" if image.member else "") + ("" if image.colours == "viewer" else f" [{image.colours} RGB]")
     return key if box is None else f"{key}#{','.join(map(str, box))}"
 
 

@@ -18,11 +18,14 @@ from .readers import decode_image
 @dataclass(frozen=True)
 class ImageRef:
     """`file` alone: an image file. With `member`: the image whose bytes (`data`) sit at `member` of `file`
-    (e.g. "row 12, image_0" of a Parquet shard); the file then names it and dates it for the embedding cache."""
+    (e.g. "row 12, image_0" of a Parquet shard); the file then names it and dates it for the embedding cache.
+    `colours`: how its pixels become RGB (`compclip.data.readers.RGB_RULES`); CLIP_benchmark's layouts read theirs as
+    CLIP_benchmark does, and the scorer keeps the two apart (`compclip.scoring._image_key`)."""
 
     file: Path
     member: str = ""
     data: bytes | None = field(default=None, repr=False, compare=False)
+    colours: str = "viewer"
 
     @property
     def key(self) -> str:
@@ -35,7 +38,7 @@ class ImageRef:
         return bool(self.data) if self.member else self.file.is_file()
 
     def decode(self) -> Image.Image:
-        return decode_image(self.data if self.member else self.file)
+        return decode_image(self.data if self.member else self.file, self.colours)
 
 
 def image_ref(image: ImageRef | str | os.PathLike) -> ImageRef:

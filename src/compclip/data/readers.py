@@ -75,8 +75,9 @@ _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a folder", stat.S_IFCHR: "a cha
           stat.S_IFSOCK: "a socket"}
 
 
-def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
-    """Fully decode an image (so truncated files fail here, not later) and convert to RGB. One larger than PIL's
+def decode_image(source: str | os.PathLike | bytes, colours: str = "viewer") -> Image.Image:
+    """Fully decode an image (so truncated files fail here, not later) and convert to RGB by the rule `colours` names
+    (`RGB_RULES`: compclip's viewer's, or PIL's as CLIP_benchmark reads its layouts). One larger than PIL's
     decompression-bomb limit is refused (`ImageTooLarge`) before it is decoded."""
     kind = None if isinstance(source, bytes) else stat.S_IFMT(os.stat(source).st_mode)
     if kind not in (None, stat.S_IFREG):  # opening a FIFO would wait for a writer, forever
@@ -92,7 +93,7 @@ def decode_image(source: str | os.PathLike | bytes) -> Image.Image:
             raise ImageTooLarge(f"{pixels}, over the {Image.MAX_IMAGE_PIXELS:,} PIL decodes safely") from None
     with img:
         img.load()
-        return to_rgb(img)
+        return RGB_RULES[colours](img)
 
 
 def to_rgb(img: Image.Image) -> Image.Image:
@@ -116,6 +117,17 @@ def to_rgb(img: Image.Image) -> Image.Image:
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(white, rgba).convert("RGB")
     return img.convert("RGB")
+
+
+def pil_rgb(img: Image.Image) -> Image.Image:
+    """PIL's own `convert("RGB")`, as CLIP_benchmark reads the images of its layouts (torchvision's `default_loader`,
+    webdataset's "pil" decoding, open_clip's `_convert_to_rgb`): the alpha channel dropped, so a transparent pixel shows
+    the colour it hides, and 16-bit greys clipped at 255."""
+    return img.convert("RGB")
+
+
+# how an image becomes 8-bit RGB, by name: compclip's viewer's colours (`to_rgb`), or PIL's as CLIP_benchmark reads them
+RGB_RULES: dict[str, Callable[[Image.Image], Image.Image]] = {"viewer": to_rgb, "clip_benchmark": pil_rgb}
 
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")

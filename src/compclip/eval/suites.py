@@ -50,13 +50,14 @@ DATASET_LISTING = ("; --dataset also takes CLIP_benchmark's dataset names (cifar
 @dataclasses.dataclass(frozen=True)
 class Member:
     """One dataset of a suite: its name in CLIP_benchmark's spelling (or the suite's own, where it has no CLIP_benchmark
-    counterpart), the figure the suite's mean takes of it, and, for one compclip does not score in the zero-shot run,
-    why (`task`: classification, retrieval, or unscored)."""
+    counterpart), the figure the suite's mean takes of it, its task (classification; retrieval, scored in the same run
+    from the CLIP_benchmark wds set `reads` names; or unscored), and, for one compclip does not score, why."""
 
     name: str
     main_metric: str = "acc1"
     task: str = "classification"
     why: str = ""
+    reads: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +77,6 @@ def _classification(*names: str, recall: tuple[str, ...] = ()) -> tuple[Member, 
     return tuple(Member(n, "mean_per_class_recall" if n in recall else "acc1") for n in names)
 
 
-DATACOMP_RETRIEVAL = "scored by compclip's retrieval benchmark (--dataset {name}); DataComp's figure is mean_recall@1"
 DATACOMP = Suite(
     "datacomp", "DataComp's 38 evaluation tasks",
     "mlfoundations/datacomp tasklist.yml (commit 2d7bde7c), each task's `main_metric` (acc1 where none is named); "
@@ -88,9 +88,10 @@ DATACOMP = Suite(
                       "objectnet", "vtab/flowers", "vtab/pets", "voc2007", "vtab/pcam", "renderedsst2", "vtab/resisc45", "cars",
                       "stl10", "sun397", "vtab/svhn",
                       recall=("vtab/caltech101", "fgvc_aircraft", "vtab/flowers", "vtab/pets")),
-     Member("retrieval/flickr30k", "mean_recall@1", "retrieval", DATACOMP_RETRIEVAL.format(name="flickr30k")),
-     Member("retrieval/mscoco_2014_5k_test_image_text_retrieval", "mean_recall@1", "retrieval",
-            DATACOMP_RETRIEVAL.format(name="mscoco_captions")),
+     # DataComp's eval_utils/retr_eval.py (commit 170b603b) scores these Karpathy test splits (the Hub's nlphuji copies) by
+     # CLIP_benchmark's zeroshot_retrieval, its mean_recall@1 the mean of the text and image recall@1
+     Member("retrieval/flickr30k", "mean_recall@1", "retrieval", reads="flickr30k"),
+     Member("retrieval/mscoco_2014_5k_test_image_text_retrieval", "mean_recall@1", "retrieval", reads="mscoco_captions"),
      Member("misc/winogavil", "jaccard_score_10-12", "unscored",
             "an association task scored by DataComp's eval_utils/wino_eval.py (Jaccard index over its candidates), no "
             "CLIP_benchmark layout"),
@@ -158,6 +159,17 @@ def folder_names(name: str) -> list[str]:
 
 def find_folder(parent: Path, name: str) -> Path | None:
     return next((parent / f for f in folder_names(name) if (parent / f).is_dir()), None)
+
+
+def wds_retrieval_places(root: Path, name: str) -> list[Path]:
+    """Where the wds copy of CLIP_benchmark's retrieval set `name` is looked for, in order: under DATA_ROOT/retrieval/
+    (as `--dataset NAME` reads it), then DATA_ROOT/zeroshot/ (where DataComp's download puts its whole suite)."""
+    return [root / parent / f for parent in ("retrieval", "zeroshot") for f in folder_names(name)]
+
+
+def find_wds_retrieval(root: Path, name: str) -> Path | None:
+    """The first of `wds_retrieval_places` holding a wds set's shard count (test/nshards.txt)."""
+    return next((place for place in wds_retrieval_places(root, name) if (place / "test" / "nshards.txt").is_file()), None)
 
 
 def unread_reason(name: str) -> str | None:

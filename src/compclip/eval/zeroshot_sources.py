@@ -8,6 +8,9 @@ tar and read from there when its batch is decoded, so a set of any size holds in
 its images and the batch being decoded. The bundled `clip_benchmark_en_*.json` are CLIP_benchmark's own
 `en_classnames.json` and `en_zeroshot_classification_templates.json` (v1.6.2, clip_benchmark/datasets/), and
 `clip_benchmark_imagenet_wnids.json` its builder.py's WordNet ids of ImageNet and of the variants it masks.
+
+Each image becomes RGB as CLIP_benchmark makes it (PIL's `convert("RGB")`: torchvision's `default_loader`, webdataset's
+"pil" decoding, open_clip's `_convert_to_rgb`), unless `LayoutColours.colours` asks for compclip's viewer's colours.
 """
 from __future__ import annotations
 
@@ -21,13 +24,15 @@ import tarfile
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 from PIL import Image as PILImage
 
 from ..data.images import ImageRef
-from ..data.readers import decode_image
+from ..data.readers import RGB_RULES, decode_image
 from ..errors import DataError, MissingFileError, UsageError
+from ..options import option
 
 ASSETS = Path(__file__).parent / "assets"
 WDS_IMAGE_EXTENSIONS = ("webp", "png", "jpg", "jpeg")  # build_wds_dataset's `to_tuple`: the first of these a sample has
@@ -47,6 +52,35 @@ def clip_benchmark_json(kind: str) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
+class LayoutColours:
+    """How the images of CLIP_benchmark's layouts become RGB, one option of each benchmark that reads them (zero-shot
+    classification, and retrieval's wds sets): by default as CLIP_benchmark makes them, so that its figures are met.
+    `benchmark`: the name of the benchmark whose options these are, as `--bench-opt` spells it."""
+
+    benchmark: ClassVar[str] = ""
+    colours: str = option("clip_benchmark", "how images in CLIP_benchmark's layouts become RGB: clip_benchmark (PIL's "
+                                            "convert('RGB'), as CLIP_benchmark reads them: alpha dropped, 16-bit greys "
+                                            "clipped) or viewer (compclip's: transparency over white, 16-bit greys rescaled)")
+
+    def __post_init__(self):
+        if self.colours not in RGB_RULES:
+            raise UsageError(f"--bench-opt {self.benchmark}.colours must be one of {', '.join(RGB_RULES)}, not {self.colours!r}")
+
+    def colours_departures(self) -> list[str]:
+        """The sentence a run in compclip's viewer's colours records: its images are not CLIP_benchmark's pixels."""
+        if self.colours == "clip_benchmark":
+            return []
+        return [f"images in CLIP_benchmark's layouts are made RGB in compclip's viewer's colours (transparency over white, "
+                f"16-bit greys rescaled), not by PIL's convert('RGB') as CLIP_benchmark reads them "
+                f"(--bench-opt {self.benchmark}.colours={self.colours})"]
+
+
+def in_colours(images: list[ImageRef], colours: str) -> list[ImageRef]:
+    """`images` made RGB by the rule `colours` names (`RGB_RULES`)."""
+    return [ref if ref.colours == colours else dataclasses.replace(ref, colours=colours) for ref in images]
+
+
+@dataclasses.dataclass(frozen=True)
 class TarMemberRef(ImageRef):
     """An image stored uncompressed in a tar: `size` bytes from `offset` of `file`, read when the image is decoded."""
 
@@ -59,7 +93,7 @@ class TarMemberRef(ImageRef):
     def decode(self) -> PILImage.Image:
         with open(self.file, "rb") as f:
             f.seek(self.offset)
-            return decode_image(f.read(self.size))
+            return decode_image(f.read(self.size), self.colours)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +117,7 @@ class CropRef(ImageRef):
         return self.file.is_file()
 
     def decode(self) -> PILImage.Image:
-        return decode_image(self.file).crop(self.box)
+        return decode_image(self.file, self.colours).crop(self.box)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,8 +154,16 @@ class Source:
     absent: dict[str, str] = dataclasses.field(default_factory=dict)  # what the release holds and this copy lacks: why
 
 
-def open_source(folder: Path) -> Source | None:
-    """The dataset in `folder` in the first of CLIP_benchmark's layouts it holds, or None for plain class folders."""
+def open_source(folder: Path, colours: str = "clip_benchmark") -> Source | None:
+    """The dataset in `folder` in the first of CLIP_benchmark's layouts it holds, its images made RGB by the rule
+    `colours` names (CLIP_benchmark's by default), or None for plain class folders."""
+    source = _layout_source(folder)
+    if source is not None:
+        source.images = in_colours(source.images, colours)
+    return source
+
+
+def _layout_source(folder: Path) -> Source | None:
     if (folder / "test" / "nshards.txt").is_file():
         return read_wds(folder)
     if folder.name in CIFAR or any((folder / CIFAR[name][0]).is_dir() for name in CIFAR):

@@ -30,6 +30,7 @@ import logging
 import re
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -42,6 +43,7 @@ from .. import protocols
 from ..base import Benchmark, Missing, Result, mean, noted, read_json, read_jsonl, register
 from ..items import retrieval_rows
 from ..suites import folder_names
+from ..zeroshot_sources import LayoutColours
 from .wds_retrieval import SHARDS, is_wds, read_wds
 
 log = logging.getLogger("compclip.eval")
@@ -58,7 +60,9 @@ WDS_LAYOUT = "wds"  # the result's `layout` for a WebDataset set
 
 
 @dataclasses.dataclass(frozen=True)
-class Options:
+class Options(LayoutColours):
+    benchmark: ClassVar[str] = "retrieval"
+
     sentences: str = option("flair", "how long_captions.jsonl descriptions become captions: flair (FLAIR's `split_caption`: at "
                                      "each line break, `</s>` and full stop) or compclip (at . ! ? before a space)")
     captions: str = option("raw", "raw (CLIP_benchmark: each caption as the file has it) or pre_caption (ARO's and BLIP's "
@@ -66,6 +70,7 @@ class Options:
     max_words: int = option(30, "pre_caption's word limit (CLIC's and ARO's retrieval: 30)")
 
     def __post_init__(self):
+        super().__post_init__()
         for name, allowed in (("sentences", SENTENCES), ("captions", CAPTIONS)):
             if getattr(self, name) not in allowed:
                 raise UsageError(f"--bench-opt retrieval.{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
@@ -205,6 +210,9 @@ class Retrieval(Benchmark):
         looked = f"{', '.join(f'retrieval/{n}' for split in splits for n in folder_names(split))}" if splits else "dataset folders"
         return None if self.datasets(root, splits) else f"looked for {looked} in {root}: none. {self.layout}"
 
+    def departures(self, options, ties, pretrained, splits):
+        return (options or Options()).colours_departures()
+
     @staticmethod
     def read(folder: Path, options: Options, absent: dict[str, str]) -> tuple[str, list] | None:
         """(the layout read, its (image, caption) pairs) of a dataset folder: the first layout file it holds, else its
@@ -213,7 +221,7 @@ class Retrieval(Benchmark):
         if file is not None:
             return file.name, load_pairs(file, options)
         if is_wds(folder):
-            found = read_wds(folder)
+            found = read_wds(folder, options.colours)
             absent.update(found.absent)
             absent.update(found.malformed.named())
             return WDS_LAYOUT, captioned(found.pairs, options)
@@ -224,33 +232,46 @@ class Retrieval(Benchmark):
         missing, metrics, absent, items = Missing.of(scorer), {}, {}, []
         options = options or Options()
         for folder in self.datasets(root, splits):
-            scorer.at(folder.name)
-            read = self.read(folder, options, absent)
-            if read is None:
-                continue
-            layout, pairs = read[0], [(p, c) for p, c in read[1] if missing.keep([p])]
-            if not pairs:  # every image missing: nothing to rank
-                recalls = {f"{d}_retrieval_recall@{k}": float("nan") for d in ("image", "text") for k in KS}
-                metrics[folder.name] = {**recalls, "images": 0, "captions": 0, "layout": layout}
-                continue
-            images, index = one_per_file([p for p, _ in pairs])
-            if len(index) > len(images):
-                twin = next(p for p, i in index.items() if images[i] != p)
-                log.warning("retrieval/%s: %d image name(s) reach a file another name reached first (%s is %s): each file is "
-                            "one gallery image", folder.name, len(index) - len(images), twin, images[index[twin]])
-            owner = torch.tensor([index[p] for p, _ in pairs])
-            scores = scorer.matrix(images, [c for _, c in pairs]).T  # (captions, images)
-            positives = owner[:, None] == torch.arange(len(images))[None, :]
-            ranks = protocols.query_ranks(scores, positives, ties), protocols.query_ranks(scores.T, positives.T, ties)
-            t2i, i2t = ({k: (rank < k).float().mean().item() for k in KS} for rank in ranks)
-            items += retrieval_rows(folder.name, images, [c for _, c in pairs], owner, scores, ranks)
-            metrics[folder.name] = {
-                **{f"image_retrieval_recall@{k}": v for k, v in t2i.items()},
-                **{f"text_retrieval_recall@{k}": v for k, v in i2t.items()},
-                "images": len(images), "captions": len(pairs), "layout": layout,
-            }
-        for k in KS:
-            metrics[f"mean_recall@{k}"] = mean(
-                (m[f"image_retrieval_recall@{k}"] + m[f"text_retrieval_recall@{k}"]) / 2 for m in metrics.values() if isinstance(m, dict)
-            )
+            scored, rows = self.score(scorer, folder.name, folder, ties, options, missing, absent)
+            if scored is not None:
+                metrics[folder.name] = scored
+                items += rows
+        metrics.update(mean_recalls(metrics.values()))
         return Result(metrics, missing, absent, items)
+
+    def score(self, scorer, name: str, folder: Path, ties: str, options: Options, missing: Missing,
+              absent: dict[str, str]) -> tuple[dict | None, list]:
+        """One dataset folder's recalls and item rows, scored under `name` (None where it holds no layout: named in
+        `absent`); a zero-shot suite's retrieval members are scored by it too, each as it is scored alone."""
+        scorer.at(name)
+        read = self.read(folder, options, absent)
+        if read is None:
+            return None, []
+        layout, pairs = read[0], [(p, c) for p, c in read[1] if missing.keep([p])]
+        if not pairs:  # every image missing: nothing to rank
+            recalls = {f"{d}_retrieval_recall@{k}": float("nan") for d in ("image", "text") for k in KS}
+            return {**recalls, "images": 0, "captions": 0, "layout": layout}, []
+        images, index = one_per_file([p for p, _ in pairs])
+        if len(index) > len(images):
+            twin = next(p for p, i in index.items() if images[i] != p)
+            log.warning("retrieval/%s: %d image name(s) reach a file another name reached first (%s is %s): each file is "
+                        "one gallery image", folder.name, len(index) - len(images), twin, images[index[twin]])
+        owner = torch.tensor([index[p] for p, _ in pairs])
+        scores = scorer.matrix(images, [c for _, c in pairs]).T  # (captions, images)
+        positives = owner[:, None] == torch.arange(len(images))[None, :]
+        ranks = protocols.query_ranks(scores, positives, ties), protocols.query_ranks(scores.T, positives.T, ties)
+        t2i, i2t = ({k: (rank < k).float().mean().item() for k in KS} for rank in ranks)
+        rows = retrieval_rows(name, images, [c for _, c in pairs], owner, scores, ranks)
+        return {
+            **{f"image_retrieval_recall@{k}": v for k, v in t2i.items()},
+            **{f"text_retrieval_recall@{k}": v for k, v in i2t.items()},
+            "images": len(images), "captions": len(pairs), "layout": layout,
+        }, rows
+
+
+def mean_recalls(scored) -> dict[str, float]:
+    """CLIP_benchmark's and DataComp's `mean_recall@k` (DataComp's eval_utils/retr_eval.py: the mean of the text and
+    image recalls), over the datasets `scored` (each one's metrics dict)."""
+    sets = [m for m in scored if isinstance(m, dict)]
+    return {f"mean_recall@{k}": mean((m[f"image_retrieval_recall@{k}"] + m[f"text_retrieval_recall@{k}"]) / 2 for m in sets)
+            for k in KS}

@@ -7,7 +7,8 @@ A set is a folder holding `dataset_type.txt` (`retrieval`), `test/nshards.txt` (
 read a tar (webdataset/tariterators.py): regular files only, `__*__` metadata left out, a file's key its name up to
 the first dot of its base name and its extension the rest (lower case), consecutive files of one key a sample. A
 sample's image is the first of its `.webp`, `.png`, `.jpg`, `.jpeg` (`to_tuple`'s order) and its captions are its
-`.txt` decoded as UTF-8 and cut by `str.splitlines` (`map_tuple(transform, str.splitlines)`).
+`.txt` decoded as UTF-8 and cut by `str.splitlines` (`map_tuple(transform, str.splitlines)`). Its image becomes RGB as
+webdataset's "pil" decoding makes it (PIL's `convert("RGB")`), or in compclip's viewer's colours where asked.
 
 Reading is streamed: a shard's captions are read as the shard goes by, its images only named by their place in it,
 and decoded from there when scored; nothing is unpacked to disk. Where CLIP_benchmark stops with a traceback, a
@@ -51,14 +52,16 @@ class ShardMember(ImageRef):
     def decode(self) -> Image.Image:
         with open(self.file, "rb") as f:
             f.seek(self.offset)
-            return decode_image(f.read(self.size))
+            return decode_image(f.read(self.size), self.colours)
 
 
 @dataclass
 class WdsSet:
     """What a set's shards hold: (image, caption) pairs in shard and sample order, each sample's captions in its `.txt`'s
-    order; the shards or files not there (`absent`), and the samples skipped (`malformed`)."""
+    order; the shards or files not there (`absent`), and the samples skipped (`malformed`). `colours`: how its images
+    become RGB (`compclip.data.readers.RGB_RULES`)."""
 
+    colours: str = "clip_benchmark"
     pairs: list[tuple[ShardMember, str]] = field(default_factory=list)
     absent: dict[str, str] = field(default_factory=dict)
     malformed: Malformed = field(default_factory=Malformed)
@@ -69,10 +72,10 @@ def is_wds(folder: Path) -> bool:
     return (folder / SHARDS).is_file() or (folder / TYPE_FILE).is_file()
 
 
-def read_wds(folder: Path) -> WdsSet:
-    """The pairs of the wds retrieval set in `folder`; a set of another type, or without its shard count, is named in
-    `absent` and gives no pairs."""
-    found = WdsSet()
+def read_wds(folder: Path, colours: str = "clip_benchmark") -> WdsSet:
+    """The pairs of the wds retrieval set in `folder`, its images made RGB by the rule `colours` names (CLIP_benchmark's
+    by default); a set of another type, or without its shard count, is named in `absent` and gives no pairs."""
+    found = WdsSet(colours)
     kind = _dataset_type(folder)
     if kind != "retrieval":
         found.absent[str(folder / TYPE_FILE)] = (f"{kind!r}: CLIP_benchmark reads the set as {kind}, not retrieval (a set without "
@@ -168,7 +171,7 @@ def _add_sample(shard: Path, sample: _Sample, found: WdsSet) -> None:
         found.malformed.skip(str(shard), f"sample {sample.key}", problem)
         return
     info = next(sample.files[e] for e in IMAGE_EXTENSIONS if e in sample.files)
-    image = ShardMember(shard, info.name, offset=info.offset_data, size=info.size)
+    image = ShardMember(shard, info.name, colours=found.colours, offset=info.offset_data, size=info.size)
     found.pairs += [(image, caption) for caption in captions]
 
 

@@ -11,6 +11,9 @@ order, as torchvision's ImageFolder). Class names and prompts, first found wins:
 - the folder's `classnames.txt` (one per line, in class order) and `templates.txt` (one per line);
 - ImageNet's names for a folder called `imagenet` (else the folder names, `_` read as a space) and ImageNet's 80
   templates.
+A folder in one of CLIP_benchmark's layouts (`zeroshot_sources`) has its images made RGB as CLIP_benchmark makes them
+(`zeroshot.colours`); class folders in compclip's viewer's colours. A suite's retrieval members (DataComp's) are scored
+in the same run by the retrieval benchmark, each from its wds set as `--dataset NAME` scores it alone.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import logging
 import math
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -29,7 +32,8 @@ from ...options import option
 from .. import protocols, suites
 from ..base import Benchmark, Missing, Result, accuracy, mean, rate, read_json, register
 from ..items import class_rows
-from ..zeroshot_sources import Source, clip_benchmark_json, is_other_task, open_source
+from ..zeroshot_sources import LayoutColours, Source, clip_benchmark_json, is_other_task, open_source
+from . import retrieval
 
 log = logging.getLogger("compclip.eval")
 
@@ -65,7 +69,9 @@ def fill(template: str, classname: str, where: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Options:
+class Options(LayoutColours):
+    benchmark: ClassVar[str] = "zeroshot"
+
     classnames: str | None = option(None, "CLIP_benchmark-style JSON of class names per dataset (--custom_classname_file)")
     templates: str | None = option(None, "CLIP_benchmark-style JSON of templates or class-specific prompts per dataset "
                                          "(--custom_template_file)")
@@ -75,6 +81,7 @@ class Options:
                                                      "ImageNet's whole validation set; imagenet1k is CLIP_benchmark's name)")
 
     def __post_init__(self):
+        super().__post_init__()
         if self.subset < 0:
             raise UsageError(f"--bench-opt zeroshot.subset must be 0 (every image) or more, not {self.subset}")
         for name in ("classnames", "templates"):
@@ -160,7 +167,10 @@ class ZeroShot(Benchmark):
 
     def lacks(self, root, splits):
         if splits:
-            wanted = [m.name for split in splits for m in suites.selection(split).members if m.task == "classification"]
+            members = [m for split in splits for m in suites.selection(split).members]
+            wanted = [m.name for m in members if m.task == "classification"]
+            if any(suites.find_wds_retrieval(root, m.reads) for m in members if m.task == "retrieval"):
+                return None
             if not any(suites.find_folder(root / "zeroshot", name) for name in wanted):
                 return (f"none of {', '.join(wanted[:5])}{' ...' if len(wanted) > 5 else ''} ({len(wanted)} sets) under "
                         f"{root / 'zeroshot'} (each looked for as zeroshot/{'|'.join(suites.folder_names(wanted[0]))} ...). {self.layout}"
@@ -169,28 +179,44 @@ class ZeroShot(Benchmark):
         return None if self.datasets(root) else f"looked for dataset folders in {root / 'zeroshot'}: none. {self.layout}"
 
     def departures(self, options, ties, pretrained, splits):
-        return [said for split in splits for said in suites.departures(split, (options or Options()).subset)]
+        options = options or Options()
+        return [said for split in splits for said in suites.departures(split, options.subset)] + options.colours_departures()
 
-    def chosen(self, root, splits) -> tuple[list[tuple[str, Path, str | None]], dict[str, str], list[suites.Suite]]:
+    def chosen(self, root, splits) -> tuple[list[tuple[str, Path, str | None]], dict[str, str], list[suites.Suite], dict[str, Path]]:
         """The datasets a run scores, each (its name in the result, its folder, its CLIP_benchmark name where `splits`
-        named it), what `splits` name and is not there or not scored here (a named skip each, path or member: why), and the
-        suites named. No splits: every dataset folder under zeroshot/, named by its folder."""
+        named it), what `splits` name and is not there or not scored here (a named skip each, path or member: why), the
+        suites named, and the suites' retrieval members present ({member: its wds set's folder}). No splits: every dataset
+        folder under zeroshot/, named by its folder."""
         if not splits:
-            return [(folder.name, folder, None) for folder in self.datasets(root)], {}, []
-        chosen, skipped, named = [], {}, []
+            return [(folder.name, folder, None) for folder in self.datasets(root)], {}, [], {}
+        chosen, skipped, named, retrieved = [], {}, [], {}
         for split in splits:
             picked = suites.selection(split)
             named += [picked.suite] if picked.suite else []
             for member in picked.members:
                 folder = suites.find_folder(root / "zeroshot", member.name)
-                if member.task != "classification":
+                if member.task == "retrieval":
+                    self.retrieval_member(root, member, retrieved, skipped)
+                elif member.task != "classification":
                     skipped[member.name] = f"not scored here: {member.why}"
                 elif folder is None:
                     first, *others = suites.folder_names(member.name)
                     skipped[str(root / "zeroshot" / first)] = f"absent (CLIP_benchmark's {member.name}; looked for {', '.join(others)} too)"
                 else:
                     chosen.append((member.name, folder, member.name))
-        return list({name: (name, folder, clip) for name, folder, clip in chosen}.values()), skipped, named
+        return list({name: (name, folder, clip) for name, folder, clip in chosen}.values()), skipped, named, retrieved
+
+    @staticmethod
+    def retrieval_member(root: Path, member: suites.Member, retrieved: dict[str, Path], skipped: dict[str, str]) -> None:
+        """A suite's retrieval member: its wds set's folder into `retrieved`, or, absent, one named skip of where it was
+        looked for."""
+        folder = suites.find_wds_retrieval(root, member.reads)
+        if folder is not None:
+            retrieved[member.name] = folder
+            return
+        first, *others = suites.wds_retrieval_places(root, member.reads)
+        skipped[str(first)] = (f"absent (CLIP_benchmark's wds/{member.reads}, the suite's {member.name}; looked for "
+                               f"{', '.join(str(p.relative_to(root)) for p in others)} too)")
 
     def datasets(self, root) -> list[Path]:
         """The dataset folders under `zeroshot/`, less the wds sets of another task (`other_tasks`)."""
@@ -209,10 +235,10 @@ class ZeroShot(Benchmark):
         options = options or Options()
         classnames, templates = (read_json(Path(f)) if f else {} for f in (options.classnames, options.templates))
         metrics, missing, items = {}, Missing.of(scorer), []
-        chosen, absent, named = self.chosen(root, splits)
+        chosen, absent, named, retrieved = self.chosen(root, splits)
         for key, folder, clip_name in chosen:
             scorer.at(key)
-            source = open_source(folder)
+            source = open_source(folder, options.colours)
             if source is not None and clip_name is not None:  # build_dataset's lookup keys of the name it was given
                 source.keys = [f"wds/{suites.bare(clip_name)}", suites.bare(clip_name)] if source.layout == "wds" else [clip_name]
             if source is None:
@@ -244,6 +270,7 @@ class ZeroShot(Benchmark):
             correct = protocols.picks(scores, target, ties)
             items += class_rows(key, [str(f) for f in files], labels, names, scores, correct, folder)
             metrics[key] = {**accuracy(correct), **clip_benchmark_metrics(scores, target, correct), **provenance}
+        items += self.score_retrieval(scorer, retrieved, ties, options, missing, absent, metrics)
         datasets = [m for m in metrics.values() if "acc" in m]  # the single-label ones: a multi-label set has no accuracy
         metrics["overall"] = mean(m["acc"] for m in datasets)
         if not splits and self.other_tasks(root):
@@ -256,6 +283,19 @@ class ZeroShot(Benchmark):
                      f" ({len(summary['not_scored'])} not: {', '.join(summary['not_scored'])})" if summary["not_scored"] else "",
                      suite.mean_rule, summary["mean"], "" if summary["complete"] else ", over the sets scored: not the suite's own mean")
         return Result(metrics, missing, absent, items=items)
+
+    @staticmethod
+    def score_retrieval(scorer, retrieved: dict[str, Path], ties: str, options: Options, missing: Missing, absent: dict[str, str],
+                        metrics: dict[str, Any]) -> list:
+        """A suite's retrieval members, each scored into `metrics` by the retrieval benchmark as `--dataset NAME` scores it
+        alone (CLIP_benchmark's raw captions, this run's colours), with its `mean_recall@k`; their item rows."""
+        items, reader = [], retrieval.Retrieval()
+        for key, folder in retrieved.items():
+            scored, rows = reader.score(scorer, key, folder, ties, retrieval.Options(colours=options.colours), missing, absent)
+            if scored is not None:
+                metrics[key] = {**scored, **retrieval.mean_recalls([scored])}
+                items += rows
+        return items
 
     def class_folders(self, folder: Path, classnames: dict[str, Any], templates: dict[str, Any], options: Options):
         """A folder of class folders: its (image, label) pairs, class names and prompts with their sources, and its order."""
