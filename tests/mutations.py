@@ -1616,6 +1616,13 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("eval/suites.py", 'for parent in ("retrieval", "zeroshot")', 'for parent in ("zeroshot",)', SUITE_RETRIEVAL),
     (B + "retrieval.py", '(m[f"image_retrieval_recall@{k}"] + m[f"text_retrieval_recall@{k}"]) / 2', 'm[f"image_retrieval_recall@{k}"]',
      SUITE_RETRIEVAL),
+    # SugarCrepe(++) records without a text: skipped and named
+    (B + "sugarcrepe.py", "        absent.update(malformed.named(tuple(present)))\n", "",
+     "tests/test_malformed_records.py -k plus_plus_records"),
+    (B + "sugarcrepe.py", "(text_problem(record, key) for key in self.fields)", "(text_problem(record, key) for key in self.fields[:1])",
+     "tests/test_malformed_records.py -k plus_plus_records"),
+    (B + "sugarcrepe_pp.py", '    fields = ("filename", "caption", "caption2", "negative_caption")',
+     '    fields = ("filename", "caption", "negative_caption")', "tests/test_malformed_records.py -k plus_plus_records"),
 ]
 
 

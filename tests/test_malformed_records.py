@@ -289,3 +289,32 @@ def test_sugarcrepe_and_its_plus_plus_files_swapped_are_each_named_in_one_line(t
     sugarcrepe_said = said["sugarcrepe/swap_att"]
     assert f"{root / 'sugarcrepe' / 'swap_att.json'}: a JSON list, not sugar-crepe's {{record id: record}} object" in sugarcrepe_said
     assert f"{root / 'sugarcrepe_pp' / 'swap_att.json'}: a JSON dict, not scpp's list of records" in said["sugarcrepe_pp/swap_att"]
+
+
+def test_sugarcrepe_and_plus_plus_records_without_a_text_are_skipped_and_named(tmp_path, capsys):
+    """A SugarCrepe record without its negative caption or with a number for its caption, and a SugarCrepe++ record
+    without its paraphrase, raised a KeyError (a traceback). Each is now skipped and named by file and record, the others
+    scored as alone, and the result is not complete."""
+    from test_recipes import run_main
+
+    root = tmp_path / "root"
+    solid(root / "coco" / "val2017" / "a.jpg", "red")
+    good = {"filename": "a.jpg", "caption": "a red car", "caption2": "a car that is red", "negative_caption": "a blue car"}
+    no_negative = {k: v for k, v in good.items() if k != "negative_caption"}
+    (root / "sugarcrepe").mkdir()
+    (root / "sugarcrepe_pp").mkdir()
+    (root / "sugarcrepe" / "swap_att.json").write_text(json.dumps({"0": good, "1": no_negative, "2": {**good, "caption": 7}}))
+    (root / "sugarcrepe_pp" / "swap_att.json").write_text(json.dumps([good, {k: v for k, v in good.items() if k != "caption2"}]))
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "compclip-tiny-clip", "--benchmark",
+                            "sugarcrepe/swap_att,sugarcrepe_pp/swap_att", "--data-root", root, "--out", tmp_path / "out",
+                            "--workers", "0", "--device", "cpu")
+    assert code == 0 and "Traceback" not in err, err[-2000:]  # each scored the rest: a warning, not a failure
+    assert err.count("malformed, skipped") == 3
+    sc = json.loads((tmp_path / "out" / "sugarcrepe-swap_att.json").read_text())
+    pp = json.loads((tmp_path / "out" / "sugarcrepe_pp-swap_att.json").read_text())
+    file = root / "sugarcrepe" / "swap_att.json"
+    assert sc["absent"] == {f"{file} record 1": "malformed, skipped: no negative_caption",
+                            f"{file} record 2": "malformed, skipped: caption is 7, not a text"}
+    assert pp["absent"] == {f"{root / 'sugarcrepe_pp' / 'swap_att.json'} record 1": "malformed, skipped: no caption2"}
+    assert not sc["complete"] and not pp["complete"]
+    assert sc["metrics"]["swap_att"]["n"] == 1 and pp["metrics"]["swap_att"]["n"] == 1 == pp["metrics"]["swap_att"]["n_itt"]

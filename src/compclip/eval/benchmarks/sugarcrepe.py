@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from .. import protocols
-from ..base import Benchmark, Missing, Result, accuracy, json_records, mean, register
+from ..base import Benchmark, Malformed, Missing, Result, accuracy, json_records, mean, register, text_problem, well_formed
 from ..download import Asset
 from ..items import choice_rows
 
@@ -50,6 +50,7 @@ class SugarCrepe(Benchmark):
     splits = SPLITS
     families = FAMILIES
     averaged = (("acc", ""),)  # each split metric the families and `overall` average, with the suffix of their names
+    fields = ("filename", "caption", "negative_caption")  # each record's texts, as the release's main_eval.py reads them
     spectrum = "sugarcrepe"  # the mean of add, replace and swap, each the accuracy over all its items
     layout = ("SugarCrepe: the 7 split files of github.com/RAIVNLab/sugar-crepe data/ in DATA_ROOT/sugarcrepe/ "
               "(`compclip data download sugarcrepe`), COCO val2017 images in DATA_ROOT/coco/val2017/")
@@ -90,10 +91,18 @@ class SugarCrepe(Benchmark):
     def file(self, root: Path, split: str) -> Path:
         return root / self.name / f"{split}.json"
 
-    def records(self, root: Path, split: str) -> list[dict]:
-        """The split's records, each with its key in the file ("0".."N", maybe gapped) as `id`."""
-        found = json_records(self.file(root, split), "sugar-crepe's {record id: record} object", dict)
-        return [{"id": key, **record} for key, record in found.items()]
+    def records(self, root: Path, split: str, malformed: Malformed) -> list[dict]:
+        """The split's records, each with its key in the file ("0".."N", maybe gapped) as `id`; one without a text in
+        each of `fields` is skipped and named in `malformed` under its split."""
+        file = self.file(root, split)
+        found = json_records(file, "sugar-crepe's {record id: record} object", dict)
+        return [{"id": key, **record} for key, record in well_formed(found.items(), self.record_problem, malformed, str(file), split)]
+
+    def record_problem(self, record) -> str | None:
+        """Why a record is not an object with a text in each of the release's `fields`, or None."""
+        if not isinstance(record, dict):
+            return f"a {type(record).__name__}, not a record object"
+        return next((why for why in (text_problem(record, key) for key in self.fields) if why), None)
 
     def lacks(self, root, splits):
         present = [s for s in splits or self.splits if self.file(root, s).is_file()]
@@ -106,17 +115,19 @@ class SugarCrepe(Benchmark):
         return [s for s in chosen if self.file(root, s).is_file()], absent
 
     def images(self, root):
-        return list(dict.fromkeys(coco_image(root, r["filename"]) for s in self.present(root, ())[0] for r in self.records(root, s)))
+        return list(dict.fromkeys(coco_image(root, r["filename"]) for s in self.present(root, ())[0]
+                                  for r in self.records(root, s, Malformed())))
 
     def run(self, scorer, root, ties, splits=(), options=None):
-        missing, metrics, items = Missing.of(scorer), {}, []
+        missing, malformed, metrics, items = Missing.of(scorer), Malformed(), {}, []
         present, absent = self.present(root, splits)
         for split in present:
             scorer.at(split)
-            metrics[split], rows = self.score(scorer, root, split, self.records(root, split), missing, ties)
+            metrics[split], rows = self.score(scorer, root, split, self.records(root, split, malformed), missing, ties)
             items += rows
         for key, suffix in self.averaged:
             self.average(metrics, key, present, suffix)
+        absent.update(malformed.named(tuple(present)))
         return Result(metrics, missing, absent, items)
 
     def score(self, scorer, root: Path, split: str, records: list[dict], missing: Missing, ties: str) -> tuple[dict, list[dict]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import protocols
-from ..base import NOT_APPLICABLE, json_records, rate, register
+from ..base import NOT_APPLICABLE, json_records, rate, register, well_formed
 from ..download import Asset
 from ..items import choice_rows
 from .sugarcrepe import ITEMS as SUGARCREPE_ITEMS
@@ -40,6 +40,7 @@ class SugarCrepePP(SugarCrepe):
     splits = SPLITS
     families = FAMILIES
     averaged = (("itt", "_itt"), ("tot", "_tot"))
+    fields = ("filename", "caption", "caption2", "negative_caption")  # each record's texts (scpp's test_Variants_CLIP.py)
     spectrum = ""  # not one of vl_compo's twelve
     layout = ("SugarCrepe++: the 5 split files of github.com/Sri-Harsha/scpp data/ in DATA_ROOT/sugarcrepe_pp/ "
               "(`compclip data download sugarcrepe_pp`), COCO val2017 images in DATA_ROOT/coco/val2017/")
@@ -48,8 +49,10 @@ class SugarCrepePP(SugarCrepe):
     columns = (("SC++ replace ITT", ("replace_itt",)), ("SC++ replace TOT", ("replace_tot",)), ("SC++ swap ITT", ("swap_itt",)),
                ("SC++ swap TOT", ("swap_tot",)), ("SC++ ITT", ("overall_itt",)), ("SC++ TOT", ("overall_tot",)))
 
-    def records(self, root, split):
-        return json_records(self.file(root, split), "scpp's list of records")
+    def records(self, root, split, malformed):
+        file = self.file(root, split)
+        found = json_records(file, "scpp's list of records")
+        return [{"id": k, **record} for k, record in well_formed(enumerate(found), self.record_problem, malformed, str(file), split)]
 
     def score(self, scorer, root, split, records, missing, ties):
         """A split's ITT over the records whose image is there and TOT over every record, with one row per ITT item."""
@@ -63,7 +66,7 @@ class SugarCrepePP(SugarCrepe):
             texts = [(p1[i], p2[i], n[i]) for i in kept]
             scores = torch.stack([scorer.pairs(images, [t[k] for t in texts]) for k in range(3)], dim=1)
             itt = protocols.itt(scores[:, 0], scores[:, 1], scores[:, 2], ties)
-            rows = choice_rows(split, [records[i].get("id", i) for i in kept], images, texts, scores, itt, n_true=2)
+            rows = choice_rows(split, [records[i]["id"] for i in kept], images, texts, scores, itt, n_true=2)
             for row, i in zip(rows, kept, strict=True):  # the text-only verdict beside it (None: no text-to-text score)
                 row["tot"] = None if tot is None else bool(tot[i])
         return {
