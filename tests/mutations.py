@@ -1564,6 +1564,9 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "flat = torch.cat([self.texts(list(class_prompts)) for class_prompts in prompts])", "tests/test_zeroshot_layouts.py -k one_pass"),
     ("scoring.py", "flat.split([len(p) for p in prompts])", "flat.split([len(prompts[0])] * len(prompts))",
      "tests/test_zeroshot_layouts.py -k one_pass"),
+    # a new user's first hour with the week's features
+    ("models/released/__init__.py", "return self.id + GELU_SUFFIX if self.plain_gelu else self.id", "return self.id",
+     R + "absent_file_is_one_line_whose_command"),
 ]
 
 
