@@ -1567,6 +1567,10 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     # a new user's first hour with the week's features
     ("models/released/__init__.py", "return self.id + GELU_SUFFIX if self.plain_gelu else self.id", "return self.id",
      R + "absent_file_is_one_line_whose_command"),
+    ("concepts/negatives.py", "    elif not Path(name).exists() and isinstance(error, OSError):", "    elif False:",
+     "tests/test_negatives_command.py -k offline_cache_lacks"),
+    ("concepts/negatives.py", 'copy = (f"`compclip negatives DATA --out OUT --fill-model FOLDER`',
+     'copy = (f"`compclip negatives DATA --out OUT --model FOLDER`', "tests/test_negatives_command.py -k offline_cache_lacks"),
 ]
 
 

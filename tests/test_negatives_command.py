@@ -139,6 +139,22 @@ def test_parts_split_the_chunks_and_the_last_to_finish_writes_out(tmp_path, tiny
     assert code == 2 and f"--out {whole} exists" in err
 
 
+def test_a_fill_model_the_offline_cache_lacks_is_one_line_whose_command_runs_as_typed(tmp_path, tiny_bert, hub_cache, capsys):
+    """The default fill model, offline and not cached: one line naming the model, the cache looked in and the command
+    that runs on a copy; that command, its placeholders filled in, writes OUT."""
+    data = write_data(tmp_path / "data.jsonl", [{"image": "0.jpg", "caption": CAPTIONS[0]}])
+    out = tmp_path / "out.jsonl"
+    code, _, err = run_main(capsys, "-q", "negatives", data, "--out", out, "--what", "llm")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: --fill-model distilroberta-base: "), err
+    assert str(hub_cache) in err and not (tmp_path / "out.jsonl.parts").exists()
+    command = err.split("`")[1].split()
+    assert command[:2] == ["compclip", "negatives"], err
+    typed = [{"DATA": str(data), "OUT": str(out), "FOLDER": str(tiny_bert)}.get(word, word) for word in command[1:]]
+    code, stdout, err = run_main(capsys, "-q", *typed, "--what", "llm")
+    assert code in (None, 0) and f"wrote {out}" in stdout, err
+    assert json.loads(out.read_text())["llm_negatives"]
+
+
 def current_umask():
     mask = os.umask(0)
     os.umask(mask)

@@ -82,6 +82,22 @@ def llm_masks(caption: str, doc, mask: str) -> list[tuple[str, str]]:
     return [(w, " ".join([*clean[:i], mask, *clean[i + 1:]])) for i, w in enumerate(clean) if w in words]
 
 
+def _unloadable(name: str, error: Exception) -> Exception:
+    """The one line for a fill model that does not load: a Hub name the cache lacks says the cache looked in and the
+    command that runs on a copy instead (offline, as `compclip eval` says of weights); a folder, why it is no model."""
+    from ..models.released import absent_from_hub
+
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1:
+        if not Path(name).expanduser().exists():
+            return MissingFileError(f"--fill-model {name}: no fill-mask model loads from it (no such folder)")
+    elif not Path(name).exists() and isinstance(error, OSError):
+        copy = (f"`compclip negatives DATA --out OUT --fill-model FOLDER`, FOLDER a copy of it "
+                f"(`huggingface-cli download {name} --local-dir FOLDER` where the Hub answers)")
+        return absent_from_hub(f"--fill-model {name}", "the fill-mask model", error, copy)
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return MissingFileError(f"--fill-model {name}: no fill-mask model loads from it ({first})")
+
+
 class Filler:
     """The fill-mask pipeline on the model `name`, read once; `fills(texts)` -> each text's fills, best first."""
 
@@ -92,8 +108,7 @@ class Filler:
         try:
             self.pipe = pipeline("fill-mask", model=name, tokenizer=name, top_k=TOP_K, device=0 if torch.cuda.is_available() else -1)
         except (OSError, ValueError, KeyError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise MissingFileError(f"--fill-model {name}: no fill-mask model loads from it ({first})") from None
+            raise _unloadable(name, e) from None
         self.mask = self.pipe.tokenizer.mask_token
         if not self.mask:
             raise UsageError(f"--fill-model {name}: its tokenizer has no mask token: not a masked language model")
