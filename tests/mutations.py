@@ -1571,6 +1571,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_negatives_command.py -k offline_cache_lacks"),
     ("concepts/negatives.py", 'copy = (f"`compclip negatives DATA --out OUT --fill-model FOLDER`',
      'copy = (f"`compclip negatives DATA --out OUT --model FOLDER`', "tests/test_negatives_command.py -k offline_cache_lacks"),
+    ("eval/results.py", "unrooted += [result] if root is None else []", "unrooted += []", G + "older_result"),
 ]
 
 
