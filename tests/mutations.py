@@ -1572,7 +1572,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("concepts/negatives.py", 'copy = (f"`compclip negatives DATA --out OUT --fill-model FOLDER`',
      'copy = (f"`compclip negatives DATA --out OUT --model FOLDER`', "tests/test_negatives_command.py -k offline_cache_lacks"),
     ("eval/results.py", "unrooted += [result] if root is None else []", "unrooted += []", G + "older_result"),
-    ("data/readers.py", "return (caption for _, _, caption, *_ in self._rows_of())", "return (caption for _, _, caption, _ in self._rows_of())",
+    ("data/readers.py", "(caption for _, _, caption, *_ in self._rows_of())", "(caption for _, _, caption, _ in self._rows_of())",
      "tests/test_recipes.py -k over_json_lines"),
 ]
 
