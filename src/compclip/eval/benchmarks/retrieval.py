@@ -205,6 +205,11 @@ class Retrieval(Benchmark):
         looked = f"{', '.join(f'retrieval/{n}' for split in splits for n in folder_names(split))}" if splits else "dataset folders"
         return None if self.datasets(root, splits) else f"looked for {looked} in {root}: none. {self.layout}"
 
+    def images(self, root) -> list:
+        """Every image the dataset folders' captions name (for `compclip data check`), each once."""
+        read = [self.read(folder, Options(), {}) for folder in self.datasets(root)]
+        return list(dict.fromkeys(image for found in read if found for image, _ in found[1]))
+
     @staticmethod
     def read(folder: Path, options: Options, absent: dict[str, str]) -> tuple[str, list] | None:
         """(the layout read, its (image, caption) pairs) of a dataset folder: the first layout file it holds, else its
