@@ -1577,6 +1577,9 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("cli.py", "        if type(bench).images is Benchmark.images:", "        if False:", "tests/test_cli.py -k unlisted_set_ready"),
     ("eval/benchmarks/retrieval.py", "return list(dict.fromkeys(image for found in read if found for image, _ in found[1]))", "return []",
      "tests/test_cli.py -k unlisted_set_ready"),
+    ("concepts/negatives.py", "    _check_caption_key(data, cfg.caption_key)\n", "", "tests/test_negatives_command.py -k caption_key"),
+    ("concepts/negatives.py", "    if first is not None and key not in first:", "    if first is None:",
+     "tests/test_negatives_command.py -k caption_key"),
 ]
 
 

@@ -155,6 +155,17 @@ def test_a_fill_model_the_offline_cache_lacks_is_one_line_whose_command_runs_as_
     assert json.loads(out.read_text())["llm_negatives"]
 
 
+def test_a_caption_key_the_records_lack_is_one_line_and_nothing_written(tmp_path, tiny_bert, capsys):
+    """`--caption-key text` over records whose caption is under `caption`: one line naming DATA, the key and the fields
+    its first record has, before the fill model loads, and no OUT (an OUT of no record would refuse the run that fixes
+    the key)."""
+    data = write_data(tmp_path / "data.jsonl", ["{not json", *({"image": f"{i}.jpg", "caption": c} for i, c in enumerate(CAPTIONS))])
+    out = tmp_path / "out.jsonl"
+    code, _, err = run_main(capsys, "-q", "negatives", data, "--out", out, "--fill-model", tiny_bert, "--caption-key", "text")
+    assert (code, err) == (2, f"error: {data}: no field 'text' in its first record (fields: ['image', 'caption']); set --caption-key\n")
+    assert not out.exists() and not (tmp_path / "out.jsonl.parts").exists()
+
+
 def current_umask():
     mask = os.umask(0)
     os.umask(mask)

@@ -248,6 +248,7 @@ def build_negatives(data: str | Path, out: str | Path, cfg: NegativesConfig = Ne
         raise UsageError(f"{data}: negatives are written into JSON lines records (.jsonl), which carry a method's data fields")
     if cfg.shard_size < 1 or cfg.batch_size < 1:
         raise UsageError(f"--shard-size and --batch-size must be at least 1, not {cfg.shard_size} and {cfg.batch_size}")
+    _check_caption_key(data, cfg.caption_key)
     if out.exists() and not parts_folder(out).exists():
         raise UsageError(f"--out {out} exists: choose another, or remove it to write it again")
     filler, nlp = Filler(cfg.fill_model, cfg.batch_size), load_nlp()  # first: a model that does not load leaves nothing behind
@@ -273,6 +274,16 @@ def build_negatives(data: str | Path, out: str | Path, cfg: NegativesConfig = Ne
     if not stats["missing"]:
         stats["complete"], stats["skips_in_all"] = _join(folder, out, chunks)
     return stats
+
+
+def _check_caption_key(data: Path, key: str) -> None:
+    """DATA's first record holds the caption key, as training's reader judges it: a wrong --caption-key would otherwise
+    skip every record and write an OUT of none."""
+    from ..data.readers import json_lines
+
+    first = next((value for _, value in json_lines(data) if isinstance(value, dict)), None)
+    if first is not None and key not in first:
+        raise DataError(f"{data}: no field {key!r} in its first record (fields: {list(first)}); set --caption-key")
 
 
 def _write_chunk(folder: Path, number: int, records: list[dict[str, Any]], skips: dict[str, list]) -> None:
