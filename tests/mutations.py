@@ -1580,6 +1580,7 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("concepts/negatives.py", "    _check_caption_key(data, cfg.caption_key)\n", "", "tests/test_negatives_command.py -k caption_key"),
     ("concepts/negatives.py", "    if first is not None and key not in first:", "    if first is None:",
      "tests/test_negatives_command.py -k caption_key"),
+    ("parts.py", "    if n < 1:\n", "    if n < 0:\n", "tests/test_negatives_command.py -k part_out_of_range"),
 ]
 
 

@@ -166,6 +166,14 @@ def test_a_caption_key_the_records_lack_is_one_line_and_nothing_written(tmp_path
     assert not out.exists() and not (tmp_path / "out.jsonl.parts").exists()
 
 
+@pytest.mark.parametrize(("part", "said"), [("0/0", "n, the number of parts, must be at least 1"),
+                                             ("2/2", "i must be in 0..1 (parts count from 0)")])
+def test_a_part_out_of_range_is_one_line_saying_which_number_is_wrong(tmp_path, capsys, part, said):
+    data = write_data(tmp_path / "data.jsonl", [{"image": "0.jpg", "caption": CAPTIONS[0]}])
+    code, _, err = run_main(capsys, "-q", "negatives", data, "--out", tmp_path / "out.jsonl", "--part", part)
+    assert (code, err) == (2, f"error: --part {part}: {said}\n")
+
+
 def current_umask():
     mask = os.umask(0)
     os.umask(mask)
