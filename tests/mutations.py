@@ -1581,6 +1581,12 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
     ("concepts/negatives.py", "    if first is not None and key not in first:", "    if first is None:",
      "tests/test_negatives_command.py -k caption_key"),
     ("parts.py", "    if n < 1:\n", "    if n < 0:\n", "tests/test_negatives_command.py -k part_out_of_range"),
+    ("eval/suites.py", "        return not retrieval_name(name)\n", "        return True\n",
+     "tests/test_zeroshot_suites.py -k wds_name_is_the_retrieval"),
+    ("eval/suites.py", 'return f"retrieval/{bare(item)}"', 'return f"retrieval/{item}"',
+     "tests/test_zeroshot_suites.py -k wds_name_is_the_retrieval"),
+    ("eval/suites.py", "members = tuple(_listed_member(name) for name in names_in_file(Path(split)))",
+     "members = _classification(*names_in_file(Path(split)))", "tests/test_zeroshot_suites.py -k wds_name_is_the_retrieval"),
 ]
 
 
