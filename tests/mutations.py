@@ -1587,6 +1587,9 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_zeroshot_suites.py -k wds_name_is_the_retrieval"),
     ("eval/suites.py", "members = tuple(_listed_member(name) for name in names_in_file(Path(split)))",
      "members = _classification(*names_in_file(Path(split)))", "tests/test_zeroshot_suites.py -k wds_name_is_the_retrieval"),
+    ("models/checkpoint.py", "        if not _pickled(file):", "        if False:", R + "'cut_or_code_holding and text_loaded'"),
+    ("models/checkpoint.py", 'return first == b"\\x80" or zipfile.is_zipfile(file)', "return True",
+     R + "'cut_or_code_holding and text_loaded'"),
 ]
 
 

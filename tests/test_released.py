@@ -895,13 +895,21 @@ def _cut(path: Path) -> None:
     path.write_bytes(whole[: len(whole) // 2])
 
 
+def _text_file(path: Path) -> None:
+    """A page of text where the weights should be (what a failed download saves)."""
+    path.parent.mkdir(parents=True)
+    path.write_text("<html>Google Drive: too many users have viewed or downloaded this file recently</html>\n")
+
+
 @pytest.mark.parametrize(("name", "plant", "said"), [
     ("conclip-b32", lambda: _cut(_conclip(_state())), "not a readable weights file, cut short or damaged (RuntimeError: "),
     ("negclip-b32", lambda: _cut(_negclip(None)), "not a readable weights file"),
     ("conclip-b32", lambda: torch.save({"model": {"visual.proj": _Code()}}, _conclip({})),
      "refused: it holds pickled objects that are not plain tensors (Unsupported global: GLOBAL print was not an allowed global by "
      "default.)\n"),
-], ids=["cut_converted", "cut_loaded", "code_converted"])
+    ("negclip-b32", lambda: _text_file(hand_path(get_released("negclip-b32"))),
+     "not a readable weights file: neither torch.save's archive nor a pickle"),
+], ids=["cut_converted", "cut_loaded", "code_converted", "text_loaded"])
 def test_a_cut_or_code_holding_file_is_one_line_and_its_hash_is_never_recorded(hub_cache, swap_att, tmp_path, capsys, name, plant,
                                                                                said):
     """The whole file, saved over it afterwards, loads: the refused one's SHA-256 was never recorded as the first load's."""
