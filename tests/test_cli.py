@@ -869,3 +869,21 @@ def test_each_benchmark_with_a_download_says_so_in_its_data_line():
     fetched = [name for name, bench in REGISTRY.items() if bench.assets]
     assert {"valse", "imagecode"} <= set(fetched)
     assert not [name for name in fetched if f"`compclip data download {name}`" not in data[name]], data
+
+
+def test_data_check_names_a_retrieval_image_missing_and_calls_no_unlisted_set_ready(tmp_path, capsys):
+    """A retrieval set whose captions.csv names an image that is not there is counted missing, naming it; a zero-shot
+    set, whose images are not listed ahead, is not called ready (its files are there, nothing more was checked)."""
+    from test_zeroshot_layouts import picture, write_wds
+
+    folder = tmp_path / "retrieval" / "set"
+    folder.mkdir(parents=True)
+    for k in range(3):
+        picture(k).save(folder / f"{k}.png")
+    (folder / "captions.csv").write_text("image,caption\n0.png,a red thing\n1.png,a blue thing\n2.png,a green thing\n3.png,a grey thing\n")
+    write_wds(tmp_path / "zeroshot" / "wds_cifar10", count=4, per_shard=4)
+    code, out, err = run_main(capsys, "data", "check", "--data-root", tmp_path)
+    lines = dict(line.split(": ", 1) for line in out.splitlines())
+    assert code in (0, None), err
+    assert lines["retrieval"] == "1 images missing, e.g. retrieval/set/3.png", out
+    assert lines["zeroshot"] != "ready" and "not listed" in lines["zeroshot"], out

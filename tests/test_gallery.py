@@ -439,3 +439,25 @@ def test_images_not_found_are_counted_in_one_warning_and_report_data_root_finds_
     assert code in (0, None) and "not found" not in err, err
     page = Path("again", "report.html").read_text(encoding="utf-8")
     assert 'class="noimg"' not in page and None not in card_thumbnails(page).values() and len(card_thumbnails(page)) == len(wrong)
+
+
+def test_report_data_root_over_an_older_result_says_in_one_line_it_cannot_re_root_it(evaluated_here, capsys):
+    """A result of an older compclip (no data root recorded, each item's image as that run found it), its data moved:
+    `--data-root` cannot re-root its images, and one warning says so, naming the result, instead of passing over the
+    option as if it had found them."""
+    import pandas as pd
+
+    results, root = evaluated_here
+    record = results / "sugarcrepe-swap_att.json"
+    older = {k: v for k, v in json.loads(record.read_text()).items() if k not in ("data_root", "files")}
+    record.write_text(json.dumps(older))
+    items_file = results / "sugarcrepe-swap_att.items.parquet"
+    items = pd.read_parquet(items_file)
+    items.assign(image=[str(root.resolve() / image) for image in items["image"]]).to_parquet(items_file)
+    moved = root.rename(root.with_name("moved"))
+    code, _, err = run_main(capsys, "report", results, "--out", "report", "--html", "--data-root", moved)
+    assert code in (0, None), err
+    said = [line for line in err.splitlines() if "record no data root" in line]
+    assert len(said) == 1 and f"--data-root {moved}: 1 result(s)" in said[0] and str(record) in said[0], err
+    code, _, err = run_main(capsys, "report", results, "--out", "again", "--html")
+    assert code in (0, None) and "record no data root" not in err, err

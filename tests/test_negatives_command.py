@@ -140,6 +140,41 @@ def test_parts_split_the_chunks_and_the_last_to_finish_writes_out(tmp_path, tiny
     assert code == 2 and f"--out {whole} exists" in err
 
 
+def test_a_fill_model_the_offline_cache_lacks_is_one_line_whose_command_runs_as_typed(tmp_path, tiny_bert, hub_cache, capsys):
+    """The default fill model, offline and not cached: one line naming the model, the cache looked in and the command
+    that runs on a copy; that command, its placeholders filled in, writes OUT."""
+    data = write_data(tmp_path / "data.jsonl", [{"image": "0.jpg", "caption": CAPTIONS[0]}])
+    out = tmp_path / "out.jsonl"
+    code, _, err = run_main(capsys, "-q", "negatives", data, "--out", out, "--what", "llm")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: --fill-model distilroberta-base: "), err
+    assert str(hub_cache) in err and not (tmp_path / "out.jsonl.parts").exists()
+    command = err.split("`")[1].split()
+    assert command[:2] == ["compclip", "negatives"], err
+    typed = [{"DATA": str(data), "OUT": str(out), "FOLDER": str(tiny_bert)}.get(word, word) for word in command[1:]]
+    code, stdout, err = run_main(capsys, "-q", *typed, "--what", "llm")
+    assert code in (None, 0) and f"wrote {out}" in stdout, err
+    assert json.loads(out.read_text())["llm_negatives"]
+
+
+def test_a_caption_key_the_records_lack_is_one_line_and_nothing_written(tmp_path, tiny_bert, capsys):
+    """`--caption-key text` over records whose caption is under `caption`: one line naming DATA, the key and the fields
+    its first record has, before the fill model loads, and no OUT (an OUT of no record would refuse the run that fixes
+    the key)."""
+    data = write_data(tmp_path / "data.jsonl", ["{not json", *({"image": f"{i}.jpg", "caption": c} for i, c in enumerate(CAPTIONS))])
+    out = tmp_path / "out.jsonl"
+    code, _, err = run_main(capsys, "-q", "negatives", data, "--out", out, "--fill-model", tiny_bert, "--caption-key", "text")
+    assert (code, err) == (2, f"error: {data}: no field 'text' in its first record (fields: ['image', 'caption']); set --caption-key\n")
+    assert not out.exists() and not (tmp_path / "out.jsonl.parts").exists()
+
+
+@pytest.mark.parametrize(("part", "said"), [("0/0", "n, the number of parts, must be at least 1"),
+                                             ("2/2", "i must be in 0..1 (parts count from 0)")])
+def test_a_part_out_of_range_is_one_line_saying_which_number_is_wrong(tmp_path, capsys, part, said):
+    data = write_data(tmp_path / "data.jsonl", [{"image": "0.jpg", "caption": CAPTIONS[0]}])
+    code, _, err = run_main(capsys, "-q", "negatives", data, "--out", tmp_path / "out.jsonl", "--part", part)
+    assert (code, err) == (2, f"error: --part {part}: {said}\n")
+
+
 def current_umask():
     mask = os.umask(0)
     os.umask(mask)

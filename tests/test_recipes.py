@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -639,3 +640,20 @@ def test_hardneg_recipes_decouple_the_weight_decay_and_clip_as_transformers_trai
     expected = adam_steps(start, grads, decayed, reading, 1e-2, 0.1, 1.0)
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.detach().double(), expected[n], rtol=0, atol=2e-6, msg=n)
+
+
+def test_a_recipes_batch_refusal_over_json_lines_is_one_line_and_each_way_on_it_names_passes(tmp_path, capsys):
+    """`train --recipe ceclip-coco --batch-size 8` on a JSON lines file (CE-CLIP's own data is COCO's captions): the
+    recipe's epochs count the file's records, then its global batch of 1512 is refused in one line; each way on the
+    line names, typed as it says, is past that refusal (to the next thing the run lacks: CE-CLIP's concepts)."""
+    rows = make_dataset(tmp_path, n=8).read_text().splitlines()[1:]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"image": image, "caption": caption}) + "\n" for image, caption in (r.split(",", 1) for r in rows)))
+    given = ["-q", "train", "--recipe", "ceclip-coco", "--batch-size", "8", "--train-data", data, "--workers", "0"]
+    code, _, err = run_main(capsys, *given, "--out", tmp_path / "refused")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: --recipe ceclip-coco: global batch 1512 = 8 per rank"), err
+    typed = re.findall(r"--global-batch-size \d+|--accept-accum", err)
+    assert sorted(typed) == ["--accept-accum", "--global-batch-size 128", "--global-batch-size 1512"], err
+    for k, way in enumerate(typed):
+        code, _, err = run_main(capsys, *given, *way.split(), "--out", tmp_path / f"way-{k}")
+        assert code == 2 and "global batch" not in err and "method ceclip trains on concepts" in err, (way, err)

@@ -241,6 +241,24 @@ def test_an_openai_fine_tune_with_gelu_after_its_id_runs_its_file_under_plain_ge
     assert "scores the weights so; negclip-b32-gelu ran plain GELU." in text and "activation=" not in text
 
 
+def test_a_gelu_ids_absent_file_is_one_line_whose_command_loads_it_under_gelu(hub_cache, swap_att, tmp_path, capsys):
+    """`negclip-b32-gelu` without its file: the line names the id as given, and the command it suggests, run as typed with
+    a copy of the file, scores the weights under plain GELU (not the QuickGELU entry the id without `-gelu` loads)."""
+    code, _, err = run_main(capsys, "-q", "eval", "--model", "negclip-b32-gelu", "--benchmark", "sugarcrepe/swap_att",
+                            "--data-root", swap_att, "--workers", "0", "--out", tmp_path / "none")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: negclip-b32-gelu: "), err
+    suggested = err.rstrip("\n").rsplit("load a copy kept elsewhere: ", 1)[1].split()
+    assert suggested == ["--model", "negclip-b32-gelu", "--pretrained", "FILE"], err
+    copy = tmp_path / "negclip.pth"
+    torch.save({"epoch": 5, "name": "negclip", "state_dict": _state()}, copy)
+    typed = [str(copy) if word == "FILE" else word for word in suggested]
+    code, _, err = run_main(capsys, "-q", "eval", *typed, "--benchmark", "sugarcrepe/swap_att", "--data-root", swap_att,
+                            "--workers", "0", "--out", tmp_path / "out")
+    assert code == 0, err[-3000:]
+    record = json.loads((tmp_path / "out" / "sugarcrepe-swap_att.json").read_text())
+    assert (record["model"], record["activation"]) == ("ViT-B-32", "gelu")
+
+
 def test_gelu_after_an_id_that_runs_no_quickgelu_file_is_one_line(hub_cache, swap_att, tmp_path, capsys):
     code, _, err = run_main(capsys, "-q", "eval", "--model", "siglip-b16-webli-gelu", "--benchmark", "sugarcrepe/swap_att",
                             "--data-root", swap_att, "--workers", "0", "--out", tmp_path / "out")
@@ -882,13 +900,21 @@ def _cut(path: Path) -> None:
     path.write_bytes(whole[: len(whole) // 2])
 
 
+def _text_file(path: Path) -> None:
+    """A page of text where the weights should be (what a failed download saves)."""
+    path.parent.mkdir(parents=True)
+    path.write_text("<html>Google Drive: too many users have viewed or downloaded this file recently</html>\n")
+
+
 @pytest.mark.parametrize(("name", "plant", "said"), [
     ("conclip-b32", lambda: _cut(_conclip(_state())), "not a readable weights file, cut short or damaged (RuntimeError: "),
     ("negclip-b32", lambda: _cut(_negclip(None)), "not a readable weights file"),
     ("conclip-b32", lambda: torch.save({"model": {"visual.proj": _Code()}}, _conclip({})),
      "refused: it holds pickled objects that are not plain tensors (Unsupported global: GLOBAL print was not an allowed global by "
      "default.)\n"),
-], ids=["cut_converted", "cut_loaded", "code_converted"])
+    ("negclip-b32", lambda: _text_file(hand_path(get_released("negclip-b32"))),
+     "not a readable weights file: neither torch.save's archive nor a pickle"),
+], ids=["cut_converted", "cut_loaded", "code_converted", "text_loaded"])
 def test_a_cut_or_code_holding_file_is_one_line_and_its_hash_is_never_recorded(hub_cache, swap_att, tmp_path, capsys, name, plant,
                                                                                said):
     """The whole file, saved over it afterwards, loads: the refused one's SHA-256 was never recorded as the first load's."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -97,6 +98,30 @@ def test_a_clip_benchmark_name_scores_that_set_alone(tmp_path):
     assert zeroshot["dataset"] == "zeroshot/wds/cifar10" and zeroshot["complete"] is True
     assert [k for k, v in zeroshot["metrics"].items() if isinstance(v, dict) and "acc1" in v] == ["wds/cifar10"]
     assert [k for k, v in retrieval["metrics"].items() if isinstance(v, dict)] == ["flickr30k"]
+
+
+def test_a_retrieval_sets_wds_name_is_the_retrieval_benchmarks_alone_and_in_a_file_named_with_that_command(tmp_path, capsys):
+    """CLIP_benchmark's benchmark/webdatasets.txt lists wds/flickr30k beside the classification sets: in a file it is named
+    as not scored there, with the --dataset that scores it (not looked for under zeroshot/ and called absent), and that
+    --dataset, typed as said, scores the retrieval set."""
+    data = tmp_path / "data"
+    write_wds(data / "zeroshot" / "wds_cifar10", count=6, per_shard=6)
+    folder = data / "retrieval" / "flickr30k"
+    folder.mkdir(parents=True)
+    for k in range(2):
+        picture(k).save(folder / f"{k}.png")
+    (folder / "captions.csv").write_text("image,caption\n0.png,a red thing\n1.png,a blue thing\n")
+    listed = tmp_path / "webdatasets.txt"
+    listed.write_text("wds/cifar10\nwds/flickr30k\n")
+    assert cli(tmp_path, data, "listed", "--dataset", str(listed)) == 0
+    said = capsys.readouterr()
+    summary = result(tmp_path, "listed", f"zeroshot-{str(listed).replace('/', '-')}.json")["metrics"]["suites"][str(listed)]
+    assert (summary["scored"], summary["not_scored"]) == (1, ["wds/flickr30k"])
+    assert "zeroshot/flickr30k absent" not in said.out + said.err
+    command = re.search(r"\(--dataset (\S+)\)", summary["why_not_scored"]["wds/flickr30k"]).group(1)
+    assert cli(tmp_path, data, "alone", "--dataset", command) == 0
+    alone = result(tmp_path, "alone", "retrieval-flickr30k.json")
+    assert alone["complete"] is True and alone["metrics"]["flickr30k"]["captions"] == 2
 
 
 @pytest.mark.parametrize(("given", "expected"), [

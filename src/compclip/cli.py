@@ -752,6 +752,7 @@ def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help
     from .data.images import image_ref
     from .errors import CompclipError
     from .eval import REGISTRY
+    from .eval.base import Benchmark
     from .eval.base import data_root as resolve_root
 
     root = resolve_root(data_root)
@@ -760,6 +761,10 @@ def data_check(data_root: Path = typer.Option(None, envvar="COMPCLIP_DATA", help
         lacks = bench.lacks(root, ())
         if lacks:
             typer.echo(f"{name}: {lacks}")
+            continue
+        if type(bench).images is Benchmark.images:  # no list of its images to check: "ready" would claim what was not checked
+            typer.echo(f"{name}: its files are there; its images are not listed ahead (`compclip eval` names each set, shard or "
+                       "image it cannot read)")
             continue
         try:  # one damaged annotation file is that benchmark's line, not the end of the check
             images = bench.images(root)

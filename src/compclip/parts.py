@@ -27,6 +27,8 @@ def parse_part(text: str | None, env: Mapping[str, str] = os.environ, what: str 
         i, n = (int(x) for x in text.split("/"))
     except ValueError:
         raise UsageError(f"--part {text}: expected i/n, e.g. 0/8") from None
+    if n < 1:
+        raise UsageError(f"--part {text}: n, the number of parts, must be at least 1")
     if not 0 <= i < n:
         raise UsageError(f"--part {text}: i must be in 0..{n - 1} (parts count from 0)")
     return i, n

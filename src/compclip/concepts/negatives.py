@@ -89,6 +89,22 @@ def llm_masks(caption: str, doc, mask: str) -> list[tuple[str, list[str]]]:
     return list(places.items())
 
 
+def _unloadable(name: str, error: Exception) -> Exception:
+    """The one line for a fill model that does not load: a Hub name the cache lacks says the cache looked in and the
+    command that runs on a copy instead (offline, as `compclip eval` says of weights); a folder, why it is no model."""
+    from ..models.released import absent_from_hub
+
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1:
+        if not Path(name).expanduser().exists():
+            return MissingFileError(f"--fill-model {name}: no fill-mask model loads from it (no such folder)")
+    elif not Path(name).exists() and isinstance(error, OSError):
+        copy = (f"`compclip negatives DATA --out OUT --fill-model FOLDER`, FOLDER a copy of it "
+                f"(`huggingface-cli download {name} --local-dir FOLDER` where the Hub answers)")
+        return absent_from_hub(f"--fill-model {name}", "the fill-mask model", error, copy)
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return MissingFileError(f"--fill-model {name}: no fill-mask model loads from it ({first})")
+
+
 class Filler:
     """The fill-mask pipeline on the model `name`, read once; `fills(texts)` -> each text's fills, best first."""
 
@@ -99,8 +115,7 @@ class Filler:
         try:
             self.pipe = pipeline("fill-mask", model=name, tokenizer=name, top_k=TOP_K, device=0 if torch.cuda.is_available() else -1)
         except (OSError, ValueError, KeyError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise MissingFileError(f"--fill-model {name}: no fill-mask model loads from it ({first})") from None
+            raise _unloadable(name, e) from None
         self.mask = self.pipe.tokenizer.mask_token
         if not self.mask:
             raise UsageError(f"--fill-model {name}: its tokenizer has no mask token: not a masked language model")
@@ -245,6 +260,7 @@ def build_negatives(data: str | Path, out: str | Path, cfg: NegativesConfig = Ne
         raise UsageError(f"{data}: negatives are written into JSON lines records (.jsonl), which carry a method's data fields")
     if cfg.shard_size < 1 or cfg.batch_size < 1:
         raise UsageError(f"--shard-size and --batch-size must be at least 1, not {cfg.shard_size} and {cfg.batch_size}")
+    _check_caption_key(data, cfg.caption_key)
     if out.exists() and not parts_folder(out).exists():
         raise UsageError(f"--out {out} exists: choose another, or remove it to write it again")
     filler, nlp = Filler(cfg.fill_model, cfg.batch_size), load_nlp()  # first: a model that does not load leaves nothing behind
@@ -270,6 +286,16 @@ def build_negatives(data: str | Path, out: str | Path, cfg: NegativesConfig = Ne
     if not stats["missing"]:
         stats["complete"], stats["skips_in_all"] = _join(folder, out, chunks)
     return stats
+
+
+def _check_caption_key(data: Path, key: str) -> None:
+    """DATA's first record holds the caption key, as training's reader judges it: a wrong --caption-key would otherwise
+    skip every record and write an OUT of none."""
+    from ..data.readers import json_lines
+
+    first = next((value for _, value in json_lines(data) if isinstance(value, dict)), None)
+    if first is not None and key not in first:
+        raise DataError(f"{data}: no field {key!r} in its first record (fields: {list(first)}); set --caption-key")
 
 
 def _write_chunk(folder: Path, number: int, records: list[dict[str, Any]], skips: dict[str, list]) -> None:

@@ -606,7 +606,7 @@ class TextTableReader(TableReader):
         return next(self._rows_of((at, line)))
 
     def all_captions(self) -> Iterator[Any]:
-        return (caption for _, _, caption, _ in self._rows_of())
+        return (caption for _, _, caption, *_ in self._rows_of())
 
 
 class _Relabelled:

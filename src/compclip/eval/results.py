@@ -3,6 +3,7 @@ scored item as another (`compclip.load_items`). What `report`, `compare` and the
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from ..errors import DataError, MissingFileError, UsageError
 from .items import COLUMNS as ITEM_COLUMNS
 from .items import SUFFIX as ITEMS_SUFFIX
 from .items import resolved_images
+
+log = logging.getLogger(__name__)
 
 
 def load_results(folders: list[str | Path]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -58,7 +61,7 @@ def items_frame(folders: str | Path | list[str | Path], data_root: str | Path | 
     name), then the item's columns (`compclip.eval.items`); a benchmark's own columns are empty for the others'. Each
     image is a path that opens from here: under the data root its result records, or under `data_root` where the data
     has moved since."""
-    frames = []
+    frames, unrooted = [], []
     for label, folder in folder_labels([folders] if isinstance(folders, (str, Path)) else list(folders)).items():
         for file in sorted(folder.glob(f"*{ITEMS_SUFFIX}")):
             try:
@@ -67,14 +70,26 @@ def items_frame(folders: str | Path | list[str | Path], data_root: str | Path | 
                 raise DataError(f"{file}: not a readable items file ({type(e).__name__}: {e}); run `compclip eval` again for "
                                 "it") from None
             check_items(file, frame)
-            root = recorded_root(file.with_name(file.name.removesuffix(ITEMS_SUFFIX) + ".json"))
+            result = file.with_name(file.name.removesuffix(ITEMS_SUFFIX) + ".json")
+            root = recorded_root(result)
+            unrooted += [result] if root is None else []
             frame = resolved_images(frame, root, None if data_root is None else Path(data_root))
             frames.append(frame.assign(model=label, benchmark=file.name.removesuffix(ITEMS_SUFFIX)))
+    if data_root is not None and unrooted:
+        _say_unrooted(unrooted, data_root)
     if not frames:
         raise MissingFileError(f"{folders}: no items files (<benchmark>{ITEMS_SUFFIX}): results written by an older compclip; run "
                                "`compclip eval` again")
     table = pd.concat(frames, ignore_index=True)
     return table[["model", "benchmark", *[c for c in table.columns if c not in ("model", "benchmark")]]]
+
+
+def _say_unrooted(results: list[Path], data_root: str | Path) -> None:
+    """One warning for the results `--data-root` cannot re-root: an older compclip's record no data root, and their items
+    name each image as that run found it, so the report shows them there, whatever the data root given."""
+    log.warning("--data-root %s: %d result(s) record no data root (written by an older compclip, e.g. %s): their images are "
+                "shown where that run found them; run `compclip eval` again to write results the data root applies to",
+                data_root, len(results), results[0])
 
 
 def recorded_root(result: Path) -> str | None:

@@ -180,8 +180,22 @@ def unread_reason(name: str) -> str | None:
 def classification_name(name: str) -> bool:
     """True for a classification set's CLIP_benchmark name compclip reads (a layout's, `vtab/<name>`, any `wds/<name>`)."""
     if name.startswith("wds/") and len(name) > len("wds/"):
-        return True
+        return not retrieval_name(name)
     return name in LAYOUT_NAMES or (name.startswith("vtab/") and name.removeprefix("vtab/") in VTAB_NAMES)
+
+
+def retrieval_name(name: str) -> bool:
+    """True for a retrieval set's CLIP_benchmark name, as a layout's or its webdataset copy's (`flickr30k`, `wds/flickr30k`)."""
+    return bare(name) in RETRIEVAL_NAMES
+
+
+def _listed_member(name: str) -> Member:
+    """A name of a list file as a member of its suite: a retrieval set (CLIP_benchmark's webdatasets.txt lists
+    wds/flickr30k beside the classification sets) named with the command that scores it, not looked for as a
+    classification set."""
+    if retrieval_name(name):
+        return Member(name, "mean_recall@1", "retrieval", f"a retrieval set: scored by compclip's retrieval benchmark (--dataset {name})")
+    return Member(name)
 
 
 def known_names() -> list[str]:
@@ -201,9 +215,8 @@ def names_in_file(file: Path) -> list[str]:
         name = line.split("#", 1)[0].strip()
         if not name:
             continue
-        if not classification_name(name):
-            why = unread_reason(name) or (f"a retrieval set: name it on its own, --dataset {name}" if name in RETRIEVAL_NAMES else
-                                          f"not a classification set's CLIP_benchmark name{did_you_mean(name, known_names())}")
+        if not classification_name(name) and not retrieval_name(name):
+            why = unread_reason(name) or f"not a classification set's CLIP_benchmark name{did_you_mean(name, known_names())}"
             raise UsageError(f"{file} line {number}: {name!r}: {why}")
         names.append(name)
     if not names:
@@ -230,7 +243,7 @@ def selection(split: str) -> Selection:
     if split in SUITES:
         return Selection(SUITES[split], SUITES[split].members)
     if Path(split).is_file():
-        members = _classification(*names_in_file(Path(split)))
+        members = tuple(_listed_member(name) for name in names_in_file(Path(split)))
         return Selection(Suite(split, f"the datasets listed in {split}", split, "the unweighted mean of the acc1", members), members)
     return Selection(None, (Member(split),))
 
@@ -261,8 +274,8 @@ def benchmark_item(item: str) -> str | None:
     does not read is refused in one line saying why."""
     if item in SUITES or classification_name(item) or is_list_file(item):
         return f"zeroshot/{item}"
-    if item in RETRIEVAL_NAMES:
-        return f"retrieval/{item}"
+    if retrieval_name(item):
+        return f"retrieval/{bare(item)}"
     head, _, split = item.partition("/")
     if head in ELSEWHERE:
         return f"{ELSEWHERE[head]}/{split}" if split else ELSEWHERE[head]

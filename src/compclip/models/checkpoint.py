@@ -343,9 +343,20 @@ def _reading(file: Path) -> Iterator[None]:
     try:
         yield
     except pickle.UnpicklingError as e:
+        if not _pickled(file):
+            raise DataError(f"{file}: not a readable weights file: neither torch.save's archive nor a pickle (another file saved "
+                            "under its name, or a download's error page)") from None
         raise DataError(f"{file}: refused: it holds pickled objects that are not plain tensors ({_unpickler_said(e)})") from None
     except (SafetensorError, EOFError, OSError) as e:
         raise DataError(f"{file}: not a readable weights file ({type(e).__name__}: {e})") from None
+
+
+def _pickled(file: Path) -> bool:
+    """Whether `file` is what torch.save writes (a zip archive, or a pickle: protocol 2 and up open with 0x80), so that
+    the unpickler's refusal of it means objects other than tensors, not a file of something else."""
+    with open(file, "rb") as f:
+        first = f.read(1)
+    return first == b"\x80" or zipfile.is_zipfile(file)
 
 
 def _unpickler_said(e: pickle.UnpicklingError) -> str:

@@ -213,6 +213,11 @@ class Retrieval(Benchmark):
     def departures(self, options, ties, pretrained, splits):
         return (options or Options()).colours_departures()
 
+    def images(self, root) -> list:
+        """Every image the dataset folders' captions name (for `compclip data check`), each once."""
+        read = [self.read(folder, Options(), {}) for folder in self.datasets(root)]
+        return list(dict.fromkeys(image for found in read if found for image, _ in found[1]))
+
     @staticmethod
     def read(folder: Path, options: Options, absent: dict[str, str]) -> tuple[str, list] | None:
         """(the layout read, its (image, caption) pairs) of a dataset folder: the first layout file it holds, else its

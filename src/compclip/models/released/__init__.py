@@ -81,6 +81,12 @@ class Released:
     plain_gelu: bool = False  # set by `with_plain_gelu` (`<id>-gelu`), never by an entry's file
 
     @property
+    def called(self) -> str:
+        """The id the user gives for it: `<id>-gelu` under plain GELU, so that a line about its weights suggests a command
+        that loads the same model."""
+        return self.id + GELU_SUFFIX if self.plain_gelu else self.id
+
+    @property
     def architecture(self) -> str | None:
         """The open_clip architecture its weights load under: the entry's, or its GELU twin for `<id>-gelu`."""
         return self.model.removesuffix(QUICKGELU) if self.plain_gelu else self.model
@@ -300,7 +306,7 @@ def absent_from_hub(subject: str, what: str, error: Exception, command: str | No
 
     instead = f"or load a copy you have: {command}" if command else "or fetch it on a machine that can and copy it here"
     if constants.HF_HUB_OFFLINE:
-        listed = " (`compclip models --fetch-list` says what goes where)" if subject in _entries() else ""
+        listed = " (`compclip models --fetch-list` says what goes where)" if subject.removesuffix(GELU_SUFFIX) in _entries() else ""
         return MissingFileError(f"{subject}: {what} is not in the Hugging Face cache {constants.HF_HUB_CACHE}, and HF_HUB_OFFLINE "
                                 f"forbids downloading it: run once online, set HF_HUB_CACHE to a cache that holds it{listed}, {instead}")
     said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -333,11 +339,11 @@ def _fetch(entry: Released) -> Path:
         try:
             return Path(hf_hub_download(entry.hub_repo, entry.hub_file))
         except Exception as e:
-            raise absent_from_hub(entry.id, f"{entry.hub_repo}/{entry.hub_file}", e, offline_command(entry.id)) from None
+            raise absent_from_hub(entry.called, f"{entry.hub_repo}/{entry.hub_file}", e, offline_command(entry.called)) from None
     path = hand_path(entry)
     if not path.is_file():
-        raise MissingFileError(f"{entry.id}: {path} is not there. {entry.get} Save it as {path}, or load a copy kept elsewhere: "
-                               f"{offline_command(entry.id)}")
+        raise MissingFileError(f"{entry.called}: {path} is not there. {entry.get} Save it as {path}, or load a copy kept elsewhere: "
+                               f"{offline_command(entry.called)}")
     return path
 
 
