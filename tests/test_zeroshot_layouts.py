@@ -133,6 +133,20 @@ def test_a_wds_set_scores_as_clip_benchmark_scores_it(clip_benchmark, tiny, tmp_
     assert 0 < theirs["acc1"] < 1  # the fixture tells a right answer from a wrong one
 
 
+def test_a_wds_sets_result_records_the_hash_of_each_text_file_it_read(tmp_path):
+    """A wds set's classnames, templates and shard count are the files a zero-shot figure rests on besides its images:
+    the result records each one's SHA-256 (its shards, the images, are not hashed), as every benchmark's files."""
+    import hashlib
+
+    root = tmp_path / "data"
+    write_wds(root / "zeroshot" / "wds_colours")
+    compclip_metrics(tmp_path, root, "wds_colours")
+    files = json.loads((tmp_path / "out" / "zeroshot.json").read_text())["files"]
+    folder = root / "zeroshot" / "wds_colours"
+    read = {"classnames.txt", "zeroshot_classification_templates.txt", "test/nshards.txt"}
+    assert files == {f"zeroshot/wds_colours/{name}": hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in read}
+
+
 def test_a_seeded_subset_of_a_wds_set_is_clics_draw_over_its_order(tmp_path):
     import webdataset
 

@@ -33,6 +33,7 @@ from ..data.images import ImageRef
 from ..data.readers import RGB_RULES, decode_image
 from ..errors import DataError, MissingFileError, UsageError
 from ..options import option
+from .base import noted
 
 ASSETS = Path(__file__).parent / "assets"
 WDS_IMAGE_EXTENSIONS = ("webp", "png", "jpg", "jpeg")  # build_wds_dataset's `to_tuple`: the first of these a sample has
@@ -180,7 +181,7 @@ def _layout_source(folder: Path) -> Source | None:
 def wds_type(folder: Path) -> str:
     """`dataset_type.txt`'s word, as build_wds_dataset reads it: classification where the file is absent."""
     file = folder / "dataset_type.txt"
-    return file.read_text(encoding="utf-8").strip().lower() if file.is_file() else "classification"
+    return noted(file).read_text(encoding="utf-8").strip().lower() if file.is_file() else "classification"
 
 
 def is_other_task(folder: Path) -> bool:
@@ -190,7 +191,7 @@ def is_other_task(folder: Path) -> bool:
 
 def _text_lines(file: Path) -> list[str] | None:
     """A text file's lines, stripped, as build_wds_dataset's `read_txt(...).splitlines()`; None where it is absent."""
-    return [line.strip() for line in file.read_text(encoding="utf-8").splitlines()] if file.is_file() else None
+    return [line.strip() for line in noted(file).read_text(encoding="utf-8").splitlines()] if file.is_file() else None
 
 
 def _samples(shard: Path):
@@ -235,7 +236,7 @@ def read_wds(folder: Path) -> Source:
         raise DataError(f"{folder / 'dataset_type.txt'}: a {kind} set; zero-shot classification reads classification sets "
                         "(a retrieval set is scored by --benchmark retrieval)")
     count_file = folder / "test" / "nshards.txt"
-    count = count_file.read_text(encoding="utf-8").strip()
+    count = noted(count_file).read_text(encoding="utf-8").strip()
     if not count.isdigit() or int(count) < 1:
         raise DataError(f"{count_file}: {count[:40]!r} is not a number of shards")
     shards = [folder / "test" / f"{i}.tar" for i in range(int(count))]
@@ -530,7 +531,7 @@ def _json_file(file: Path) -> dict:
     if not file.is_file():
         raise MissingFileError(f"{file}: absent; ObjectNet's mappings/ files go beside objectnet-1.0/")
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        return json.loads(noted(file).read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise DataError(f"{file}: not JSON ({e})") from None
 
@@ -574,7 +575,7 @@ def _voc_objects(folder: Path) -> tuple[list[str], list[tuple[str, tuple[int, in
     split = base / "ImageSets" / "Main" / f"{VOC_CLASSES[0]}_test.txt"
     if not split.is_file():
         raise MissingFileError(f"{split}: absent; VOC2007's test set (VOCtest_06-Nov-2007.tar unpacked into {folder})")
-    ids = [line.split()[0] for line in split.read_text(encoding="utf-8").splitlines() if line.strip()]
+    ids = [line.split()[0] for line in noted(split).read_text(encoding="utf-8").splitlines() if line.strip()]
     objects = []
     for image_id in ids:
         xml = base / "Annotations" / f"{image_id}.xml"
