@@ -468,7 +468,7 @@ def recipe_data(tmp_path_factory):
         caption.split(" to the ")[0], f"a {caption.split()[-2]} cat"], "negative_image": rows[(i + 1) % 8][0],
         "negative_caption": rows[(i + 1) % 8][1], "negated_caption": caption.split(" to the ")[0].replace(" a ", " no ", 1),
         "distractor_image": rows[(i + 2) % 8][0], "neg_image": [(i + 1) % 8, (i + 2) % 8],
-        "llm_negatives": [caption.replace(" dog ", " horse "), caption.replace(" of ", " under ")]}) + "\n"
+        "llm_negatives": [[[caption.replace(" dog ", " horse ")]], [[caption.replace(" of ", " under ")]]]}) + "\n"
         for i, (image, caption) in enumerate(rows)))
     for s in range(2):
         with tarfile.open(root / f"shard-{s:03d}.tar", "w") as tar:

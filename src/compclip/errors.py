@@ -78,3 +78,17 @@ class PeerLost(CompclipError):
     as a preempted run: the job can be requeued and resumes from its last checkpoint."""
 
     exit_code = 75
+
+
+def absent_from_hub(subject: str, what: str, error: Exception, command: str | None = None, listed: str = "") -> CompclipError:
+    """The one line for a file the Hugging Face Hub serves that could not be had (an open_clip tag's weights, an `hf-hub:`
+    repository's, a fill model's): what is missing, the cache looked in, and the `command` that loads a copy instead,
+    where one does; online, the download's own reason. `listed`: where the user is told more (offline only)."""
+    from huggingface_hub import constants
+
+    instead = f"or load a copy you have: {command}" if command else "or fetch it on a machine that can and copy it here"
+    if constants.HF_HUB_OFFLINE:
+        return MissingFileError(f"{subject}: {what} is not in the Hugging Face cache {constants.HF_HUB_CACHE}, and HF_HUB_OFFLINE "
+                                f"forbids downloading it: run once online, set HF_HUB_CACHE to a cache that holds it{listed}, {instead}")
+    said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return DownloadError(f"{subject}: {what} could not be downloaded ({said}); running again resumes it, {instead}")

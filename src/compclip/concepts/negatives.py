@@ -33,7 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError, MissingFileError, UsageError
+from ..errors import DataError, MissingFileError, UsageError, absent_from_hub
 from ..io import FolderLock, atomic_path, write_json
 from .config import CECLIP_NEGATIVES, LLM_NEGATIVES, NEGATIVE_KINDS, NegativesConfig
 
@@ -92,8 +92,6 @@ def llm_masks(caption: str, doc, mask: str) -> list[tuple[str, list[str]]]:
 def _unloadable(name: str, error: Exception) -> Exception:
     """The one line for a fill model that does not load: a Hub name the cache lacks says the cache looked in and the
     command that runs on a copy instead (offline, as `compclip eval` says of weights); a folder, why it is no model."""
-    from ..models.released import absent_from_hub
-
     if name.startswith(("/", ".", "~")) or name.count("/") > 1:
         if not Path(name).expanduser().exists():
             return MissingFileError(f"--fill-model {name}: no fill-mask model loads from it (no such folder)")

@@ -29,7 +29,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from ...errors import CompclipError, DataError, DownloadError, MissingFileError, UsageError
+from ...errors import CompclipError, DataError, MissingFileError, UsageError
+from ...errors import absent_from_hub as hub_absent
 from ...io import atomic_path, refuse_links, sha256_of
 from ...text import did_you_mean
 
@@ -299,18 +300,9 @@ def offline_command(model: str, config_beside: bool = False) -> str:
 
 
 def absent_from_hub(subject: str, what: str, error: Exception, command: str | None = None) -> CompclipError:
-    """The one line for weights the Hugging Face Hub serves that could not be had (an open_clip tag's, an `hf-hub:`
-    repository's, a Hub file's): what is missing, the cache looked in, and the `command` that loads a copy instead,
-    where one does; online, the download's own reason. A registry id's line points at `compclip models --fetch-list`."""
-    from huggingface_hub import constants
-
-    instead = f"or load a copy you have: {command}" if command else "or fetch it on a machine that can and copy it here"
-    if constants.HF_HUB_OFFLINE:
-        listed = " (`compclip models --fetch-list` says what goes where)" if subject.removesuffix(GELU_SUFFIX) in _entries() else ""
-        return MissingFileError(f"{subject}: {what} is not in the Hugging Face cache {constants.HF_HUB_CACHE}, and HF_HUB_OFFLINE "
-                                f"forbids downloading it: run once online, set HF_HUB_CACHE to a cache that holds it{listed}, {instead}")
-    said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return DownloadError(f"{subject}: {what} could not be downloaded ({said}); running again resumes it, {instead}")
+    """`errors.absent_from_hub`'s line, which for a registry id also points at `compclip models --fetch-list`."""
+    listed = " (`compclip models --fetch-list` says what goes where)" if subject.removesuffix(GELU_SUFFIX) in _entries() else ""
+    return hub_absent(subject, what, error, command, listed)
 
 
 def _fetch_hub_files(entry: Released) -> None:
