@@ -1654,6 +1654,9 @@ MUTATIONS = [  # (file under src/compclip, the exact text, its replacement, pyte
      "tests/test_zeroshot_layouts.py -k records_the_hash"),
     ("eval/zeroshot_sources.py", "    count = noted(count_file).read_text(", "    count = count_file.read_text(",
      "tests/test_zeroshot_layouts.py -k records_the_hash"),
+    # a webdataset copy of a set compclip does not read is refused as the set is
+    ("eval/suites.py", "        return not retrieval_name(name) and unread_reason(name) is None", "        return not retrieval_name(name)",
+     "tests/test_zeroshot_suites.py -k crossmodal"),
 ]
 
 

@@ -128,6 +128,7 @@ def test_a_retrieval_sets_wds_name_is_the_retrieval_benchmarks_alone_and_in_a_fi
     ("cifr10", "unknown benchmark 'cifr10' (did you mean cifar10"),
     ("tfds/cifar10", "--dataset tfds/cifar10: CLIP_benchmark opens tfds/ sets through tensorflow_datasets"),
     ("LIST", "line 2: 'vtab/cifr100': not a classification set's CLIP_benchmark name (did you mean vtab/cifar100"),
+    ("wds/crossmodal3600", "--dataset wds/crossmodal3600: a multilingual set; compclip scores English captions only"),
 ])
 def test_a_wrong_dataset_name_is_one_line_with_the_closest_names(tmp_path, capsys, given, expected):
     listed = tmp_path / "names.txt"

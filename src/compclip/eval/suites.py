@@ -173,14 +173,16 @@ def find_wds_retrieval(root: Path, name: str) -> Path | None:
 
 
 def unread_reason(name: str) -> str | None:
-    """Why compclip does not read CLIP_benchmark's set `name`, or None where it does or the name is not CLIP_benchmark's."""
+    """Why compclip does not read CLIP_benchmark's set `name` (or its webdataset copy, `wds/<name>`), or None where it
+    does or the name is not CLIP_benchmark's."""
+    name = bare(name)
     return next((why for prefix, why in UNREAD.items() if name == prefix or (prefix.endswith("/") and name.startswith(prefix))), None)
 
 
 def classification_name(name: str) -> bool:
     """True for a classification set's CLIP_benchmark name compclip reads (a layout's, `vtab/<name>`, any `wds/<name>`)."""
     if name.startswith("wds/") and len(name) > len("wds/"):
-        return not retrieval_name(name)
+        return not retrieval_name(name) and unread_reason(name) is None
     return name in LAYOUT_NAMES or (name.startswith("vtab/") and name.removeprefix("vtab/") in VTAB_NAMES)
 
 
