@@ -84,6 +84,20 @@ def run_main(capsys, *args) -> tuple[int, str, str]:
     return exit_.value.code, out, err
 
 
+def killed_at_first(cmd: list[str], folder: Path, pattern: str, poll: float = 0.05) -> list[Path]:
+    """`cmd` run offline in a process of its own and killed (SIGKILL: no cleanup runs) as soon as `folder` holds a file
+    matching `pattern`, or after two minutes: the files of `pattern` it left, sorted."""
+    import time
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    deadline = time.time() + 120
+    while not list(folder.glob(pattern)) and time.time() < deadline and proc.poll() is None:
+        time.sleep(poll)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return sorted(folder.glob(pattern))
+
+
 def run_tree(cmd: list[str], *, timeout: float, **kwargs) -> subprocess.CompletedProcess:
     """`subprocess.run(cmd, capture_output=True, text=True)` for a command that starts processes of its own (torchrun and
     its ranks): past `timeout` the whole process group is killed, not torchrun alone, so that no rank is left behind

@@ -2,10 +2,8 @@
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import pyarrow as pa
 import pytest
@@ -14,7 +12,7 @@ from compclip.concepts import ConceptStore, build_store, extract, find_keywords,
 from compclip.concepts import pipeline as pipeline_mod
 from compclip.concepts.keywords import KEYWORDS
 from compclip.errors import DataError, MissingConceptError, MissingFileError, UsageError
-from conftest import run_main, shared_data
+from conftest import killed_at_first, run_main, shared_data
 from data.concept_cases import CASES, WITH_PREP
 
 
@@ -232,13 +230,7 @@ def test_a_killed_part_resumes_and_the_last_part_indexes_the_store(tmp_path):
     cmd = [sys.executable, "-m", "compclip", "--quiet", "concepts", str(coco), "--out", str(out), "--what", "noun-phrases",
            "--shard-size", "1000", "--workers", "1", "--part", "1/2"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    deadline = time.time() + 120
-    while not list(segment.glob("shard-*.arrow")) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    finished = sorted(segment.glob("shard-*.arrow"))
+    finished = killed_at_first(cmd, segment, "shard-*.arrow")
     assert 1 <= len(finished) < 12, "the run should have been killed part-way"
     assert all(pa.ipc.open_file(str(p)).read_all().num_rows == 1000 for p in finished)  # only whole shards are ever visible
     with pytest.raises(DataError, match="not indexed yet"):

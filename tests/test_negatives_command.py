@@ -3,15 +3,12 @@ transformers' fill-mask pipeline run here on a tiny random BERT, with the releas
 import functools
 import json
 import os
-import signal
 import string
-import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import run_main, shared_data
+from conftest import killed_at_first, run_main, shared_data
 
 WORDS = ["a", "the", "red", "small", "green", "blue", "dog", "cat", "man", "bike", "car", "park", "people", "sleeps", "rides",
          "walk", "in", "on", "two", "runs", "grass", "big", "sits"]
@@ -190,15 +187,8 @@ def test_a_killed_run_resumes_and_writes_no_chunk_twice(tmp_path, tiny_bert, cap
     out = tmp_path / "out.jsonl"
     cmd = [sys.executable, "-m", "compclip", "-q", "negatives", str(data), "--out", str(out), "--fill-model", str(tiny_bert),
            "--shard-size", "1", "--what", "llm"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     parts = tmp_path / "out.jsonl.parts"
-    deadline = time.time() + 120
-    while not list(parts.glob("chunk-*.jsonl")) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done = sorted(parts.glob("chunk-*.jsonl"))
+    done = killed_at_first(cmd, parts, "chunk-*.jsonl", poll=0.01)
     assert 1 <= len(done) < len(captions) and not out.exists(), "the run should have been killed part-way"
     code, stdout, stderr = run_main(capsys, *cmd[3:])  # resumed in this process
     assert code is None or code == 0, stderr
